@@ -1,0 +1,26 @@
+# The two README commands. Both create .venv in the repository root when it is
+# missing, so a fresh machine needs nothing but Python 3.10+ and make.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stalesgd-installed
+DEMO_DIR ?= runs/demo
+
+.PHONY: test demo clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+demo: $(STAMP)
+	$(PY) -m experiments.main --config=experiments/configs/demo.py --workdir=$(DEMO_DIR)
+
+clean-venv:
+	rm -rf $(VENV)

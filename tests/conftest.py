@@ -1,0 +1,48 @@
+"""Test-suite set-up that must run before JAX starts.
+
+* Eight host CPU devices, so sharded code paths (one learner per device) are
+  exercised on any machine.
+* No network: tensorflow-datasets retries a download for minutes when it cannot
+  reach the internet, so every test that touches tfds uses
+  ``tfds.testing.mock_data``; as a guard, sockets to anything but loopback
+  raise immediately.
+"""
+
+import os
+import socket
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import jax  # noqa: E402  (configured before first use)
+
+jax.config.update("jax_num_cpu_devices", 8)
+
+import pytest  # noqa: E402
+
+NUM_TEST_DEVICES = 8
+SHARED_DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", ""}
+_original_connect = socket.socket.connect
+
+
+def _loopback_only_connect(self, address):
+  host = address[0] if isinstance(address, tuple) else address
+  if isinstance(host, str) and host not in _LOOPBACK_HOSTS and self.family != socket.AF_UNIX:
+    raise RuntimeError(f"tests must not use the network (tried to connect to {address!r})")
+  return _original_connect(self, address)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_network():
+  socket.socket.connect = _loopback_only_connect
+  yield
+  socket.socket.connect = _original_connect
+
+
+@pytest.fixture(scope="session")
+def devices():
+  found = jax.devices()
+  assert len(found) == NUM_TEST_DEVICES, f"expected {NUM_TEST_DEVICES} host devices, got {len(found)}"
+  return found
