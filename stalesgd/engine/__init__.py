@@ -1,0 +1,11 @@
+"""Exact, fast execution of a `stalesgd.schedule.Schedule` (architecture.md §3)."""
+
+from stalesgd.engine.engine import (GRADIENT_STRATEGIES, Engine, EngineState, WaveMetrics,
+                                    default_gradient_strategy, learner_mesh)
+from stalesgd.engine.ring_buffer import RingBuffer, ring_bytes, ring_depth
+from stalesgd.engine.waves import Wave, WavePlan, plan_waves
+
+__all__ = [
+    "GRADIENT_STRATEGIES", "Engine", "EngineState", "RingBuffer", "Wave", "WaveMetrics", "WavePlan",
+    "default_gradient_strategy", "learner_mesh", "plan_waves", "ring_bytes", "ring_depth",
+]

@@ -1,0 +1,345 @@
+"""Exact execution of a `Schedule` in one jitted SPMD program per wave.
+
+Given a loss, initial weights, a server optimizer and a schedule, the engine
+produces exactly the weights the emulated parameter-server cluster would have
+produced (architecture.md §3):
+
+1. the schedule is cut into waves (`stalesgd.engine.waves`): runs of updates
+   whose contributions were all computed at weights that already exist;
+2. one jitted step per wave computes every contribution of the wave in
+   parallel, each at its own past weights read from the ring buffer
+   (`stalesgd.engine.ring_buffer`), with its learner's own mini-batch; the
+   slots are spread over the mesh's learner axis with `jax.shard_map`;
+3. the same step applies the wave's updates in order with a `lax.scan` over
+   the precomputed gradients (cheap element-wise work): for update u it calls
+   the server optimizer on the stack of its c contributions,
+   ``optimizer.update(grads[c, ...], opt_state, w_u, staleness=sigma[c],
+   stale_params=w_j[c, ...], learner=learner[c])``, applies the update and
+   writes w_{u+1} into the ring.
+
+The optimizer receives *stacks* (the convention of `stalesgd.transforms`):
+per-contribution transforms (staleness weights, delay compensation) act on each
+contribution, `stalesgd.average_contributions()` reduces the stack, and the
+server part (momentum, learning rate) sees one gradient. The engine checks this
+before compiling: an optimizer that does not reduce the stack is rejected.
+
+Mini-batches come from a caller-supplied ``batch_fn(learner, batch_index)``
+(numpy int arrays of the same shape [S]) returning a pytree of arrays with
+leading axis S, deterministic in (seed, learner, k): the engine never holds the
+data set, and in a multi-process run each process builds only the slots of its
+own devices.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Iterator, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from stalesgd.engine import ring_buffer
+from stalesgd.engine.waves import Wave, WavePlan, plan_waves
+from stalesgd.schedule.schedule import Schedule
+
+PyTree = Any
+LossFn = Callable[[PyTree, PyTree], Any]
+BatchFn = Callable[[np.ndarray, np.ndarray], PyTree]
+
+GRADIENT_STRATEGIES = ("unroll", "vmap")
+
+
+class EngineState(NamedTuple):
+  """Everything the emulated server holds; a pytree, checkpointable as is.
+
+  Attributes:
+    params: current server weights w_t.
+    opt_state: server optimizer state.
+    ring: past weights w_{t-depth+1..t} (`RingBuffer`).
+    step: int32 scalar, t, the number of updates applied.
+  """
+
+  params: PyTree
+  opt_state: PyTree
+  ring: ring_buffer.RingBuffer
+  step: jax.Array
+
+
+class WaveMetrics(NamedTuple):
+  """Per-update measurements of one wave (device arrays; rows past the wave's
+  ``num_updates`` are padding).
+
+  Attributes:
+    loss: float32 [R, c], loss of each contribution at its own weights and batch.
+    applied_scale: float32 [R], learning-rate scale the staleness transform
+      applied to the update (mean over its contributions; 1 without one).
+  """
+
+  loss: jax.Array
+  applied_scale: jax.Array
+
+
+def default_gradient_strategy(backend: str) -> str:
+  """How one device computes its several gradient slots.
+
+  On CPU, unrolled calls are fast while `vmap` over weights turns convolutions
+  into slow grouped convolutions (3.5x slower, architecture.md); accelerators
+  handle batched weights well and compile a vmapped body much faster.
+  """
+  return "unroll" if backend == "cpu" else "vmap"
+
+
+def learner_mesh(axis_name: str = "learners", devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
+  """A 1-D mesh over all devices of all processes."""
+  devices = jax.devices() if devices is None else devices
+  return jax.sharding.Mesh(np.asarray(devices), (axis_name,),
+                           axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def _applied_scale(opt_state: PyTree) -> jax.Array:
+  """Product of every ``applied_scale`` field in the optimizer state (1 if none)."""
+  scale = jnp.float32(1.0)
+  for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]:
+    last = path[-1] if path else None
+    if isinstance(last, jax.tree_util.GetAttrKey) and last.name == "applied_scale":
+      scale = scale * jnp.asarray(leaf, jnp.float32)
+  return scale
+
+
+class Engine:
+  """Executes schedules exactly, at the cost of synchronous training.
+
+  Example::
+
+    schedule = stalesgd.schedule.simulate("softsync", learners=8, n=4, num_updates=1000, seed=0)
+    engine = Engine(loss_fn, stalesgd.staleness_aware_sgd(0.1, rule="inverse"))
+    plan = engine.plan(schedule)
+    state = engine.init(params, plan)
+    state = engine.run(state, plan, batch_fn)
+  """
+
+  def __init__(self, loss_fn: LossFn, optimizer: optax.GradientTransformation, *,
+               has_aux: bool = False, mesh: jax.sharding.Mesh | None = None,
+               axis_name: str | None = None, gradient_strategy: str | None = None):
+    """Args:
+      loss_fn: ``loss_fn(params, batch) -> loss`` (or ``(loss, aux)`` with
+        ``has_aux=True``) for one contribution's mini-batch.
+      optimizer: the server optimizer; receives stacks of c contributions
+        with extra args ``staleness``, ``stale_params`` and ``learner`` and
+        must reduce the stack (e.g. end its per-contribution part with
+        `stalesgd.average_contributions()`).
+      has_aux: whether ``loss_fn`` returns ``(loss, aux)``.
+      mesh: a 1-D mesh; by default all devices of all processes.
+      axis_name: the mesh axis gradients are spread over (the mesh's only axis
+        by default).
+      gradient_strategy: "unroll" (one gradient call per slot) or "vmap";
+        by default the faster one for the backend.
+    """
+    self.loss_fn = loss_fn
+    self.optimizer = optimizer
+    self.has_aux = has_aux
+    self.mesh = learner_mesh() if mesh is None else mesh
+    if axis_name is None:
+      if len(self.mesh.axis_names) != 1:
+        raise ValueError(f"mesh has axes {self.mesh.axis_names}: pass axis_name")
+      axis_name = self.mesh.axis_names[0]
+    if axis_name not in self.mesh.axis_names:
+      raise ValueError(f"axis_name={axis_name!r} is not an axis of the mesh {self.mesh.axis_names}")
+    self.axis_name = axis_name
+    self.num_devices = int(self.mesh.shape[axis_name])
+    strategy = gradient_strategy or default_gradient_strategy(self.mesh.devices.flat[0].platform)
+    if strategy not in GRADIENT_STRATEGIES:
+      raise ValueError(f"gradient_strategy={strategy!r}; allowed: {GRADIENT_STRATEGIES}")
+    self.gradient_strategy = strategy
+    self._replicated = NamedSharding(self.mesh, P())
+    self._split = NamedSharding(self.mesh, P(axis_name))
+    self._wave_step = jax.jit(self._wave_step_impl, donate_argnums=0)
+
+  # ---------------------------------------------------------------- planning
+  def plan(self, schedule: Schedule, **options) -> WavePlan:
+    """Cuts ``schedule`` into waves for this engine's mesh (see `plan_waves`)."""
+    return plan_waves(schedule, num_devices=self.num_devices, **options)
+
+  # ------------------------------------------------------------------- state
+  def init(self, params: PyTree, plan: WavePlan, *, ring_depth: int | None = None) -> EngineState:
+    """The state before the first update: w_0 = ``params`` everywhere.
+
+    Args:
+      params: initial weights (host or device arrays).
+      plan: the plan this state will execute.
+      ring_depth: slots of the staleness queue; by default max staleness + 1,
+        the least that holds every version the schedule reads.
+    """
+    needed = plan.schedule.max_staleness + 1
+    depth = needed if ring_depth is None else ring_depth
+    self._check_history(depth, plan.schedule.max_staleness, "the schedule")
+    self._check_optimizer(params, plan.contributions_per_update)
+    params = self._replicate(params)
+    state = jax.jit(
+        lambda p: EngineState(p, self.optimizer.init(p), ring_buffer.ring_init(p, depth), jnp.int32(0)),
+        out_shardings=self._replicated)(params)
+    return state
+
+  def _replicate(self, tree: PyTree) -> PyTree:
+    def put(leaf):
+      if isinstance(leaf, jax.Array) and leaf.sharding == self._replicated:
+        return leaf
+      host = np.asarray(leaf)
+      return jax.make_array_from_callback(host.shape, self._replicated, lambda index: host[index])
+    return jax.tree_util.tree_map(put, tree)
+
+  @staticmethod
+  def _check_history(depth: int, staleness: int, what: str) -> None:
+    if staleness + 1 > depth:
+      raise ValueError(
+          f"{what} applies gradients with staleness up to {staleness}, which needs the last {staleness + 1} "
+          f"weight versions, but the ring buffer holds ring_depth={depth}; use ring_depth >= {staleness + 1}")
+
+  def _check_optimizer(self, params: PyTree, contributions: int) -> None:
+    """Rejects, before compiling, an optimizer that does not reduce a stack."""
+    shapes = jax.tree_util.tree_map(lambda p: jax.ShapeDtypeStruct(np.shape(p), jnp.result_type(p)), params)
+    stacked = jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct((contributions,) + s.shape, s.dtype), shapes)
+
+    def update(grads, stale):
+      params = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+      return self.optimizer.update(grads, self.optimizer.init(params), params,
+                                   staleness=jnp.zeros((contributions,), jnp.int32),
+                                   stale_params=stale, learner=jnp.zeros((contributions,), jnp.int32))[0]
+
+    out = jax.eval_shape(update, stacked, stacked)
+    mismatched = [
+        jax.tree_util.keystr(path) for (path, o), s in zip(
+            jax.tree_util.tree_flatten_with_path(out)[0], jax.tree_util.tree_leaves(shapes)) if o.shape != s.shape]
+    if mismatched:
+      raise ValueError(
+          "the optimizer returned updates with a leading contribution axis (e.g. for "
+          f"{mismatched[0]}): the engine passes stacks of c={contributions} gradients, so the optimizer must "
+          "reduce them; put stalesgd.average_contributions() after the per-contribution transforms, e.g. "
+          "optax.chain(stalesgd.scale_by_staleness('inverse'), stalesgd.average_contributions(), "
+          "optax.sgd(lr)), or use stalesgd.staleness_aware_sgd / stalesgd.dc_asgd")
+
+  # -------------------------------------------------------------------- step
+  def _gradients(self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, batch: PyTree):
+    """Loss and gradient of every slot at its own weights, spread over devices."""
+    value_and_grad = jax.value_and_grad(self.loss_fn, has_aux=self.has_aux)
+    has_aux, strategy = self.has_aux, self.gradient_strategy
+
+    def one(weights, slot_batch):
+      value, grads = value_and_grad(weights, slot_batch)
+      return (value[0] if has_aux else value), grads
+
+    def per_device(ring_weights, timestamps, local_batch):
+      weights = ring_buffer.ring_read(ring_buffer.RingBuffer(ring_weights), timestamps)
+      if strategy == "vmap":
+        return jax.vmap(one)(weights, local_batch)
+      results = [
+          one(jax.tree_util.tree_map(lambda leaf: leaf[i], weights),
+              jax.tree_util.tree_map(lambda leaf: leaf[i], local_batch))
+          for i in range(timestamps.shape[0])]
+      return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *results)
+
+    axis = self.axis_name
+    return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(), P(axis), P(axis)),
+                         out_specs=(P(axis), P(axis)))(ring.weights, slot_timestamp, batch)
+
+  def _wave_step_impl(self, state: EngineState, row_valid, timestamp, staleness, learner,
+                      slot_timestamp, batch):
+    rows, contributions = timestamp.shape
+    losses, grads = self._gradients(state.ring, slot_timestamp, batch)
+    replicate = functools.partial(jax.lax.with_sharding_constraint, shardings=self._replicated)
+
+    def by_row(leaf):
+      leaf = replicate(leaf)[:rows * contributions]
+      return leaf.reshape((rows, contributions) + leaf.shape[1:])
+
+    grads = jax.tree_util.tree_map(by_row, grads)
+    losses = by_row(losses)
+
+    def apply_update(carry, row):
+      params, opt_state, ring, step = carry
+      row_grads, valid, row_timestamp, row_staleness, row_learner = row
+
+      def apply(operands):
+        params, opt_state, ring, step = operands
+        stale_params = ring_buffer.ring_read(ring, row_timestamp)
+        updates, opt_state = self.optimizer.update(
+            row_grads, opt_state, params, staleness=row_staleness, stale_params=stale_params,
+            learner=row_learner)
+        params = optax.apply_updates(params, updates)
+        step = step + 1
+        return (params, opt_state, ring_buffer.ring_write(ring, step, params), step), _applied_scale(opt_state)
+
+      def skip(operands):
+        return operands, jnp.float32(1.0)
+
+      return jax.lax.cond(valid, apply, skip, (params, opt_state, ring, step))
+
+    carry = (state.params, state.opt_state, state.ring, state.step)
+    (params, opt_state, ring, step), applied = jax.lax.scan(
+        apply_update, carry, (grads, row_valid, timestamp, staleness, learner))
+    return EngineState(params, opt_state, ring, step), WaveMetrics(losses, applied)
+
+  def make_batch(self, batch_fn: BatchFn, wave: Wave) -> PyTree:
+    """The wave's mini-batches as global arrays split over the learner axis.
+
+    Each process calls ``batch_fn`` once, for the slots of its own devices.
+    """
+    slots = wave.slot_timestamp.shape[0]
+    index_map = self._split.addressable_devices_indices_map((slots,))
+    starts = [index[0].start or 0 for index in index_map.values()]
+    stops = [slots if index[0].stop is None else index[0].stop for index in index_map.values()]
+    low, high = min(starts), max(stops)
+    local = batch_fn(wave.slot_learner[low:high], wave.slot_batch_index[low:high])
+
+    def to_global(leaf):
+      leaf = np.asarray(leaf)
+      if leaf.shape[0] != high - low:
+        raise ValueError(f"batch_fn returned a leaf with leading axis {leaf.shape[0]}, expected {high - low} "
+                         "(one entry per requested (learner, batch_index) pair)")
+
+      def local_part(index):
+        first = index[0]
+        start = (first.start or 0) - low
+        stop = (slots if first.stop is None else first.stop) - low
+        return leaf[(slice(start, stop),) + tuple(index[1:])]
+
+      return jax.make_array_from_callback((slots,) + leaf.shape[1:], self._split, local_part)
+
+    return jax.tree_util.tree_map(to_global, local)
+
+  def step(self, state: EngineState, plan: WavePlan, wave_index: int, batch_fn: BatchFn
+           ) -> tuple[EngineState, WaveMetrics]:
+    """Executes wave ``wave_index`` of ``plan`` (asynchronously dispatched)."""
+    wave = plan.wave(wave_index)
+    self._check_history(ring_buffer.ring_depth(state.ring), int(wave.staleness.max(initial=0)),
+                        f"wave {wave_index}")
+    batch = self.make_batch(batch_fn, wave)
+    wave_inputs = [jax.make_array_from_callback(a.shape, self._replicated, lambda index, a=a: a[index])
+                   for a in (wave.row_valid, wave.timestamp, wave.staleness, wave.learner)]
+    slot_timestamp = jax.make_array_from_callback(
+        wave.slot_timestamp.shape, self._split, lambda index: wave.slot_timestamp[index])
+    return self._wave_step(state, *wave_inputs, slot_timestamp, batch)
+
+  def iterate(self, state: EngineState, plan: WavePlan, batch_fn: BatchFn, *, start_wave: int = 0,
+              stop_wave: int | None = None) -> Iterator[tuple[int, EngineState, WaveMetrics]]:
+    """Yields ``(wave_index, state, metrics)`` after dispatching each wave.
+
+    Dispatch is asynchronous: the host prepares the next wave's batches while
+    the devices compute; reading a metric waits for its wave.
+    """
+    stop_wave = plan.num_waves if stop_wave is None else stop_wave
+    for wave_index in range(start_wave, stop_wave):
+      state, metrics = self.step(state, plan, wave_index, batch_fn)
+      yield wave_index, state, metrics
+
+  def run(self, state: EngineState, plan: WavePlan, batch_fn: BatchFn, **iterate_options) -> EngineState:
+    """Executes the plan's waves (all by default) and returns the final state."""
+    for _, state, _ in self.iterate(state, plan, batch_fn, **iterate_options):
+      pass
+    return state
+
