@@ -1,0 +1,87 @@
+"""One of two JAX processes for test_checkpoint.py's multi-process test.
+
+Run as ``python multiprocess_checkpoint_worker.py PROCESS_ID PORT DIRECTORY``.
+Each process owns 2 CPU devices of a 4-device ``learners`` mesh. It saves a
+state sharded across both processes, restores it, then lets process 1 receive
+SIGTERM twice: once handled by JAX's preemption service and once, with that
+service switched off, by Python handlers whose flags are OR-ed across processes.
+It prints one JSON line with what it saw; the test compares the two processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+import numpy as np  # noqa: E402
+
+from stalesgd.checkpoint import Checkpointer, PreemptionGuard  # noqa: E402
+
+GLOBAL_SHAPE = (4, 3)
+
+
+def _global_values() -> np.ndarray:
+  return np.arange(np.prod(GLOBAL_SHAPE), dtype=np.float32).reshape(GLOBAL_SHAPE)
+
+
+def _sharded_state() -> dict[str, jax.Array]:
+  mesh = jax.make_mesh((4,), ("learners",))
+  sharding = jax.sharding.NamedSharding(mesh, jax.P("learners"))
+  values = _global_values()
+  ring = jax.make_array_from_callback(GLOBAL_SHAPE, sharding, lambda index: values[index])
+  return {"ring": ring}
+
+
+def _local_shards_match(array: jax.Array, expected: np.ndarray) -> bool:
+  return all(np.array_equal(np.asarray(shard.data), expected[shard.index]) for shard in array.addressable_shards)
+
+
+def _stop_step(guard: PreemptionGuard, process_id: int, signal_at: int) -> int:
+  for step in range(signal_at - 1, signal_at + 500):
+    if process_id == 1 and step == signal_at:
+      os.kill(os.getpid(), signal.SIGTERM)
+    if guard.should_stop(step):
+      return step
+    time.sleep(0.02)
+  raise AssertionError("no stop within 500 steps of the signal")
+
+
+def main() -> None:
+  process_id, port, directory = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                             process_id=process_id, initialization_timeout=60)
+  state = _sharded_state()
+  result: dict[str, object] = {"process_id": process_id}
+  with Checkpointer(directory) as checkpointer:
+    checkpointer.save(1, state, {"next_update": 1})
+    checkpointer.wait()
+    restored_state, metadata = checkpointer.restore(state)
+    result["restored_metadata"] = metadata
+    result["restored_sharding_equal"] = restored_state["ring"].sharding == state["ring"].sharding
+    result["restored_shards_equal"] = _local_shards_match(restored_state["ring"], _global_values())
+
+    with PreemptionGuard() as guard:
+      result["sync_point_stop_step"] = stop_step = _stop_step(guard, process_id, signal_at=4)
+    result["saved_on_preemption"] = checkpointer.save(stop_step, state, {"next_update": stop_step}, force=True)
+    checkpointer.wait()
+    result["latest_step"] = checkpointer.latest_step()
+
+  jax.config.update("jax_enable_preemption_service", False)
+  with PreemptionGuard() as guard:
+    result["allgather_stop_step"] = _stop_step(guard, process_id, signal_at=3)
+  print(json.dumps(result), flush=True)
+  jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+  main()
