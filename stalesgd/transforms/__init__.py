@@ -3,13 +3,38 @@
 Staleness-dependent scaling, delay compensation (DC-ASGD), Gap-Aware penalties,
 the reduction of a stack of contributions, and ready-made chains. Each is an
 optax ``GradientTransformationExtraArgs`` whose per-step inputs (``staleness``,
-``stale_params``, ``learner``) arrive as keyword-only extra arguments.
+``stale_params``, ``learner``) arrive as keyword-only extra arguments; see
+`stalesgd.transforms.contributions` for how a stack of c gradients is passed.
 """
 
+from stalesgd.transforms.aliases import dc_asgd
+from stalesgd.transforms.aliases import staleness_aware_sgd
+from stalesgd.transforms.contributions import average_contributions
+from stalesgd.transforms.contributions import contributions_in_stack
 from stalesgd.transforms.delay_compensation import delay_compensated_gradient
+from stalesgd.transforms.delay_compensation import scale_by_delay_compensation
+from stalesgd.transforms.delay_compensation import ScaleByDelayCompensationState
 from stalesgd.transforms.delay_compensation import update_mean_square
+from stalesgd.transforms.gap_aware import scale_by_gap_aware
+from stalesgd.transforms.gap_aware import ScaleByGapAwareState
+from stalesgd.transforms.staleness import RULES as STALENESS_RULES
+from stalesgd.transforms.staleness import scale_by_staleness
+from stalesgd.transforms.staleness import ScaleByStalenessState
+from stalesgd.transforms.staleness import staleness_weight
 
 __all__ = [
+    "STALENESS_RULES",
+    "ScaleByDelayCompensationState",
+    "ScaleByGapAwareState",
+    "ScaleByStalenessState",
+    "average_contributions",
+    "contributions_in_stack",
+    "dc_asgd",
     "delay_compensated_gradient",
+    "scale_by_delay_compensation",
+    "scale_by_gap_aware",
+    "scale_by_staleness",
+    "staleness_aware_sgd",
+    "staleness_weight",
     "update_mean_square",
 ]

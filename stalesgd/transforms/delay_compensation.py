@@ -19,10 +19,14 @@ References:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
+
+from stalesgd.transforms import contributions
+from stalesgd.transforms import hyperparameters
 
 
 def _check_same_tree(reference: Any, other: Any, *, name: str, reference_name: str) -> None:
@@ -172,3 +176,177 @@ def update_mean_square(mean_square: Any, grads: Any, decay: Any) -> Any:
 def _blend(moment: jax.Array, observation: jax.Array, decay: Any) -> jax.Array:
   """Exponential moving average step, kept in the dtype of `moment`."""
   return (decay * moment + (1 - decay) * observation).astype(moment.dtype)
+
+
+class ScaleByDelayCompensationState(NamedTuple):
+  """State of `scale_by_delay_compensation`."""
+
+  count: jax.Array  # Updates seen (int32); the argument of schedules.
+  mean_square: Any  # DC-ASGD-a's MeanSquare (params' shapes, or [num_learners, ...]); None if not adaptive.
+
+
+def _per_learner_mean_square(mean_square, grads_stack, learner, num_learners, decay):
+  """Blends each learner's MeanSquare with the mean g*g of its contributions in the stack.
+
+  Learners absent from the stack keep their MeanSquare.
+  """
+  learners = jnp.reshape(jnp.asarray(learner, jnp.int32), (-1,))
+  arrivals = jax.ops.segment_sum(jnp.ones(learners.shape, jnp.float32), learners, num_learners)
+
+  def blend_leaf(moment, grads):
+    shape = (num_learners,) + (1,) * (moment.ndim - 1)
+    squares = jax.ops.segment_sum(grads * grads, learners, num_learners)
+    mean_squares = squares / jnp.reshape(jnp.maximum(arrivals, 1.0), shape)
+    present = jnp.reshape(arrivals > 0, shape)
+    return jnp.where(present, _blend(moment, mean_squares, decay), moment)
+
+  return jax.tree.map(blend_leaf, mean_square, grads_stack)
+
+
+def scale_by_delay_compensation(
+    dc_lambda: optax.ScalarOrSchedule = 0.04,
+    adaptive: bool = False,
+    decay: optax.ScalarOrSchedule = 0.95,
+    eps: optax.ScalarOrSchedule = 1e-7,
+    layerwise: bool = False,
+    num_learners: int | None = None,
+) -> optax.GradientTransformationExtraArgs:
+  r"""Delay compensation of DC-ASGD: corrects each gradient to the current weights.
+
+  With :math:`w` = ``params`` (the current weights) and :math:`w_{bak}` =
+  ``stale_params`` (the weights the gradient was computed at):
+
+  .. math::
+    \tilde g = g + \lambda_t \, g \odot g \odot (w - w_{bak}),
+
+  * DC-ASGD-c (default): :math:`\lambda_t = \lambda_0` = ``dc_lambda``
+    (the paper's CIFAR-10 value is 0.04).
+  * DC-ASGD-a (``adaptive=True``):
+    :math:`\mathrm{MeanSquare} \leftarrow m \, \mathrm{MeanSquare} + (1-m) g^2`,
+    :math:`\lambda_t = \lambda_0 / \sqrt{\mathrm{MeanSquare} + \epsilon}`
+    elementwise (paper: :math:`\lambda_0 = 2`, :math:`m = 0.95` on CIFAR-10).
+    As in the paper, the MeanSquare already includes the current gradient when
+    :math:`\lambda_t` is computed. It is one global state by default; with
+    ``num_learners`` it is kept per learner (as Microsoft's implementation does;
+    the paper does not say), with state leaves of shape [num_learners, ...]
+    selected by the extra argument ``learner``.
+  * Layer-wise (``layerwise=True``): per leaf,
+    :math:`\lambda = \lambda_0 \|g\| / \|g \odot g \odot D\|`
+    (see `delay_compensated_gradient`).
+
+  Convention: :math:`w_{bak}` is exactly the weights the gradient was computed
+  at, as in the paper, so the correction is the paper's at any staleness. MXNet's
+  ``DCASGD`` differs: it uses the weights before the optimizer's previous step
+  (exact only at staleness 1) and adds weight decay to g before squaring.
+
+  Stacks (see `stalesgd.transforms.contributions`): gradients and
+  ``stale_params`` with a leading axis of size c (and ``learner`` of shape [c])
+  are corrected one contribution at a time against the unstacked ``params``.
+  The MeanSquare is updated once per call with the mean of :math:`g_k^2` over
+  the stack (per learner: over that learner's contributions), then used for all
+  c corrections, so a stack of one is exactly the unstacked call.
+
+  Without ``stale_params`` the gradients pass unchanged and only ``count``
+  advances (pass ``stale_params=params`` for a fresh gradient that should still
+  update the MeanSquare). ``learner`` must lie in [0, num_learners): under jit
+  an index outside is not detected.
+
+  Args:
+    dc_lambda: :math:`\lambda_0`.
+    adaptive: DC-ASGD-a's MeanSquare normalisation.
+    decay: :math:`m`, the MeanSquare's decay (adaptive only).
+    eps: :math:`\epsilon` inside the square root (adaptive only).
+    layerwise: The layer-wise :math:`\lambda` (excludes ``adaptive``).
+    num_learners: Keep one MeanSquare per learner (adaptive only).
+
+  Returns:
+    An `optax.GradientTransformationExtraArgs` whose ``update`` takes the
+    keyword-only extra arguments ``stale_params`` and, per learner, ``learner``.
+
+  Raises:
+    ValueError: for exclusive or inapplicable options, negative
+      hyperparameters, ``stale_params`` that do not match ``params`` (or
+      ``params`` with a leading stack axis), or ``params=None`` with
+      ``stale_params``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> import stalesgd
+    >>> tx = stalesgd.scale_by_delay_compensation(dc_lambda=0.5)
+    >>> params = jnp.array([1., 1.])
+    >>> state = tx.init(params)
+    >>> grads, stale = jnp.array([1., 2.]), jnp.array([0., 2.])
+    >>> updates, state = tx.update(grads, state, params, stale_params=stale)
+    >>> updates  # g + 0.5 * g * g * (params - stale)
+    Array([1.5, 0. ], dtype=float32)
+
+  References:
+    Zheng et al., `Asynchronous Stochastic Gradient Descent with Delay
+    Compensation <https://arxiv.org/abs/1609.08326>`_, ICML 2017.
+  """
+  if adaptive and layerwise:
+    raise ValueError("adaptive=True and layerwise=True are exclusive lambda modes; got both.")
+  if num_learners is not None:
+    if not adaptive:
+      raise ValueError(
+          f"num_learners={num_learners!r} keeps one MeanSquare per learner and needs "
+          "adaptive=True; got adaptive=False.")
+    if not isinstance(num_learners, int) or num_learners < 1:
+      raise ValueError(f"num_learners must be a positive int or None; got {num_learners!r}.")
+  hyperparameters.check_nonnegative("dc_lambda", dc_lambda)
+  hyperparameters.check_in_unit_interval("decay", decay)
+  hyperparameters.check_nonnegative("eps", eps)
+
+  def init_fn(params):
+    if not adaptive:
+      return ScaleByDelayCompensationState(count=jnp.zeros([], jnp.int32), mean_square=None)
+    leading = () if num_learners is None else (num_learners,)
+    mean_square = jax.tree.map(
+        lambda param: jnp.zeros(leading + jnp.shape(param), jnp.asarray(param).dtype), params)
+    return ScaleByDelayCompensationState(count=jnp.zeros([], jnp.int32), mean_square=mean_square)
+
+  def update_fn(updates, state, params=None, *, stale_params=None, learner=None, **extra_args):
+    count = optax.safe_increment(state.count)
+    if stale_params is None:
+      return updates, state._replace(count=count)
+    if num_learners is not None and learner is None:
+      raise ValueError(
+          f"num_learners={num_learners} keeps a MeanSquare per learner: pass the extra argument "
+          "learner (int, or shape [c] for a stack); got None.")
+    stack_size = contributions.contributions_in_stack(
+        updates, params, staleness=extra_args.get("staleness"), stale_params=stale_params,
+        learner=learner if num_learners is not None else None)
+    del extra_args
+    grads_stack = contributions.as_stack(updates, stack_size)
+    displacements = jax.tree.map(
+        lambda param, stale: param - stale, params, contributions.as_stack(stale_params, stack_size))
+    dc_lambda_now = hyperparameters.value_at(dc_lambda, state.count)
+    eps_now = hyperparameters.value_at(eps, state.count)
+    mean_square, mean_square_axis = state.mean_square, None
+    if adaptive:
+      decay_now = hyperparameters.value_at(decay, state.count)
+      if num_learners is None:
+        mean_square = jax.tree.map(
+            lambda moment, grads: _blend(moment, jnp.mean(grads * grads, axis=0), decay_now),
+            state.mean_square, grads_stack)
+        contribution_mean_square = mean_square
+      else:
+        mean_square = _per_learner_mean_square(
+            state.mean_square, grads_stack, learner, num_learners, decay_now)
+        learners = jnp.reshape(jnp.asarray(learner, jnp.int32), (-1,))
+        contribution_mean_square = jax.tree.map(lambda moment: moment[learners], mean_square)
+        mean_square_axis = 0
+    else:
+      contribution_mean_square = None
+
+    def correct(grads, displacement, leaf_mean_square):
+      return delay_compensated_gradient(
+          grads, displacement, dc_lambda_now, mean_square=leaf_mean_square, eps=eps_now,
+          layerwise=layerwise)
+
+    corrected = jax.vmap(correct, in_axes=(0, 0, mean_square_axis))(
+        grads_stack, displacements, contribution_mean_square)
+    return (contributions.from_stack(corrected, stack_size),
+            ScaleByDelayCompensationState(count=count, mean_square=mean_square))
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -1,0 +1,190 @@
+"""Stacks of contributions: how a server applies several gradients in one update.
+
+A parameter server that applies c gradients at once (Zhang et al., eq. 2)
+
+  w <- w - (1/c) sum_k alpha(sigma_k) g_k
+
+weights or corrects each gradient before the average. The transforms here
+receive such an update as a *stack*:
+
+* every gradient leaf has a leading axis of size c;
+* ``staleness`` has shape [c] (a 1-D ``staleness`` is what marks a stack);
+* ``stale_params`` is stacked likewise (each leaf has one more leading axis
+  than the matching ``params`` leaf), and ``learner`` has shape [c];
+* ``params`` stays unstacked: it is the server's current weights.
+
+Per-contribution transforms (`scale_by_staleness`,
+`scale_by_delay_compensation`, `scale_by_gap_aware`) weight or correct each
+contribution independently from the state as it was before the update, then
+update their state once with statistics of the whole stack. They treat an
+unstacked call as a stack of one, so a stack of one gives bit-for-bit the
+unstacked result. `average_contributions` then reduces the stack to its mean;
+transforms after it in a chain (momentum, learning rate) see one gradient.
+
+References:
+  Zhang et al., `Staleness-aware Async-SGD for Distributed Deep Learning
+  <https://arxiv.org/abs/1511.05950>`_, IJCAI 2016.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def _stack_size_of_staleness(staleness: Any) -> int | None:
+  shape = jnp.shape(staleness)
+  if len(shape) > 1:
+    raise ValueError(
+        f"staleness must be a scalar or have shape [c] for a stack of c contributions; got shape "
+        f"{shape}.")
+  return shape[0] if shape else None
+
+
+def _stack_size_of_stale_params(stale_params: Any, params: Any) -> int | None:
+  if params is None:
+    raise ValueError(
+        "params (the current weights) must be given with stale_params; got params=None.")
+  params_structure = jax.tree.structure(params)
+  stale_structure = jax.tree.structure(stale_params)
+  if params_structure != stale_structure:
+    raise ValueError(
+        f"stale_params must have the tree structure of params; got {stale_structure}, expected "
+        f"{params_structure}.")
+  sizes = set()
+  for (path, param), stale in zip(
+      jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(stale_params)):
+    param_shape, stale_shape = jnp.shape(param), jnp.shape(stale)
+    if stale_shape == param_shape:
+      sizes.add(None)
+    elif len(stale_shape) == len(param_shape) + 1 and stale_shape[1:] == param_shape:
+      sizes.add(stale_shape[0])
+    else:
+      raise ValueError(
+          f"stale_params{jax.tree_util.keystr(path)} has shape {stale_shape}; allowed are the "
+          f"shape of params{jax.tree_util.keystr(path)}, {param_shape}, or (c,) + {param_shape} for "
+          "a stack of c contributions.")
+  if len(sizes) > 1:
+    raise ValueError(
+        f"stale_params mixes stacked and unstacked leaves (leading sizes {sorted(sizes, key=str)}); "
+        "stack every leaf or none.")
+  return sizes.pop() if sizes else None
+
+
+def contributions_in_stack(
+    updates: Any,
+    params: Any = None,
+    *,
+    staleness: Any = None,
+    stale_params: Any = None,
+    learner: Any = None,
+) -> int | None:
+  """The number c of stacked contributions, or None for a single gradient.
+
+  Reads the stack size from a 1-D ``staleness``, from ``stale_params`` leaves
+  with one more leading axis than ``params``, and from a 1-D ``learner``;
+  whichever are given must agree, and every leaf of ``updates`` must then have
+  a leading axis of size c. All checks use static shapes, so they run at trace
+  time.
+
+  Args:
+    updates: The gradient pytree.
+    params: The current (unstacked) weights; required with ``stale_params``.
+    staleness: Optional scalar or [c] staleness.
+    stale_params: Optional weights the gradients were computed at.
+    learner: Optional scalar or [c] learner index.
+
+  Returns:
+    c, or None when the call is not a stack.
+
+  Raises:
+    ValueError: if the inputs disagree on the stack size or have bad shapes.
+  """
+  indications = {}
+  if staleness is not None:
+    indications["staleness"] = _stack_size_of_staleness(staleness)
+  if stale_params is not None:
+    indications["stale_params"] = _stack_size_of_stale_params(stale_params, params)
+  if learner is not None:
+    learner_shape = jnp.shape(learner)
+    if len(learner_shape) > 1:
+      raise ValueError(f"learner must be a scalar or have shape [c]; got shape {learner_shape}.")
+    indications["learner"] = learner_shape[0] if learner_shape else None
+  if len(set(indications.values())) > 1:
+    described = ", ".join(
+        f"{name}: {'unstacked' if size is None else f'stack of {size}'}"
+        for name, size in indications.items())
+    raise ValueError(f"the extra arguments disagree on the stack of contributions ({described}).")
+  stack_size = next(iter(indications.values()), None)
+  if stack_size is not None:
+    for path, leaf in jax.tree_util.tree_leaves_with_path(updates):
+      if jnp.shape(leaf)[:1] != (stack_size,):
+        raise ValueError(
+            f"updates{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; a stack of "
+            f"{stack_size} contributions needs a leading axis of size {stack_size}.")
+  return stack_size
+
+
+def as_stack(tree: Any, stack_size: int | None) -> Any:
+  """Adds a leading axis of size one when `stack_size` is None (an unstacked call)."""
+  if stack_size is not None:
+    return tree
+  return jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 0), tree)
+
+
+def from_stack(tree: Any, stack_size: int | None) -> Any:
+  """Undoes `as_stack`: drops the leading axis of size one when `stack_size` is None."""
+  if stack_size is not None:
+    return tree
+  return jax.tree.map(lambda leaf: jnp.squeeze(leaf, 0), tree)
+
+
+def average_contributions() -> optax.GradientTransformationExtraArgs:
+  r"""Reduces a stack of contributions to their mean; the identity otherwise.
+
+  .. math::
+    u = \frac{1}{c} \sum_{k=1}^{c} g_k
+
+  This separates the per-contribution part of a chain (staleness weights, delay
+  compensation) from the server part (momentum, learning rate), as in Zhang et
+  al., eq. 2. A stack is signaled by a 1-D ``staleness`` extra argument, or by
+  ``stale_params`` leaves with one more leading axis than ``params`` (see the
+  module docstring). Dropped contributions (weight 0) still count in c, as the
+  equation says. Dtypes are preserved; a stack of one returns exactly its single
+  gradient.
+
+  Returns:
+    An `optax.GradientTransformationExtraArgs` with an empty state.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> import stalesgd
+    >>> tx = stalesgd.average_contributions()
+    >>> grads = jnp.array([[1., 2.], [3., 6.]])
+    >>> updates, _ = tx.update(grads, tx.init(None), staleness=jnp.array([0, 1]))
+    >>> updates
+    Array([2., 4.], dtype=float32)
+
+  References:
+    Zhang et al., `Staleness-aware Async-SGD for Distributed Deep Learning
+    <https://arxiv.org/abs/1511.05950>`_, IJCAI 2016.
+  """
+
+  def init_fn(params):
+    del params
+    return optax.EmptyState()
+
+  def update_fn(updates, state, params=None, *, staleness=None, stale_params=None, learner=None,
+                **extra_args):
+    del extra_args
+    stack_size = contributions_in_stack(
+        updates, params, staleness=staleness, stale_params=stale_params, learner=learner)
+    if stack_size is None:
+      return updates, state
+    averaged = jax.tree.map(lambda leaf: jnp.mean(leaf, axis=0).astype(leaf.dtype), updates)
+    return averaged, state
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
