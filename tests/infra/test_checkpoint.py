@@ -18,6 +18,8 @@ import optax
 import pytest
 
 from stalesgd.checkpoint import Checkpointer, PreemptionGuard
+from stalesgd.metrics import METRICS_FILENAME, read_jsonl
+from resume_loop_worker import train
 from sigkill_during_save_worker import state_at
 
 REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -191,6 +193,30 @@ def test_a_save_killed_by_sigkill_is_never_restored(tmp_path):
     assert checkpointer.save(2, state_at(2), {"next_update": 2})
     checkpointer.wait()
     assert checkpointer.all_steps() == [1, 2]
+
+
+def _run_resume_loop(workdir, num_steps, *signal_arguments):
+  environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
+  completed = subprocess.run(
+      [sys.executable, str(WORKERS_DIR / "resume_loop_worker.py"), str(workdir), str(num_steps), *signal_arguments],
+      env=environment, capture_output=True, text=True, timeout=120, check=False)
+  outcome = json.loads(completed.stdout.strip().splitlines()[-1]) if completed.stdout.strip() else None
+  return completed.returncode, outcome, completed.stderr[-3000:]
+
+
+def test_killed_then_preempted_run_resumes_to_the_uninterrupted_result(tmp_path):
+  reference = train(tmp_path / "uninterrupted", 10)
+  workdir = tmp_path / "interrupted"
+  returncode, _, stderr = _run_resume_loop(workdir, 10, "SIGKILL", "7")
+  assert returncode == -signal.SIGKILL, stderr
+  # Metrics of step 7 were written after the last checkpoint; the resumed run must drop them.
+  assert read_jsonl(workdir / METRICS_FILENAME)[-1]["step"] == 7
+  returncode, outcome, stderr = _run_resume_loop(workdir, 10, "SIGTERM", "8")
+  assert (returncode, outcome) == (0, {"ended": "preempted", "step": 8}), stderr
+  returncode, outcome, stderr = _run_resume_loop(workdir, 10)
+  assert returncode == 0, stderr
+  assert outcome == reference
+  assert read_jsonl(workdir / METRICS_FILENAME) == read_jsonl(tmp_path / "uninterrupted" / METRICS_FILENAME)
 
 
 @pytest.mark.parametrize("arguments, message", [
