@@ -151,11 +151,11 @@ def test_save_interval_steps_and_force(tmp_path):
 
 def test_save_interval_seconds(tmp_path):
   state = {"weights": jnp.zeros(2)}
-  with Checkpointer(tmp_path, save_interval_seconds=1) as checkpointer:
+  with Checkpointer(tmp_path, save_interval_seconds=2) as checkpointer:
     assert checkpointer.save(1, state, {})
     checkpointer.wait()
     assert not checkpointer.save(2, state, {})
-    time.sleep(1.05)
+    time.sleep(2.05)
     assert checkpointer.save(3, state, {})
     checkpointer.wait()
     assert checkpointer.all_steps() == [1, 3]
