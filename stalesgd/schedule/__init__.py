@@ -1,0 +1,30 @@
+"""stalesgd.schedule: a seeded timing model that simulates synchronization protocols.
+
+``simulate(protocol, *, learners, num_updates, seed, timing=None, **options)``
+runs a discrete-event simulation of learners and a parameter server (hardsync,
+n-softsync, async, SSP, backup workers, drop-stale) or of all-reduce workers
+(synchronous, S3GD, DC-S3GD) under a `TimingModel`, and returns a `Schedule`
+of plain numpy arrays saying, for every update, which learners contribute,
+at which weights their gradients were computed, which mini-batch each
+consumed, and when the update happened. It knows nothing about JAX or models.
+"""
+
+from stalesgd.schedule.events import EventTrace
+from stalesgd.schedule.schedule import Schedule
+from stalesgd.schedule.simulate import DECENTRALIZED_PROTOCOLS
+from stalesgd.schedule.simulate import PARAMETER_SERVER_PROTOCOLS
+from stalesgd.schedule.simulate import PROTOCOLS
+from stalesgd.schedule.simulate import simulate
+from stalesgd.schedule.timing import JITTERS
+from stalesgd.schedule.timing import TimingModel
+
+__all__ = [
+    "DECENTRALIZED_PROTOCOLS",
+    "EventTrace",
+    "JITTERS",
+    "PARAMETER_SERVER_PROTOCOLS",
+    "PROTOCOLS",
+    "Schedule",
+    "TimingModel",
+    "simulate",
+]

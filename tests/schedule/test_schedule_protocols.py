@@ -1,0 +1,228 @@
+"""Staleness patterns and invariants of every protocol `simulate` offers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
+from stalesgd.schedule import events as events_lib
+
+DETERMINISTIC = TimingModel(jitter="deterministic")
+ZHANG_LEARNERS = 30
+
+
+def _arrival_times(schedule) -> dict[tuple[int, int], float]:
+  """(learner, batch_index) -> time the server received that gradient."""
+  trace = schedule.events
+  arrivals = trace.kind == events_lib.ARRIVE
+  return {
+      (int(learner), int(batch)): float(time)
+      for learner, batch, time in zip(trace.learner[arrivals], trace.batch_index[arrivals], trace.time[arrivals])
+  }
+
+
+def test_hardsync_has_zero_staleness_and_every_learner_in_every_update():
+  schedule = simulate("hardsync", learners=12, num_updates=500, seed=0)
+  assert schedule.contributions_per_update == 12
+  assert np.all(schedule.gradient_staleness == 0)
+  np.testing.assert_array_equal(np.sort(schedule.learner, axis=1), np.broadcast_to(np.arange(12), (500, 12)))
+  np.testing.assert_array_equal(schedule.batch_index, np.broadcast_to(np.arange(500)[:, None], (500, 12)))
+
+
+@pytest.mark.parametrize("n", [2, 4, 10, 15, 30])
+def test_softsync_staleness_matches_zhang_et_al(n):
+  contributions = ZHANG_LEARNERS // n
+  schedule = simulate("softsync", learners=ZHANG_LEARNERS, n=n, num_updates=-(-100_000 // contributions), seed=n)
+  staleness = schedule.gradient_staleness
+  assert staleness.size >= 100_000
+  assert schedule.contributions_per_update == contributions
+  assert abs(staleness.mean() - n) <= 0.2 * n
+  assert np.mean(staleness > 2 * n) < 1e-3
+
+
+def test_one_softsync_staleness_is_zero_one_or_two():
+  schedule = simulate("softsync", learners=ZHANG_LEARNERS, n=1, num_updates=4_000, seed=1)
+  assert set(np.unique(schedule.gradient_staleness)) <= {0, 1, 2}
+  assert schedule.contributions_per_update == ZHANG_LEARNERS
+
+
+def test_async_with_identical_learners_has_staleness_learners_minus_one_in_steady_state():
+  learners = 16
+  schedule = simulate("async", learners=learners, num_updates=2_000, seed=0, timing=DETERMINISTIC)
+  staleness = schedule.gradient_staleness
+  np.testing.assert_array_equal(staleness[:learners], np.arange(learners))  # the first round fills the pipeline
+  assert np.all(staleness[learners:] == learners - 1)
+
+
+def test_async_is_softsync_with_n_equal_learners():
+  asynchronous = simulate("async", learners=9, num_updates=300, seed=4)
+  softsync = simulate("softsync", learners=9, n=9, num_updates=300, seed=4)
+  np.testing.assert_array_equal(asynchronous.timestamp, softsync.timestamp)
+  np.testing.assert_array_equal(asynchronous.learner, softsync.learner)
+  np.testing.assert_array_equal(asynchronous.update_time, softsync.update_time)
+
+
+@pytest.mark.parametrize("bound", [0, 1, 3])
+def test_ssp_keeps_every_clock_within_the_bound_at_every_event(bound):
+  # Heterogeneous speeds so that the bound binds.
+  timing = TimingModel(speed_factors=(1.0, 1.0, 1.3, 2.0, 0.7), jitter_sigma=0.3)
+  schedule = simulate("ssp", learners=5, s=bound, num_updates=400, seed=2, timing=timing, record_events=True)
+  trace = schedule.events
+  started = trace.counts_after_each_event(events_lib.START, 5)
+  arrived = trace.counts_after_each_event(events_lib.ARRIVE, 5)
+  everyone_started = np.all(started >= 1, axis=1)
+  # Clock of the gradient each learner works on (or last worked on) versus
+  # the slowest learner's completed clocks.
+  lead = (started - 1).max(axis=1) - arrived.min(axis=1)
+  assert np.all(lead[everyone_started] <= bound)
+  assert lead[everyone_started].max() == bound  # the bound is reached, so it is what stops the fast learners
+  assert schedule.max_staleness <= bound  # reads include every update older than clock - s
+
+
+def test_ssp_with_bound_zero_equals_hardsync():
+  timing = TimingModel(jitter="exponential")
+  hardsync = simulate("hardsync", learners=7, num_updates=200, seed=5, timing=timing)
+  ssp = simulate("ssp", learners=7, s=0, num_updates=200, seed=5, timing=timing)
+  for field in ("learner", "timestamp", "batch_index", "update_time", "learner_busy_time"):
+    np.testing.assert_array_equal(getattr(ssp, field), getattr(hardsync, field), err_msg=field)
+
+
+def test_ssp_with_a_large_bound_lets_fast_learners_run_ahead():
+  timing = TimingModel(speed_factors=(1.0, 3.0), jitter="deterministic")
+  bounded = simulate("ssp", learners=2, s=1, num_updates=60, seed=0, timing=timing)
+  loose = simulate("ssp", learners=2, s=100, num_updates=60, seed=0, timing=timing)
+  assert bounded.max_staleness == 1
+  assert loose.max_staleness > 1
+  assert loose.utilisation[0] > bounded.utilisation[0]
+
+
+def test_backup_workers_apply_exactly_learners_minus_b_and_drop_the_latest_arrivals():
+  learners, backup = 10, 3
+  timing = TimingModel(jitter="lognormal", jitter_sigma=0.4)
+  schedule = simulate("backup", learners=learners, backup=backup, num_updates=300, seed=3, timing=timing,
+                      record_events=True)
+  assert schedule.contributions_per_update == learners - backup
+  assert np.all(schedule.gradient_staleness == 0)
+  assert np.all([np.unique(row).size == row.size for row in schedule.learner])
+  assert schedule.num_dropped > 0 and np.all(schedule.dropped_staleness >= 1)
+  arrived_at = _arrival_times(schedule)
+  last_accepted = np.array([max(arrived_at[(int(learner), int(batch))] for learner, batch in zip(row, batches))
+                            for row, batches in zip(schedule.learner, schedule.batch_index)])
+  for learner, batch, timestamp in zip(schedule.dropped_learner, schedule.dropped_batch_index,
+                                       schedule.dropped_timestamp):
+    assert arrived_at[(int(learner), int(batch))] >= last_accepted[timestamp]
+
+
+def test_backup_workers_drop_the_persistently_slow_learners():
+  timing = TimingModel(jitter="deterministic", speed_factors=(1.0,) * 6 + (2.5,) * 2)
+  schedule = simulate("backup", learners=8, backup=2, num_updates=100, seed=0, timing=timing)
+  assert set(np.unique(schedule.learner)) == set(range(6))
+  assert set(np.unique(schedule.dropped_learner)) == {6, 7}
+
+
+def test_backup_with_no_backup_workers_equals_hardsync():
+  hardsync = simulate("hardsync", learners=6, num_updates=150, seed=8)
+  backup = simulate("backup", learners=6, backup=0, num_updates=150, seed=8)
+  for field in ("learner", "timestamp", "batch_index", "update_time"):
+    np.testing.assert_array_equal(getattr(backup, field), getattr(hardsync, field), err_msg=field)
+  assert backup.num_dropped == 0
+
+
+@pytest.mark.parametrize("n", [1, 4, 12])
+def test_drop_stale_applies_nothing_staler_than_the_bound_and_counts_every_drop(n):
+  max_staleness = 2
+  schedule = simulate("drop_stale", learners=12, n=n, max_staleness=max_staleness, num_updates=3_000, seed=6,
+                      timing=TimingModel(jitter="exponential"), record_events=True)
+  assert schedule.max_staleness <= max_staleness
+  assert schedule.num_dropped > 0
+  assert np.all(schedule.dropped_staleness > max_staleness)
+  trace = schedule.events
+  arrivals = trace.kind == events_lib.ARRIVE
+  # Every arrival is either applied or dropped; arrivals of the gradients
+  # still pending when the run stopped are neither.
+  assert arrivals.sum() - schedule.learner.size - schedule.num_dropped < schedule.contributions_per_update
+  start_timestamp = {(int(learner), int(batch)): int(timestamp) for learner, batch, timestamp, kind in
+                     zip(trace.learner, trace.batch_index, trace.timestamp, trace.kind) if kind == events_lib.START}
+  too_stale = sum(
+      int(timestamp) - start_timestamp[(int(learner), int(batch))] > max_staleness
+      for learner, batch, timestamp in zip(trace.learner[arrivals], trace.batch_index[arrivals],
+                                           trace.timestamp[arrivals]))
+  assert too_stale == schedule.num_dropped
+
+
+@pytest.mark.parametrize("protocol,options", [
+    ("allreduce_sync", {}),
+    ("s3gd", {"staleness": 2}),
+    ("dcs3gd", {"staleness": 1, "overlap": False}),
+])
+def test_decentralized_schedules_have_every_worker_every_step(protocol, options):
+  workers, steps = 4, 50
+  schedule = simulate(protocol, learners=workers, num_updates=steps, seed=0, **options)
+  staleness = options.get("staleness", 0)
+  np.testing.assert_array_equal(schedule.learner, np.broadcast_to(np.arange(workers), (steps, workers)))
+  np.testing.assert_array_equal(schedule.batch_index[:, 0], np.arange(steps))
+  np.testing.assert_array_equal(schedule.timestamp[:, 0], np.maximum(np.arange(steps) - staleness, 0))
+
+
+def _step_period(schedule) -> float:
+  return float(np.diff(schedule.update_time)[-10:].mean())
+
+
+@pytest.mark.parametrize("compute_time,allreduce_bytes", [(1.0, 0.5), (1.0, 2.0)])
+def test_decentralized_step_cost_with_and_without_overlap(compute_time, allreduce_bytes):
+  workers = 4
+  # bandwidth chosen so the ring all-reduce takes `allreduce_bytes` seconds.
+  timing = TimingModel(compute_time=compute_time, jitter="deterministic", model_bytes=1_000,
+                       bandwidth=1_000 * 2 * (workers - 1) / workers / allreduce_bytes)
+  allreduce = timing.allreduce_time(workers)
+  assert allreduce == pytest.approx(allreduce_bytes)
+  sync = simulate("allreduce_sync", learners=workers, num_updates=40, seed=0, timing=timing)
+  overlapped = simulate("s3gd", learners=workers, num_updates=40, seed=0, timing=timing, staleness=1)
+  serial = simulate("s3gd", learners=workers, num_updates=40, seed=0, timing=timing, staleness=1, overlap=False)
+  assert _step_period(sync) == pytest.approx(compute_time + allreduce)
+  assert _step_period(serial) == pytest.approx(compute_time + allreduce)
+  assert _step_period(overlapped) == pytest.approx(max(compute_time, allreduce))
+
+
+def test_dcs3gd_has_the_timing_of_s3gd():
+  s3gd = simulate("s3gd", learners=3, num_updates=100, seed=1)
+  dcs3gd = simulate("dcs3gd", learners=3, num_updates=100, seed=1)
+  np.testing.assert_array_equal(s3gd.update_time, dcs3gd.update_time)
+
+
+def _protocol_options(protocol: str, learners: int) -> dict:
+  return {"softsync": {"n": 2}, "ssp": {"s": 2}, "backup": {"backup": 1},
+          "drop_stale": {"max_staleness": 3, "n": learners // 2}}.get(protocol, {})
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_every_learner_consumes_consecutive_mini_batches(protocol):
+  learners = 6
+  timing = TimingModel(jitter="straggler", jitter_sigma=0.2, straggler_prob=0.1, straggler_factor=4.0)
+  schedule = simulate(protocol, learners=learners, num_updates=200, seed=7, timing=timing,
+                      **_protocol_options(protocol, learners))
+  for learner in range(learners):
+    batches = np.concatenate([schedule.batch_index[schedule.learner == learner],
+                              schedule.dropped_batch_index[schedule.dropped_learner == learner]])
+    np.testing.assert_array_equal(np.sort(batches), np.arange(batches.size), err_msg=f"learner {learner}")
+    applied_in_order = schedule.batch_index[schedule.learner == learner]  # row-major = arrival order
+    assert np.all(np.diff(applied_in_order) > 0)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_same_seed_same_schedule_and_different_seed_different_schedule(protocol):
+  options = _protocol_options(protocol, 5)
+  first = simulate(protocol, learners=5, num_updates=100, seed=11, **options)
+  again = simulate(protocol, learners=5, num_updates=100, seed=11, **options)
+  other = simulate(protocol, learners=5, num_updates=100, seed=12, **options)
+  for field in ("learner", "timestamp", "batch_index", "update_time", "dropped_learner", "learner_busy_time"):
+    np.testing.assert_array_equal(getattr(first, field), getattr(again, field), err_msg=field)
+  assert not np.array_equal(first.update_time, other.update_time)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_busy_and_idle_time_add_up(protocol):
+  schedule = simulate(protocol, learners=4, num_updates=80, seed=0, **_protocol_options(protocol, 4))
+  np.testing.assert_allclose(schedule.learner_busy_time + schedule.idle_time, schedule.total_time)
+  assert np.all(schedule.utilisation > 0) and np.all(schedule.utilisation <= 1 + 1e-12)

@@ -1,0 +1,176 @@
+"""The timing model: validation, jitter laws, speed factors, traces and communication costs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stalesgd.schedule import TimingModel, simulate
+from stalesgd.schedule.durations import BLOCK_STEPS, StepDurations
+
+
+@pytest.mark.parametrize("field", ["compute_time", "latency", "apply_time", "jitter_sigma", "speed_factor_sigma"])
+def test_negative_times_raise_naming_the_field(field):
+  with pytest.raises(ValueError, match=rf"{field} must be a number in .*; got -1\.0"):
+    TimingModel(**{field: -1.0})
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"compute_time": 0.0}, r"compute_time must be a number in \(0\.0"),
+    ({"bandwidth": 0.0}, r"bandwidth must be a number in \(0\.0"),
+    ({"model_bytes": -5}, r"model_bytes must be an integer in \[0, inf\]"),
+    ({"server_shards": 0}, r"server_shards must be an integer in \[1, inf\]"),
+    ({"jitter": "gaussian"}, r"jitter must be one of 'deterministic', 'lognormal', 'exponential', 'straggler'"),
+    ({"jitter": "straggler"}, r"straggler_prob must be a number in \(0\.0, 1\.0\]"),
+    ({"jitter": "straggler", "straggler_prob": 0.1, "straggler_factor": 0.5}, r"straggler_factor must be"),
+    ({"straggler_prob": 0.1}, r"straggler_prob and straggler_factor need jitter='straggler'"),
+    ({"speed_factors": ()}, r"speed_factors must hold one factor per learner"),
+    ({"speed_factors": (1.0, -2.0)}, r"speed_factors\[1\] must be a number in \(0\.0"),
+    ({"speed_factors": (1.0,), "speed_factor_sigma": 0.5}, r"give at most one of"),
+    ({"compute_time": math.nan}, r"compute_time must be a number"),
+])
+def test_invalid_timing_raises(fields, message):
+  with pytest.raises(ValueError, match=message):
+    TimingModel(**fields)
+
+
+def test_empty_trace_raises(tmp_path):
+  path = tmp_path / "empty.csv"
+  path.write_text("# learner speed factors\n")
+  with pytest.raises(ValueError, match="trace must hold at least one value"):
+    TimingModel(trace=str(path))
+
+
+@pytest.mark.parametrize("contents,message", [("1.0\n-2.0\n", "trace values must be finite and > 0")])
+def test_bad_trace_values_raise(tmp_path, contents, message):
+  path = tmp_path / "bad.csv"
+  path.write_text(contents)
+  with pytest.raises(ValueError, match=message):
+    TimingModel(trace=str(path))
+
+
+def test_trace_with_unknown_extension_raises(tmp_path):
+  with pytest.raises(ValueError, match=r"trace must be a \.npy or \.csv file"):
+    TimingModel(trace=str(tmp_path / "trace.txt"))
+
+
+def test_trace_shape_must_fit_the_learners(tmp_path):
+  path = tmp_path / "trace.npy"
+  np.save(path, np.ones((5, 3)))
+  with pytest.raises(ValueError, match=r"trace .* must have shape \[learners\].*learners=4; got shape \(5, 3\)"):
+    simulate("async", learners=4, num_updates=10, seed=0, timing=TimingModel(trace=str(path)))
+
+
+@pytest.mark.parametrize("jitter,extra,mean", [
+    ("lognormal", {"jitter_sigma": 0.3}, 1.0),
+    ("exponential", {}, 1.0),
+    ("straggler", {"jitter_sigma": 0.0, "straggler_prob": 0.1, "straggler_factor": 5.0}, 1.4),
+])
+def test_jitter_laws_have_their_means(jitter, extra, mean):
+  timing = TimingModel(compute_time=2.0, jitter=jitter, **extra)
+  seconds = StepDurations(timing, learners=1, seed=0).first(0, 200_000)
+  assert seconds.mean() == pytest.approx(2.0 * mean, rel=0.02)
+
+
+def test_lognormal_jitter_has_the_requested_sigma():
+  timing = TimingModel(jitter="lognormal", jitter_sigma=0.25)
+  seconds = StepDurations(timing, learners=1, seed=1).first(0, 100_000)
+  assert np.log(seconds).std() == pytest.approx(0.25, rel=0.02)
+
+
+def test_straggler_steps_are_exactly_factor_times_slower_with_probability_p():
+  timing = TimingModel(jitter="straggler", jitter_sigma=0.0, straggler_prob=0.05, straggler_factor=7.0)
+  seconds = StepDurations(timing, learners=1, seed=2).first(0, 100_000)
+  assert set(np.unique(seconds)) == {1.0, 7.0}
+  assert np.mean(seconds == 7.0) == pytest.approx(0.05, abs=0.003)
+
+
+def test_deterministic_timing_with_fixed_speed_factors():
+  timing = TimingModel(compute_time=0.5, jitter="deterministic", speed_factors=(1.0, 2.0, 4.0))
+  durations = StepDurations(timing, learners=3, seed=0)
+  for learner, factor in enumerate((1.0, 2.0, 4.0)):
+    np.testing.assert_array_equal(durations.first(learner, 10), np.full(10, 0.5 * factor))
+
+
+def test_drawn_speed_factors_are_seeded_and_mean_one():
+  timing = TimingModel(speed_factor_sigma=0.5)
+  factors = timing.speed_factors_for(100_000, seed=3)
+  np.testing.assert_array_equal(factors, timing.speed_factors_for(100_000, seed=3))
+  assert not np.array_equal(factors, timing.speed_factors_for(100_000, seed=4))
+  assert factors.mean() == pytest.approx(1.0, rel=0.01)
+  assert np.log(factors).std() == pytest.approx(0.5, rel=0.02)
+
+
+def test_per_learner_csv_trace(tmp_path):
+  path = tmp_path / "speeds.csv"
+  path.write_text("# one row per learner\n1.0\n1.5\n3.0\n")
+  timing = TimingModel(trace=str(path), jitter="deterministic")
+  np.testing.assert_array_equal(timing.speed_factors_for(3, seed=0), [1.0, 1.5, 3.0])
+  schedule = simulate("hardsync", learners=3, num_updates=5, seed=0, timing=timing)
+  np.testing.assert_allclose(schedule.update_time, 3.0 * np.arange(1, 6))
+
+
+def test_per_step_npy_trace_replays_step_times_cyclically(tmp_path):
+  steps = np.array([[1.0, 2.0], [3.0, 0.5], [2.0, 2.0]])
+  path = tmp_path / "steps.npy"
+  np.save(path, steps)
+  timing = TimingModel(trace=str(path), jitter="deterministic")
+  durations = StepDurations(timing, learners=2, seed=0)
+  expected = np.tile(steps, (BLOCK_STEPS, 1))[:BLOCK_STEPS + 5]  # crosses a block boundary
+  for learner in range(2):
+    np.testing.assert_array_equal(durations.first(learner, BLOCK_STEPS + 5), expected[:, learner])
+  schedule = simulate("hardsync", learners=2, num_updates=3, seed=0, timing=timing)
+  np.testing.assert_allclose(schedule.update_time, np.cumsum(steps.max(axis=1)))
+
+
+def test_step_times_are_common_random_numbers_across_protocols_and_cluster_sizes():
+  timing = TimingModel(jitter="exponential")
+  small = StepDurations(timing, learners=2, seed=9)
+  large = StepDurations(timing, learners=50, seed=9)
+  streamed = [next(stream) for stream in [large.stream(1)] for _ in range(2 * BLOCK_STEPS + 3)]
+  np.testing.assert_array_equal(small.first(1, 2 * BLOCK_STEPS + 3), streamed)
+  hardsync = simulate("hardsync", learners=3, num_updates=20, seed=9, timing=timing)
+  asynchronous = simulate("async", learners=3, num_updates=20, seed=9, timing=timing)
+  np.testing.assert_array_equal(hardsync.update_time[:1], np.max(
+      [StepDurations(timing, 3, 9).first(learner, 1) for learner in range(3)]))
+  assert asynchronous.update_time[0] == np.min([StepDurations(timing, 3, 9).first(learner, 1) for learner in range(3)])
+
+
+def test_ring_allreduce_cost():
+  timing = TimingModel(latency=0.01, model_bytes=4_000_000, bandwidth=1e9)
+  assert timing.allreduce_time(1) == 0.0
+  assert timing.allreduce_time(8) == pytest.approx(2 * 7 / 8 * 4e-3 + 2 * 7 * 0.01)
+
+
+def test_one_learner_pays_push_pull_and_apply_every_step():
+  timing = TimingModel(jitter="deterministic", latency=0.05, model_bytes=1_000, bandwidth=10_000, apply_time=0.02)
+  schedule = simulate("async", learners=1, num_updates=10, seed=0, timing=timing)
+  step = 1.0 + 2 * (0.05 + 0.1) + 0.02
+  np.testing.assert_allclose(np.diff(schedule.update_time), step)
+  assert schedule.update_time[0] == pytest.approx(0.05 + 0.1 + 1.0 + 0.05 + 0.1 + 0.02)
+
+
+@pytest.mark.parametrize("shards,period", [(1, 1.0 + 5 * 0.1), (4, 1.0 + 2 * 0.1)])
+def test_server_link_contention_and_sharding(shards, period):
+  # Four learners push and pull 0.1 s messages through one server link: the
+  # transfers queue (1 + (4 + 1) x 0.1 s per round); four shards carry a
+  # quarter each and the learners' own links become the bottleneck.
+  timing = TimingModel(jitter="deterministic", model_bytes=1_000, bandwidth=10_000, server_shards=shards)
+  schedule = simulate("hardsync", learners=4, num_updates=20, seed=0, timing=timing)
+  np.testing.assert_allclose(np.diff(schedule.update_time), period)
+
+
+def test_server_apply_time_serialises_updates():
+  timing = TimingModel(jitter="deterministic", apply_time=0.1)
+  schedule = simulate("async", learners=20, num_updates=400, seed=0, timing=timing)
+  # The server is the bottleneck: 20 learners produce 20 gradients/s, it applies 10/s.
+  np.testing.assert_allclose(np.diff(schedule.update_time)[50:], 0.1)
+
+
+def test_timing_round_trips_through_a_dict(tmp_path):
+  path = tmp_path / "speeds.npy"
+  np.save(path, np.array([1.0, 2.0]))
+  for timing in (TimingModel(speed_factors=(1.0, 2.0), latency=0.1, bandwidth=math.inf), TimingModel(trace=path)):
+    assert TimingModel.from_dict(timing.to_dict()) == timing
