@@ -317,7 +317,8 @@ class MetricWriter:
       self._workdir.mkdir(parents=True, exist_ok=True)
       # Line buffering: every record reaches the OS when written, so records up
       # to a checkpoint survive a SIGKILL that follows it.
-      self._jsonl_file = open(self.jsonl_path, "a", encoding="utf-8", buffering=1)  # pylint: disable=consider-using-with
+      self._jsonl_file = open(  # pylint: disable=consider-using-with  (closed in close())
+          self.jsonl_path, "a", encoding="utf-8", buffering=1)
     return self._jsonl_file
 
   def _open_event_writer(self):
