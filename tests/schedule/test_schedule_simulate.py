@@ -1,0 +1,97 @@
+"""`simulate`'s argument checking, progress reports and summary statistics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
+from stalesgd.schedule import plots, statistics
+
+
+@pytest.mark.parametrize("protocol,arguments,message", [
+    ("softsync", {"n": 31}, r"n must be an integer in \[1, learners=30\]; got 31"),
+    ("softsync", {"n": 0}, r"n must be an integer in \[1, learners=30\]; got 0"),
+    ("softsync", {"n": 2.5}, r"n must be an integer in \[1, learners=30\]; got 2\.5"),
+    ("softsync", {}, r"protocol 'softsync' needs the option 'n'"),
+    ("ssp", {"s": -1}, r"s must be an integer in \[0, inf\]; got -1"),
+    ("backup", {"backup": 30}, r"backup must be an integer in \[0, learners - 1=29\]; got 30"),
+    ("drop_stale", {"max_staleness": -2}, r"max_staleness must be an integer in \[0, inf\]; got -2"),
+    ("drop_stale", {"max_staleness": 2, "n": 40}, r"n must be an integer in \[1, learners=30\]"),
+    ("s3gd", {"staleness": -1}, r"staleness must be an integer in \[0, inf\]"),
+    ("s3gd", {"overlap": 1}, r"overlap must be True or False; got 1"),
+    ("hardsync", {"n": 2}, r"protocol 'hardsync' does not take option\(s\) \['n'\]; allowed options: none"),
+    ("softsync", {"n": 2, "bound": 3}, r"does not take option\(s\) \['bound'\]; allowed options: n"),
+    ("gossip", {}, r"protocol must be one of 'hardsync', .*'dcs3gd'; got 'gossip'"),
+    ("async", {"learners": 0}, r"learners must be an integer in \[1, inf\]; got 0"),
+    ("async", {"num_updates": 0}, r"num_updates must be an integer in \[1, inf\]; got 0"),
+    ("async", {"seed": -1}, r"seed must be an integer in \[0, inf\]; got -1"),
+    ("async", {"timing": "fast"}, r"timing must be a TimingModel or None; got str"),
+    ("async", {"timing": TimingModel(speed_factors=(1.0, 2.0))}, r"speed_factors must hold one factor per learner"),
+    ("allreduce_sync", {"record_events": True}, r"record_events is only available for hardsync"),
+])
+def test_invalid_arguments_raise_naming_the_argument_and_range(protocol, arguments, message):
+  arguments = {"learners": 30, "num_updates": 10, "seed": 0, **arguments}
+  with pytest.raises(ValueError, match=message):
+    simulate(protocol, **arguments)
+
+
+@pytest.mark.parametrize("protocol", ["softsync", "s3gd"])
+def test_progress_is_reported_up_to_the_last_update(protocol):
+  reports = []
+  options = {"n": 2} if protocol == "softsync" else {}
+  simulate(protocol, learners=4, num_updates=1_000, seed=0, progress=lambda done, total: reports.append((done, total)),
+           **options)
+  assert reports and reports[-1] == (1_000, 1_000)
+  assert all(later > earlier for (earlier, _), (later, _) in zip(reports, reports[1:]))
+
+
+def test_summary_of_deterministic_learners_shows_linear_speedup():
+  timing = TimingModel(jitter="deterministic")
+  for protocol in ("hardsync", "async", "allreduce_sync"):
+    summary = statistics.summarize(simulate(protocol, learners=30, num_updates=300, seed=0, timing=timing))
+    assert summary["speedup"] == pytest.approx(30.0, rel=0.01 if protocol == "async" else 1e-9), protocol
+  summary = statistics.summarize(simulate("softsync", learners=30, n=4, num_updates=3_000, seed=0))
+  assert summary["mean_staleness"] == pytest.approx(4.0, rel=0.2)
+  assert summary["p_staleness_above_2n"] == 0.0
+  assert math.isnan(statistics.summarize(simulate("ssp", learners=4, s=1, num_updates=50, seed=0))
+                    ["p_staleness_above_2n"])
+
+
+def test_stragglers_slow_hardsync_more_than_async():
+  stragglers = TimingModel(jitter="straggler", jitter_sigma=0.05, straggler_prob=0.02, straggler_factor=5.0)
+  speedups = {protocol: statistics.summarize(simulate(protocol, learners=30, num_updates=n_updates, seed=0,
+                                                      timing=stragglers))["speedup"]
+              for protocol, n_updates in (("hardsync", 300), ("async", 9_000))}
+  assert speedups["async"] > 25 and speedups["hardsync"] < 20
+
+
+def test_dropped_gradients_do_not_count_towards_the_speedup():
+  timing = TimingModel(jitter="deterministic", speed_factors=(1.0,) * 3 + (2.5,))
+  summary = statistics.summarize(simulate("backup", learners=4, backup=1, num_updates=100, seed=0, timing=timing))
+  assert summary["dropped_fraction"] > 0
+  # Three unit-speed learners' gradients are applied, one per second each.
+  mean_step = float(np.mean(timing.speed_factors))
+  assert summary["speedup"] == pytest.approx(3.0 * mean_step, rel=0.02)
+
+
+def test_staleness_histograms_of_every_protocol_are_written(tmp_path):
+  options = {"softsync": {"n": 2}, "ssp": {"s": 1}, "backup": {"backup": 1}, "drop_stale": {"max_staleness": 2}}
+  staleness = {protocol: simulate(protocol, learners=4, num_updates=40, seed=0,
+                                  **options.get(protocol, {})).gradient_staleness for protocol in PROTOCOLS}
+  path = tmp_path / "nested" / "histogram.png"
+  plots.plot_staleness_histograms(staleness, path)
+  assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_protocol_comparison_plot_and_empty_inputs(tmp_path):
+  path = tmp_path / "bars.png"
+  plots.plot_protocol_comparison({"no stragglers": {"hardsync": 24.0, "async": 29.0}, "stragglers": {"async": 28.0}},
+                                 path, ylabel="speedup")
+  assert path.stat().st_size > 0
+  with pytest.raises(ValueError, match="at least one"):
+    plots.plot_protocol_comparison({}, path, ylabel="speedup")
+  with pytest.raises(ValueError, match="at least one"):
+    plots.plot_staleness_histograms({}, path)
