@@ -1,0 +1,22 @@
+"""Decentralized all-reduce protocols on real collectives: DC-S3GD, S3GD, synchronous all-reduce SGD.
+
+Unlike the parameter-server protocols (emulated by `stalesgd.engine`), these are
+synchronous SPMD programs: they run for real on many devices and hosts, one
+worker per device along a ``workers`` mesh axis.
+"""
+
+from stalesgd.decentral.config import DCS3GDConfig
+from stalesgd.decentral.config import LAMBDA_MODES
+from stalesgd.decentral.config import PROTOCOLS
+from stalesgd.decentral.config import config_for_protocol
+from stalesgd.decentral.dcs3gd import DCS3GD
+from stalesgd.decentral.dcs3gd import DCS3GDState
+
+__all__ = [
+    "DCS3GD",
+    "DCS3GDConfig",
+    "DCS3GDState",
+    "LAMBDA_MODES",
+    "PROTOCOLS",
+    "config_for_protocol",
+]

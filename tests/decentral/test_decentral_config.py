@@ -1,0 +1,48 @@
+"""DCS3GDConfig validation and the named protocols."""
+
+from __future__ import annotations
+
+import optax
+import pytest
+
+from stalesgd.decentral import PROTOCOLS, DCS3GDConfig, config_for_protocol
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"staleness": -1}, "staleness=-1 must be an integer >= 0"),
+    ({"staleness": 1.5}, "staleness=1.5"),
+    ({"staleness": True}, "staleness=True"),
+    ({"lambda_mode": "global"}, "lambda_mode='global' must be one of \\('constant', 'adaptive', 'layerwise'\\)"),
+    ({"dc_lambda": -0.1}, "dc_lambda=-0.1 must be a number >= 0 or an optax schedule"),
+    ({"dc_lambda": "0.2"}, "dc_lambda='0.2'"),
+    ({"mean_square_decay": 1.0}, "mean_square_decay=1.0 must lie in \\[0, 1\\)"),
+    ({"eps": 0.0}, "eps=0.0 must be a number > 0"),
+    ({"eager": True, "staleness": 0}, "eager=True needs staleness >= 1"),
+    ({"axis_name": ""}, "axis_name=''"),
+])
+def test_bad_config_raises_value_error_naming_the_field(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    DCS3GDConfig(**kwargs)
+
+
+def test_named_protocols():
+  assert PROTOCOLS == ("dcs3gd", "s3gd", "allreduce_sync")
+  dcs3gd = config_for_protocol("dcs3gd")
+  assert (dcs3gd.staleness, dcs3gd.dc_lambda, dcs3gd.lambda_mode, dcs3gd.corrects) == (1, 0.2, "layerwise", True)
+  s3gd = config_for_protocol("s3gd", staleness=2)
+  assert (s3gd.staleness, s3gd.corrects) == (2, False)
+  sync = config_for_protocol("allreduce_sync")
+  assert (sync.staleness, sync.corrects) == (0, False)
+  assert config_for_protocol("dcs3gd", dc_lambda=optax.linear_schedule(0.0, 0.2, 100)).corrects
+
+
+@pytest.mark.parametrize("protocol, overrides, message", [
+    ("dcs3gd_fast", {}, "protocol='dcs3gd_fast' must be one of"),
+    ("dcs3gd", {"lamda": 0.1}, "unknown DCS3GDConfig fields \\['lamda'\\]"),
+    ("s3gd", {"dc_lambda": 0.1}, "protocol='s3gd' has no correction"),
+    ("s3gd", {"staleness": 0}, "needs staleness >= 1"),
+    ("allreduce_sync", {"staleness": 1}, "protocol='allreduce_sync' is synchronous"),
+])
+def test_protocol_overrides_that_contradict_the_protocol_are_rejected(protocol, overrides, message):
+  with pytest.raises(ValueError, match=message):
+    config_for_protocol(protocol, **overrides)
