@@ -14,6 +14,7 @@ from stalesgd.schedule.schedule import Schedule
 from stalesgd.schedule.simulate import DECENTRALIZED_PROTOCOLS
 from stalesgd.schedule.simulate import PARAMETER_SERVER_PROTOCOLS
 from stalesgd.schedule.simulate import PROTOCOLS
+from stalesgd.schedule.simulate import contributions_per_update
 from stalesgd.schedule.simulate import simulate
 from stalesgd.schedule.timing import JITTERS
 from stalesgd.schedule.timing import TimingModel
@@ -26,5 +27,6 @@ __all__ = [
     "PROTOCOLS",
     "Schedule",
     "TimingModel",
+    "contributions_per_update",
     "simulate",
 ]

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 
 def _save(figure: Figure, path: str | os.PathLike[str]) -> None:
@@ -55,6 +56,7 @@ def plot_staleness_histograms(
       axis.axvline(values.mean(), color="tab:red", linestyle="--", label=f"<σ> = {values.mean():.2f}")
       axis.legend(loc="upper right", fontsize="small")
     axis.set_title(label)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("staleness σ")
     axis.set_ylabel("P(σ)")
     if log_scale:

@@ -132,7 +132,8 @@ class Schedule:
     for name in ("learner", "dropped_learner"):
       values = getattr(self, name)
       if values.size and (values.min() < 0 or values.max() >= self.learners):
-        raise ValueError(f"Schedule.{name} must lie in [0, learners={self.learners}); got {values.min()}..{values.max()}")
+        raise ValueError(
+            f"Schedule.{name} must lie in [0, learners={self.learners}); got {values.min()}..{values.max()}")
     if self.timestamp.size and (self.timestamp.min() < 0 or self.staleness.min() < 0):
       raise ValueError("Schedule.timestamp must satisfy 0 <= timestamp[u] <= u (staleness >= 0)")
     if np.any(self.dropped_timestamp < 0) or np.any(self.dropped_timestamp > self.dropped_at_update):

@@ -105,6 +105,28 @@ PARAMETER_SERVER_PROTOCOLS = tuple(name for name, spec in _PROTOCOLS.items() if 
 DECENTRALIZED_PROTOCOLS = tuple(name for name, spec in _PROTOCOLS.items() if spec.server is None)
 
 
+def _resolve(protocol: str, learners: int, protocol_options: dict[str, Any]) -> tuple[_Protocol, dict[str, Any]]:
+  """Validates the protocol name, learners and options; fills in defaults."""
+  spec = _PROTOCOLS.get(protocol)
+  if spec is None:
+    raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}; got {protocol!r}")
+  learners = validation.check_integer("learners", learners, 1)
+  return spec, spec.resolve(protocol, learners, protocol_options)
+
+
+def contributions_per_update(protocol: str, *, learners: int, **protocol_options: Any) -> int:
+  """c, the gradients every update of ``protocol`` applies, without simulating.
+
+  E.g. ``contributions_per_update("softsync", learners=30, n=4) == 7``;
+  useful to size ``num_updates`` for a number of gradients.
+
+  Raises:
+    ValueError: as `simulate` does for bad arguments.
+  """
+  spec, options = _resolve(protocol, learners, protocol_options)
+  return learners if spec.server is None else spec.server(learners, **options).contributions
+
+
 def simulate(
     protocol: str,
     *,
@@ -147,10 +169,7 @@ def simulate(
     >>> run.learner.shape
     (10000, 2)
   """
-  spec = _PROTOCOLS.get(protocol)
-  if spec is None:
-    raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}; got {protocol!r}")
-  learners = validation.check_integer("learners", learners, 1)
+  spec, options = _resolve(protocol, learners, protocol_options)
   num_updates = validation.check_integer("num_updates", num_updates, 1)
   seed = validation.check_integer("seed", seed, 0)
   validation.check_bool("record_events", record_events)
@@ -158,7 +177,6 @@ def simulate(
   if not isinstance(timing, TimingModel):
     raise ValueError(f"timing must be a TimingModel or None; got {type(timing).__name__}")
   timing.check_learners(learners)
-  options = spec.resolve(protocol, learners, protocol_options)
   provenance = json.loads(json.dumps(
       {"protocol_options": options, "seed": seed, "timing": timing.to_dict()}))
   if spec.server is not None:
