@@ -11,11 +11,11 @@ consumed, and when the update happened. It knows nothing about JAX or models.
 
 from stalesgd.schedule.events import EventTrace
 from stalesgd.schedule.schedule import Schedule
-from stalesgd.schedule.simulate import DECENTRALIZED_PROTOCOLS
-from stalesgd.schedule.simulate import PARAMETER_SERVER_PROTOCOLS
-from stalesgd.schedule.simulate import PROTOCOLS
-from stalesgd.schedule.simulate import contributions_per_update
-from stalesgd.schedule.simulate import simulate
+from stalesgd.schedule.protocols import DECENTRALIZED_PROTOCOLS
+from stalesgd.schedule.protocols import PARAMETER_SERVER_PROTOCOLS
+from stalesgd.schedule.protocols import PROTOCOLS
+from stalesgd.schedule.protocols import contributions_per_update
+from stalesgd.schedule.protocols import simulate
 from stalesgd.schedule.timing import JITTERS
 from stalesgd.schedule.timing import TimingModel
 

@@ -26,6 +26,7 @@ so one heap entry per gradient suffices (10^6 arrivals in a few seconds).
 from __future__ import annotations
 
 import abc
+import array
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
@@ -84,8 +85,9 @@ class ServerRule(abc.ABC):
     self.learners = learners
     self.contributions = contributions
     self.updates = 0
-    self.applied: list[tuple[int, int, int]] = []
-    self.dropped: list[tuple[int, int, int, int]] = []
+    # Flat int64 columns (8 bytes per value, not a Python object per record).
+    self.applied = {name: array.array("q") for name in ("learner", "timestamp", "batch_index")}
+    self.dropped = {name: array.array("q") for name in ("learner", "timestamp", "batch_index", "at_update")}
 
   @abc.abstractmethod
   def receive(self, learner: int, timestamp: int, batch_index: int) -> Sequence[int]:
@@ -104,12 +106,17 @@ class ServerRule(abc.ABC):
 
   def _apply(self, contributions: list[tuple[int, int, int]]) -> None:
     """Applies one update made of ``(learner, timestamp, batch_index)`` triples."""
-    self.applied.extend(contributions)
+    learners, timestamps, batch_indices = self.applied.values()
+    for learner, timestamp, batch_index in contributions:
+      learners.append(learner)
+      timestamps.append(timestamp)
+      batch_indices.append(batch_index)
     self.updates += 1
 
   def _drop(self, learner: int, timestamp: int, batch_index: int) -> None:
     """Records a discarded gradient at the current server timestamp."""
-    self.dropped.append((learner, timestamp, batch_index, self.updates))
+    for column, value in zip(self.dropped.values(), (learner, timestamp, batch_index, self.updates)):
+      column.append(value)
 
 
 def run_parameter_server(
@@ -206,20 +213,21 @@ def run_parameter_server(
 
 def _assemble(rule, protocol, num_updates, update_time, busy_time, total_time, options, log) -> Schedule:
   """Packs the rule's records into a `Schedule`."""
-  applied = np.asarray(rule.applied, dtype=np.int64).reshape(num_updates, rule.contributions, 3)
-  dropped = np.asarray(rule.dropped, dtype=np.int64).reshape(-1, 4)
+  shape = (num_updates, rule.contributions)
+  applied = {name: np.array(column, dtype=np.int64).reshape(shape) for name, column in rule.applied.items()}
+  dropped = {name: np.array(column, dtype=np.int64) for name, column in rule.dropped.items()}
   events = events_lib.EventTrace.from_unsorted(*zip(*log)) if log else None
   return Schedule(
       protocol=protocol,
       learners=rule.learners,
-      learner=applied[..., 0],
-      timestamp=applied[..., 1],
-      batch_index=applied[..., 2],
+      learner=applied["learner"],
+      timestamp=applied["timestamp"],
+      batch_index=applied["batch_index"],
       update_time=np.asarray(update_time, dtype=np.float64),
-      dropped_learner=dropped[:, 0],
-      dropped_timestamp=dropped[:, 1],
-      dropped_batch_index=dropped[:, 2],
-      dropped_at_update=dropped[:, 3],
+      dropped_learner=dropped["learner"],
+      dropped_timestamp=dropped["timestamp"],
+      dropped_batch_index=dropped["batch_index"],
+      dropped_at_update=dropped["at_update"],
       learner_busy_time=np.asarray(busy_time, dtype=np.float64),
       total_time=total_time,
       options=options,

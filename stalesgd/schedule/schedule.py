@@ -84,8 +84,10 @@ class Schedule:
   Example:
     >>> from stalesgd import schedule
     >>> run = schedule.simulate("softsync", learners=30, n=15, num_updates=1000, seed=0)
-    >>> run.contributions_per_update, round(float(run.mean_staleness))
-    (2, 15)
+    >>> run.contributions_per_update
+    2
+    >>> 13 < run.mean_staleness < 16  # <sigma> ~ n
+    True
   """
 
   protocol: str

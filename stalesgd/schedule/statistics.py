@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from stalesgd.schedule.schedule import Schedule
-from stalesgd.schedule.simulate import PARAMETER_SERVER_PROTOCOLS
+from stalesgd.schedule.protocols import PARAMETER_SERVER_PROTOCOLS
 from stalesgd.schedule.timing import TimingModel
 
 
@@ -59,6 +59,9 @@ def speedup_over_one_learner(schedule: Schedule) -> float:
   Uses the timing model and seed recorded in ``schedule.options`` (as
   `simulate` records them); dropped gradients do not count.
   """
+  if "timing" not in schedule.options or "seed" not in schedule.options:
+    raise ValueError("schedule.options must hold the 'timing' and 'seed' that simulate records; got keys "
+                     f"{sorted(schedule.options)}")
   timing = TimingModel.from_dict(schedule.options["timing"])
   step_time = single_learner_step_time(
       timing, schedule.learners, schedule.options["seed"],

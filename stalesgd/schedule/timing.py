@@ -102,6 +102,20 @@ class TimingModel:
   The default is homogeneous learners with light log-normal jitter
   (sigma 0.1) and free communication.
 
+  Example (2% of steps 5x slower; the 89,578-parameter CIFAR-10 network in
+  float32 over 10 Gbit/s links with 50 us latency)::
+
+    timing = TimingModel(
+        compute_time=0.05, jitter="straggler", straggler_prob=0.02, straggler_factor=5.0,
+        latency=50e-6, bandwidth=1.25e9, model_bytes=4 * 89_578)
+    schedule = simulate("backup", learners=30, backup=3, num_updates=1000, seed=0, timing=timing)
+
+  Raises:
+    ValueError: at construction, naming the field, the bad value and the
+      allowed values (negative times, unknown jitter, straggler settings
+      without ``jitter="straggler"``, several speed-factor sources, an empty
+      or non-positive trace).
+
   Attributes:
     compute_time: mean seconds to compute one mini-batch gradient.
     jitter: one of ``JITTERS``.

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import doctest
 
 import numpy as np
 import pytest
 
 from stalesgd.schedule import EventTrace, Schedule, TimingModel, simulate
+from stalesgd.schedule import schedule as schedule_module
+from stalesgd.schedule import protocols as protocols_module
 
 
 def _tiny_schedule(**changes) -> Schedule:
@@ -113,3 +116,9 @@ def test_event_trace_is_time_ordered_and_counts_clocks():
   assert started[-1].sum() == np.sum(trace.kind == 0)
   with pytest.raises(ValueError, match="equal lengths"):
     EventTrace(time=[0.0], kind=[0, 1], learner=[0], batch_index=[0], timestamp=[0])
+
+
+def test_docstring_examples_run():
+  for module in (schedule_module, protocols_module):
+    failures, attempted = doctest.testmod(module, verbose=False)
+    assert attempted > 0 and failures == 0, module.__name__

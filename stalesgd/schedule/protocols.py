@@ -1,4 +1,4 @@
-"""`simulate`: the public entry point that turns a protocol and a timing model into a `Schedule`.
+"""The protocol registry and `simulate`, which turns a protocol and a timing model into a `Schedule`.
 
 Parameter-server protocols (lambda = ``learners``; docs/algorithms.md §1, §4):
 
