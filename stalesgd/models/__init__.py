@@ -1,0 +1,11 @@
+"""Models as `ModelSpec` objects: init, a pure training loss, evaluation, multipliers.
+
+``get_model(name, num_classes=..., **options)`` builds Rudra's ``cifar10_full``,
+He et al.'s CIFAR ResNets (``resnet20`` ... ``resnet110``), ImageNet ResNets
+(``resnet50``), Caffe's AlexNet, and an MLP and a small CNN for small images.
+"""
+
+from stalesgd.models.registry import available_models, get_model
+from stalesgd.models.spec import ModelSpec
+
+__all__ = ["ModelSpec", "available_models", "get_model"]
