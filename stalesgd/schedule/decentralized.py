@@ -14,8 +14,8 @@ starts as soon as the worker is done, start[i, t+1] = E[i, t], so in steady
 state a step costs max(compute, allreduce). Without overlap a worker does not
 compute while the network is busy, start[i, t+1] = max(E[i, t], A[t]): a step
 costs compute + allreduce. S = 0 is synchronous all-reduce SGD: every worker
-waits for its own step's all-reduce, E[i, t] = A[t] = max_i C[i, t] + allreduce
-(measured from max(., A[t-1])).
+waits for its own step's all-reduce, E[i, t] = A[t] = max(max_i C[i, t],
+A[t - 1]) + allreduce, so a step also costs compute + allreduce.
 
 The result is a `Schedule` with c = M (every worker contributes to every
 step), learner = worker, batch_index = t, timestamp = max(t - S, 0) (the newest

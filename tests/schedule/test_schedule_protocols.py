@@ -7,6 +7,7 @@ import pytest
 
 from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
 from stalesgd.schedule import events as events_lib
+from stalesgd.schedule.durations import StepDurations
 
 DETERMINISTIC = TimingModel(jitter="deterministic")
 ZHANG_LEARNERS = 30
@@ -28,6 +29,19 @@ def test_hardsync_has_zero_staleness_and_every_learner_in_every_update():
   assert np.all(schedule.gradient_staleness == 0)
   np.testing.assert_array_equal(np.sort(schedule.learner, axis=1), np.broadcast_to(np.arange(12), (500, 12)))
   np.testing.assert_array_equal(schedule.batch_index, np.broadcast_to(np.arange(500)[:, None], (500, 12)))
+
+
+def test_hardsync_rounds_match_the_closed_form():
+  # With free communication every round starts when the previous update is
+  # applied, lasts as long as its slowest learner, and lists the learners in
+  # the order they finish.
+  learners, rounds = 5, 40
+  timing = TimingModel(jitter="exponential")
+  schedule = simulate("hardsync", learners=learners, num_updates=rounds, seed=13, timing=timing)
+  step_times = np.stack([StepDurations(timing, learners, 13).first(learner, rounds) for learner in range(learners)])
+  np.testing.assert_allclose(schedule.update_time, np.cumsum(step_times.max(axis=0)), rtol=1e-12)
+  np.testing.assert_array_equal(schedule.learner, np.argsort(step_times, axis=0, kind="stable").T)
+  np.testing.assert_array_equal(schedule.timestamp, np.broadcast_to(np.arange(rounds)[:, None], (rounds, learners)))
 
 
 @pytest.mark.parametrize("n", [2, 4, 10, 15, 30])
