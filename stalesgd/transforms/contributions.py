@@ -119,13 +119,28 @@ def contributions_in_stack(
         for name, size in indications.items())
     raise ValueError(f"the extra arguments disagree on the stack of contributions ({described}).")
   stack_size = next(iter(indications.values()), None)
-  if stack_size is not None:
+  _check_updates_shapes(updates, params, stack_size)
+  return stack_size
+
+
+def _check_updates_shapes(updates: Any, params: Any, stack_size: int | None) -> None:
+  """Every update leaf must be its param's shape, with a leading axis of size c for a stack."""
+  leading = () if stack_size is None else (stack_size,)
+  if params is not None and jax.tree.structure(params) == jax.tree.structure(updates):
+    for (path, leaf), param in zip(
+        jax.tree_util.tree_leaves_with_path(updates), jax.tree.leaves(params)):
+      if jnp.shape(leaf) != leading + jnp.shape(param):
+        kind = "a single gradient" if stack_size is None else f"a stack of {stack_size}"
+        raise ValueError(
+            f"updates{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; for {kind} it must "
+            f"be {leading + jnp.shape(param)} (params{jax.tree_util.keystr(path)} has shape "
+            f"{jnp.shape(param)}).")
+  elif stack_size is not None:
     for path, leaf in jax.tree_util.tree_leaves_with_path(updates):
-      if jnp.shape(leaf)[:1] != (stack_size,):
+      if jnp.shape(leaf)[:1] != leading:
         raise ValueError(
             f"updates{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; a stack of "
             f"{stack_size} contributions needs a leading axis of size {stack_size}.")
-  return stack_size
 
 
 def as_stack(tree: Any, stack_size: int | None) -> Any:

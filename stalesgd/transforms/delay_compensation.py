@@ -137,7 +137,10 @@ def delay_compensated_gradient(
       leaf_lambda = _layerwise_lambda(grad, correction, dc_lambda)
     else:
       leaf_lambda = dc_lambda
-    return (grad + leaf_lambda * correction).astype(grad.dtype)
+    # Where g*g*D is 0 the gradient stays as it is, even if lambda is infinite (MeanSquare and
+    # eps both 0 on a coordinate whose gradient is 0).
+    compensated = jnp.where(correction == 0, grad, grad + leaf_lambda * correction)
+    return compensated.astype(grad.dtype)
 
   if mean_square is None:
     return jax.tree.map(compensate, grads, displacement)

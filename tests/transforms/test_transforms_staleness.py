@@ -1,0 +1,192 @@
+"""scale_by_staleness, staleness_weight and staleness_aware_sgd: hand-computed values and reductions."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import stalesgd
+
+GRADS = jnp.array([2.0, -4.0])
+
+
+def run_steps(transform, stalenesses, grads=GRADS):
+  """Updates of `transform` for one gradient per staleness, and the final state."""
+  state = transform.init(jnp.zeros_like(grads))
+  updates = []
+  for staleness in stalenesses:
+    update, state = transform.update(grads, state, staleness=staleness)
+    updates.append(np.asarray(update))
+  return np.stack(updates), state
+
+
+# Weights worked out by hand for the staleness sequence of each case.
+HAND_COMPUTED = [
+    ("inverse", {}, [0, 2, 4], [1.0, 1 / 2, 1 / 4]),
+    # <sigma> before each update: 0 (weight 1), then 2 (1/2), then (2 + 4) / 2 = 3 (1/3).
+    ("inverse_mean", {}, [2, 4, 0], [1.0, 1 / 2, 1 / 3]),
+    ("inverse_mean", {"mean_staleness": 4.0}, [0, 9, 1], [1 / 4, 1 / 4, 1 / 4]),
+    ("inverse_mean", {"mean_staleness": 0.5}, [0, 3], [1.0, 1.0]),
+    ("polynomial", {"exponent": 0.5}, [3, 8, 0], [1 / 2, 1 / 3, 1.0]),
+    ("polynomial", {"exponent": 1.0}, [1, 3], [1 / 2, 1 / 4]),
+    ("exponential", {"decay": math.log(2.0)}, [1, 3, 0], [1 / 2, 1 / 8, 1.0]),
+    ("threshold", {"max_staleness": 2}, [1, 3, 2], [1.0, 0.0, 1.0]),
+    # 1 / (0.5 * (sigma - 2) + 1) beyond the knee at 2.
+    ("hinge", {"max_staleness": 2, "hinge_slope": 0.5}, [4, 1, 8], [1 / 2, 1.0, 1 / 4]),
+    ("constant", {}, [0, 7, 30], [1.0, 1.0, 1.0]),
+    # Normalised by (1 + 3)^-1/2 = 1/2, the weight at <sigma> = 3.
+    ("polynomial", {"mean_staleness": 3.0, "normalize": True}, [0, 3, 8], [2.0, 1.0, 2 / 3]),
+    # Tracked <sigma>: 0 (weight at it 1), then 2 (weight 1/2), then 2 again.
+    ("inverse", {"normalize": True}, [2, 2, 4], [1 / 2, 1.0, 1 / 2]),
+]
+
+
+@pytest.mark.parametrize(
+    "rule, options, stalenesses, weights", HAND_COMPUTED,
+    ids=[f"{case[0]}-{i}" for i, case in enumerate(HAND_COMPUTED)])
+def test_hand_computed_weights_over_three_steps(rule, options, stalenesses, weights):
+  updates, state = run_steps(stalesgd.scale_by_staleness(rule, **options), stalenesses)
+  np.testing.assert_allclose(updates, np.outer(weights, GRADS), rtol=1e-6)
+  assert int(state.count) == len(stalenesses)
+  np.testing.assert_allclose(float(state.applied_scale), weights[-1], rtol=1e-6)
+
+
+def test_staleness_weight_is_the_same_rule_as_the_transform():
+  stalenesses = jnp.arange(6)
+  np.testing.assert_allclose(
+      stalesgd.staleness_weight("inverse", stalenesses), [1, 1, 1 / 2, 1 / 3, 1 / 4, 1 / 5],
+      rtol=1e-7)
+  np.testing.assert_allclose(
+      stalesgd.staleness_weight("threshold", stalenesses, max_staleness=3, normalize=True,
+                                mean_staleness=5.0),
+      [1, 1, 1, 1, 0, 0])  # the weight at <sigma> is 0: left unnormalised
+
+
+def test_threshold_counts_drops_and_zeroes_non_finite_dropped_gradients():
+  transform = stalesgd.scale_by_staleness("threshold", max_staleness=2)
+  state = transform.init(GRADS)
+  _, state = transform.update(GRADS, state, staleness=3)
+  stack = jnp.array([[1.0, 1.0], [jnp.inf, jnp.nan], [3.0, 3.0]])
+  updates, state = transform.update(stack, state, staleness=jnp.array([1, 5, 2]))
+  np.testing.assert_array_equal(updates, [[1.0, 1.0], [0.0, 0.0], [3.0, 3.0]])
+  assert int(state.dropped) == 2
+  np.testing.assert_allclose(float(state.applied_scale), 2 / 3, rtol=1e-6)
+
+
+def test_running_mean_absorbs_every_staleness_of_a_stack():
+  transform = stalesgd.scale_by_staleness("inverse_mean")
+  state = transform.init(GRADS)
+  stack = jnp.stack([GRADS] * 3)
+  updates, state = transform.update(stack, state, staleness=jnp.array([1, 2, 3]))
+  np.testing.assert_allclose(updates, stack)  # <sigma> was 0 before this update
+  _, state = transform.update(GRADS, state, staleness=5)
+  np.testing.assert_allclose(float(state.mean_staleness), (1 + 2 + 3 + 5) / 4, rtol=1e-7)
+  assert int(state.contributions) == 4
+  updates, _ = transform.update(GRADS, state, staleness=0)
+  np.testing.assert_allclose(updates, GRADS / 2.75, rtol=1e-6)
+
+
+def test_scheduled_exponent_follows_the_update_count():
+  transform = stalesgd.scale_by_staleness("polynomial", exponent=lambda count: count + 1.0)
+  updates, _ = run_steps(transform, [1, 1, 1])
+  np.testing.assert_allclose(updates, np.outer([1 / 2, 1 / 4, 1 / 8], GRADS), rtol=1e-6)
+
+
+def test_without_staleness_it_is_the_identity_bit_for_bit():
+  transform = stalesgd.scale_by_staleness("polynomial", normalize=True, mean_staleness=3.0)
+  grads = jnp.array([0.1, -3.3e-8, 7.0], jnp.bfloat16)
+  updates, state = transform.update(grads, transform.init(grads))
+  assert updates is grads
+  assert float(state.applied_scale) == 1.0
+
+
+@pytest.mark.parametrize("rule", stalesgd.STALENESS_RULES)
+def test_stack_equals_separate_calls_then_mean(rule):
+  options = {"max_staleness": 2} if rule in ("threshold", "hinge") else {}
+  transform = optax.chain(stalesgd.scale_by_staleness(rule, **options),
+                          stalesgd.average_contributions())
+  grads = jnp.array([[1.0, 2.0], [-3.0, 0.5], [4.0, 4.0]])
+  stalenesses = jnp.array([0, 3, 1])
+  state = transform.init(grads[0])
+  _, state = transform.update(grads[0], state, staleness=2)  # a non-trivial state
+  stacked, _ = transform.update(grads, state, staleness=stalenesses)
+  separate = [transform.update(grads[k], state, staleness=stalenesses[k])[0] for k in range(3)]
+  np.testing.assert_allclose(stacked, np.mean(separate, axis=0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("rule", stalesgd.STALENESS_RULES)
+def test_stack_of_one_equals_the_unstacked_call_bit_for_bit(rule):
+  options = {"max_staleness": 2} if rule in ("threshold", "hinge") else {}
+  transform = stalesgd.scale_by_staleness(rule, **options)
+  grads = {"w": jnp.array([1.0, 2.0, -3.0]), "b": jnp.array(0.7)}
+  state = transform.init(grads)
+  single, single_state = transform.update(grads, state, staleness=3)
+  stacked, stacked_state = transform.update(
+      jax.tree.map(lambda leaf: leaf[None], grads), state, staleness=jnp.array([3]))
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b[0]), single, stacked)
+  jax.tree.map(np.testing.assert_array_equal, single_state, stacked_state)
+
+
+@pytest.mark.parametrize("momentum, nesterov", [(0.0, False), (0.9, False), (0.9, True)])
+def test_staleness_zero_is_plain_sgd_bit_for_bit(momentum, nesterov):
+  params = {"w": jnp.array([1.0, -2.0, 3.0]), "b": jnp.array(0.5)}
+  reference = optax.sgd(0.1, momentum=momentum or None, nesterov=nesterov)
+  for rule in ("inverse", "polynomial", "inverse_mean"):
+    transform = stalesgd.staleness_aware_sgd(0.1, momentum=momentum, nesterov=nesterov, rule=rule)
+    ours, theirs = params, params
+    our_state, their_state = transform.init(params), reference.init(params)
+    for step in range(4):
+      grads = jax.tree.map(lambda leaf: jnp.sin(leaf * (step + 1)), ours)
+      our_updates, our_state = transform.update(grads, our_state, ours, staleness=0)
+      their_updates, their_state = reference.update(grads, their_state, theirs)
+      ours, theirs = optax.apply_updates(ours, our_updates), optax.apply_updates(theirs, their_updates)
+      jax.tree.map(np.testing.assert_array_equal, ours, theirs)
+
+
+def test_done_when_staleness_aware_sgd_numbers():
+  transform = stalesgd.staleness_aware_sgd(learning_rate=0.1, momentum=0.5)
+  params = jnp.array([1.0, 2.0])
+  old = jnp.array([0.0, 0.0])
+  state = transform.init(params)
+  updates, state = transform.update(jnp.array([3.0, 6.0]), state, params, staleness=3,
+                                    stale_params=old)
+  np.testing.assert_allclose(updates, [-0.1, -0.2], rtol=1e-6)  # -0.1 * g / 3
+  updates, state = transform.update(jnp.array([4.0, 4.0]), state, params, staleness=2,
+                                    stale_params=old)
+  # momentum: m = g/2 + 0.5 * m_prev = (2, 2) + (0.5, 1); update = -0.1 * m
+  np.testing.assert_allclose(updates, [-0.25, -0.3], rtol=1e-6)
+
+
+def test_zhang_eq2_on_a_stack():
+  transform = stalesgd.staleness_aware_sgd(learning_rate=1.0)
+  grads = jnp.array([[2.0], [6.0], [8.0]])
+  updates, _ = transform.update(grads, transform.init(grads[0]), staleness=jnp.array([0, 2, 4]))
+  np.testing.assert_allclose(updates, [-(2.0 + 3.0 + 2.0) / 3], rtol=1e-6)
+
+
+@pytest.mark.parametrize("factory_kwargs, message", [
+    ({"rule": "inverse_square"}, "rule must be one of"),
+    ({"rule": "threshold"}, "needs max_staleness"),
+    ({"rule": "hinge"}, "needs max_staleness"),
+    ({"rule": "polynomial", "exponent": -1.0}, "exponent must be >= 0"),
+    ({"rule": "inverse_mean", "mean_staleness": -2.0}, "mean_staleness must be >= 0"),
+])
+def test_bad_factory_arguments_raise(factory_kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    stalesgd.scale_by_staleness(**factory_kwargs)
+
+
+def test_bad_staleness_shapes_raise():
+  transform = stalesgd.scale_by_staleness()
+  state = transform.init(GRADS)
+  with pytest.raises(ValueError, match="staleness must be a scalar or have shape"):
+    transform.update(GRADS, state, staleness=jnp.zeros((2, 2), jnp.int32))
+  with pytest.raises(ValueError, match="leading axis of size 3"):
+    transform.update(GRADS, state, staleness=jnp.zeros(3, jnp.int32))
+  with pytest.raises(ValueError, match="mean_staleness is required"):
+    stalesgd.staleness_weight("inverse_mean", 3)
