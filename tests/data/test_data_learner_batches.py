@@ -1,0 +1,106 @@
+"""LearnerBatches: purity in (seed, learner, k), epoch coverage, augmentation, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stalesgd.data import ArraySource, Dataset, LearnerBatches, fit_normalization
+from stalesgd.data.augmentation import random_crop_and_flip
+
+
+def _dataset(num_train=24, image_shape=(4, 4, 3), seed=0):
+  rng = np.random.default_rng(seed)
+  train = ArraySource(rng.integers(0, 256, (num_train, *image_shape), dtype=np.uint8),
+                      rng.integers(0, 10, num_train))
+  test = ArraySource(rng.integers(0, 256, (5, *image_shape), dtype=np.uint8), rng.integers(0, 10, 5))
+  return Dataset(name="synthetic", source="npz", train=train, test=test, num_classes=10,
+                 normalization=fit_normalization("raw", train))
+
+
+def test_same_seed_learner_and_k_give_the_same_batch_in_any_order():
+  dataset = _dataset()
+  first = LearnerBatches(dataset, batch_per_learner=2, learners=3, seed=7)
+  second = LearnerBatches(dataset, batch_per_learner=2, learners=3, seed=7)
+  forward = first(np.array([0, 1, 2, 0]), np.array([0, 0, 0, 9]))
+  # A different instance, queried in another order after other epochs were cached.
+  second(np.array([2]), np.array([40]))
+  backward = second(np.array([0, 2, 1, 0]), np.array([9, 0, 0, 0]))
+  np.testing.assert_array_equal(forward["image"][[3, 2, 1, 0]], backward["image"])
+  np.testing.assert_array_equal(forward["label"][[3, 2, 1, 0]], backward["label"])
+  other_seed = LearnerBatches(dataset, batch_per_learner=2, learners=3, seed=8)
+  assert not np.array_equal(other_seed.sample_indices(np.arange(3), np.zeros(3, np.int64)),
+                            first.sample_indices(np.arange(3), np.zeros(3, np.int64)))
+
+
+def test_learners_sweep_each_epoch_once_with_disjoint_samples():
+  dataset = _dataset(num_train=24)
+  batches = LearnerBatches(dataset, batch_per_learner=2, learners=3, seed=1)
+  # 24 samples / (2 x 3) = 4 rounds of k per epoch.
+  for epoch in range(2):
+    learner, k = np.meshgrid(np.arange(3), np.arange(4 * epoch, 4 * epoch + 4))
+    indices = batches.sample_indices(learner.ravel(), k.ravel())
+    np.testing.assert_array_equal(np.sort(indices.ravel()), np.arange(24))
+  assert not np.array_equal(batches.epoch_permutation(0), batches.epoch_permutation(1))
+
+
+def test_batches_straddling_epochs_follow_the_concatenated_permutations():
+  dataset = _dataset(num_train=10)
+  batches = LearnerBatches(dataset, batch_per_learner=4, learners=1, seed=3)
+  indices = batches.sample_indices(np.zeros(5, np.int64), np.arange(5)).ravel()
+  expected = np.concatenate([batches.epoch_permutation(epoch) for epoch in range(2)])
+  np.testing.assert_array_equal(indices, expected)
+
+
+def test_images_and_labels_are_the_normalised_training_examples():
+  dataset = _dataset()
+  batches = LearnerBatches(dataset, batch_per_learner=3, learners=2, seed=0)
+  batch = batches(np.array([1]), np.array([2]))
+  indices = batches.sample_indices(np.array([1]), np.array([2]))[0]
+  assert batch["image"].dtype == np.float32 and batch["label"].dtype == np.int32
+  np.testing.assert_array_equal(batch["image"][0], dataset.train.images[indices].astype(np.float32))
+  np.testing.assert_array_equal(batch["label"][0], dataset.train.labels[indices])
+
+
+def test_augmentation_is_deterministic_and_changes_images():
+  dataset = _dataset(num_train=64, image_shape=(8, 8, 3))
+  plain = LearnerBatches(dataset, batch_per_learner=16, learners=2, seed=0)
+  augmented = LearnerBatches(dataset, batch_per_learner=16, learners=2, seed=0, augment=True)
+  args = (np.array([0, 1]), np.array([1, 1]))
+  first, second = augmented(*args), augmented(*args)
+  np.testing.assert_array_equal(first["image"], second["image"])
+  np.testing.assert_array_equal(first["label"], plain(*args)["label"])
+  assert not np.array_equal(first["image"], plain(*args)["image"])
+
+
+def test_crop_and_flip_against_explicit_slicing():
+  images = np.random.default_rng(0).integers(0, 256, (3, 5, 6, 2), dtype=np.uint8)
+  padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)))
+  offsets = np.array([[2, 2], [0, 4], [3, 1]])
+  flips = np.array([False, True, False])
+  out = random_crop_and_flip(images, offsets, flips, padding=2)
+  np.testing.assert_array_equal(out[0], images[0])  # centre offset: the identity
+  np.testing.assert_array_equal(out[1], padded[1, 0:5, 4:10][:, ::-1])
+  np.testing.assert_array_equal(out[2], padded[2, 3:8, 1:7])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_per_learner=0, learners=2, seed=0), "batch_per_learner must be a positive int"),
+    (dict(batch_per_learner=2, learners=0, seed=0), "learners must be a positive int"),
+    (dict(batch_per_learner=2, learners=2, seed=-1), "seed must be a non-negative int"),
+    (dict(batch_per_learner=2, learners=2, seed=0, crop_padding=-1), "crop_padding must be >= 0"),
+])
+def test_bad_constructor_arguments(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    LearnerBatches(_dataset(), **kwargs)
+
+
+@pytest.mark.parametrize("learner, k, match", [
+    ([0, 3], [0, 0], r"learner must lie in \[0, 3\)"),
+    ([0, 1], [0, -1], "k must be >= 0"),
+    ([0.5], [0], "integer arrays"),
+])
+def test_bad_learner_or_k(learner, k, match):
+  batches = LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0)
+  with pytest.raises(ValueError, match=match):
+    batches(np.array(learner), np.array(k))

@@ -1,0 +1,106 @@
+"""load_dataset through tfds (mocked, never the network), npz files, the embedded digits, errors."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from stalesgd.data import DatasetNotPreparedError, LearnerBatches, load_dataset
+
+SHARED_MNIST = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "mnist")
+
+
+@pytest.mark.parametrize("name, image_shape", [("cifar10", (32, 32, 3)), ("mnist", (28, 28, 1))])
+def test_tfds_source_reads_mocked_data(name, image_shape):
+  with tfds.testing.mock_data(num_examples=12):
+    dataset = load_dataset(name, source="tfds", data_dir="/nonexistent/tfds", normalization="unit")
+  assert (dataset.num_train, dataset.num_test, dataset.num_classes) == (12, 12, 10)
+  assert dataset.image_shape == image_shape
+  assert dataset.train.images.dtype == np.uint8 and dataset.train.labels.dtype == np.int32
+  assert 0 <= dataset.train.labels.min() and dataset.train.labels.max() < 10
+  batch = LearnerBatches(dataset, batch_per_learner=3, learners=2, seed=0)(np.array([0, 1]), np.array([0, 0]))
+  assert batch["image"].shape == (2, 3, *image_shape)
+  assert 0.0 <= batch["image"].min() and batch["image"].max() <= 1.0
+
+
+def test_tfds_not_prepared_raises_without_downloading(tmp_path):
+  with pytest.raises(DatasetNotPreparedError, match=r"dataset 'cifar10' is not prepared in data_dir=") as error:
+    load_dataset("cifar10", source="tfds", data_dir=str(tmp_path))
+  assert "download_and_prepare(file_format='array_record')" in str(error.value)
+  assert list(tmp_path.iterdir()) == []  # nothing was written (no download attempt)
+
+
+def _write_npz(directory, name, split, images, labels):
+  np.savez(os.path.join(directory, f"{name}_{split}.npz"), images=images, labels=labels)
+
+
+def test_npz_source_with_and_without_channel_axis(tmp_path):
+  rng = np.random.default_rng(0)
+  for split, count in (("train", 20), ("test", 6)):
+    _write_npz(tmp_path, "tiny", split, rng.integers(0, 256, (count, 5, 4), dtype=np.uint8),
+               rng.integers(0, 3, count).astype(np.uint8))
+  dataset = load_dataset("tiny", source="npz", data_dir=str(tmp_path), normalization="raw")
+  assert (dataset.num_train, dataset.num_test, dataset.image_shape) == (20, 6, (5, 4, 1))
+  assert dataset.num_classes == 3
+  with np.load(tmp_path / "tiny_train.npz") as arrays:
+    np.testing.assert_array_equal(dataset.train.images[..., 0], arrays["images"])
+
+
+def test_npz_known_name_keeps_its_class_count(tmp_path):
+  for split in ("train", "test"):
+    _write_npz(tmp_path, "cifar10", split, np.zeros((4, 2, 2, 3), np.uint8), np.array([0, 1, 2, 1]))
+  assert load_dataset("cifar10", source="npz", data_dir=str(tmp_path)).num_classes == 10
+
+
+def test_npz_missing_files_name_the_data_dir(tmp_path):
+  with pytest.raises(DatasetNotPreparedError, match="cifar10_train.npz does not exist"):
+    load_dataset("cifar10", source="npz", data_dir=str(tmp_path))
+  with pytest.raises(DatasetNotPreparedError, match="data_dir is required"):
+    load_dataset("cifar10", source="npz")
+
+
+def test_npz_without_required_arrays_is_rejected(tmp_path):
+  for split in ("train", "test"):
+    np.savez(tmp_path / f"bad_{split}.npz", x=np.zeros((2, 2, 2), np.uint8))
+  with pytest.raises(ValueError, match=r"lacks array\(s\) \['images', 'labels'\]"):
+    load_dataset("bad", source="npz", data_dir=str(tmp_path))
+
+
+def test_embedded_digits_are_the_real_scikit_learn_images():
+  dataset = load_dataset("digits", source="embedded", normalization="raw")
+  assert (dataset.num_train, dataset.num_test) == (1497, 300)
+  assert dataset.image_shape == (8, 8, 1) and dataset.num_classes == 10
+  assert dataset.train.images.max() == 255 and dataset.train.images.min() == 0
+  assert set(np.unique(dataset.test.labels)) == set(range(10))
+  again = load_dataset("digits", source="embedded", normalization="raw")
+  np.testing.assert_array_equal(dataset.test.images, again.test.images)  # fixed split
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(name="cifar10", source="web"), "source must be one of"),
+    (dict(name="cifar10", source="tfds", normalization="zca"), "normalization must be one of"),
+    (dict(name="svhn", source="tfds"), "dataset 'svhn' is not available with source='tfds'"),
+    (dict(name="cifar10", source="embedded"), "dataset 'cifar10' is not embedded"),
+])
+def test_bad_arguments_name_the_field(kwargs, match):
+  name = kwargs.pop("name")
+  with pytest.raises(ValueError, match=match):
+    load_dataset(name, **kwargs)
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(SHARED_MNIST, "mnist_train.npz")),
+                    reason="shared/data (real MNIST copy) is absent on this machine")
+def test_real_mnist_from_shared_data():
+  dataset = load_dataset("mnist", source="npz", data_dir=SHARED_MNIST, normalization="per_pixel_mean")
+  assert (dataset.num_train, dataset.num_test, dataset.image_shape) == (60000, 10000, (28, 28, 1))
+  assert np.bincount(dataset.train.labels).tolist()[:3] == [5923, 6742, 5958]  # MNIST's class counts
+  mean_image = dataset.train.images.mean(axis=0, dtype=np.float64)
+  np.testing.assert_allclose(dataset.normalization.offset, mean_image, rtol=1e-5)
+  batches = LearnerBatches(dataset, batch_per_learner=4, learners=32, seed=0)
+  batch = batches(np.arange(32), np.zeros(32, np.int64))
+  # Each learner's batch equals the raw pixels minus the mean image, no scaling.
+  first = batches.sample_indices(np.array([0]), np.array([0]))[0]
+  np.testing.assert_allclose(batch["image"][0], dataset.train.images[first] - mean_image, atol=1e-3)
