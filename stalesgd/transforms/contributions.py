@@ -65,12 +65,12 @@ def _stack_size_of_stale_params(stale_params: Any, params: Any) -> int | None:
     else:
       raise ValueError(
           f"stale_params{jax.tree_util.keystr(path)} has shape {stale_shape}; allowed are the "
-          f"shape of params{jax.tree_util.keystr(path)}, {param_shape}, or (c,) + {param_shape} for "
-          "a stack of c contributions.")
+          f"shape of params{jax.tree_util.keystr(path)}, {param_shape}, or (c,) + {param_shape} "
+          "for a stack of c contributions.")
   if len(sizes) > 1:
     raise ValueError(
-        f"stale_params mixes stacked and unstacked leaves (leading sizes {sorted(sizes, key=str)}); "
-        "stack every leaf or none.")
+        "stale_params mixes stacked and unstacked leaves (leading sizes "
+        f"{sorted(sizes, key=str)}); stack every leaf or none.")
   return sizes.pop() if sizes else None
 
 

@@ -185,7 +185,8 @@ class ScaleByDelayCompensationState(NamedTuple):
   """State of `scale_by_delay_compensation`."""
 
   count: jax.Array  # Updates seen (int32); the argument of schedules.
-  mean_square: Any  # DC-ASGD-a's MeanSquare (params' shapes, or [num_learners, ...]); None if not adaptive.
+  # DC-ASGD-a's MeanSquare: params' shapes, or [num_learners, ...] per learner; None if unused.
+  mean_square: Any
 
 
 def _per_learner_mean_square(mean_square, grads_stack, learner, num_learners, decay):
@@ -321,8 +322,8 @@ def scale_by_delay_compensation(
         learner=learner if num_learners is not None else None)
     del extra_args
     grads_stack = contributions.as_stack(updates, stack_size)
-    displacements = jax.tree.map(
-        lambda param, stale: param - stale, params, contributions.as_stack(stale_params, stack_size))
+    stale_stack = contributions.as_stack(stale_params, stack_size)
+    displacements = jax.tree.map(lambda param, stale: param - stale, params, stale_stack)
     dc_lambda_now = hyperparameters.value_at(dc_lambda, state.count)
     eps_now = hyperparameters.value_at(eps, state.count)
     mean_square, mean_square_axis = state.mean_square, None

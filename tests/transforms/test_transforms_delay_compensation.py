@@ -165,7 +165,8 @@ def sgd_trajectories(transform, reference, stale_of, steps=4):
     our_updates, our_state = transform.update(grads, our_state, ours, stale_params=stale_of(ours),
                                               staleness=1, learner=step % 3)
     their_updates, their_state = reference.update(grads, their_state, theirs)
-    ours, theirs = optax.apply_updates(ours, our_updates), optax.apply_updates(theirs, their_updates)
+    ours = optax.apply_updates(ours, our_updates)
+    theirs = optax.apply_updates(theirs, their_updates)
     jax.tree.map(np.testing.assert_array_equal, ours, theirs)
 
 

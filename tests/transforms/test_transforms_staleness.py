@@ -1,4 +1,4 @@
-"""scale_by_staleness, staleness_weight and staleness_aware_sgd: hand-computed values and reductions."""
+"""scale_by_staleness, staleness_weight, staleness_aware_sgd: hand-computed values, reductions."""
 
 from __future__ import annotations
 
@@ -144,7 +144,8 @@ def test_staleness_zero_is_plain_sgd_bit_for_bit(momentum, nesterov):
       grads = jax.tree.map(lambda leaf: jnp.sin(leaf * (step + 1)), ours)
       our_updates, our_state = transform.update(grads, our_state, ours, staleness=0)
       their_updates, their_state = reference.update(grads, their_state, theirs)
-      ours, theirs = optax.apply_updates(ours, our_updates), optax.apply_updates(theirs, their_updates)
+      ours = optax.apply_updates(ours, our_updates)
+      theirs = optax.apply_updates(theirs, their_updates)
       jax.tree.map(np.testing.assert_array_equal, ours, theirs)
 
 
