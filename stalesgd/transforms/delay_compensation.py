@@ -27,6 +27,7 @@ import optax
 
 from stalesgd.transforms import contributions
 from stalesgd.transforms import hyperparameters
+from stalesgd.transforms.moving_average import exponential_moving_average
 
 
 def _check_same_tree(reference: Any, other: Any, *, name: str, reference_name: str) -> None:
@@ -173,12 +174,8 @@ def update_mean_square(mean_square: Any, grads: Any, decay: Any) -> Any:
   """
   _check_same_tree(mean_square, grads, name="grads", reference_name="mean_square")
   return jax.tree.map(
-      lambda moment, grad: _blend(moment, grad * grad, decay), mean_square, grads)
-
-
-def _blend(moment: jax.Array, observation: jax.Array, decay: Any) -> jax.Array:
-  """Exponential moving average step, kept in the dtype of `moment`."""
-  return (decay * moment + (1 - decay) * observation).astype(moment.dtype)
+      lambda moment, grad: exponential_moving_average(moment, grad * grad, decay),
+      mean_square, grads)
 
 
 class ScaleByDelayCompensationState(NamedTuple):
@@ -202,9 +199,26 @@ def _per_learner_mean_square(mean_square, grads_stack, learner, num_learners, de
     squares = jax.ops.segment_sum(grads * grads, learners, num_learners)
     mean_squares = squares / jnp.reshape(jnp.maximum(arrivals, 1.0), shape)
     present = jnp.reshape(arrivals > 0, shape)
-    return jnp.where(present, _blend(moment, mean_squares, decay), moment)
+    return jnp.where(present, exponential_moving_average(moment, mean_squares, decay), moment)
 
   return jax.tree.map(blend_leaf, mean_square, grads_stack)
+
+
+def _updated_mean_square(mean_square, grads_stack, learner, num_learners, decay):
+  """The MeanSquare after this stack, each contribution's MeanSquare, and its vmap axis.
+
+  Global: blended with the mean g*g over the stack, shared by every contribution
+  (vmap axis None). Per learner: each contribution reads its learner's row (axis 0).
+  """
+  if num_learners is None:
+    updated = jax.tree.map(
+        lambda moment, grads: exponential_moving_average(
+            moment, jnp.mean(grads * grads, axis=0), decay),
+        mean_square, grads_stack)
+    return updated, updated, None
+  updated = _per_learner_mean_square(mean_square, grads_stack, learner, num_learners, decay)
+  learners = jnp.reshape(jnp.asarray(learner, jnp.int32), (-1,))
+  return updated, jax.tree.map(lambda moment: moment[learners], updated), 0
 
 
 def scale_by_delay_compensation(
@@ -326,22 +340,11 @@ def scale_by_delay_compensation(
     displacements = jax.tree.map(lambda param, stale: param - stale, params, stale_stack)
     dc_lambda_now = hyperparameters.value_at(dc_lambda, state.count)
     eps_now = hyperparameters.value_at(eps, state.count)
-    mean_square, mean_square_axis = state.mean_square, None
+    mean_square, contribution_mean_square, mean_square_axis = state.mean_square, None, None
     if adaptive:
-      decay_now = hyperparameters.value_at(decay, state.count)
-      if num_learners is None:
-        mean_square = jax.tree.map(
-            lambda moment, grads: _blend(moment, jnp.mean(grads * grads, axis=0), decay_now),
-            state.mean_square, grads_stack)
-        contribution_mean_square = mean_square
-      else:
-        mean_square = _per_learner_mean_square(
-            state.mean_square, grads_stack, learner, num_learners, decay_now)
-        learners = jnp.reshape(jnp.asarray(learner, jnp.int32), (-1,))
-        contribution_mean_square = jax.tree.map(lambda moment: moment[learners], mean_square)
-        mean_square_axis = 0
-    else:
-      contribution_mean_square = None
+      mean_square, contribution_mean_square, mean_square_axis = _updated_mean_square(
+          state.mean_square, grads_stack, learner, num_learners,
+          hyperparameters.value_at(decay, state.count))
 
     def correct(grads, displacement, leaf_mean_square):
       return delay_compensated_gradient(

@@ -20,6 +20,7 @@ import optax
 
 from stalesgd.transforms import contributions
 from stalesgd.transforms import hyperparameters
+from stalesgd.transforms.moving_average import exponential_moving_average
 
 
 class ScaleByGapAwareState(NamedTuple):
@@ -132,8 +133,7 @@ def scale_by_gap_aware(
     stepped = state.count > 0
     step_size = jax.tree.map(
         lambda ema, param, previous: jnp.where(
-            stepped, (decay_now * ema + (1 - decay_now) * jnp.abs(param - previous)).astype(
-                ema.dtype), ema),
+            stepped, exponential_moving_average(ema, jnp.abs(param - previous), decay_now), ema),
         state.step_size, params, state.previous_params)
     observed_steps = state.observed_steps + stepped.astype(jnp.int32)
     new_state = ScaleByGapAwareState(

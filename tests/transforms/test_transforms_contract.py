@@ -258,3 +258,18 @@ def test_works_inside_optax_chain(entry):
     chained_updates, _ = chained.update(grads, chained.init(params), params, **extra)
     alone_updates, _ = alone.update(grads, alone.init(params), params, **extra)
     jax.tree.map(np.testing.assert_array_equal, chained_updates, alone_updates)
+
+
+@pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
+def test_works_inside_optax_masked(entry):
+  """With mask_compatible_extra_args, optax.masked masks stale_params like params."""
+  masked = optax.masked(entry.build(), {"w": True, "b": False}, mask_compatible_extra_args=True)
+  alone = entry.build()
+  params = initial_params()
+  stale, extra_args = stale_inputs(params)
+  grads = jax.grad(loss)(stale)
+  updates, _ = masked.update(grads, masked.init(params), params, **extra_args)
+  only_w, _ = alone.update({"w": grads["w"]}, alone.init({"w": params["w"]}), {"w": params["w"]},
+                           **{**extra_args, "stale_params": {"w": stale["w"]}})
+  np.testing.assert_array_equal(updates["w"], only_w["w"])
+  np.testing.assert_array_equal(updates["b"], grads["b"])
