@@ -6,6 +6,8 @@ of (seed, learner, k); `evaluation_batches` and `precise_bn_batches` feed
 evaluation.
 """
 
+from __future__ import annotations
+
 from stalesgd.data.dataset import Dataset, DatasetNotPreparedError
 from stalesgd.data.evaluation import evaluation_batches, evaluation_indices, precise_bn_batches
 from stalesgd.data.learner_batches import LearnerBatches

@@ -5,6 +5,8 @@ He et al.'s CIFAR ResNets (``resnet20`` ... ``resnet110``), ImageNet ResNets
 (``resnet50``), Caffe's AlexNet, and an MLP and a small CNN for small images.
 """
 
+from __future__ import annotations
+
 from stalesgd.models.registry import available_models, get_model
 from stalesgd.models.spec import ModelSpec
 

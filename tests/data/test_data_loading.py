@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+from PIL import Image
 
-from stalesgd.data import DatasetNotPreparedError, LearnerBatches, load_dataset
+from stalesgd.data import DatasetNotPreparedError, LazyImageSource, LearnerBatches, load_dataset
 
 SHARED_MNIST = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "mnist")
 
@@ -24,6 +26,35 @@ def test_tfds_source_reads_mocked_data(name, image_shape):
   batch = LearnerBatches(dataset, batch_per_learner=3, learners=2, seed=0)(np.array([0, 1]), np.array([0, 0]))
   assert batch["image"].shape == (2, 3, *image_shape)
   assert 0.0 <= batch["image"].min() and batch["image"].max() <= 1.0
+
+
+def test_imagenet_from_tfds_is_a_lazy_source(monkeypatch):
+  # tfds's mock cannot encode ImageNet's variable-size images without TensorFlow,
+  # so the data source itself is replaced by JPEG examples of the same form.
+  requests = []
+
+  def fake_data_source(name, *, split, data_dir, download, decoders):
+    requests.append(dict(name=name, split=split, data_dir=data_dir, download=download, decoders=decoders))
+    rng = np.random.default_rng(0)
+    return [[{"image": _jpeg(rng.integers(0, 256, (40 + i, 50, 3), dtype=np.uint8)), "label": 7 * i}
+             for i in range(3)] for _ in split]
+
+  monkeypatch.setattr(tfds, "data_source", fake_data_source)
+  dataset = load_dataset("imagenet2012", source="tfds", data_dir="/imagenet", image_size=32)
+  assert requests == [dict(name="imagenet2012", split=["train", "validation"], data_dir="/imagenet",
+                           download=False, decoders={"image": requests[0]["decoders"]["image"]})]
+  assert isinstance(requests[0]["decoders"]["image"], tfds.decode.SkipDecoding)
+  assert isinstance(dataset.train, LazyImageSource) and dataset.num_classes == 1000
+  assert dataset.image_shape == (32, 32, 3) and dataset.num_train == 3
+  batch = LearnerBatches(dataset, batch_per_learner=3, learners=1, seed=0)(np.array([0]), np.array([0]))
+  assert batch["image"].shape == (1, 3, 32, 32, 3)
+  assert sorted(batch["label"][0].tolist()) == [0, 7, 14]
+
+
+def _jpeg(array):
+  buffer = io.BytesIO()
+  Image.fromarray(array).save(buffer, format="JPEG")
+  return buffer.getvalue()
 
 
 def test_tfds_not_prepared_raises_without_downloading(tmp_path):
