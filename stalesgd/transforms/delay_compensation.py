@@ -243,11 +243,12 @@ def scale_by_delay_compensation(
     :math:`\mathrm{MeanSquare} \leftarrow m \, \mathrm{MeanSquare} + (1-m) g^2`,
     :math:`\lambda_t = \lambda_0 / \sqrt{\mathrm{MeanSquare} + \epsilon}`
     elementwise (paper: :math:`\lambda_0 = 2`, :math:`m = 0.95` on CIFAR-10).
-    As in the paper, the MeanSquare already includes the current gradient when
-    :math:`\lambda_t` is computed. It is one global state by default; with
-    ``num_learners`` it is kept per learner (as Microsoft's implementation does;
-    the paper does not say), with state leaves of shape [num_learners, ...]
-    selected by the extra argument ``learner``.
+    The MeanSquare is updated first and :math:`\lambda_t` computed from it, so
+    it includes the current gradient (the order of the paper's update as
+    docs/algorithms.md section 2 states it). It is one global state by
+    default; with ``num_learners`` it is kept per learner (as Microsoft's
+    implementation does; the paper does not say), with state leaves of shape
+    [num_learners, ...] selected by the extra argument ``learner``.
   * Layer-wise (``layerwise=True``): per leaf,
     :math:`\lambda = \lambda_0 \|g\| / \|g \odot g \odot D\|`
     (see `delay_compensated_gradient`).

@@ -230,11 +230,11 @@ def scale_by_staleness(
     )
 
   def update_fn(updates, state, params=None, *, staleness=None, **extra_args):
-    del params, extra_args
+    del extra_args
     count = optax.safe_increment(state.count)
     if staleness is None:
       return updates, state._replace(count=count, applied_scale=jnp.ones([], jnp.float32))
-    stack_size = contributions.contributions_in_stack(updates, staleness=staleness)
+    stack_size = contributions.contributions_in_stack(updates, params, staleness=staleness)
     stalenesses = jnp.reshape(jnp.asarray(staleness, jnp.float32), (-1,))
     options = {name: hyperparameters.value_at(value, state.count) for name, value in (
         ("exponent", exponent), ("decay", decay), ("max_staleness", max_staleness),
