@@ -10,8 +10,8 @@ concatenation of per-epoch permutations of the training split, epoch e permuted
 by a numpy Generator seeded with (seed, 0, e). So the learners together sweep
 the data once per epoch, different learners never share a sample within an
 epoch, and the same (seed, learner, k) always gives the same batch, however the
-emulated cluster interleaves them. Optional augmentation draws each batch's
-crops and flips from a Generator seeded with (seed, 1, g).
+emulated cluster interleaves them. Optional augmentation draws each sample's
+crop and flip from a counter-based hash of (seed, g, position in the batch).
 
 Fast on the host: a call is one fancy-indexing gather plus a vectorised
 normalisation; the permutations of the few most recent epochs are cached.
@@ -26,7 +26,7 @@ import numpy as np
 from stalesgd.data.augmentation import draw_crop_and_flip, random_crop_and_flip
 from stalesgd.data.dataset import Dataset
 
-_PERMUTATION_STREAM, _AUGMENTATION_STREAM = 0, 1
+_PERMUTATION_STREAM = 0
 
 
 def _positive_int(value: int, name: str) -> int:
@@ -138,8 +138,6 @@ class LearnerBatches:
             "label": labels.reshape(shape)}
 
   def _augment(self, images: np.ndarray, global_batches: np.ndarray) -> np.ndarray:
-    draws = [draw_crop_and_flip(np.random.default_rng((self.seed, _AUGMENTATION_STREAM, int(g))),
-                                self.batch_per_learner, self.crop_padding) for g in global_batches]
-    offsets = np.concatenate([offset for offset, _ in draws])
-    flips = np.concatenate([flip for _, flip in draws])
+    offsets, flips = draw_crop_and_flip(self.seed, global_batches, self.batch_per_learner,
+                                        self.crop_padding)
     return random_crop_and_flip(images, offsets, flips, self.crop_padding)

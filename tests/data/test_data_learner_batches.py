@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stalesgd.data import ArraySource, Dataset, LearnerBatches, fit_normalization
-from stalesgd.data.augmentation import random_crop_and_flip
+from stalesgd.data.augmentation import draw_crop_and_flip, random_crop_and_flip
 
 
 def _dataset(num_train=24, image_shape=(4, 4, 3), seed=0):
@@ -104,3 +104,18 @@ def test_bad_learner_or_k(learner, k, match):
   batches = LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0)
   with pytest.raises(ValueError, match=match):
     batches(np.array(learner), np.array(k))
+
+
+def test_augmentation_draws_are_pure_and_cover_every_offset():
+  global_batches = np.arange(200)
+  offsets, flips = draw_crop_and_flip(3, global_batches, 16, padding=4)
+  again_offsets, again_flips = draw_crop_and_flip(3, global_batches[::-1], 16, padding=4)
+  np.testing.assert_array_equal(offsets.reshape(200, 16, 2)[::-1], again_offsets.reshape(200, 16, 2))
+  np.testing.assert_array_equal(flips.reshape(200, 16)[::-1], again_flips.reshape(200, 16))
+  assert offsets.shape == (3200, 2) and flips.shape == (3200,)
+  for axis in range(2):
+    counts = np.bincount(offsets[:, axis], minlength=9)
+    assert counts.size == 9 and counts.min() > 3200 / 9 * 0.8, counts
+  assert 0.45 < flips.mean() < 0.55
+  other_seed, _ = draw_crop_and_flip(4, global_batches, 16, padding=4)
+  assert not np.array_equal(other_seed, offsets)
