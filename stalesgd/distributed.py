@@ -344,6 +344,9 @@ def initialize(coordinator_address: str | None = None,
                             initialization_timeout=initialization_timeout,
                             heartbeat_timeout=heartbeat_timeout)
   if cluster is None:
+    if local_device_ids is not None:
+      _LOG.warning("single host: local_device_ids=%s is ignored (restrict devices with "
+                   "CUDA_VISIBLE_DEVICES instead)", local_device_ids)
     _LOG.info("single host: jax.distributed is not initialized")
     return None
   if jax.distributed.is_initialized():

@@ -16,7 +16,8 @@ machine load:
 
 It reports the median step time of each and the ratios to ``compute_only``
 (1.0 = communication fully hidden and the correction free) and
-``dcs3gd / allreduce_sync``, and reads the compiled DC-S3GD step: whether the
+``dcs3gd / allreduce_sync`` (medians over rounds of the per-round ratios, so
+that load drift on a shared host cancels), and reads the compiled DC-S3GD step: whether the
 weight all-reduce depends only on the carried queue (overlap-ready) and, on
 backends with asynchronous collectives, how much compute the scheduler placed
 between its start and done (overlapped). On a CPU host XLA runs all-reduces
@@ -64,9 +65,9 @@ from stalesgd.decentral import DCS3GD, config_for_protocol
 
 _MODEL = flags.DEFINE_string("model", "cifar10_full", "A stalesgd.models name (a conv net).")
 _BATCH_PER_WORKER = flags.DEFINE_integer("batch_per_worker", 32, "Images per worker per step (mu).")
-_STEPS_PER_ROUND = flags.DEFINE_integer("steps_per_round", 5, "Steps timed together in one round.")
-_ROUNDS = flags.DEFINE_integer("rounds", 7, "Timed rounds per program (the median is reported).")
-_QUICK = flags.DEFINE_bool("quick", False, "3 rounds of 3 steps.")
+_STEPS_PER_ROUND = flags.DEFINE_integer("steps_per_round", 1, "Steps of one program timed together.")
+_ROUNDS = flags.DEFINE_integer("rounds", 30, "Timed rounds (each runs every program once; medians reported).")
+_QUICK = flags.DEFINE_bool("quick", False, "8 rounds.")
 _OUTPUT = flags.DEFINE_string("output", "results/decentral_benchmark.json", "Where to write the results.")
 
 PROTOCOLS = ("allreduce_sync", "s3gd", "dcs3gd")
@@ -123,7 +124,12 @@ def build_programs(spec, params, optimizer, mesh, batch):
 
 
 def time_interleaved(programs, steps_per_round, rounds):
-  """Median seconds per step of each program, timing them in alternation."""
+  """Seconds per step of each program in every round; programs alternate within a round.
+
+  Alternating at a fine grain exposes every program to the same machine load,
+  so per-round ratios between programs are robust on a shared host even when
+  absolute times drift.
+  """
   for run in programs.values():  # compile and warm up
     jax.block_until_ready(run())
   samples = {name: [] for name in programs}
@@ -134,7 +140,12 @@ def time_interleaved(programs, steps_per_round, rounds):
         result = run()
       jax.block_until_ready(result)
       samples[name].append((time.perf_counter() - start) / steps_per_round)
-  return {name: statistics.median(times) for name, times in samples.items()}, samples
+  return samples
+
+
+def paired_ratio(samples, numerator, denominator):
+  """Median over rounds of the per-round ratio of two programs' step times."""
+  return statistics.median(top / bottom for top, bottom in zip(samples[numerator], samples[denominator]))
 
 
 def overlap_sentence(report: dict) -> str:
@@ -151,7 +162,7 @@ def overlap_sentence(report: dict) -> str:
 
 def main(argv):
   del argv
-  steps_per_round, rounds = (3, 3) if _QUICK.value else (_STEPS_PER_ROUND.value, _ROUNDS.value)
+  steps_per_round, rounds = _STEPS_PER_ROUND.value, 8 if _QUICK.value else _ROUNDS.value
   mesh = distributed.worker_mesh()
   spec = models.get_model(_MODEL.value, num_classes=10)
   params = jax.device_get(spec.init(jax.random.key(0), IMAGE_SHAPE)["params"])
@@ -162,18 +173,21 @@ def main(argv):
   batch = distributed.stack_workers(lambda worker: {"image": images[worker], "label": labels[worker]}, mesh)
 
   programs, reports = build_programs(spec, params, optimizer, mesh, batch)
-  step_time, samples = time_interleaved(programs, steps_per_round, rounds)
-  floor = step_time["compute_only"]
-  ratios = {f"{name}_over_compute_only": step_time[name] / floor for name in PROTOCOLS}
-  ratios["dcs3gd_over_allreduce_sync"] = step_time["dcs3gd"] / step_time["allreduce_sync"]
-  ratios["dcs3gd_over_s3gd"] = step_time["dcs3gd"] / step_time["s3gd"]
+  samples = time_interleaved(programs, steps_per_round, rounds)
+  median_time = {name: statistics.median(times) for name, times in samples.items()}
+  fastest_time = {name: min(times) for name, times in samples.items()}
+  ratios = {f"{name}_over_compute_only": paired_ratio(samples, name, "compute_only") for name in PROTOCOLS}
+  ratios["dcs3gd_over_allreduce_sync"] = paired_ratio(samples, "dcs3gd", "allreduce_sync")
+  ratios["dcs3gd_over_s3gd"] = paired_ratio(samples, "dcs3gd", "s3gd")
 
   machine = machine_description()
   print(f"{machine['num_devices']} x {machine['device_kind']} ({machine['platform']}), model {_MODEL.value} "
         f"({spec.num_parameters(IMAGE_SHAPE):,} parameters), {_BATCH_PER_WORKER.value} images per worker, "
-        f"median of {rounds} rounds x {steps_per_round} steps")
-  for name, seconds in step_time.items():
-    print(f"  {name:>15}: {seconds * 1e3:8.2f} ms/step  ({seconds / floor:.3f} x compute only)")
+        f"{rounds} rounds x {steps_per_round} steps")
+  for name in programs:
+    ratio = 1.0 if name == "compute_only" else ratios[f"{name}_over_compute_only"]
+    print(f"  {name:>15}: median {median_time[name] * 1e3:8.2f} ms/step, fastest {fastest_time[name] * 1e3:8.2f}"
+          f"  ({ratio:.3f} x compute only, median of per-round ratios)")
   print(f"  dcs3gd / allreduce_sync = {ratios['dcs3gd_over_allreduce_sync']:.3f}, "
         f"dcs3gd / s3gd (cost of the correction) = {ratios['dcs3gd_over_s3gd']:.3f}")
   print(f"  DC-S3GD weight all-reduce: {overlap_sentence(reports['dcs3gd'])}")
@@ -184,7 +198,8 @@ def main(argv):
     output.write_text(json.dumps({
         "machine": machine, "model": _MODEL.value, "batch_per_worker": _BATCH_PER_WORKER.value,
         "steps_per_round": steps_per_round, "rounds": rounds,
-        "median_step_seconds": step_time, "ratios": ratios, "step_seconds_per_round": samples,
+        "median_step_seconds": median_time, "fastest_step_seconds": fastest_time, "ratios": ratios,
+        "step_seconds_per_round": samples,
         "overlap": {name: {**report, "summary": overlap_sentence(report)} for name, report in reports.items()},
     }, indent=2) + "\n")
     print(f"wrote {output}")

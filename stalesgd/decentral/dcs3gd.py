@@ -121,7 +121,6 @@ class DCS3GD:
     self.config = config
     self.mesh = mesh
     self.num_workers = int(mesh.shape[config.axis_name])
-    self._per_worker = NamedSharding(mesh, PartitionSpec(config.axis_name))
     self._replicated = NamedSharding(mesh, PartitionSpec())
     # keep_unused fixes the entry parameters to the flattened (state, batch)
     # leaves, which `overlap_report` relies on; donation updates state in place.
@@ -213,48 +212,59 @@ class DCS3GD:
 
   def _worker_step(self, state: DCS3GDState, batch: Any) -> tuple[DCS3GDState, dict[str, Any]]:
     """One worker's step, inside shard_map (per-worker leaves have a leading axis of 1)."""
-    config = self.config
     unstack = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)
     restack = lambda tree: jax.tree.map(lambda leaf: leaf[None], tree)
-    local_params, opt_state = unstack(state.local_params), unstack(state.opt_state)
-    in_flight, mean_square = unstack(state.in_flight), unstack(state.mean_square)
-    batch = unstack(batch)
-
-    if config.staleness > 0:
-      # Issued before the backward pass and reading only carried state: XLA may
-      # run it concurrently with the forward/backward below.
-      oldest = jax.tree.map(lambda queue: queue[0], in_flight)
-      averaged = jax.lax.pmean(oldest, config.axis_name)
-    # Local weights are sharded per worker (device-varying), so this gradient is
-    # the worker's own, not a sum over the axis.
-    (loss, aux), grads = jax.value_and_grad(self.loss_fn, has_aux=True)(local_params, batch)
-
-    if config.staleness == 0:
-      updates, opt_state = self.optimizer.update(grads, opt_state, local_params)
-      averaged = jax.lax.pmean(updates, config.axis_name)
-      consensus = _add(state.consensus_params, averaged)
-      local_params = _add(local_params, averaged)
-      displacement = jax.tree.map(jnp.zeros_like, averaged)
-      corrected = grads
+    local = state._replace(local_params=unstack(state.local_params), opt_state=unstack(state.opt_state),
+                           in_flight=unstack(state.in_flight), mean_square=unstack(state.mean_square))
+    if self.config.staleness == 0:
+      new_local, grads, corrected, displacement, (loss, aux) = self._synchronous_update(local, unstack(batch))
     else:
-      own_weight = 1.0 / self.num_workers if config.eager else 1.0
-      consensus = _add(state.consensus_params, averaged)
-      displacement = jax.tree.map(lambda mean, own: mean - own_weight * own, averaged, oldest)
-      corrected, mean_square = self._correct(grads, displacement, mean_square, state.step)
-      updates, opt_state = self.optimizer.update(corrected, opt_state, local_params)
-      local_params = jax.tree.map(lambda param, jump, update: param + jump + own_weight * update,
-                                  local_params, displacement, updates)
-      in_flight = jax.tree.map(lambda queue, update: jnp.concatenate([queue[1:], update[None]]),
-                               in_flight, updates)
-
+      new_local, grads, corrected, displacement, (loss, aux) = self._stale_update(local, unstack(batch))
     metrics = {"loss": loss, "aux": aux,
                "correction_ratio": _global_norm(jax.tree.map(jnp.subtract, corrected, grads))
                                    / jnp.maximum(_global_norm(grads), jnp.finfo(jnp.float32).tiny),
                "displacement_norm": _global_norm(displacement)}
-    new_state = DCS3GDState(step=state.step + 1, consensus_params=consensus,
-                            local_params=restack(local_params), opt_state=restack(opt_state),
-                            in_flight=restack(in_flight), mean_square=restack(mean_square))
+    new_state = new_local._replace(
+        step=state.step + 1, local_params=restack(new_local.local_params),
+        opt_state=restack(new_local.opt_state), in_flight=restack(new_local.in_flight),
+        mean_square=restack(new_local.mean_square))
     return new_state, restack(metrics)
+
+  def _gradient(self, params: Any, batch: Any) -> tuple[tuple[jax.Array, Any], Any]:
+    # Local weights are sharded per worker (device-varying), so this gradient is
+    # the worker's own, not already summed over the axis as it would be for
+    # replicated weights.
+    return jax.value_and_grad(self.loss_fn, has_aux=True)(params, batch)
+
+  def _synchronous_update(self, local: DCS3GDState, batch: Any):
+    """S = 0: the step's own update is averaged after the backward pass."""
+    loss_and_aux, grads = self._gradient(local.local_params, batch)
+    updates, opt_state = self.optimizer.update(grads, local.opt_state, local.local_params)
+    averaged = jax.lax.pmean(updates, self.config.axis_name)
+    new_local = local._replace(consensus_params=_add(local.consensus_params, averaged),
+                               local_params=_add(local.local_params, averaged), opt_state=opt_state)
+    return new_local, grads, grads, jax.tree.map(jnp.zeros_like, averaged), loss_and_aux
+
+  def _stale_update(self, local: DCS3GDState, batch: Any):
+    """S >= 1: average the oldest in-flight update, correct this step's gradient toward it."""
+    axis_name = self.config.axis_name
+    # Issued before the backward pass and reading only carried state: XLA may
+    # run it concurrently with the forward/backward below.
+    oldest = jax.tree.map(lambda queue: queue[0], local.in_flight)
+    averaged = jax.lax.pmean(oldest, axis_name)
+    loss_and_aux, grads = self._gradient(local.local_params, batch)
+    own_weight = 1.0 / self.num_workers if self.config.eager else 1.0
+    displacement = jax.tree.map(lambda mean, own: mean - own_weight * own, averaged, oldest)
+    corrected, mean_square = self._correct(grads, displacement, local.mean_square, local.step)
+    updates, opt_state = self.optimizer.update(corrected, local.opt_state, local.local_params)
+    local_params = jax.tree.map(lambda param, jump, update: param + jump + own_weight * update,
+                                local.local_params, displacement, updates)
+    in_flight = jax.tree.map(lambda queue, update: jnp.concatenate([queue[1:], update[None]]),
+                             local.in_flight, updates)
+    new_local = local._replace(consensus_params=_add(local.consensus_params, averaged),
+                               local_params=local_params, opt_state=opt_state, in_flight=in_flight,
+                               mean_square=mean_square)
+    return new_local, grads, corrected, displacement, loss_and_aux
 
   def _correct(self, grads: Any, displacement: Any, mean_square: Any, step: jax.Array) -> tuple[Any, Any]:
     """g~ = g + lambda g g D with the configured lambda; returns (g~, updated MeanSquare)."""
@@ -301,13 +311,14 @@ class DCS3GD:
       ``compute_while_in_flight`` (from the compiled schedule; asynchronous
       collectives exist on GPU/TPU, not on CPU).
     """
-    leaf_names = [jax.tree_util.keystr(path) for path, _ in
-                  jax.tree_util.tree_flatten_with_path((state, batch))[0]]
+    paths = [path for path, _ in jax.tree_util.tree_flatten_with_path((state, batch))[0]]
+    queue_parameters = {number for number, path in enumerate(paths)
+                        if path[:2] == (jax.tree_util.SequenceKey(0), jax.tree_util.GetAttrKey("in_flight"))}
     compiled_text = self.lower(state, batch).compile().as_text()
     found = hlo.all_reduces(compiled_text)
-    in_flight_prefix = "[0].in_flight"
-    reads = sorted({leaf_names[number] for reduce in found for number in reduce.parameters})
-    ready = len(found) == 1 and bool(reads) and all(name.startswith(in_flight_prefix) for name in reads)
+    read = sorted({number for reduce in found for number in reduce.parameters})
+    reads = [jax.tree_util.keystr(paths[number]) for number in read]
+    ready = len(found) == 1 and bool(read) and set(read) <= queue_parameters
     return {"all_reduces": len(found), "update_all_reduce_reads": reads, "overlap_ready": ready,
             "asynchronous": any(reduce.asynchronous for reduce in found),
             "compute_while_in_flight": sum(len(reduce.compute_while_in_flight) for reduce in found)}

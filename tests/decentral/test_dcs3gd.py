@@ -219,7 +219,7 @@ def test_layerwise_correction_has_norm_lambda_times_gradient_norm(devices):
 def test_dc_lambda_accepts_a_schedule(devices):
   batches = make_batches(len(devices), steps=3)
   schedule = lambda step: jnp.where(step < 2, 0.0, 0.5)
-  _, scheduled, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=schedule, lambda_mode="constant"), batches)
+  _, _, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=schedule, lambda_mode="constant"), batches)
   assert np.all(metrics[1]["correction_ratio"] == 0) and np.all(metrics[2]["correction_ratio"] > 0)
 
 

@@ -64,7 +64,7 @@ def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None 
       print(f"killing myself at step {step} at {time.time():.3f}", flush=True)
       os.kill(os.getpid(), signal.SIGKILL)
     batch = distributed.stack_workers(lambda worker: batch_for(seed, worker, step), mesh)
-    state, metrics = trainer.step(state, batch)
+    state, _ = trainer.step(state, batch)
   return trainer, state
 
 

@@ -122,6 +122,17 @@ def test_jax_resolves_the_slurm_coordinator_we_leave_to_it(monkeypatch):
   assert address == f"node003:{4242 % 4096 + 61440}" and list(device_ids) == [1]
 
 
+def test_initialize_under_slurm_hands_the_coordinator_to_jax(clean_environment, monkeypatch):
+  monkeypatch.setattr(jax.config, "update", lambda name, value: None)
+  for name, value in SLURM_ENV.items():
+    monkeypatch.setenv(name, value)
+  cluster = distributed.initialize(heartbeat_timeout=9)
+  assert cluster.source == "slurm"
+  assert clean_environment == [{
+      "coordinator_address": None, "num_processes": 8, "process_id": 5, "local_device_ids": None,
+      "cluster_detection_method": "slurm", "initialization_timeout": 600, "heartbeat_timeout_seconds": 9}]
+
+
 def test_explicit_arguments_override_the_environment():
   cluster = distributed.resolve_cluster("head:999", 16, 3, environ=SLURM_ENV)
   assert (cluster.coordinator_address, cluster.num_processes, cluster.process_id) == ("head:999", 16, 3)
