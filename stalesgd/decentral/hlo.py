@@ -22,9 +22,11 @@ Assumptions about the text (true of XLA's HLO printer in jaxlib 0.10.x):
   dependencies (safe for proving independence). ``control-predecessors`` are
   ordering, not data, and are ignored.
 * Collectives of interest live in the entry computation: ``all-reduce``
-  (synchronous, e.g. on CPU) or ``all-reduce-start``/``all-reduce-done``
-  (asynchronous, e.g. on GPU). An all-reduce placed inside a ``while`` body or a
-  called computation is not found.
+  (synchronous, e.g. on CPU), ``all-reduce-start``/``all-reduce-done``
+  (asynchronous, e.g. on GPU), or a generic ``async-start``/``async-done`` pair
+  whose ``calls=`` computation holds the all-reduce. An all-reduce placed inside
+  a ``while`` body or another called computation is not found, nor one that XLA
+  decomposed into reduce-scatter and all-gather.
 * In a scheduled module (``is_scheduled=true``) the entry's instruction order
   is the execution order.
 """
@@ -37,6 +39,8 @@ import re
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(.*)$")
 _OPERAND_NAME = re.compile(r"%([\w.\-]+)")
 _PARAMETER_NUMBER = re.compile(r"^parameter\((\d+)\)")
+_CALLS = re.compile(r"\bcalls=%([\w.\-]+)")
+_COMPUTATION_HEADER = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
 
 ALL_REDUCE_OPCODES = ("all-reduce", "all-reduce-start")
 # Opcodes that do arithmetic work worth overlapping a collective with.
@@ -54,6 +58,7 @@ class Instruction:
     operands: names of the instructions it reads, in order.
     parameter_number: for ``parameter`` instructions, their position in the
       computation's signature; otherwise None.
+    called: the computation named by ``calls=`` (fusions, async wrappers), or None.
     text: the full line, for error messages.
   """
 
@@ -61,6 +66,7 @@ class Instruction:
   opcode: str
   operands: tuple[str, ...]
   parameter_number: int | None
+  called: str | None
   text: str
 
 
@@ -101,8 +107,25 @@ def parse_instruction(line: str) -> Instruction | None:
   opcode = opcode_match.group(1)
   operands = tuple(_OPERAND_NAME.findall(_operand_text(rest[len(opcode):])))
   number = _PARAMETER_NUMBER.match(rest)
+  called = _CALLS.search(rest)
   return Instruction(name=name, opcode=opcode, operands=operands,
-                     parameter_number=int(number.group(1)) if number else None, text=line.strip())
+                     parameter_number=int(number.group(1)) if number else None,
+                     called=called.group(1) if called else None, text=line.strip())
+
+
+def computation_opcodes(hlo_text: str) -> dict[str, set[str]]:
+  """Every computation's name mapped to the opcodes of its instructions."""
+  opcodes: dict[str, set[str]] = {}
+  current = None
+  for line in hlo_text.splitlines():
+    header = _COMPUTATION_HEADER.match(line)
+    if header is not None:
+      current = opcodes.setdefault(header.group(1), set())
+    elif line.strip() == "}":
+      current = None
+    elif current is not None and (instruction := parse_instruction(line)) is not None:
+      current.add(instruction.opcode)
+  return opcodes
 
 
 def entry_computation(hlo_text: str) -> list[Instruction]:
@@ -181,19 +204,24 @@ def all_reduces(hlo_text: str) -> list[AllReduce]:
     hlo_text: a compiled HLO module's text.
 
   Returns:
-    One `AllReduce` per ``all-reduce`` / ``all-reduce-start``, in program order.
+    One `AllReduce` per ``all-reduce``, ``all-reduce-start`` or all-reduce
+    wrapped in ``async-start``, in program order.
   """
   instructions = entry_computation(hlo_text)
+  called_opcodes = computation_opcodes(hlo_text)
   position = {instruction.name: index for index, instruction in enumerate(instructions)}
   found = []
   for instruction in instructions:
-    if instruction.opcode not in ALL_REDUCE_OPCODES:
+    wrapped = (instruction.opcode == "async-start"
+               and "all-reduce" in called_opcodes.get(instruction.called or "", set()))
+    if instruction.opcode not in ALL_REDUCE_OPCODES and not wrapped:
       continue
-    asynchronous = instruction.opcode == "all-reduce-start"
+    asynchronous = instruction.opcode == "all-reduce-start" or wrapped
+    done_opcode = "async-done" if wrapped else "all-reduce-done"
     in_flight: tuple[str, ...] = ()
     if asynchronous:
       done = next((other for other in instructions
-                   if other.opcode == "all-reduce-done" and instruction.name in other.operands), None)
+                   if other.opcode == done_opcode and instruction.name in other.operands), None)
       if done is not None:
         between = instructions[position[instruction.name] + 1:position[done.name]]
         in_flight = tuple(other.name for other in between if other.opcode in COMPUTE_OPCODES)

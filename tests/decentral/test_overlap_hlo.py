@@ -127,6 +127,38 @@ def test_walker_reports_compute_scheduled_while_an_all_reduce_is_in_flight():
   assert reduce.compute_while_in_flight == ("backward", "gemm")
 
 
+ASYNC_WRAPPED = """\
+HloModule jit_step, is_scheduled=true
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+%wrapped_all_reduce (q: f32[4]) -> f32[4] {
+  %q = f32[4]{0} parameter(0)
+  ROOT %ar = f32[4]{0} all-reduce(%q), replica_groups={{0,1}}, to_apply=%add
+}
+
+ENTRY %main (queue: f32[4], batch: f32[4]) -> f32[4] {
+  %queue = f32[4]{0} parameter(0)
+  %batch = f32[4]{0} parameter(1)
+  %start = ((f32[4]{0}), f32[4]{0}) async-start(%queue), calls=%wrapped_all_reduce
+  %conv = f32[4]{0} convolution(%batch, %batch), dim_labels=b0f_0io->b0f
+  %done = f32[4]{0} async-done(%start)
+  ROOT %out = f32[4]{0} add(%done, %conv)
+}
+"""
+
+
+def test_walker_recognises_an_all_reduce_wrapped_in_async_start():
+  assert hlo.computation_opcodes(ASYNC_WRAPPED)["wrapped_all_reduce"] == {"parameter", "all-reduce"}
+  [reduce] = hlo.all_reduces(ASYNC_WRAPPED)
+  assert (reduce.name, reduce.asynchronous, reduce.parameters) == ("start", True, frozenset({0}))
+  assert reduce.compute_while_in_flight == ("conv",)
+
+
 def test_walker_parses_tuple_shapes_and_rejects_text_without_entry():
   instruction = hlo.parse_instruction(
       "  %ar = (f32[4,5]{1,0}, f32[5,3]{1,0}) all-reduce(%a.1, %b-2), channel_id=1, to_apply=%region_0.0")
