@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from stalesgd.data.counter_hash import splitmix64
+
 
 def random_crop_and_flip(images: np.ndarray, offsets: np.ndarray, flips: np.ndarray,
                          padding: int) -> np.ndarray:
@@ -36,37 +38,23 @@ def random_crop_and_flip(images: np.ndarray, offsets: np.ndarray, flips: np.ndar
   return crops
 
 
-def _splitmix64(values: np.ndarray) -> np.ndarray:
-  """SplitMix64's output function (Steele, Lea, Flood 2014): a bijective 64-bit mixer."""
-  with np.errstate(over="ignore"):
-    mixed = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    mixed = (mixed ^ (mixed >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    mixed = (mixed ^ (mixed >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return mixed ^ (mixed >> np.uint64(31))
+def draw_crop_and_flip(keys: np.ndarray, batch_size: int, padding: int) -> tuple[np.ndarray, np.ndarray]:
+  """Crop offsets and flips of every sample of every batch, from the batches' keys.
 
-
-def draw_crop_and_flip(seed: int, global_batches: np.ndarray, batch_size: int,
-                       padding: int) -> tuple[np.ndarray, np.ndarray]:
-  """Crop offsets and flips of every sample, a pure function of (seed, batch, position).
-
-  A counter-based draw, vectorised over all batches (a numpy Generator per
-  batch costs more than the crop itself): h = mix(mix(seed) ^ mix(g) ^ mix'(j))
-  for sample j of global batch g, with SplitMix64's mixer; offsets are 16-bit
-  fields of h modulo 2 padding + 1 (uniform up to a 2^-16 bias), the flip is
-  one bit of h.
+  For sample j of a batch with key K (`stalesgd.data.counter_hash.batch_keys`),
+  h = mix(K ^ mix(j + 2^63)); the row and column offsets are 16-bit fields of h
+  modulo 2 padding + 1 (uniform up to a 2^-16 bias) and the flip is one bit.
 
   Args:
-    seed: non-negative int.
-    global_batches: int [S], the batches' global numbers g.
+    keys: uint64 [S], one per batch.
     batch_size: samples per batch (mu).
     padding: crop padding; offsets lie in [0, 2 padding].
 
   Returns:
     (offsets int64 [S * batch_size, 2], flips bool [S * batch_size]), batch-major.
   """
-  batch_keys = _splitmix64(np.asarray(global_batches, np.uint64)) ^ _splitmix64(np.array([seed], np.uint64))
-  sample_keys = _splitmix64(np.arange(batch_size, dtype=np.uint64) | np.uint64(1 << 63))
-  hashes = _splitmix64(batch_keys[:, None] ^ sample_keys[None, :]).reshape(-1)
+  sample_keys = splitmix64(np.arange(batch_size, dtype=np.uint64) | np.uint64(1 << 63))
+  hashes = splitmix64(np.asarray(keys, np.uint64)[:, None] ^ sample_keys[None, :]).reshape(-1)
   choices = np.uint64(2 * padding + 1)
   rows = (hashes & np.uint64(0xFFFF)) % choices
   columns = ((hashes >> np.uint64(16)) & np.uint64(0xFFFF)) % choices

@@ -11,7 +11,8 @@ by a numpy Generator seeded with (seed, 0, e). So the learners together sweep
 the data once per epoch, different learners never share a sample within an
 epoch, and the same (seed, learner, k) always gives the same batch, however the
 emulated cluster interleaves them. Optional augmentation draws each sample's
-crop and flip from a counter-based hash of (seed, g, position in the batch).
+crop and flip, and optional dropout seeds come, from counter-based hashes of
+(seed, g) (`stalesgd.data.counter_hash`).
 
 Fast on the host: a call is one fancy-indexing gather plus a vectorised
 normalisation; the permutations of the few most recent epochs are cached.
@@ -24,6 +25,7 @@ import collections
 import numpy as np
 
 from stalesgd.data.augmentation import draw_crop_and_flip, random_crop_and_flip
+from stalesgd.data.counter_hash import AUGMENTATION_STREAM, DROPOUT_STREAM, batch_keys
 from stalesgd.data.dataset import Dataset
 
 _PERMUTATION_STREAM = 0
@@ -48,7 +50,8 @@ class LearnerBatches:
   """
 
   def __init__(self, dataset: Dataset, *, batch_per_learner: int, learners: int, seed: int,
-               augment: bool = False, crop_padding: int = 4, cached_epochs: int = 4):
+               augment: bool = False, crop_padding: int = 4, dropout_seeds: bool = False,
+               cached_epochs: int = 4):
     """Args:
       dataset: the data set; its training split is batched.
       batch_per_learner: mu, samples per mini-batch.
@@ -56,6 +59,8 @@ class LearnerBatches:
       seed: non-negative int; with (learner, k) it determines every batch.
       augment: random crop (zero padding ``crop_padding``) and horizontal flip.
       crop_padding: padding of the random crop, in pixels.
+      dropout_seeds: add ``"dropout_seed"`` (uint32 [S]) to every batch, for
+        models whose `ModelSpec.uses_dropout`.
       cached_epochs: how many epoch permutations to keep.
     """
     self.batch_per_learner = _positive_int(batch_per_learner, "batch_per_learner")
@@ -69,6 +74,7 @@ class LearnerBatches:
       raise ValueError(f"dataset {dataset.name!r} has an empty training split")
     self.dataset, self.seed = dataset, int(seed)
     self.augment, self.crop_padding = bool(augment), int(crop_padding)
+    self.dropout_seeds = bool(dropout_seeds)
     self._permutations: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
 
   @property
@@ -110,8 +116,10 @@ class LearnerBatches:
 
   def sample_indices(self, learner: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Training-split indices of each batch's samples, int64 [S, mu]."""
-    positions = (self.global_batch(learner, k)[:, None] * self.batch_per_learner
-                 + np.arange(self.batch_per_learner))
+    return self._indices_of_global_batches(self.global_batch(learner, k))
+
+  def _indices_of_global_batches(self, global_batches: np.ndarray) -> np.ndarray:
+    positions = global_batches[:, None] * self.batch_per_learner + np.arange(self.batch_per_learner)
     epochs, within = np.divmod(positions, self.dataset.num_train)
     indices = np.empty_like(positions)
     for epoch in np.unique(epochs):
@@ -127,17 +135,20 @@ class LearnerBatches:
       k: int [S], per-learner batch counters (0-based).
 
     Returns:
-      ``{"image": float32 [S, mu, H, W, C], "label": int32 [S, mu]}``, normalised.
+      ``{"image": float32 [S, mu, H, W, C], "label": int32 [S, mu]}``, normalised,
+      plus ``"dropout_seed"`` uint32 [S] when ``dropout_seeds``.
     """
-    indices = self.sample_indices(learner, k)
+    global_batches = self.global_batch(learner, k)
+    indices = self._indices_of_global_batches(global_batches)
     images, labels = self.dataset.train.read(indices.reshape(-1))
     if self.augment:
-      images = self._augment(images, self.global_batch(learner, k))
+      offsets, flips = draw_crop_and_flip(batch_keys(self.seed, AUGMENTATION_STREAM, global_batches),
+                                          self.batch_per_learner, self.crop_padding)
+      images = random_crop_and_flip(images, offsets, flips, self.crop_padding)
     shape = indices.shape
-    return {"image": self.dataset.preprocess(images).reshape(*shape, *images.shape[1:]),
-            "label": labels.reshape(shape)}
-
-  def _augment(self, images: np.ndarray, global_batches: np.ndarray) -> np.ndarray:
-    offsets, flips = draw_crop_and_flip(self.seed, global_batches, self.batch_per_learner,
-                                        self.crop_padding)
-    return random_crop_and_flip(images, offsets, flips, self.crop_padding)
+    batch = {"image": self.dataset.preprocess(images).reshape(*shape, *images.shape[1:]),
+             "label": labels.reshape(shape)}
+    if self.dropout_seeds:
+      keys = batch_keys(self.seed, DROPOUT_STREAM, global_batches)
+      batch["dropout_seed"] = (keys >> np.uint64(32)).astype(np.uint32)
+    return batch

@@ -21,9 +21,11 @@ weights (std 0.01; 0.005 for fc6 and fc7), biases 0.1 for conv2, conv4, conv5,
 fc6 and fc7 and 0 otherwise, lr_mult 1 / 2 and decay_mult 1 / 0 for weights /
 biases.
 
-Departure: Krizhevsky's dropout (p = 0.5 after fc6 and fc7) is omitted, because
-the loss of a `ModelSpec` is a deterministic function of (params, batch): the
-emulator recomputes gradients at stale weights and must get the same numbers.
+Dropout (Krizhevsky: p = 0.5 after fc6 and fc7) is off by default
+(``dropout_rate=0``): with it on, the training loss needs the batch's
+``"dropout_seed"`` so that the emulator, which recomputes gradients at stale
+weights, gets the same mask for the same (seed, learner, k); see
+`stalesgd.models.spec`. Evaluation never drops.
 """
 
 from __future__ import annotations
@@ -41,15 +43,17 @@ POSITIVE_BIAS = 0.1  # bvlc_alexnet's bias_filler value for conv2, conv4, conv5,
 
 
 class AlexNet(nn.Module):
-  """Caffe's ``bvlc_alexnet`` without dropout; see the module docstring.
+  """Caffe's ``bvlc_alexnet``; see the module docstring.
 
   Attributes:
     num_classes: outputs of fc8.
     groups: 2 for the two-tower original, 1 for a single tower.
+    dropout_rate: dropout after fc6 and fc7 in training (0: none).
   """
 
   num_classes: int = 1000
   groups: int = 2
+  dropout_rate: float = 0.0
 
   def _conv(self, features: int, kernel: int, name: str, *, stride: int = 1, pad: int = 0,
             grouped: bool = False, bias: float = 0.0) -> nn.Conv:
@@ -63,7 +67,6 @@ class AlexNet(nn.Module):
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
-    del train  # No BN; dropout omitted (see the module docstring).
     x = nn.relu(self._conv(96, 11, "conv1", stride=4)(images))
     x = caffe_max_pool(self._lrn(x), 3, 2)
     x = nn.relu(self._conv(256, 5, "conv2", pad=2, grouped=True, bias=POSITIVE_BIAS)(x))
@@ -75,6 +78,8 @@ class AlexNet(nn.Module):
     for name in ("fc6", "fc7"):
       x = nn.relu(nn.Dense(4096, kernel_init=nn.initializers.normal(0.005),
                            bias_init=nn.initializers.constant(POSITIVE_BIAS), name=name)(x))
+      if self.dropout_rate:
+        x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
     return nn.Dense(self.num_classes, kernel_init=nn.initializers.normal(0.01), name="fc8")(x)
 
 
@@ -83,19 +88,24 @@ def alexnet_weight_decay_multiplier(path: tuple[str, ...]) -> float:
   return 0.0 if path[-1] == "bias" else 1.0
 
 
-def alexnet(*, num_classes: int = 1000, groups: int = 2) -> ModelSpec:
-  """Krizhevsky et al.'s AlexNet in Caffe's form, without dropout (227x227x3 inputs).
+def alexnet(*, num_classes: int = 1000, groups: int = 2, dropout_rate: float = 0.0) -> ModelSpec:
+  """Krizhevsky et al.'s AlexNet in Caffe's form (227x227x3 inputs).
 
   Args:
     num_classes: number of classes.
     groups: 2 (two towers, as published) or 1 (single tower).
+    dropout_rate: dropout after fc6 and fc7 (the paper: 0.5); > 0 makes the
+      training loss read ``batch["dropout_seed"]``.
 
   Returns:
     The `ModelSpec`, with Caffe's per-layer multipliers.
   """
   if groups not in (1, 2):
     raise ValueError(f"groups must be 1 or 2; got {groups!r}")
-  return ModelSpec(name="alexnet", module=AlexNet(num_classes=num_classes, groups=groups),
-                   num_classes=num_classes, default_image_shape=(227, 227, 3),
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f"dropout_rate must lie in [0, 1); got {dropout_rate!r}")
+  module = AlexNet(num_classes=num_classes, groups=groups, dropout_rate=dropout_rate)
+  return ModelSpec(name="alexnet", module=module, num_classes=num_classes,
+                   default_image_shape=(227, 227, 3),
                    learning_rate_rule=caffe_learning_rate_multiplier,
-                   weight_decay_rule=alexnet_weight_decay_multiplier)
+                   weight_decay_rule=alexnet_weight_decay_multiplier, uses_dropout=dropout_rate > 0)

@@ -7,7 +7,11 @@ bundles those functions around a flax module whose call signature is
 ``module(images, *, train: bool) -> logits``.
 
 Batch normalisation (see `stalesgd.models.batch_norm`) uses batch statistics in
-the training forward, so ``loss_fn`` needs only the parameters; evaluation uses
+the training forward, so ``loss_fn`` needs only the parameters and the batch.
+Dropout, where a model uses it, draws its mask from the batch's
+``"dropout_seed"`` (`stalesgd.data.LearnerBatches` with ``dropout_seeds=True``
+derives it from (seed, learner, k)), so a gradient recomputed at the same
+weights on the same batch is the same number. Evaluation uses
 population statistics recomputed at the evaluated weights by
 `ModelSpec.batch_stats_for_eval` ("precise BN", Wu & Johnson,
 arXiv 2105.07576). For models without batch normalisation those statistics are
@@ -64,6 +68,7 @@ class ModelSpec:
     default_image_shape: (height, width, channels) the model was designed for.
     learning_rate_rule: per-parameter learning-rate multiplier by path.
     weight_decay_rule: per-parameter weight-decay multiplier by path.
+    uses_dropout: whether the training forward needs ``batch["dropout_seed"]``.
   """
 
   name: str
@@ -72,6 +77,7 @@ class ModelSpec:
   default_image_shape: tuple[int, int, int]
   learning_rate_rule: MultiplierRule = unit_multiplier
   weight_decay_rule: MultiplierRule = unit_multiplier
+  uses_dropout: bool = False
 
   def init(self, rng: jax.Array, image_shape: tuple[int, int, int] | None = None) -> Variables:
     """Initial variables: ``{"params": ...}`` plus ``"batch_stats"`` for BN models.
@@ -119,12 +125,20 @@ class ModelSpec:
 
     Args:
       params: the ``"params"`` collection.
-      batch: ``{"image": float32 [B, H, W, C], "label": int32 [B]}``.
+      batch: ``{"image": float32 [B, H, W, C], "label": int32 [B]}``, plus
+        ``"dropout_seed"`` (uint32 scalar) when `uses_dropout`.
 
     Returns:
       (loss, logits [B, num_classes]).
     """
-    logits = self.module.apply({"params": params}, batch["image"], train=True)
+    rngs = {}
+    if self.uses_dropout:
+      if "dropout_seed" not in batch:
+        raise ValueError(f"model {self.name!r} uses dropout: its batches need a 'dropout_seed' "
+                         "(LearnerBatches(..., dropout_seeds=True)); got keys "
+                         f"{sorted(batch)}")
+      rngs["dropout"] = jax.random.key(batch["dropout_seed"])
+    logits = self.module.apply({"params": params}, batch["image"], train=True, rngs=rngs)
     loss = optax.losses.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
     return loss, logits
 

@@ -7,6 +7,7 @@ import pytest
 
 from stalesgd.data import ArraySource, Dataset, LearnerBatches, fit_normalization
 from stalesgd.data.augmentation import draw_crop_and_flip, random_crop_and_flip
+from stalesgd.data.counter_hash import AUGMENTATION_STREAM, DROPOUT_STREAM, batch_keys
 
 
 def _dataset(num_train=24, image_shape=(4, 4, 3), seed=0):
@@ -108,8 +109,9 @@ def test_bad_learner_or_k(learner, k, match):
 
 def test_augmentation_draws_are_pure_and_cover_every_offset():
   global_batches = np.arange(200)
-  offsets, flips = draw_crop_and_flip(3, global_batches, 16, padding=4)
-  again_offsets, again_flips = draw_crop_and_flip(3, global_batches[::-1], 16, padding=4)
+  keys = batch_keys(3, AUGMENTATION_STREAM, global_batches)
+  offsets, flips = draw_crop_and_flip(keys, 16, padding=4)
+  again_offsets, again_flips = draw_crop_and_flip(keys[::-1], 16, padding=4)
   np.testing.assert_array_equal(offsets.reshape(200, 16, 2)[::-1], again_offsets.reshape(200, 16, 2))
   np.testing.assert_array_equal(flips.reshape(200, 16)[::-1], again_flips.reshape(200, 16))
   assert offsets.shape == (3200, 2) and flips.shape == (3200,)
@@ -117,5 +119,23 @@ def test_augmentation_draws_are_pure_and_cover_every_offset():
     counts = np.bincount(offsets[:, axis], minlength=9)
     assert counts.size == 9 and counts.min() > 3200 / 9 * 0.8, counts
   assert 0.45 < flips.mean() < 0.55
-  other_seed, _ = draw_crop_and_flip(4, global_batches, 16, padding=4)
+  other_seed, _ = draw_crop_and_flip(batch_keys(4, AUGMENTATION_STREAM, global_batches), 16, padding=4)
   assert not np.array_equal(other_seed, offsets)
+
+
+def test_batch_keys_differ_by_seed_stream_and_batch():
+  keys = {name: batch_keys(*args, np.arange(1000)) for name, args in
+          {"base": (0, AUGMENTATION_STREAM), "seed": (1, AUGMENTATION_STREAM), "stream": (0, DROPOUT_STREAM)}.items()}
+  assert all(np.unique(value).size == 1000 for value in keys.values())
+  assert np.intersect1d(keys["base"], keys["seed"]).size == 0
+  assert np.intersect1d(keys["base"], keys["stream"]).size == 0
+  np.testing.assert_array_equal(keys["base"][[5, 7]], batch_keys(0, AUGMENTATION_STREAM, np.array([5, 7])))
+
+
+def test_dropout_seeds_are_pure_per_learner_batch():
+  batches = LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0, dropout_seeds=True)
+  first = batches(np.array([0, 1, 2]), np.array([4, 4, 4]))["dropout_seed"]
+  assert first.dtype == np.uint32 and first.shape == (3,) and np.unique(first).size == 3
+  np.testing.assert_array_equal(batches(np.array([2, 0]), np.array([4, 4]))["dropout_seed"], first[[2, 0]])
+  assert "dropout_seed" not in LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0)(
+      np.array([0]), np.array([0]))
