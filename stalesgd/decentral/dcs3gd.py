@@ -194,7 +194,14 @@ class DCS3GD:
       worker): ``loss``, ``aux`` (the loss function's), ``correction_ratio``
       (||g~ - g|| / ||g||, 0 without correction) and ``displacement_norm``
       (||D||, how far the consensus moved the local weights).
+
+    Raises:
+      ValueError: a batch leaf's leading axis is not the number of workers.
     """
+    for path, leaf in jax.tree_util.tree_flatten_with_path(batch)[0]:
+      if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != self.num_workers:
+        raise ValueError(f"batch{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; its leading axis "
+                         f"must be the number of workers, {self.num_workers} ([workers, mu, ...])")
     return self._step(state, batch)
 
   def lower(self, state: DCS3GDState, batch: Any) -> jax.stages.Lowered:

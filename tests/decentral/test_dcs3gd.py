@@ -263,3 +263,12 @@ def test_step_compiles_once_and_metrics_are_per_worker(devices):
 def test_rejects_a_mesh_without_the_workers_axis(devices):
   with pytest.raises(ValueError, match="config.axis_name='workers'"):
     DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), jax.make_mesh((8,), ("data",)))
+
+
+def test_rejects_a_batch_without_a_leading_workers_axis(devices):
+  mesh = distributed.worker_mesh()
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
+  state = trainer.init(initial_params())
+  batch = make_batches(len(devices), steps=1)[0][0]  # one worker's [mu, ...] batch
+  with pytest.raises(ValueError, match=r"batch\['inputs'\] has shape \(4, 3\); its leading axis must be"):
+    trainer.step(state, batch)
