@@ -79,7 +79,9 @@ def machine_description() -> dict:
   return {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
           "num_devices": len(devices), "num_processes": jax.process_count(), "host_cpus": os.cpu_count(),
           "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
-          "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", "")}
+          "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""),
+          # Other jobs on a shared host inflate absolute times; the paired ratios are robust to it.
+          "load_average_1_5_15_min": list(os.getloadavg())}
 
 
 def compute_only_step(loss_fn, optimizer, mesh):
