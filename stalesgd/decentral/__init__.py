@@ -5,6 +5,8 @@ synchronous SPMD programs: they run for real on many devices and hosts, one
 worker per device along a ``workers`` mesh axis.
 """
 
+from __future__ import annotations
+
 from stalesgd.decentral.config import DCS3GDConfig
 from stalesgd.decentral.config import LAMBDA_MODES
 from stalesgd.decentral.config import PROTOCOLS
