@@ -10,7 +10,7 @@ produced (architecture.md §3):
    parallel, each at its own past weights read from the ring buffer
    (`stalesgd.engine.ring_buffer`), with its learner's own mini-batch; the
    slots are spread over the mesh's learner axis with `jax.shard_map`;
-3. the same step applies the wave's updates in order with a `lax.scan` over
+3. the same step applies the wave's updates in order with a loop over
    the precomputed gradients (cheap element-wise work): for update u it calls
    the server optimizer on the stack of its c contributions,
    ``optimizer.update(grads[c, ...], opt_state, w_u, staleness=sigma[c],
@@ -32,7 +32,6 @@ own devices.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
@@ -42,6 +41,8 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from stalesgd import sharding as sharding_lib
+from stalesgd.dispatch import DispatchLimiter
 from stalesgd.engine import ring_buffer
 from stalesgd.engine.waves import Wave, WavePlan, plan_waves
 from stalesgd.schedule.schedule import Schedule
@@ -158,6 +159,34 @@ class Engine:
     self._replicated = NamedSharding(self.mesh, P())
     self._split = NamedSharding(self.mesh, P(axis_name))
     self._wave_step = jax.jit(self._wave_step_impl, donate_argnums=0)
+    self._dispatch = DispatchLimiter()
+
+  # ---------------------------------------------------------------- sharding
+  def _parameter_sharding(self, shape: tuple[int, ...], leading: int = 0) -> NamedSharding:
+    """How a server-state leaf is laid out: split over the learner axis along
+    its largest parameter dimension divisible by the number of devices
+    (replicated if none is), after ``leading`` unsplit axes (ring depth,
+    contribution stack).
+
+    The server state is updated once per applied gradient; sharding it over
+    parameters (as ZeRO/FSDP do) makes each device apply 1/N of every update
+    and hold 1/N of the ring buffer, instead of N redundant copies.
+    """
+    spec = [None] * len(shape)
+    candidates = [(size, axis) for axis, size in enumerate(shape) if axis >= leading
+                  and size >= self.num_devices and size % self.num_devices == 0]
+    if candidates and self.num_devices > 1:
+      spec[max(candidates)[1]] = self.axis_name
+    return NamedSharding(self.mesh, P(*spec))
+
+  def state_shardings(self, state: EngineState) -> EngineState:
+    """The sharding of every leaf of an engine state (or of its abstract shapes)."""
+    by_shape = lambda leading: (lambda leaf: self._parameter_sharding(np.shape(leaf), leading))
+    return EngineState(
+        params=jax.tree_util.tree_map(by_shape(0), state.params),
+        opt_state=jax.tree_util.tree_map(by_shape(0), state.opt_state),
+        ring=jax.tree_util.tree_map(by_shape(1), state.ring),
+        step=self._replicated)
 
   # ---------------------------------------------------------------- planning
   def plan(self, schedule: Schedule, **options) -> WavePlan:
@@ -179,17 +208,15 @@ class Engine:
     self._check_history(depth, plan.schedule.max_staleness, "the schedule")
     self._check_optimizer(params, plan.contributions_per_update)
     params = self._replicate(params)
-    state = jax.jit(
-        lambda p: EngineState(p, self.optimizer.init(p), ring_buffer.ring_init(p, depth), jnp.int32(0)),
-        out_shardings=self._replicated)(params)
-    return state
+    build = lambda p: EngineState(p, self.optimizer.init(p), ring_buffer.ring_init(p, depth), jnp.int32(0))
+    shardings = self.state_shardings(jax.eval_shape(build, params))
+    return jax.jit(build, out_shardings=shardings)(params)
 
   def _replicate(self, tree: PyTree) -> PyTree:
     def put(leaf):
       if isinstance(leaf, jax.Array) and leaf.sharding == self._replicated:
         return leaf
-      host = np.asarray(leaf)
-      return jax.make_array_from_callback(host.shape, self._replicated, lambda index: host[index])
+      return sharding_lib.global_array(jax.device_get(leaf), self._replicated)
     return jax.tree_util.tree_map(put, tree)
 
   @staticmethod
@@ -225,64 +252,70 @@ class Engine:
 
   # -------------------------------------------------------------------- step
   def _gradients(self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, batch: PyTree):
-    """Loss and gradient of every slot at its own weights, spread over devices."""
+    """Loss and gradient of every slot at its own weights, spread over devices.
+
+    The slots' weights are gathered from the (parameter-sharded) ring and
+    redistributed so that each device holds the full weights of its own slots.
+    """
     value_and_grad = jax.value_and_grad(self.loss_fn, has_aux=self.has_aux)
-    has_aux, strategy = self.has_aux, self.gradient_strategy
+    has_aux, strategy, axis = self.has_aux, self.gradient_strategy, self.axis_name
 
     def one(weights, slot_batch):
       value, grads = value_and_grad(weights, slot_batch)
       return (value[0] if has_aux else value), grads
 
-    def per_device(ring_weights, timestamps, local_batch):
-      weights = ring_buffer.ring_read(ring_buffer.RingBuffer(ring_weights), timestamps)
+    def per_device(weights, local_batch):
       if strategy == "vmap":
         return jax.vmap(one)(weights, local_batch)
+      slots = jax.tree_util.tree_leaves(weights)[0].shape[0]
       results = [
           one(jax.tree_util.tree_map(lambda leaf: leaf[i], weights),
               jax.tree_util.tree_map(lambda leaf: leaf[i], local_batch))
-          for i in range(timestamps.shape[0])]
+          for i in range(slots)]
       return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *results)
 
-    axis = self.axis_name
-    return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(), P(axis), P(axis)),
-                         out_specs=(P(axis), P(axis)))(ring.weights, slot_timestamp, batch)
+    weights = jax.lax.with_sharding_constraint(ring_buffer.ring_read(ring, slot_timestamp), self._split)
+    return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(axis), P(axis)),
+                         out_specs=(P(axis), P(axis)))(weights, batch)
 
   def _wave_step_impl(self, state: EngineState, row_valid, timestamp, staleness, learner,
                       slot_timestamp, batch):
     rows, contributions = timestamp.shape
     losses, grads = self._gradients(state.ring, slot_timestamp, batch)
-    replicate = functools.partial(jax.lax.with_sharding_constraint, shardings=self._replicated)
 
     def by_row(leaf):
-      leaf = replicate(leaf)[:rows * contributions]
-      return leaf.reshape((rows, contributions) + leaf.shape[1:])
+      # From "each device holds some slots" to "each device holds a slice of
+      # every slot's parameters" (an all-to-all), like the server state.
+      leaf = jax.lax.with_sharding_constraint(leaf, self._parameter_sharding(leaf.shape, leading=1))
+      leaf = leaf[:rows * contributions].reshape((rows, contributions) + leaf.shape[1:])
+      return jax.lax.with_sharding_constraint(leaf, self._parameter_sharding(leaf.shape, leading=2))
 
     grads = jax.tree_util.tree_map(by_row, grads)
-    losses = by_row(losses)
+    losses = jax.lax.with_sharding_constraint(losses, self._replicated)[:rows * contributions]
+    losses = losses.reshape(rows, contributions)
 
-    def apply_update(carry, row):
-      params, opt_state, ring, step = carry
-      row_grads, valid, row_timestamp, row_staleness, row_learner = row
+    def apply_update(row, carry):
+      # Only the wave's real updates run (a dynamic trip count), so padding rows
+      # cost nothing and no conditional has to carry the ring buffer.
+      params, opt_state, ring, step, applied = carry
+      row_grads = jax.tree_util.tree_map(lambda leaf: leaf[row], grads)
+      stale_params = ring_buffer.ring_read(ring, timestamp[row])
+      updates, opt_state = self.optimizer.update(
+          row_grads, opt_state, params, staleness=staleness[row], stale_params=stale_params,
+          learner=learner[row])
+      params = optax.apply_updates(params, updates)
+      step = step + 1
+      ring = ring_buffer.ring_write(ring, step, params)
+      new = self._constrain(EngineState(params, opt_state, ring, step))
+      return (*new, applied.at[row].set(_applied_scale(opt_state)))
 
-      def apply(operands):
-        params, opt_state, ring, step = operands
-        stale_params = ring_buffer.ring_read(ring, row_timestamp)
-        updates, opt_state = self.optimizer.update(
-            row_grads, opt_state, params, staleness=row_staleness, stale_params=stale_params,
-            learner=row_learner)
-        params = optax.apply_updates(params, updates)
-        step = step + 1
-        return (params, opt_state, ring_buffer.ring_write(ring, step, params), step), _applied_scale(opt_state)
+    carry = (state.params, state.opt_state, state.ring, state.step, jnp.ones((rows,), jnp.float32))
+    num_updates = jnp.sum(row_valid.astype(jnp.int32))
+    params, opt_state, ring, step, applied = jax.lax.fori_loop(0, num_updates, apply_update, carry)
+    return self._constrain(EngineState(params, opt_state, ring, step)), WaveMetrics(losses, applied)
 
-      def skip(operands):
-        return operands, jnp.float32(1.0)
-
-      return jax.lax.cond(valid, apply, skip, (params, opt_state, ring, step))
-
-    carry = (state.params, state.opt_state, state.ring, state.step)
-    (params, opt_state, ring, step), applied = jax.lax.scan(
-        apply_update, carry, (grads, row_valid, timestamp, staleness, learner))
-    return EngineState(params, opt_state, ring, step), WaveMetrics(losses, applied)
+  def _constrain(self, state: EngineState) -> EngineState:
+    return jax.lax.with_sharding_constraint(state, self.state_shardings(state))
 
   def make_batch(self, batch_fn: BatchFn, wave: Wave) -> PyTree:
     """The wave's mini-batches as global arrays split over the learner axis.
@@ -290,25 +323,14 @@ class Engine:
     Each process calls ``batch_fn`` once, for the slots of its own devices.
     """
     slots = wave.slot_timestamp.shape[0]
-    index_map = self._split.addressable_devices_indices_map((slots,))
-    starts = [index[0].start or 0 for index in index_map.values()]
-    stops = [slots if index[0].stop is None else index[0].stop for index in index_map.values()]
-    low, high = min(starts), max(stops)
+    low, high = sharding_lib.local_row_range(self._split, slots)
     local = batch_fn(wave.slot_learner[low:high], wave.slot_batch_index[low:high])
 
     def to_global(leaf):
-      leaf = np.asarray(leaf)
-      if leaf.shape[0] != high - low:
-        raise ValueError(f"batch_fn returned a leaf with leading axis {leaf.shape[0]}, expected {high - low} "
+      if np.shape(leaf)[0] != high - low:
+        raise ValueError(f"batch_fn returned a leaf with leading axis {np.shape(leaf)[0]}, expected {high - low} "
                          "(one entry per requested (learner, batch_index) pair)")
-
-      def local_part(index):
-        first = index[0]
-        start = (first.start or 0) - low
-        stop = (slots if first.stop is None else first.stop) - low
-        return leaf[(slice(start, stop),) + tuple(index[1:])]
-
-      return jax.make_array_from_callback((slots,) + leaf.shape[1:], self._split, local_part)
+      return sharding_lib.from_local_rows(leaf, low, slots, self._split)
 
     return jax.tree_util.tree_map(to_global, local)
 
@@ -319,11 +341,12 @@ class Engine:
     self._check_history(ring_buffer.ring_depth(state.ring), int(wave.staleness.max(initial=0)),
                         f"wave {wave_index}")
     batch = self.make_batch(batch_fn, wave)
-    wave_inputs = [jax.make_array_from_callback(a.shape, self._replicated, lambda index, a=a: a[index])
-                   for a in (wave.row_valid, wave.timestamp, wave.staleness, wave.learner)]
-    slot_timestamp = jax.make_array_from_callback(
-        wave.slot_timestamp.shape, self._split, lambda index: wave.slot_timestamp[index])
-    return self._wave_step(state, *wave_inputs, slot_timestamp, batch)
+    wave_inputs = [sharding_lib.global_array(host, self._replicated)
+                   for host in (wave.row_valid, wave.timestamp, wave.staleness, wave.learner)]
+    slot_timestamp = sharding_lib.global_array(wave.slot_timestamp, self._split)
+    state, metrics = self._wave_step(state, *wave_inputs, slot_timestamp, batch)
+    self._dispatch.dispatched(metrics.applied_scale)
+    return state, metrics
 
   def iterate(self, state: EngineState, plan: WavePlan, batch_fn: BatchFn, *, start_wave: int = 0,
               stop_wave: int | None = None) -> Iterator[tuple[int, EngineState, WaveMetrics]]:
