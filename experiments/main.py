@@ -1,0 +1,60 @@
+r"""Runs one training job: ``python -m experiments.main --config=CONFIG[:ARG] --workdir=DIR``.
+
+The only entry point that defines the run's flags (flax-examples style):
+
+* ``--config``: an ``experiments/configs/*.py`` file whose ``get_config(arg)``
+  returns the run's `ml_collections.ConfigDict`; any field can be overridden on
+  the command line, e.g. ``--config.learners=30 --config.protocol=async``;
+* ``--workdir``: metrics, checkpoints, plots and the summary; a job restarted
+  with the same workdir resumes from its latest checkpoint;
+* the multi-host flags ``--coordinator_address``, ``--num_processes``,
+  ``--process_id``, ``--initialization_timeout``; without them the cluster is
+  detected from SLURM / Kubernetes / MPI environment variables, and a single
+  host needs none (see launch/README.md).
+
+Example::
+
+  python -m experiments.main --config=experiments/configs/rudra_cifar10.py:quick \
+      --config.protocol=softsync --config.n=4 --workdir=runs/rudra_quick
+"""
+
+from __future__ import annotations
+
+import os
+
+# Host CPU runs emulate learners on 8 forced host devices unless told otherwise
+# (ignored by GPU/TPU backends). Must be set before JAX starts.
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from stalesgd import distributed
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to an experiments/configs file.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, checkpoints, plots and the summary.")
+_COORDINATOR_ADDRESS = flags.DEFINE_string("coordinator_address", None,
+                                           "host:port of process 0 in a multi-process run.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Index of this process, in [0, num_processes).")
+_INITIALIZATION_TIMEOUT = flags.DEFINE_integer(
+    "initialization_timeout", 600, "Seconds to wait for every process to join before failing.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  distributed.initialize(coordinator_address=_COORDINATOR_ADDRESS.value, num_processes=_NUM_PROCESSES.value,
+                         process_id=_PROCESS_ID.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value)
+  from stalesgd import train  # after jax.distributed is initialized: importing it touches no devices,
+  # but keeping all JAX work after initialize() is JAX's rule.
+  summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  logging.info("summary: %s", summary)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,276 @@
+"""`train_and_evaluate(config, workdir)`: the one training loop, for every protocol.
+
+Reads top to bottom (big_vision style): config checks -> mesh -> input ->
+model and optimizer -> schedule (the simulated cluster) -> runner (the exact
+emulator for parameter-server protocols, real collectives for decentralized
+ones) -> checkpoint restore -> loop with "is it time?" checks for logs,
+evaluations and checkpoints -> final evaluation, plots and summary.
+
+Everything in ``workdir`` (written by process 0 only):
+
+* ``metrics.jsonl`` and TensorBoard event files: ``train_loss``,
+  ``staleness_mean``/``staleness_max``, ``lr_scale``, ``epoch``, ``sim_time``
+  (simulated seconds), ``wall_time``, ``images_per_s``, and at evaluations
+  ``test_accuracy``, ``test_error`` (percent), ``test_loss``, ``train_accuracy``;
+* ``checkpoints/``: everything needed to resume exactly (weights, ring buffer
+  or in-flight updates, optimizer state, position); a restarted run resumes
+  from the latest and ends with the same weights as an uninterrupted one;
+* ``schedule.npz``: the simulated schedule (`stalesgd.schedule.Schedule.load`);
+* ``curves.png``, ``staleness.png`` and ``summary.json`` at the end.
+
+SIGTERM saves a checkpoint and returns (the process exits 0). A non-finite
+loss stops the run with `FloatingPointError` naming the update; checkpoints are
+only written after the losses up to them were checked, so the last one is good.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import pathlib
+import time
+from typing import Any
+
+from absl import logging
+import jax
+import ml_collections
+import numpy as np
+
+from stalesgd import data as data_lib
+from stalesgd import engine as engine_lib
+from stalesgd import models
+from stalesgd import plots
+from stalesgd import schedule as schedule_lib
+from stalesgd.checkpoint import Checkpointer, PreemptionGuard
+from stalesgd.config import (contributions_per_update, protocol_options, timing_model, updates_per_epoch,
+                             validate_config)
+from stalesgd.evaluation import Evaluator
+from stalesgd.metrics import MetricWriter, read_jsonl
+from stalesgd.optimizer import build_optimizer
+from stalesgd.progress import ProgressReporter
+from stalesgd.runners import BlockMetrics, make_runner
+
+
+class PendingMetrics:
+  """Per-block device metrics not yet read back, turned into one record on `flush`.
+
+  Reading device arrays waits for the computation, so blocks are only read at
+  log, evaluation and checkpoint points; in between the host runs ahead.
+  """
+
+  def __init__(self, schedule: schedule_lib.Schedule, examples_per_update: int, per_epoch: float):
+    self.schedule, self.examples_per_update, self.per_epoch = schedule, examples_per_update, per_epoch
+    self._blocks: list[tuple[int, int, BlockMetrics]] = []
+    self._since_update: int | None = None
+    self._since_wall: float | None = None
+
+  def add(self, first: int, stop: int, metrics: BlockMetrics) -> None:
+    self._blocks.append((first, stop, metrics))
+
+  def start(self, update: int, wall_time: float) -> None:
+    self._since_update, self._since_wall = update, wall_time
+
+  def flush(self, wall_time: float) -> dict[str, float]:
+    """The record of the updates since the last flush; raises on a non-finite loss."""
+    if not self._blocks:
+      return {}
+    losses, scales = [], []
+    for first, stop, metrics in self._blocks:
+      count = stop - first
+      loss = np.asarray(jax.device_get(metrics.loss))[:count].mean(axis=1)
+      bad = np.flatnonzero(~np.isfinite(loss))
+      if bad.size:
+        raise FloatingPointError(
+            f"the training loss became {loss[bad[0]]} at update {first + bad[0]} (epoch "
+            f"{(first + bad[0]) / self.per_epoch:.3f}); stopping. Lower config.learning_rate or add a "
+            "staleness rule; the last checkpoint in the workdir holds the last good weights")
+      losses.append(loss)
+      scales.append(np.asarray(jax.device_get(metrics.lr_scale))[:count])
+    first, stop = self._blocks[0][0], self._blocks[-1][1]
+    self._blocks.clear()
+    staleness = self.schedule.staleness[first:stop]
+    elapsed = max(wall_time - self._since_wall, 1e-9)
+    record = {
+        "train_loss": float(np.concatenate(losses).mean()),
+        "lr_scale": float(np.concatenate(scales).mean()),
+        "staleness_mean": float(staleness.mean()),
+        "staleness_max": int(staleness.max()),
+        "epoch": stop / self.per_epoch,
+        "sim_time": float(self.schedule.update_time[stop - 1]),
+        "wall_time": wall_time,
+        "images_per_s": (stop - self._since_update) * self.examples_per_update / elapsed,
+    }
+    self.start(stop, wall_time)
+    return record
+
+
+def params_digest(params: Any) -> str:
+  """sha256 of the weights' bytes in tree order: equal digests mean identical weights."""
+  digest = hashlib.sha256()
+  for leaf in jax.tree_util.tree_leaves(jax.device_get(params)):
+    digest.update(np.ascontiguousarray(leaf).tobytes())
+  return digest.hexdigest()
+
+
+def _next_point(value: int, interval: float) -> float:
+  """The first point of the grid {k * interval, k = 1, 2, ...} strictly after ``value``."""
+  return (math.floor(value / interval + 1e-9) + 1) * interval
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Trains and evaluates one run; returns its summary (also written to ``summary.json``).
+
+  Args:
+    config: the run's config (`stalesgd.config.default_config` and the files in
+      ``experiments/configs/``).
+    workdir: where metrics, checkpoints, plots and the summary go; a run
+      restarted with the same workdir resumes from its latest checkpoint.
+
+  Returns:
+    The summary: final test accuracy and error, simulated and wall-clock time,
+    images/s, staleness statistics, the weights' digest, and ``preempted``.
+  """
+  # ----------------------------------------------------------------- checks and mesh
+  mesh = engine_lib.learner_mesh()
+  validate_config(config, num_devices=mesh.size)
+  workdir = pathlib.Path(workdir)
+  primary = jax.process_index() == 0
+  if primary:
+    workdir.mkdir(parents=True, exist_ok=True)
+
+  # ----------------------------------------------------------------- input
+  dataset = data_lib.load_dataset(config.dataset, source=config.data_source, data_dir=config.data_dir,
+                                  normalization=config.normalization, image_size=config.image_size)
+
+  # ----------------------------------------------------------------- model and optimizer
+  model = models.get_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+  batches = data_lib.LearnerBatches(dataset, batch_per_learner=config.batch_per_learner, learners=config.learners,
+                                    seed=config.seed, augment=config.augment, dropout_seeds=model.uses_dropout)
+  params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
+  per_epoch = updates_per_epoch(config, dataset.num_train)
+  total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
+  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
+
+  # ----------------------------------------------------------------- the simulated cluster
+  schedule = schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=total_updates,
+                                   seed=config.seed, timing=timing_model(config), **protocol_options(config))
+  if primary and not (workdir / "schedule.npz").exists():
+    schedule.save(workdir / "schedule.npz")
+  examples_per_update = contributions_per_update(config) * config.batch_per_learner
+  logging.info("%s: %d learners, %d updates (%.2f epochs of %d examples), mean staleness %.2f, max %d",
+               config.protocol, config.learners, total_updates, config.num_epochs, dataset.num_train,
+               schedule.gradient_staleness.mean(), schedule.max_staleness)
+
+  # ----------------------------------------------------------------- runner and checkpoint
+  runner = make_runner(config, model, optimizer, schedule, batches, mesh)
+  state = runner.init(params)
+  checkpointer = Checkpointer(str(workdir / "checkpoints"), max_to_keep=config.keep_checkpoints,
+                              save_interval_seconds=config.checkpoint_every_seconds)
+  writer = MetricWriter(str(workdir))
+  wall_offset = 0.0
+  restored = checkpointer.restore(state)
+  if restored is not None:
+    state, metadata = restored
+    writer.truncate_after(metadata["update"])
+    wall_offset = metadata["wall_time"]
+    logging.info("resumed from the checkpoint at update %d", metadata["update"])
+  block_starts = runner.block_starts
+  updates = runner.updates_done(state)
+  block = int(np.searchsorted(block_starts, updates))
+  if block_starts[block] != updates:
+    raise RuntimeError(f"checkpoint at update {updates} is not at a block boundary of this schedule; "
+                       "was the config changed since the run started?")
+
+  # ----------------------------------------------------------------- loop
+  evaluator = Evaluator(model, dataset, mesh, batch_size=config.eval_batch_size,
+                        train_examples=config.train_eval_examples, precise_bn_batches=config.precise_bn_batches,
+                        precise_bn_batch_size=config.batch_per_learner * config.learners, seed=config.seed)
+  eval_interval = config.eval_every_epochs * per_epoch
+  start_time = time.monotonic()
+  wall = lambda: wall_offset + time.monotonic() - start_time
+  pending = PendingMetrics(schedule, examples_per_update, per_epoch)
+  pending.start(updates, wall())
+  next_log = _next_point(updates, config.log_every_updates)
+  next_eval = _next_point(updates, eval_interval)
+  num_blocks = block_starts.shape[0] - 1
+  preempted = False
+  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update,
+                              description=f"{config.protocol} x{config.learners}")
+
+  def checkpoint(force: bool) -> None:
+    if force or checkpointer.should_save(updates):
+      record = pending.flush(wall())  # checks the losses before the weights are kept
+      if record:
+        writer.write_scalars(updates, record)
+      checkpointer.save(updates, state, {"update": updates, "wall_time": wall(), "seed": config.seed},
+                        force=force)
+
+  with PreemptionGuard() as guard:
+    while block < num_blocks:
+      state, metrics = runner.step(state, block)
+      pending.add(int(block_starts[block]), int(block_starts[block + 1]), metrics)
+      block += 1
+      updates = int(block_starts[block])
+      finished = block == num_blocks
+      if updates >= next_log or updates >= next_eval or finished:
+        record = pending.flush(wall())
+        if updates >= next_eval or finished:
+          record.update(evaluator(runner.params(state)))
+          next_eval = _next_point(updates, eval_interval)
+        writer.write_scalars(updates, record)
+        progress.update(updates, {key: record[key] for key in ("train_loss", "test_error") if key in record})
+        next_log = _next_point(updates, config.log_every_updates)
+      else:
+        progress.update(updates)
+      if guard.should_stop(block):
+        checkpoint(force=True)
+        preempted = not finished
+        break
+      checkpoint(force=finished)
+  progress.close()
+  checkpointer.close()
+  writer.close()
+
+  # ----------------------------------------------------------------- summary and plots
+  summary = _summary(config, schedule, runner.params(state), updates, per_epoch, wall(), workdir, preempted)
+  if primary:
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if not preempted:
+      records = read_jsonl(workdir / "metrics.jsonl")
+      label = _run_label(config)
+      plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
+      plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
+  return summary
+
+
+def _run_label(config: ml_collections.ConfigDict) -> str:
+  protocol = f"{config.n}-softsync" if config.protocol == "softsync" else config.protocol
+  rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
+  dc = "" if config.delay_compensation == "none" else f", DC-{config.delay_compensation}"
+  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"
+
+
+def _summary(config, schedule, params, updates, per_epoch, wall_time, workdir, preempted) -> dict[str, Any]:
+  records = read_jsonl(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
+  evaluated = [record for record in records if "test_accuracy" in record]
+  last = evaluated[-1] if evaluated else {}
+  staleness = schedule.staleness[:updates]
+  return {
+      "label": _run_label(config),
+      "protocol": config.protocol,
+      "learners": config.learners,
+      "batch_per_learner": config.batch_per_learner,
+      "updates": updates,
+      "epochs": updates / per_epoch,
+      "test_accuracy": last.get("test_accuracy"),
+      "test_error": last.get("test_error"),
+      "train_accuracy": last.get("train_accuracy"),
+      "sim_time": float(schedule.update_time[updates - 1]) if updates else 0.0,
+      "wall_time": wall_time,
+      "staleness_mean": float(staleness.mean()) if staleness.size else 0.0,
+      "staleness_max": int(staleness.max()) if staleness.size else 0,
+      "dropped_gradients": int(schedule.num_dropped),
+      "params_sha256": params_digest(params),
+      "preempted": preempted,
+  }
