@@ -48,6 +48,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    # orbax logs every checkpoint step at INFO; the run's own progress goes to stdout.
+    logging.set_verbosity(logging.WARNING)
   distributed.initialize(coordinator_address=_COORDINATOR_ADDRESS.value, num_processes=_NUM_PROCESSES.value,
                          process_id=_PROCESS_ID.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value)
   from stalesgd import train  # after jax.distributed is initialized: importing it touches no devices,

@@ -32,7 +32,6 @@ import pathlib
 import time
 from typing import Any
 
-from absl import logging
 import jax
 import ml_collections
 import numpy as np
@@ -158,9 +157,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   if primary and not (workdir / "schedule.npz").exists():
     schedule.save(workdir / "schedule.npz")
   examples_per_update = contributions_per_update(config) * config.batch_per_learner
-  logging.info("%s: %d learners, %d updates (%.2f epochs of %d examples), mean staleness %.2f, max %d",
-               config.protocol, config.learners, total_updates, config.num_epochs, dataset.num_train,
-               schedule.gradient_staleness.mean(), schedule.max_staleness)
+  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update, description=_run_label(config))
+  progress.write(f"{_run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
+                 f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
+                 f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s")
 
   # ----------------------------------------------------------------- runner and checkpoint
   runner = make_runner(config, model, optimizer, schedule, batches, mesh)
@@ -174,7 +174,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     state, metadata = restored
     writer.truncate_after(metadata["update"])
     wall_offset = metadata["wall_time"]
-    logging.info("resumed from the checkpoint at update %d", metadata["update"])
+    progress.write(f"resumed from the checkpoint at update {metadata['update']} in {workdir}")
   block_starts = runner.block_starts
   updates = runner.updates_done(state)
   block = int(np.searchsorted(block_starts, updates))
@@ -195,8 +195,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   next_eval = _next_point(updates, eval_interval)
   num_blocks = block_starts.shape[0] - 1
   preempted = False
-  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update,
-                              description=f"{config.protocol} x{config.learners}")
 
   def checkpoint(force: bool) -> None:
     if force or checkpointer.should_save(updates):

@@ -41,6 +41,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from stalesgd import distributed
 from stalesgd import sharding as sharding_lib
 from stalesgd.dispatch import DispatchLimiter
 from stalesgd.engine import ring_buffer
@@ -95,10 +96,8 @@ def default_gradient_strategy(backend: str) -> str:
 
 
 def learner_mesh(axis_name: str = "learners", devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
-  """A 1-D mesh over all devices of all processes."""
-  devices = jax.devices() if devices is None else devices
-  return jax.sharding.Mesh(np.asarray(devices), (axis_name,),
-                           axis_types=(jax.sharding.AxisType.Auto,))
+  """A 1-D mesh over all devices of all processes, each process's devices contiguous."""
+  return distributed.worker_mesh(axis_name, devices=devices)
 
 
 def _applied_scale(opt_state: PyTree) -> jax.Array:
