@@ -3,7 +3,7 @@
 For parameter-server protocols this is the *server* optimizer the engine calls
 with a stack of c contributions (see `stalesgd.transforms.contributions`):
 
-    per-contribution part:  scale_by_staleness -> scale_by_delay_compensation -> scale_by_gap_aware
+    per-contribution part:  scale_by_delay_compensation -> scale_by_staleness -> scale_by_gap_aware
     average_contributions()
     server part:            + weight decay (x per-layer decay multipliers)
                             x per-layer learning-rate multipliers
@@ -71,17 +71,20 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, updates_per_epoch:
 
 def per_contribution_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:
   """The transforms a parameter server applies to each contribution before the average."""
+  # Delay compensation first: it estimates the gradient at the current weights
+  # from the raw stale gradient (its g*g term is not meant to see a rescaled g);
+  # the staleness weight then scales the corrected gradient.
   parts = []
-  if config.staleness_rule != "none":
-    parts.append(transforms.scale_by_staleness(
-        config.staleness_rule, mean_staleness=config.staleness_mean, exponent=config.staleness_exponent,
-        decay=config.staleness_decay, max_staleness=config.staleness_threshold,
-        normalize=config.staleness_normalize))
   if config.delay_compensation != "none":
     parts.append(transforms.scale_by_delay_compensation(
         dc_lambda=config.dc_lambda, adaptive=config.delay_compensation == "adaptive",
         decay=config.dc_decay, layerwise=config.delay_compensation == "layerwise",
         num_learners=config.learners if config.dc_per_learner_mean_square else None))
+  if config.staleness_rule != "none":
+    parts.append(transforms.scale_by_staleness(
+        config.staleness_rule, mean_staleness=config.staleness_mean, exponent=config.staleness_exponent,
+        decay=config.staleness_decay, max_staleness=config.staleness_threshold,
+        normalize=config.staleness_normalize))
   if config.gap_aware:
     parts.append(transforms.scale_by_gap_aware())
   return parts

@@ -40,8 +40,8 @@ def make_optimizer(kind: str) -> optax.GradientTransformation:
   if kind == "staleness_dc":
     # Zhang et al.'s per-gradient alpha0/sigma and DC-ASGD-a's adaptive correction
     # together, so both per-contribution extra args matter.
-    return optax.chain(stalesgd.scale_by_staleness("inverse"),
-                       stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
+    return optax.chain(stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
+                       stalesgd.scale_by_staleness("inverse"),
                        stalesgd.average_contributions(), optax.sgd(LEARNING_RATE, momentum=0.9))
   raise ValueError(kind)
 
