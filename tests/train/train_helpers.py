@@ -1,0 +1,115 @@
+"""What the training-loop tests share: tiny configs, reading a run's outputs, starting ``experiments.main``.
+
+A run's outputs are read back the way a user would: ``metrics.jsonl`` with
+`stalesgd.metrics.read_jsonl`, ``summary.json`` with `json`, TensorBoard event
+files record by record (the TFRecord framing, without TensorFlow).
+
+Command-line runs are subprocesses of ``python -m experiments.main`` (or of
+``paced_main.py``, the same program with a pause per block) in the repository
+root, with the environment of the multi-process harness (CPU, repository on
+``PYTHONPATH``, no launcher variables leaking in) and a persistent compilation
+cache shared by the test session: the same program compiled by several
+processes is compiled once, and a cached executable computes the same bits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+from typing import Any
+
+import ml_collections
+from tensorboardX.proto import event_pb2
+
+from stalesgd.metrics import read_jsonl
+
+import tiny_run_config
+
+TESTS_ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS_ROOT / "distributed"))
+import multiprocess_harness  # noqa: E402  (found through the path set just above)
+
+REPOSITORY_ROOT = multiprocess_harness.REPOSITORY_ROOT
+CONFIG_FILE = pathlib.Path(tiny_run_config.__file__).resolve()
+PACED_MAIN = CONFIG_FILE.with_name("paced_main.py")
+SUMMARY_FIELDS = {
+    "label", "protocol", "learners", "batch_per_learner", "updates", "epochs", "test_accuracy", "test_error",
+    "train_accuracy", "sim_time", "wall_time", "staleness_mean", "staleness_max", "dropped_gradients",
+    "params_sha256", "preempted",
+}
+
+
+def tiny_config(variant: str | None = None, **overrides: Any) -> ml_collections.ConfigDict:
+  """`tiny_run_config.get_config(variant)` with fields replaced (dotted names for nested ones)."""
+  config = tiny_run_config.get_config(variant)
+  config.update_from_flattened_dict(overrides)
+  return config
+
+
+def read_metrics(workdir: os.PathLike) -> list[dict[str, Any]]:
+  return read_jsonl(pathlib.Path(workdir) / "metrics.jsonl")
+
+
+def read_summary(workdir: os.PathLike) -> dict[str, Any]:
+  return json.loads((pathlib.Path(workdir) / "summary.json").read_text())
+
+
+def evaluation_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  return [record for record in records if "test_accuracy" in record]
+
+
+def event_scalars(workdir: os.PathLike) -> dict[str, list[tuple[int, float]]]:
+  """Every scalar in the run's TensorBoard event files: tag -> [(step, value)] in file order."""
+  scalars: dict[str, list[tuple[int, float]]] = {}
+  for path in sorted(pathlib.Path(workdir).glob("events.out.tfevents.*"), key=lambda path: path.stat().st_mtime_ns):
+    data = path.read_bytes()
+    offset = 0
+    while offset < len(data):
+      # A record: uint64 length, uint32 CRC of the length, payload, uint32 CRC of the payload.
+      (length,) = struct.unpack("<Q", data[offset:offset + 8])
+      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      offset += 12 + length + 4
+      for value in event.summary.value:
+        if value.WhichOneof("value") == "simple_value":
+          scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+  return scalars
+
+
+def main_environment(compilation_cache: os.PathLike) -> dict[str, str]:
+  """The environment of an ``experiments.main`` subprocess: 8 host CPU devices, a shared compilation cache."""
+  return multiprocess_harness.process_environment(devices_per_process=8, extra_env={
+      "JAX_COMPILATION_CACHE_DIR": str(compilation_cache),
+      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+      "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+  })
+
+
+def main_command(workdir: os.PathLike, variant: str, *overrides: str,
+                 seconds_per_block: float | None = None) -> list[str]:
+  """``experiments.main`` on a `tiny_run_config` variant, optionally paced (see ``paced_main.py``)."""
+  program = [sys.executable, "-m", "experiments.main"]
+  if seconds_per_block is not None:
+    program = [sys.executable, str(PACED_MAIN), str(seconds_per_block)]
+  return program + [f"--config={CONFIG_FILE}:{variant}", f"--workdir={workdir}", *overrides]
+
+
+def start_main(command: list[str], log_path: os.PathLike, compilation_cache: os.PathLike) -> subprocess.Popen:
+  """Starts a command in the repository root with its output (both streams) going to ``log_path``."""
+  with open(log_path, "ab") as log:
+    return subprocess.Popen(command, cwd=REPOSITORY_ROOT, env=main_environment(compilation_cache), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def run_main(command: list[str], compilation_cache: os.PathLike, timeout: float) -> subprocess.CompletedProcess:
+  """Runs a command to completion in the repository root and returns its captured output."""
+  return subprocess.run(command, cwd=REPOSITORY_ROOT, env=main_environment(compilation_cache), capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def log_tail(log_path: os.PathLike, lines: int = 30) -> str:
+  text = pathlib.Path(log_path).read_text(errors="replace") if pathlib.Path(log_path).exists() else ""
+  return "\n".join(text.splitlines()[-lines:])
