@@ -1,0 +1,49 @@
+"""``experiments.main`` with a pause before every block, so a test can signal it mid-run.
+
+Run as ``python tests/train/paced_main.py SECONDS_PER_BLOCK <experiments.main flags>``.
+
+The tiny test runs execute a block (a wave, or a decentralized step) in a few
+milliseconds, so a test that waits for a checkpoint and then sends SIGKILL or
+SIGTERM could find the run already finished. Sleeping before each block (as a
+slow cluster would) keeps every run in flight for seconds without changing any
+number it computes: the schedule, the batches and the weights depend only on
+the config, never on wall-clock time. Everything else is ``experiments.main``
+unchanged (flags, resume, SIGTERM handling, exit status).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from absl import app
+
+
+def pace_runners(seconds_per_block: float) -> None:
+  """Makes every runner's ``step`` sleep ``seconds_per_block`` before doing its work."""
+  from stalesgd import runners  # pylint: disable=g-import-not-at-top  (after experiments.main set up JAX)
+
+  for runner_class in (runners.ParameterServerRunner, runners.DecentralizedRunner):
+    unpaced_step = runner_class.step
+
+    def paced_step(self, state, block, _unpaced_step=unpaced_step):
+      time.sleep(seconds_per_block)
+      return _unpaced_step(self, state, block)
+
+    runner_class.step = paced_step
+
+
+def main() -> None:
+  if len(sys.argv) < 2:
+    raise SystemExit(f"usage: {sys.argv[0]} SECONDS_PER_BLOCK <experiments.main flags>")
+  seconds_per_block = float(sys.argv.pop(1))
+  if not seconds_per_block >= 0:
+    raise SystemExit(f"SECONDS_PER_BLOCK={seconds_per_block!r}; allowed: a number >= 0")
+  from experiments import main as experiments_main  # pylint: disable=g-import-not-at-top  (defines the flags)
+
+  pace_runners(seconds_per_block)
+  app.run(experiments_main.main)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,125 @@
+"""Exact resume of ``experiments.main``: SIGKILL, then SIGTERM, then completion, equals one uninterrupted run.
+
+One command-line run (``--config.checkpoint_every_seconds=1``) is interrupted
+twice in the same workdir:
+
+1. SIGKILL as soon as a complete checkpoint exists (the kill may land in the
+   middle of the next, asynchronous, save);
+2. restarted, it resumes from the latest checkpoint; SIGTERM once it has saved
+   a newer one: it saves again and exits with status 0, its summary says
+   ``preempted``;
+3. restarted again, it runs to the end.
+
+The final weights' digest must equal that of the same config run without
+interruption (bit-identical weights), and ``metrics.jsonl`` must read like an
+uninterrupted run's: strictly increasing steps ending at the last update, every
+step the uninterrupted run logged, and identical evaluations.
+
+Two protocols: async with DC-ASGD-a (the state holds the ring buffer of past
+weights, DC's MeanSquare and the momentum) and DC-S3GD (the state holds the
+queue of in-flight updates and per-worker weights). The runs go through
+``paced_main.py`` (a pause before every block) so each phase is still running
+when its signal is sent.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+from stalesgd.train import train_and_evaluate
+
+from train_helpers import evaluation_records, log_tail, main_command, read_metrics, read_summary, start_main, \
+    tiny_config
+
+SECONDS_PER_BLOCK = 0.1
+PHASE_TIMEOUT = 120.0  # seconds; a phase normally takes 5-10 s (start-up, compilation, a few blocks)
+EVALUATION_FIELDS = ("test_accuracy", "test_loss", "train_accuracy")
+
+
+def complete_checkpoints(workdir: pathlib.Path) -> list[int]:
+  """Steps of the complete checkpoints (orbax renames a step's directory to its number once it is whole)."""
+  directory = workdir / "checkpoints"
+  if not directory.exists():
+    return []
+  return sorted(int(path.name) for path in directory.iterdir() if path.name.isdigit())
+
+
+def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subprocess.Popen, log: pathlib.Path) -> int:
+  """Waits until the running process has a complete checkpoint beyond ``step``; returns its step."""
+  deadline = time.monotonic() + PHASE_TIMEOUT
+  while time.monotonic() < deadline:
+    newer = [saved for saved in complete_checkpoints(workdir) if saved > step]
+    if newer:
+      return newer[-1]
+    if process.poll() is not None:
+      pytest.fail(f"the run exited with status {process.returncode} before checkpointing past update {step}:\n"
+                  f"{log_tail(log)}")
+    time.sleep(0.02)
+  process.kill()
+  pytest.fail(f"no checkpoint past update {step} within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
+
+
+def finish(process: subprocess.Popen, log: pathlib.Path) -> int:
+  try:
+    return process.wait(timeout=PHASE_TIMEOUT)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    pytest.fail(f"the run did not end within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
+
+
+@pytest.mark.parametrize("variant", ["async_dc", "dcs3gd"])
+def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, tmp_path, compilation_cache):
+  reference_dir = tmp_path / "uninterrupted"
+  reference = train_and_evaluate(tiny_config(variant), str(reference_dir))
+  total_updates = reference["updates"]
+
+  workdir, log = tmp_path / "interrupted", tmp_path / "interrupted.log"
+  command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1",
+                         seconds_per_block=SECONDS_PER_BLOCK)
+
+  # 1. SIGKILL once a checkpoint exists.
+  process = start_main(command, log, compilation_cache)
+  wait_for_checkpoint_after(workdir, 0, process, log)
+  process.send_signal(signal.SIGKILL)
+  assert finish(process, log) == -signal.SIGKILL
+  killed_at = complete_checkpoints(workdir)[-1]
+  assert killed_at < total_updates and not (workdir / "summary.json").exists()
+
+  # 2. Resume; SIGTERM once a newer checkpoint exists: save, exit 0, preempted.
+  process = start_main(command, log, compilation_cache)
+  wait_for_checkpoint_after(workdir, killed_at, process, log)
+  process.send_signal(signal.SIGTERM)
+  assert finish(process, log) == 0, log_tail(log)
+  assert f"resumed from the checkpoint at update {killed_at}" in log.read_text()
+  preempted = read_summary(workdir)
+  assert preempted["preempted"] and killed_at < preempted["updates"] < total_updates
+  assert complete_checkpoints(workdir)[-1] == preempted["updates"]
+
+  # 3. Resume and finish.
+  process = start_main(command, log, compilation_cache)
+  assert finish(process, log) == 0, log_tail(log)
+  assert f"resumed from the checkpoint at update {preempted['updates']}" in log.read_text()
+  resumed = read_summary(workdir)
+  assert not resumed["preempted"] and resumed["updates"] == total_updates
+  assert resumed["params_sha256"] == reference["params_sha256"]
+  assert resumed["test_accuracy"] == reference["test_accuracy"]
+
+  records, reference_records = read_metrics(workdir), read_metrics(reference_dir)
+  steps = [record["step"] for record in records]
+  assert all(earlier < later for earlier, later in zip(steps, steps[1:])), steps
+  assert steps[-1] == total_updates
+  # Checkpoints add records (their flush), but nothing the uninterrupted run logged is missing.
+  assert {record["step"] for record in reference_records} <= set(steps)
+  by_step = {record["step"]: record for record in records}
+  for expected in reference_records:
+    assert by_step[expected["step"]]["sim_time"] == expected["sim_time"]
+    assert by_step[expected["step"]]["epoch"] == expected["epoch"]
+  evaluations = [{field: record[field] for field in ("step",) + EVALUATION_FIELDS}
+                 for record in evaluation_records(records)]
+  assert evaluations == [{field: record[field] for field in ("step",) + EVALUATION_FIELDS}
+                         for record in evaluation_records(reference_records)]

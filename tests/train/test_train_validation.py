@@ -1,0 +1,120 @@
+"""Impossible or inconsistent configs stop `train_and_evaluate` before anything is compiled.
+
+Each bad config must raise ValueError naming the field (``config.<field>=<value>``)
+and what is allowed. "Before compiling" is observed, not assumed: JAX reports
+every backend compilation to `jax.monitoring` listeners (a positive control
+checks that the listener sees one), and the stages after validation (reading
+data, building the model, the runner, the evaluator) are replaced by functions
+that fail the test if they are reached.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from stalesgd import train as train_lib
+from stalesgd.data import DatasetNotPreparedError
+from stalesgd.train import train_and_evaluate
+
+from train_helpers import tiny_config
+
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+# Reading an unprepared tfds directory must fail at once; a download attempt
+# (which the test conftest's socket guard would also stop) retries for minutes.
+NOT_PREPARED_SECONDS = 20.0
+
+BAD_CONFIGS = {
+    "n_above_learners": (dict(protocol="softsync", n=9), r"config\.n=9 is not allowed: an integer >= 1 and <= 8"),
+    "n_below_one": (dict(protocol="softsync", n=0), r"config\.n=0 is not allowed: an integer >= 1"),
+    "drop_stale_n_above_learners": (dict(protocol="drop_stale", n=12), r"config\.n=12 .*<= 8"),
+    "batch_per_learner_zero": (dict(batch_per_learner=0),
+                               r"config\.batch_per_learner=0 is not allowed: an integer >= 1"),
+    "learners_zero": (dict(learners=0), r"config\.learners=0 is not allowed: an integer >= 1"),
+    "unknown_protocol": (dict(protocol="gossip"),
+                         r"config\.protocol='gossip' is not allowed: one of \(.*'hardsync'.*'dcs3gd'"),
+    "unknown_staleness_rule": (dict(staleness_rule="sqrt"),
+                               r"config\.staleness_rule='sqrt' is not allowed: one of \(.*'inverse'.*'inverse_mean'"),
+    "unknown_delay_compensation": (dict(delay_compensation="taylor"),
+                                   r"config\.delay_compensation='taylor' is not allowed: one of \(.*'adaptive'"),
+    "backup_workers_equal_learners": (dict(protocol="backup", backup_workers=8),
+                                      r"config\.backup_workers=8 is not allowed: an integer >= 0 and <= 7"),
+    "decentral_learners_not_devices": (dict(protocol="dcs3gd", learners=4),
+                                       r"config\.learners=4 is not allowed: .*one worker per device.* 8"),
+    "decentral_staleness_rule": (dict(protocol="s3gd", staleness_rule="inverse"),
+                                 r"config\.staleness_rule='inverse' is not allowed: 'none'"),
+    "npz_without_data_dir": (dict(data_source="npz"), r"config\.data_dir=None is not allowed: the directory"),
+    "unknown_data_source": (dict(data_source="s3"), r"config\.data_source='s3' is not allowed: one of \(.*'tfds'"),
+    "unknown_model": (dict(model="resnet7"), r"config\.model='resnet7' is not allowed: one of \(.*'small_cnn'"),
+    "threshold_rule_without_threshold": (dict(protocol="async", staleness_rule="threshold"),
+                                         r"config\.staleness_threshold=None is not allowed"),
+    "negative_learning_rate": (dict(learning_rate=-0.1),
+                               r"config\.learning_rate=-0\.1 is not allowed: a finite number > 0"),
+    "bad_timing": (dict(**{"timing.jitter": "cauchy"}), r"config\.timing: .*jitter"),
+}
+
+
+@pytest.fixture
+def compilations():
+  """The functions JAX compiles while the test runs (names from `jax.monitoring`)."""
+  compiled = []
+
+  def listener(event, duration, **metadata):
+    del duration
+    if event == BACKEND_COMPILE_EVENT:
+      compiled.append(metadata.get("fun_name", "?"))
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  # Positive control: a function never compiled before is reported.
+  jax.jit(lambda x: x * 3.0 + 0.125)(np.float32(1.0)).block_until_ready()
+  assert compiled, "jax.monitoring reported no compilation: the check below would prove nothing"
+  compiled.clear()
+  yield compiled
+  jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def _refuse(stage):
+  def reached(*args, **kwargs):
+    raise AssertionError(f"train_and_evaluate reached {stage} with an invalid config")
+  return reached
+
+
+@pytest.fixture
+def later_stages_refused(monkeypatch):
+  """Reading data, building the model, the runner and the evaluator fail the test if reached."""
+  monkeypatch.setattr(train_lib.data_lib, "load_dataset", _refuse("load_dataset"))
+  monkeypatch.setattr(train_lib.models, "get_model", _refuse("get_model"))
+  monkeypatch.setattr(train_lib, "make_runner", _refuse("make_runner"))
+  monkeypatch.setattr(train_lib, "Evaluator", _refuse("Evaluator"))
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_is_rejected_before_reading_data_or_compiling(case, tmp_path, compilations,
+                                                                  later_stages_refused):
+  overrides, message = BAD_CONFIGS[case]
+  with pytest.raises(ValueError, match=message):
+    train_and_evaluate(tiny_config("hardsync", **overrides), str(tmp_path / "run"))
+  assert compilations == []
+  assert not (tmp_path / "run").exists()  # nothing written either
+
+
+def test_unprepared_tfds_dataset_is_reported_without_downloading(tmp_path, compilations, monkeypatch):
+  monkeypatch.setattr(train_lib.models, "get_model", _refuse("get_model"))
+  monkeypatch.setattr(train_lib, "make_runner", _refuse("make_runner"))
+  data_dir = tmp_path / "empty_tfds_dir"
+  data_dir.mkdir()
+  config = tiny_config("hardsync", dataset="cifar10", data_source="tfds", data_dir=str(data_dir),
+                       model="cifar10_full")
+  config.model_options = ml_collections.ConfigDict()
+  started = time.monotonic()
+  with pytest.raises(DatasetNotPreparedError, match=r"dataset 'cifar10' is not prepared in data_dir=") as error:
+    train_and_evaluate(config, str(tmp_path / "run"))
+  assert time.monotonic() - started < NOT_PREPARED_SECONDS
+  assert isinstance(error.value, ValueError)
+  assert "download_and_prepare(file_format='array_record')" in str(error.value)
+  assert list(data_dir.iterdir()) == []  # tfds wrote nothing: no download was started
+  assert compilations == []
