@@ -204,7 +204,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       checkpointer.save(updates, state, {"update": updates, "wall_time": wall(), "seed": config.seed},
                         force=force)
 
-  with PreemptionGuard() as guard:
+  # Leaving these blocks closes the checkpointer (finishing a save still being written in the
+  # background) and the writer, also when the loop stops on an error such as a non-finite loss:
+  # otherwise the dying process loses the last good checkpoint.
+  with checkpointer, writer, PreemptionGuard() as guard:
     while block < num_blocks:
       state, metrics = runner.step(state, block)
       pending.add(int(block_starts[block]), int(block_starts[block + 1]), metrics)
@@ -227,8 +230,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         break
       checkpoint(force=finished)
   progress.close()
-  checkpointer.close()
-  writer.close()
 
   # ----------------------------------------------------------------- summary and plots
   summary = _summary(config, schedule, runner.params(state), updates, per_epoch, wall(), workdir, preempted)
