@@ -33,20 +33,12 @@ import pytest
 
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import evaluation_records, log_tail, main_command, read_metrics, read_summary, start_main, \
-    tiny_config
+from train_helpers import (complete_checkpoints, evaluation_records, log_tail, main_command, read_metrics,
+                           read_summary, start_main, tiny_config)
 
 SECONDS_PER_BLOCK = 0.1
 PHASE_TIMEOUT = 120.0  # seconds; a phase normally takes 5-10 s (start-up, compilation, a few blocks)
 EVALUATION_FIELDS = ("test_accuracy", "test_loss", "train_accuracy")
-
-
-def complete_checkpoints(workdir: pathlib.Path) -> list[int]:
-  """Steps of the complete checkpoints (orbax renames a step's directory to its number once it is whole)."""
-  directory = workdir / "checkpoints"
-  if not directory.exists():
-    return []
-  return sorted(int(path.name) for path in directory.iterdir() if path.name.isdigit())
 
 
 def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subprocess.Popen, log: pathlib.Path) -> int:

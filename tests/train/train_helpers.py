@@ -79,6 +79,14 @@ def event_scalars(workdir: os.PathLike) -> dict[str, list[tuple[int, float]]]:
   return scalars
 
 
+def complete_checkpoints(workdir: os.PathLike) -> list[int]:
+  """Steps of a run's complete checkpoints (orbax renames a step's directory to its number once it is whole)."""
+  directory = pathlib.Path(workdir) / "checkpoints"
+  if not directory.exists():
+    return []
+  return sorted(int(path.name) for path in directory.iterdir() if path.name.isdigit())
+
+
 def main_environment(compilation_cache: os.PathLike) -> dict[str, str]:
   """The environment of an ``experiments.main`` subprocess: 8 host CPU devices, a shared compilation cache."""
   return multiprocess_harness.process_environment(devices_per_process=8, extra_env={
