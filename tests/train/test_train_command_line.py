@@ -1,0 +1,56 @@
+"""``python -m experiments.main``: config-file arguments, ``--config.<field>`` overrides, and bad overrides.
+
+Overrides of top-level and nested fields reach the run (its summary, the saved
+schedule and the checkpointed weights' shapes say so); a misspelt field, a value
+of the wrong type, or a value the config checks reject ends the process with a
+non-zero status and a message naming the field, in seconds (nothing compiled).
+"""
+
+from __future__ import annotations
+
+import re
+
+import orbax.checkpoint as ocp
+import pytest
+
+from stalesgd import schedule as schedule_lib
+
+from train_helpers import complete_checkpoints, main_command, read_summary, run_main
+
+RUN_TIMEOUT = 180.0
+FAILURE_TIMEOUT = 60.0
+
+
+def test_overrides_reach_the_run(tmp_path, compilation_cache):
+  workdir = tmp_path / "run"
+  completed = run_main(main_command(workdir, "hardsync", "--config.protocol=softsync", "--config.learners=4",
+                                    "--config.n=2", "--config.batch_per_learner=4", "--config.num_epochs=0.05",
+                                    "--config.model_options.hidden_sizes=(16,)"),
+                       compilation_cache, timeout=RUN_TIMEOUT)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  summary = read_summary(workdir)
+  assert (summary["protocol"], summary["learners"], summary["batch_per_learner"]) == ("softsync", 4, 4)
+  assert summary["label"].startswith("2-softsync (lambda=4, mu=4")
+  # 0.05 epochs of 1,497 images at c * mu = 2 * 4 images per update.
+  assert summary["updates"] == 10 and not summary["preempted"]
+  schedule = schedule_lib.Schedule.load(workdir / "schedule.npz")
+  assert (schedule.protocol, schedule.learners, schedule.contributions_per_update) == ("softsync", 4, 2)
+  final = complete_checkpoints(workdir)[-1]
+  state = ocp.StandardCheckpointer().restore(workdir / "checkpoints" / str(final) / "state")
+  assert state["params"]["hidden1"]["kernel"].shape == (64, 16)  # 8x8 digits into the overridden width
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.learnrs=4", r"learnrs.*Did you mean .*learners"),
+    ("--config.learners=four", r"--config\.learners=four: invalid literal for int"),
+    ("--config.protocol=gossip", r"config\.protocol='gossip' is not allowed: one of \(.*'hardsync'"),
+    ("--config.n=9", r"config\.n=9 is not allowed: an integer >= 1 and <= 8"),
+], ids=["misspelt_field", "wrong_type", "unknown_protocol", "n_above_learners"])
+def test_bad_override_fails_naming_the_field(override, message, tmp_path, compilation_cache):
+  workdir = tmp_path / "run"
+  variant_overrides = ["--config.protocol=softsync"] if override == "--config.n=9" else []
+  completed = run_main(main_command(workdir, "hardsync", *variant_overrides, override), compilation_cache,
+                       timeout=FAILURE_TIMEOUT)
+  assert completed.returncode != 0
+  assert re.search(message, completed.stderr), completed.stderr[-3000:]
+  assert not (workdir / "checkpoints").exists()
