@@ -35,6 +35,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 
 from stalesgd import data as data_lib
 from stalesgd import engine as engine_lib
@@ -105,9 +106,13 @@ class PendingMetrics:
 
 
 def params_digest(params: Any) -> str:
-  """sha256 of the weights' bytes in tree order: equal digests mean identical weights."""
+  """sha256 of the weights' bytes in tree order: equal digests mean identical weights.
+
+  Called by every process: weights sharded over several processes (the
+  engine's server state) are gathered first.
+  """
   digest = hashlib.sha256()
-  for leaf in jax.tree_util.tree_leaves(jax.device_get(params)):
+  for leaf in jax.tree_util.tree_leaves(multihost_utils.process_allgather(params, tiled=True)):
     digest.update(np.ascontiguousarray(leaf).tobytes())
   return digest.hexdigest()
 
