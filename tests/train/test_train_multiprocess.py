@@ -1,0 +1,54 @@
+"""``launch/local.sh 2``: the whole training run on 2 processes x 4 CPU devices equals 1 process x 8.
+
+Async DC-ASGD-a for a quarter epoch through ``experiments.main`` on two gloo
+processes. The engine's server state is sharded over parameters across both
+processes, and evaluation batches are split over all 8 devices. The final
+weights must be bit-identical to the same config run in this process on 8
+devices (nothing in the engine sums across devices in a different order; see
+tests/engine/test_engine_multiprocess.py), and so must every logged number
+except the wall-clock ones. Only process 0 writes the workdir's files.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+import pytest
+
+from stalesgd.train import train_and_evaluate
+
+from train_helpers import (CONFIG_FILE, REPOSITORY_ROOT, complete_checkpoints, main_environment, read_metrics,
+                           read_summary, tiny_config)
+
+pytestmark = pytest.mark.multiprocess
+
+LOCAL_SH = REPOSITORY_ROOT / "launch" / "local.sh"
+EPOCHS = 0.25  # 47 updates
+TIMEOUT = 180.0  # seconds; about 15 s on 2 idle cores
+WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")
+
+
+def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path, compilation_cache):
+  reference_dir = tmp_path / "one_process"
+  reference = train_and_evaluate(tiny_config("async_dc", num_epochs=EPOCHS), str(reference_dir))
+
+  workdir = tmp_path / "two_processes"
+  environment = main_environment(compilation_cache)
+  environment.pop("JAX_NUM_CPU_DEVICES")  # local.sh gives each process 8 / 2 devices
+  environment["LAUNCH_KILL_GRACE"] = "1"
+  completed = subprocess.run(
+      [str(LOCAL_SH), "2", f"--config={CONFIG_FILE}:async_dc", f"--config.num_epochs={EPOCHS}",
+       f"--workdir={workdir}"],
+      cwd=REPOSITORY_ROOT, env=environment, capture_output=True, text=True, timeout=TIMEOUT)
+  assert completed.returncode == 0, completed.stderr[-4000:]
+  assert "local.sh: 2 x 4 host devices" in completed.stderr
+
+  summary = read_summary(workdir)
+  assert summary["updates"] == reference["updates"] and not summary["preempted"]
+  assert summary["params_sha256"] == reference["params_sha256"]
+  strip = lambda record: {key: value for key, value in record.items() if key not in WALL_CLOCK_FIELDS}
+  assert [strip(record) for record in read_metrics(workdir)] == [
+      strip(record) for record in read_metrics(reference_dir)]
+  assert complete_checkpoints(workdir)[-1] == reference["updates"]
+  assert len(list(pathlib.Path(workdir).glob("events.out.tfevents.*"))) == 1  # process 1 wrote none
