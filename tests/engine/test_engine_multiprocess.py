@@ -12,6 +12,7 @@ all-gather) and updated element-wise, never summed in a different order.
 
 from __future__ import annotations
 
+import concurrent.futures
 import pathlib
 import sys
 
@@ -40,11 +41,13 @@ def single_process_reference() -> dict[str, np.ndarray]:
 
 
 def test_two_processes_of_four_devices_equal_one_process_of_eight(devices, tmp_path):
-  results = multiprocess_harness.run_processes(WORKER, [], num_processes=2, devices_per_process=4,
-                                               timeout=TIMEOUT, output_dir=tmp_path)
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    launched = pool.submit(multiprocess_harness.run_processes, WORKER, [], num_processes=2, devices_per_process=4,
+                           timeout=TIMEOUT, output_dir=tmp_path)
+    reference = single_process_reference()  # while the two processes run
+    results = launched.result()
   for result in results:
     assert result.returncode == 0, result.describe()
-  reference = single_process_reference()
   _, init_params, _ = engine_oracle.MODELS[engine_multiprocess_worker.MODEL]
   initial = init_params(0)
   for schedule_name in engine_multiprocess_worker.SCHEDULES:

@@ -18,8 +18,8 @@ import pytest
 
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import (CONFIG_FILE, REPOSITORY_ROOT, complete_checkpoints, main_environment, read_metrics,
-                           read_summary, tiny_config)
+from train_helpers import (CONFIG_FILE, REPOSITORY_ROOT, complete_checkpoints, log_tail, main_environment,
+                           read_metrics, read_summary, tiny_config)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -30,19 +30,28 @@ WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")
 
 
 def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path, compilation_cache):
-  reference_dir = tmp_path / "one_process"
-  reference = train_and_evaluate(tiny_config("async_dc", num_epochs=EPOCHS), str(reference_dir))
-
-  workdir = tmp_path / "two_processes"
+  workdir, log = tmp_path / "two_processes", tmp_path / "local_sh.log"
   environment = main_environment(compilation_cache)
   environment.pop("JAX_NUM_CPU_DEVICES")  # local.sh gives each process 8 / 2 devices
   environment["LAUNCH_KILL_GRACE"] = "1"
-  completed = subprocess.run(
-      [str(LOCAL_SH), "2", f"--config={CONFIG_FILE}:async_dc", f"--config.num_epochs={EPOCHS}",
-       f"--workdir={workdir}"],
-      cwd=REPOSITORY_ROOT, env=environment, capture_output=True, text=True, timeout=TIMEOUT)
-  assert completed.returncode == 0, completed.stderr[-4000:]
-  assert "local.sh: 2 x 4 host devices" in completed.stderr
+  with open(log, "wb") as output:
+    launch = subprocess.Popen(
+        [str(LOCAL_SH), "2", f"--config={CONFIG_FILE}:async_dc", f"--config.num_epochs={EPOCHS}",
+         f"--workdir={workdir}"],
+        cwd=REPOSITORY_ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
+  # While the two processes start: the same config in this process, on its 8 devices.
+  reference_dir = tmp_path / "one_process"
+  try:
+    reference = train_and_evaluate(tiny_config("async_dc", num_epochs=EPOCHS), str(reference_dir))
+    returncode = launch.wait(timeout=TIMEOUT)
+  except BaseException as error:
+    launch.terminate()  # local.sh stops its processes on SIGTERM
+    launch.wait()
+    if isinstance(error, subprocess.TimeoutExpired):
+      pytest.fail(f"launch/local.sh did not end within {TIMEOUT} s:\n{log_tail(log)}")
+    raise
+  assert returncode == 0, log_tail(log, lines=60)
+  assert "local.sh: 2 x 4 host devices" in log.read_text()
 
   summary = read_summary(workdir)
   assert summary["updates"] == reference["updates"] and not summary["preempted"]
