@@ -58,7 +58,7 @@ def finished_run(request, tmp_path_factory):
 def test_summary_is_complete_and_written(finished_run):
   config, workdir, summary = finished_run
   total_updates = math.ceil(config.num_epochs * updates_per_epoch(config, MOCK_EXAMPLES))
-  assert set(summary) == SUMMARY_FIELDS
+  assert SUMMARY_FIELDS <= set(summary)
   assert read_summary(workdir) == json.loads(json.dumps(summary))
   assert summary["updates"] == total_updates and not summary["preempted"]
   assert (summary["protocol"], summary["learners"], summary["batch_per_learner"]) == (

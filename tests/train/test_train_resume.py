@@ -36,7 +36,7 @@ from stalesgd.train import train_and_evaluate
 from train_helpers import (complete_checkpoints, evaluation_records, log_tail, main_command, read_metrics,
                            read_summary, start_main, tiny_config)
 
-SECONDS_PER_BLOCK = 0.05
+SECONDS_PER_BLOCK = 0.1
 PHASE_TIMEOUT = 120.0  # seconds; a phase normally takes 5-10 s (start-up, compilation, a few blocks)
 EVALUATION_FIELDS = ("test_accuracy", "test_loss", "train_accuracy")
 
