@@ -92,7 +92,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.staleness_normalize = False
 
   # Delay compensation (stalesgd.scale_by_delay_compensation, or DC-S3GD's lambda).
-  config.delay_compensation = "none"  # none | constant (DC-ASGD-c) | adaptive (DC-ASGD-a) | layerwise
+  # none | constant (DC-ASGD-c) | adaptive (DC-ASGD-a) | layerwise. Protocol dcs3gd always corrects:
+  # with "none" it uses DC-S3GD's own default (layer-wise, lambda_0 = 0.2); s3gd is the uncorrected one.
+  config.delay_compensation = "none"
   config.dc_lambda = 0.04
   config.dc_decay = 0.95
   config.dc_per_learner_mean_square = False

@@ -251,7 +251,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 def _run_label(config: ml_collections.ConfigDict) -> str:
   protocol = f"{config.n}-softsync" if config.protocol == "softsync" else config.protocol
   rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
-  dc = "" if config.delay_compensation == "none" else f", DC-{config.delay_compensation}"
+  correction = config.delay_compensation
+  if config.protocol == "dcs3gd" and correction == "none":
+    correction = "layerwise"  # DC-S3GD's default correction (see stalesgd.config)
+  dc = "" if correction == "none" else f", DC-{correction}"
   return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"
 
 
