@@ -1,0 +1,124 @@
+r"""Rudra's CIFAR-10 runs (Gupta et al., arXiv 1509.04210; Zhang et al., arXiv 1511.05950).
+
+The network and solver of the Rudra code release (docs/algorithms.md §6):
+Caffe's ``cifar10_full`` (89,578 parameters, LRN, Caffe pooling) with its
+per-layer multipliers (biases lr x2; ip1 weight decay x250), inputs minus the
+per-pixel training mean, SGD with momentum 0.9, alpha_0 = 0.001, weight decay
+0.004, learning rate x0.1 at epochs 120 and 130, 140 epochs, no augmentation.
+
+Variants (``get_config("[quick,]VARIANT")``, grammar in
+``experiments/configs/arguments.py``):
+
+* ``baseline`` (default): one learner, mu = 128 (SGD); Rudra: about 18% test error.
+* ``hardsync``: lambda = 30 learners, mu = 4 (mu lambda = 120, Rudra's rule).
+* ``softsync_fixed`` / ``softsync_inverse`` / ``softsync_inverse_mean``:
+  n-softsync at lambda = 30, mu = 4, n = 15 (``--config.n=N`` for another n),
+  with the fixed alpha_0, Zhang et al.'s per-gradient alpha_0 / sigma, or
+  Rudra's protocol-level alpha_0 / <sigma>. Zhang et al.: with the fixed rate
+  n = 15 and 30 do not converge (90% error); with alpha_0 / sigma every n
+  reaches about 18%, like hardsync.
+* ``async_fixed`` / ``async_inverse`` / ``async_inverse_mean``: the same three
+  rates with async (c = 1, the same as 30-softsync).
+* ``mu_lambda_120`` ... ``mu_lambda_3840``: Rudra's mu lambda study: 1-softsync
+  at lambda = 30 with the fixed alpha_0 and mu = (mu lambda) / 30 in
+  {4, 8, 16, 32, 64, 128}; larger mu lambda is worse at a fixed number of
+  epochs (mu lambda = 120 matches the baseline's 128).
+
+Commands::
+
+  python -m experiments.main --config=experiments/configs/rudra_cifar10.py:softsync_inverse \
+      --config.n=30 --workdir=runs/rudra_softsync30_inverse
+  python -m experiments.main --config=experiments/configs/rudra_cifar10.py:quick,softsync_fixed \
+      --workdir=runs/rudra_quick
+
+Data: ``tfds`` ``cifar10`` from a prepared tfds data_dir (``--config.data_dir``;
+stalesgd never downloads). Without tfds, use local arrays:
+``python shared/data/cifar10/decode.py /tmp/cifar10_npz`` (or any
+``cifar10_{train,test}.npz`` with ``images`` uint8 [N,32,32,3] and
+``labels``), then ``--config.data_source=npz --config.data_dir=/tmp/cifar10_npz``.
+The copy in shared/data is a JPEG (q75) re-encoding: expect 2-3 points more
+error than on the original images.
+
+Hardware and time: the full runs want a GPU. On the 2-core CPU of the
+development machine the emulator trains this network at about 600 images/s
+(30-softsync, mu = 4), so one 140-epoch run (7M images) takes about 3.5 hours;
+``experiments/reproduce.py`` runs the studies' grids.
+
+``quick``: the embedded 8x8 digits (no download) with a small CNN
+(``cifar10_full`` needs 32x32 inputs), alpha_0 = 0.01, no weight decay, no
+decay steps, 10 epochs; the protocol settings (lambda, mu, n, the rates) stay
+the paper's. About 10 s per run on the 2-core CPU, compilation included
+(``reproduce.py --study=zhang_cifar10 --quick``: 13 runs in 2.2 minutes;
+``--study=rudra_mu_lambda --quick``: 7 runs in 1.4 minutes). Measured there:
+hardsync 1.7% test error; 15-softsync with the fixed alpha_0 91.7% (chance),
+with alpha_0 / sigma 2.7%; mu lambda = 120 4.0% up to 80.0% at 3840.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from experiments.configs.arguments import parse_config_argument
+from experiments.configs.quick import use_embedded_digits
+from stalesgd.config import default_config
+
+LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 30, 4, 15
+BASELINE_BATCH = 128
+RULES = {"fixed": "none", "inverse": "inverse", "inverse_mean": "inverse_mean"}
+MU_LAMBDA_BATCHES = (4, 8, 16, 32, 64, 128)
+VARIANTS = (("baseline", "hardsync")
+            + tuple(f"{protocol}_{rule}" for protocol in ("softsync", "async") for rule in RULES)
+            + tuple(f"mu_lambda_{LEARNERS * batch}" for batch in MU_LAMBDA_BATCHES))
+PUBLISHED_TEST_ERROR = 18.0  # Rudra baseline; Zhang et al.: every alpha_0 / sigma run and hardsync alike.
+
+
+def paper_config() -> ml_collections.ConfigDict:
+  """The Rudra solver and network, before the protocol is chosen."""
+  config = default_config()
+  config.dataset, config.data_source = "cifar10", "tfds"
+  config.normalization = "per_pixel_mean"
+  config.augment = False
+  config.model = "cifar10_full"
+  config.model_multipliers = True
+  config.learning_rate = 0.001
+  config.momentum = 0.9
+  config.weight_decay = 0.004
+  config.lr_decay_epochs = (120.0, 130.0)
+  config.lr_decay_factor = 0.1
+  config.num_epochs = 140.0
+  config.eval_every_epochs = 5.0
+  config.log_every_updates = 500
+  return config
+
+
+def set_protocol(config: ml_collections.ConfigDict, variant: str) -> None:
+  """The learners, mini-batch, protocol and staleness rule of ``variant``."""
+  config.learners, config.batch_per_learner = LEARNERS, BATCH_PER_LEARNER
+  if variant == "baseline":
+    config.protocol, config.learners, config.batch_per_learner = "hardsync", 1, BASELINE_BATCH
+  elif variant == "hardsync":
+    config.protocol = "hardsync"
+  elif variant.startswith("mu_lambda_"):
+    config.protocol, config.n = "softsync", 1
+    config.batch_per_learner = int(variant.removeprefix("mu_lambda_")) // LEARNERS
+  else:
+    protocol, rule = variant.split("_", 1)
+    config.protocol = protocol
+    config.n = SOFTSYNC_N if protocol == "softsync" else 1
+    config.staleness_rule = RULES[rule]
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The run selected by ``arg`` (``"[quick,]VARIANT"``; see the module docstring)."""
+  arguments = parse_config_argument(arg, variants=VARIANTS, default="baseline")
+  config = paper_config()
+  set_protocol(config, arguments.variant)
+  if arguments.quick:
+    use_embedded_digits(config)
+    config.learning_rate = 0.01
+    config.weight_decay = 0.0
+    config.lr_decay_epochs = ()
+    config.num_epochs = 10.0
+    config.eval_every_epochs = 1.0
+    config.log_every_updates = 50
+  return config
