@@ -1,0 +1,88 @@
+r"""Runs a reproduction study's grid and writes its table and plots.
+
+``python -m experiments.reproduce --study=STUDY [--quick] [--workdir=DIR]
+[--data_source=tfds|npz --data_dir=DIR] [--num_epochs=E]``
+
+Studies (grids and published numbers in `experiments.studies.definitions`):
+
+* ``demo``: the four `make demo` runs at lambda = 8 on the embedded digits
+  (hardsync, 8-softsync with alpha_0 and with alpha_0/sigma, async with
+  DC-ASGD-a); under 2 minutes on 2 CPU cores, compilation included.
+* ``zhang_cifar10``: Zhang et al.: hardsync and n-softsync for n in
+  {1, 2, 4, 10, 15, 30} with alpha_0 and alpha_0/sigma, lambda = 30, mu = 4
+  (13 runs of ``rudra_cifar10``).
+* ``rudra_mu_lambda``: Rudra's mu lambda study: the single-learner baseline and
+  1-softsync at lambda = 30 with mu lambda in {120, ..., 3840} (7 runs).
+* ``dcasgd_table1``: Zheng et al. Table 1: SGD, and ASGD, SSGD, DC-ASGD-c,
+  DC-ASGD-a at M = 4 and 8 (9 runs of ``dcasgd_cifar10_resnet20``).
+
+Which data and how long:
+
+* default: the papers' settings on the papers' data (tfds ``cifar10`` from a
+  prepared ``--data_dir``); hours per run on a GPU, see each config file;
+* ``--quick``: each config's ``quick`` variant, on the embedded 8x8 digits
+  (no download); minutes per study on a CPU;
+* ``--data_source``/``--data_dir``: the papers' model and data read from
+  there, e.g. the CIFAR-10 npz copy (``python shared/data/cifar10/decode.py
+  /tmp/cifar10_npz``, then ``--data_source=npz --data_dir=/tmp/cifar10_npz``);
+  with ``--quick`` as well, for the study's short epoch count;
+* ``--num_epochs`` overrides the epochs of every run.
+
+Every run gets its own sub-directory of ``--workdir`` (default
+``runs/<study>[_quick]``); rerunning the same command reuses finished runs and
+resumes an interrupted one. A run whose loss becomes non-finite is recorded as
+diverged (chance-level error) and the sweep continues. The study's directory
+receives ``results.csv``, ``results.md``, ``test_error.png`` (vs epoch and vs
+simulated time), ``train_loss.png`` and ``staleness.png``; the Markdown table
+and the directory are printed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Learners are emulated on 8 forced host devices on a CPU, as in experiments.main.
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+
+import time  # noqa: E402
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+
+from experiments.studies import STUDIES, run_study  # noqa: E402
+from stalesgd.data import SOURCES  # noqa: E402
+
+_STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
+_QUICK = flags.DEFINE_bool("quick", False, "CPU-sized runs (embedded digits, or short runs with --data_source).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "The study's directory (default runs/<study>[_quick]).")
+_DATA_SOURCE = flags.DEFINE_enum("data_source", None, [source for source in SOURCES if source != "embedded"],
+                                 "Read the paper's data set from this source.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "The data source's directory.")
+_NUM_EPOCHS = flags.DEFINE_float("num_epochs", None, "Epochs per run, overriding the study's.")
+flags.mark_flag_as_required("study")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
+  if _NUM_EPOCHS.value is not None and _NUM_EPOCHS.value <= 0:
+    raise app.UsageError(f"--num_epochs={_NUM_EPOCHS.value} must be > 0")
+  study = STUDIES[_STUDY.value]
+  workdir = _WORKDIR.value or os.path.join("runs", study.name + ("_quick" if _QUICK.value else ""))
+  started = time.monotonic()
+  result = run_study(study, workdir, quick=_QUICK.value, data_source=_DATA_SOURCE.value, data_dir=_DATA_DIR.value,
+                     num_epochs=_NUM_EPOCHS.value)
+  if result.table is None:
+    print(f"\n{study.name}: preempted after {len(result.rows)} finished run(s); rerun to resume ({workdir})")
+    return
+  print(f"\n{study.name}: {study.finding}\n")
+  print(result.table)
+  print(f"{len(result.rows)} runs in {time.monotonic() - started:.0f} s; results, metrics and plots in "
+        f"{os.path.abspath(workdir)}")
+
+
+if __name__ == "__main__":
+  app.run(main)

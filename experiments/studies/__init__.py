@@ -1,0 +1,13 @@
+"""The papers' reproduction studies (`definitions`) and the sweep that runs them (`sweep`).
+
+``python -m experiments.reproduce --study=NAME`` is the command line;
+`STUDIES` maps each name to its `Study`.
+"""
+
+from __future__ import annotations
+
+from experiments.studies.definitions import STUDIES, Study, Variant, study_config
+from experiments.studies.sweep import RunOutcome, SweepResult, run_study, run_variant, write_report
+
+__all__ = ["RunOutcome", "STUDIES", "Study", "SweepResult", "Variant", "run_study", "run_variant",
+           "study_config", "write_report"]

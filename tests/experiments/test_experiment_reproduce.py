@@ -1,0 +1,97 @@
+"""experiments/reproduce.py and the sweep: tables and plots written, divergence recorded, finished runs reused."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments.studies import Study, Variant, run_study
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _assert_png(path: pathlib.Path) -> None:
+  assert path.read_bytes()[:8] == PNG_SIGNATURE, path
+
+
+def _read_csv(path: pathlib.Path) -> list[dict[str, str]]:
+  with open(path, newline="", encoding="utf-8") as file:
+    return list(csv.DictReader(file))
+
+
+def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
+  workdir = tmp_path / "demo"
+  result = subprocess.run(
+      [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--num_epochs=0.2"],
+      cwd=REPOSITORY, capture_output=True, text=True, timeout=600,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = _read_csv(workdir / "results.csv")
+  assert [row["variant"] for row in rows] == ["hardsync", "8-softsync, a0", "8-softsync, a0/sigma",
+                                              "async, DC-ASGD-a"]
+  for row in rows:
+    assert row["status"] == "ok" and 0.0 <= float(row["test_accuracy"]) <= 1.0 and float(row["sim_time"]) > 0
+    assert "--num_epochs" not in row["command"] and "--config.num_epochs=0.2" in row["command"]
+    assert (pathlib.Path(row["workdir"]) / "summary.json").exists()
+  assert float(rows[0]["staleness_max"]) == 0 and float(rows[1]["staleness_mean"]) > 1
+  for name in ("test_error.png", "train_loss.png", "staleness.png"):
+    _assert_png(workdir / name)
+  table = (workdir / "results.md").read_text()
+  assert table in result.stdout and "| variant" in table and "test_accuracy" in table and "sim_time" in table
+  assert str(workdir) in result.stdout
+
+
+def _diverging_study() -> Study:
+  # A learning rate of 1e6 makes the loss non-finite within a few updates.
+  return Study(
+      name="test_divergence", title="divergence", finding="the second run diverges",
+      variants=(Variant("hardsync", "demo", "hardsync", published={"test_error": 3.0}),
+                Variant("exploding", "demo", "softsync_fixed", overrides={"learning_rate": 1e6},
+                        published={"test_error": 90.0})),
+      paper_data=False, has_quick=False)
+
+
+def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_path):
+  lines = []
+  result = run_study(_diverging_study(), tmp_path, num_epochs=0.2, echo=lines.append)
+  finished, diverged = result.rows
+  assert finished["status"] == "ok" and finished["published_test_error"] == 3.0
+  assert diverged["status"].startswith("diverged at update ") and diverged["updates"] >= 0
+  assert diverged["test_error"] == pytest.approx(90.0) and diverged["published_test_error"] == 90.0
+  assert diverged["sim_time"] > 0
+  record = json.loads((tmp_path / "exploding" / "diverged.json").read_text())
+  assert record["update"] == diverged["updates"] and "at update" in record["message"]
+  assert any("diverged at update" in line for line in lines)
+  assert "| exploding" in result.table and "published_test_error" in result.table
+  assert (tmp_path / "results.md").read_text() == result.table
+  _assert_png(tmp_path / "test_error.png")
+
+  lines.clear()
+  started = time.monotonic()
+  again = run_study(_diverging_study(), tmp_path, num_epochs=0.2, echo=lines.append)
+  assert time.monotonic() - started < 10  # nothing trained again
+  assert sum("reused the finished run" in line for line in lines) == 2
+  assert [row["status"] for row in again.rows] == [finished["status"], diverged["status"]]
+  assert again.rows[0]["test_error"] == finished["test_error"]
+
+
+def test_a_preempted_run_is_resumed_not_reused(tmp_path):
+  study = _diverging_study()
+  study = Study(study.name, study.title, study.finding, study.variants[:1], paper_data=False, has_quick=False)
+  first = run_study(study, tmp_path, num_epochs=0.1, echo=lambda line: None)
+  summary_path = tmp_path / "hardsync" / "summary.json"
+  summary = json.loads(summary_path.read_text())
+  summary_path.write_text(json.dumps({**summary, "preempted": True}))  # as a SIGTERM'd run leaves it
+  lines = []
+  second = run_study(study, tmp_path, num_epochs=0.1, echo=lines.append)
+  assert not any("reused" in line for line in lines)
+  assert second.rows[0]["test_error"] == first.rows[0]["test_error"]
+  assert json.loads(summary_path.read_text())["preempted"] is False

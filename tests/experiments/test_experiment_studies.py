@@ -1,0 +1,129 @@
+"""The study grids of experiments/studies/definitions.py: well-formed, buildable in every mode, the papers' numbers."""
+
+from __future__ import annotations
+
+import pathlib
+import shlex
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from experiments.studies import STUDIES, Study, Variant, study_config
+from experiments.studies.definitions import load_config_module
+from stalesgd.config import default_config, validate_config
+
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "configs"
+NUM_DEVICES = 8
+RESULT_FIELDS = {"test_error", "test_accuracy", "sim_time"}
+MODES = {
+    "paper": {},
+    "quick": {"quick": True},
+    "npz": {"data_source": "npz", "data_dir": "/data/cifar10_npz"},
+    "npz_quick": {"quick": True, "data_source": "npz", "data_dir": "/data/cifar10_npz"},
+}
+
+
+def test_the_four_studies_exist():
+  assert set(STUDIES) == {"zhang_cifar10", "rudra_mu_lambda", "dcasgd_table1", "demo"}
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_every_variant_names_a_real_config_variant_fields_and_published_results(name):
+  fields = set(default_config().keys())
+  for variant in STUDIES[name].variants:
+    module = load_config_module(variant.config_file)
+    assert variant.config_variant in module.VARIANTS, variant.label
+    assert set(variant.overrides) <= fields, variant.label
+    assert set(variant.published) <= RESULT_FIELDS, variant.label
+
+
+@pytest.mark.parametrize("name, mode", [(name, mode) for name in sorted(STUDIES) for mode in MODES
+                                        if STUDIES[name].paper_data or not mode.startswith("npz")])
+def test_every_run_of_every_study_validates_in_every_mode(name, mode):
+  study = STUDIES[name]
+  for variant in study.variants:
+    config = study_config(study, variant, **MODES[mode])
+    validate_config(config, num_devices=NUM_DEVICES)
+    for field, value in variant.overrides.items():
+      assert config[field] == value
+    if mode == "quick" and study.paper_data:
+      assert config.dataset == "digits"
+    if mode.startswith("npz"):
+      assert (config.data_source, config.data_dir, config.dataset) == ("npz", "/data/cifar10_npz", "cifar10")
+    if mode == "npz_quick":
+      assert config.num_epochs == study.short_epochs
+
+
+def test_num_epochs_overrides_every_mode():
+  study = STUDIES["zhang_cifar10"]
+  for mode in MODES.values():
+    assert study_config(study, study.variants[3], num_epochs=0.25, **mode).num_epochs == 0.25
+
+
+def test_a_data_source_is_refused_for_the_embedded_only_demo():
+  study = STUDIES["demo"]
+  with pytest.raises(ValueError, match="runs on the embedded data only"):
+    study_config(study, study.variants[0], data_source="npz", data_dir="/somewhere")
+
+
+def test_zhang_grid_is_hardsync_and_both_rates_at_every_n():
+  study = STUDIES["zhang_cifar10"]
+  configs = [study_config(study, variant) for variant in study.variants]
+  assert configs[0].protocol == "hardsync"
+  softsync = {(config.staleness_rule, config.n) for config in configs[1:]}
+  assert softsync == {(rule, n) for rule in ("none", "inverse") for n in (1, 2, 4, 10, 15, 30)}
+  assert all((config.learners, config.batch_per_learner) == (30, 4) for config in configs)
+  diverging = [variant.label for variant in study.variants if variant.published.get("test_error") == 90.0]
+  assert diverging == ["15-softsync, a0", "30-softsync, a0"]
+
+
+def test_rudra_mu_lambda_grid_grows_mu_lambda_at_fixed_alpha():
+  study = STUDIES["rudra_mu_lambda"]
+  configs = [study_config(study, variant) for variant in study.variants]
+  products = [config.learners * config.batch_per_learner for config in configs]
+  assert products == [128, 120, 240, 480, 960, 1920, 3840]
+  assert {config.learning_rate for config in configs} == {0.001}
+  assert {config.staleness_rule for config in configs} == {"none"}
+
+
+def test_dcasgd_table1_carries_the_published_numbers():
+  published = {variant.label: variant.published["test_error"] for variant in STUDIES["dcasgd_table1"].variants}
+  assert published == {
+      "SGD, M=1": 8.65, "ASGD, M=4": 9.27, "SSGD, M=4": 9.17, "DC-ASGD-c, M=4": 8.67, "DC-ASGD-a, M=4": 8.19,
+      "ASGD, M=8": 10.26, "SSGD, M=8": 10.10, "DC-ASGD-c, M=8": 9.27, "DC-ASGD-a, M=8": 8.57}
+  configs = {variant.label: study_config(STUDIES["dcasgd_table1"], variant)
+             for variant in STUDIES["dcasgd_table1"].variants}
+  assert configs["DC-ASGD-a, M=8"].learners == 8 and configs["DC-ASGD-a, M=8"].delay_compensation == "adaptive"
+  assert configs["SSGD, M=4"].protocol == "hardsync" and configs["SGD, M=1"].learners == 1
+
+
+def test_variant_command_parsed_by_config_flags_gives_the_study_config():
+  # The printed command, parsed the way experiments.main parses it, gives the same config.
+  study = STUDIES["zhang_cifar10"]
+  variant = study.variants[5]
+  command = variant.command(quick=True, extra={"data_dir": "/tmp/x", "lr_decay_epochs": (3.0,)})
+  words = shlex.split(command)
+  assert words[:3] == ["python", "-m", "experiments.main"]
+  argv = ["main"] + [word.replace("=experiments/configs/", f"={CONFIG_DIR}/") for word in words[3:]]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "config file", flag_values=flag_values, sys_argv=argv)
+  flag_values(argv)
+  expected = study_config(study, variant, quick=True)
+  expected.data_dir, expected.lr_decay_epochs = "/tmp/x", (3.0,)
+  assert flag_values.config.to_dict() == expected.to_dict()
+
+
+def test_study_rejects_duplicate_labels_and_foreign_variants():
+  variant = Variant("a", "demo", "hardsync")
+  with pytest.raises(ValueError, match="unique"):
+    Study("s", "t", "f", (variant, Variant("a", "demo", "async_dc")))
+  with pytest.raises(ValueError, match="unique"):
+    Study("s", "t", "f", (variant, Variant("A", "demo", "async_dc")))  # same directory name
+  with pytest.raises(ValueError, match="is not part of study"):
+    study_config(Study("s", "t", "f", (variant,)), Variant("b", "demo", "hardsync"))
+
+
+def test_variant_slug_is_a_safe_directory_name():
+  assert Variant("15-softsync, a0/sigma", "demo", "hardsync").slug == "15_softsync_a0_sigma"
+  assert Variant("1-softsync, mu*lambda=120 (mu=4)", "demo", "hardsync").slug == "1_softsync_mu_lambda_120_mu_4"
