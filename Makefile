@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(PY) -m pytest tests
 
 demo: $(STAMP)
-	$(PY) -m experiments.main --config=experiments/configs/demo.py --workdir=$(DEMO_DIR)
+	$(PY) -m experiments.reproduce --study=demo --workdir=$(DEMO_DIR)
 
 clean-venv:
 	rm -rf $(VENV)

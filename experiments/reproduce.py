@@ -7,7 +7,7 @@ Studies (grids and published numbers in `experiments.studies.definitions`):
 
 * ``demo``: the four `make demo` runs at lambda = 8 on the embedded digits
   (hardsync, 8-softsync with alpha_0 and with alpha_0/sigma, async with
-  DC-ASGD-a); under 2 minutes on 2 CPU cores, compilation included.
+  DC-ASGD-a); about 30 s on 2 CPU cores from a cold start, compilation included.
 * ``zhang_cifar10``: Zhang et al.: hardsync and n-softsync for n in
   {1, 2, 4, 10, 15, 30} with alpha_0 and alpha_0/sigma, lambda = 30, mu = 4
   (13 runs of ``rudra_cifar10``).
