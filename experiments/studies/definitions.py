@@ -13,6 +13,9 @@ study runs (``experiments/reproduce.py``):
   the paper's model and data read from there; with ``quick`` as well, for the
   study's `Study.short_epochs` epochs.
 
+A shortened run (``quick`` with a data source, or ``num_epochs`` given) is
+evaluated at least `EVALUATIONS_PER_SHORT_RUN` times, so it has a curve.
+
 Published numbers (docs/algorithms.md §6) sit in ``published`` and end up in
 ``published_<name>`` columns beside ours (`stalesgd.plots.table_columns`).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +33,7 @@ import ml_collections
 from experiments.configs.arguments import QUICK
 
 CONFIG_PACKAGE = "experiments.configs"
+EVALUATIONS_PER_SHORT_RUN = 4
 ZHANG_N = (1, 2, 4, 10, 15, 30)
 ZHANG_DIVERGED_ERROR = 90.0  # Zhang et al.: n = 15 and 30 with the fixed rate "do not converge (90% error)".
 RUDRA_TEST_ERROR = 18.0
@@ -78,9 +83,10 @@ class Variant:
 
 
 def _flag_value(value: Any) -> str:
+  """A config override value as one shell word (tuples in the ``(a,b)`` form config_flags parses)."""
   if isinstance(value, (tuple, list)):
-    return "'(" + ",".join(str(item) for item in value) + ("," if len(value) == 1 else "") + ")'"
-  return str(value)
+    value = "(" + ",".join(str(item) for item in value) + ("," if len(value) == 1 else "") + ")"
+  return shlex.quote(str(value))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +166,9 @@ def study_config(study: Study, variant: Variant, *, quick: bool = False, data_so
     config.num_epochs = study.short_epochs
   if num_epochs is not None:
     config.num_epochs = num_epochs
+  if (quick and on_paper_data) or num_epochs is not None:
+    # A shortened run still gets a learning curve, not just its final point.
+    config.eval_every_epochs = min(config.eval_every_epochs, config.num_epochs / EVALUATIONS_PER_SHORT_RUN)
   return config
 
 

@@ -55,10 +55,14 @@ def test_every_run_of_every_study_validates_in_every_mode(name, mode):
       assert config.num_epochs == study.short_epochs
 
 
-def test_num_epochs_overrides_every_mode():
+def test_num_epochs_overrides_every_mode_and_keeps_a_learning_curve():
   study = STUDIES["zhang_cifar10"]
   for mode in MODES.values():
-    assert study_config(study, study.variants[3], num_epochs=0.25, **mode).num_epochs == 0.25
+    config = study_config(study, study.variants[3], num_epochs=0.25, **mode)
+    assert config.num_epochs == 0.25 and config.eval_every_epochs == 0.0625
+  short = study_config(study, study.variants[3], **MODES["npz_quick"])
+  assert short.eval_every_epochs == study.short_epochs / 4
+  assert study_config(study, study.variants[3]).eval_every_epochs == 5.0  # the paper's runs: unchanged
 
 
 def test_a_data_source_is_refused_for_the_embedded_only_demo():
