@@ -29,8 +29,9 @@ Which data and how long:
 * ``--num_epochs`` overrides the epochs of every run.
 
 Every run gets its own sub-directory of ``--workdir`` (default
-``runs/<study>[_quick]``); rerunning the same command reuses finished runs and
-resumes an interrupted one. A run whose loss becomes non-finite is recorded as
+``runs/<study>[_quick][_<data_source>]``); rerunning the same command reuses
+finished runs and resumes an interrupted one, and a directory holding runs of
+other settings is refused. A run whose loss becomes non-finite is recorded as
 diverged (chance-level error) and the sweep continues. The study's directory
 receives ``results.csv``, ``results.md``, ``test_error.png`` (vs epoch and vs
 simulated time), ``train_loss.png`` and ``staleness.png``; the Markdown table
@@ -55,7 +56,8 @@ from stalesgd.data import SOURCES  # noqa: E402
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
 _QUICK = flags.DEFINE_bool("quick", False, "CPU-sized runs (embedded digits, or short runs with --data_source).")
-_WORKDIR = flags.DEFINE_string("workdir", None, "The study's directory (default runs/<study>[_quick]).")
+_WORKDIR = flags.DEFINE_string("workdir", None,
+                                "The study's directory (default runs/<study>[_quick][_<data_source>]).")
 _DATA_SOURCE = flags.DEFINE_enum("data_source", None, [source for source in SOURCES if source != "embedded"],
                                  "Read the paper's data set from this source.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "The data source's directory.")
@@ -71,7 +73,9 @@ def main(argv):
   if _NUM_EPOCHS.value is not None and _NUM_EPOCHS.value <= 0:
     raise app.UsageError(f"--num_epochs={_NUM_EPOCHS.value} must be > 0")
   study = STUDIES[_STUDY.value]
-  workdir = _WORKDIR.value or os.path.join("runs", study.name + ("_quick" if _QUICK.value else ""))
+  default_name = "_".join([study.name] + (["quick"] if _QUICK.value else []) +
+                          ([_DATA_SOURCE.value] if _DATA_SOURCE.value else []))
+  workdir = _WORKDIR.value or os.path.join("runs", default_name)
   started = time.monotonic()
   result = run_study(study, workdir, quick=_QUICK.value, data_source=_DATA_SOURCE.value, data_dir=_DATA_DIR.value,
                      num_epochs=_NUM_EPOCHS.value)

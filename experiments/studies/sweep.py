@@ -5,7 +5,8 @@ sub-directory of the study's workdir (named by `Variant.slug`), so
 
 * a sweep resumes: a sub-run whose ``summary.json`` says it finished (not
   preempted) is read back instead of trained again, and an unfinished one
-  resumes from its checkpoint;
+  resumes from its checkpoint; a directory holding a run of another config
+  (``config.json``) is refused;
 * a run whose loss becomes non-finite (`FloatingPointError`) is recorded as
   diverged at the update the trainer names, with the chance-level test error
   (Zhang et al. report such runs as "90% error" on CIFAR-10), and the sweep
@@ -114,6 +115,23 @@ def run_variant(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> Run
     return RunOutcome(None, diverged_at=update, message=str(error))
 
 
+def check_same_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
+  """Refuses a run directory that holds a run of another config (its results would be reused silently).
+
+  Raises:
+    ValueError: naming the directory and the fields that differ.
+  """
+  path = workdir / CONFIG_FILENAME
+  if not path.exists():
+    return
+  saved, current = json.loads(path.read_text()), json.loads(config.to_json())
+  differing = sorted(field for field in saved.keys() | current.keys() if saved.get(field) != current.get(field))
+  if differing:
+    changes = ", ".join(f"{field}: {saved.get(field)!r} -> {current.get(field)!r}" for field in differing)
+    raise ValueError(f"{workdir} holds a run of another config ({changes}); allowed: the same config to "
+                     "resume or reuse it, or another --workdir")
+
+
 def chance_error(config: ml_collections.ConfigDict) -> float | None:
   """Test error (%) of a constant prediction: what a diverged run is recorded with (None if unknown)."""
   num_classes = KNOWN_NUM_CLASSES.get(config.dataset)
@@ -185,8 +203,10 @@ def run_study(study: Study, workdir: str | pathlib.Path, *, quick: bool = False,
               echo=print) -> SweepResult:
   """Runs (or resumes) every variant of ``study`` in turn, then writes the report.
 
-  Every config is built and validated before the first run, so a bad setting
-  stops the sweep at once instead of after hours.
+  Every config is built and validated, and checked against the config of any
+  earlier run in its directory, before the first run: a bad setting stops the
+  sweep at once instead of after hours, and results of another setting are
+  never reused.
 
   Args:
     study: the study.
@@ -203,8 +223,9 @@ def run_study(study: Study, workdir: str | pathlib.Path, *, quick: bool = False,
   workdir = pathlib.Path(workdir)
   settings = dict(quick=quick, data_source=data_source, data_dir=data_dir, num_epochs=num_epochs)
   configs = [study_config(study, variant, **settings) for variant in study.variants]
-  for config in configs:
+  for variant, config in zip(study.variants, configs):
     validate_config(config, num_devices=jax.device_count())
+    check_same_config(config, workdir / variant.slug)
   extra = {key: value for key, value in (("data_source", data_source), ("data_dir", data_dir))
            if value is not None}
   rows = []

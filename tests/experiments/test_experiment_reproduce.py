@@ -82,6 +82,9 @@ def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_p
   assert [row["status"] for row in again.rows] == [finished["status"], diverged["status"]]
   assert again.rows[0]["test_error"] == finished["test_error"]
 
+  with pytest.raises(ValueError, match=r"holds a run of another config \(eval_every_epochs: .*num_epochs: 0.2 -> 0.3"):
+    run_study(_diverging_study(), tmp_path, num_epochs=0.3, echo=lines.append)
+
 
 def test_a_preempted_run_is_resumed_not_reused(tmp_path):
   study = _diverging_study()
