@@ -40,9 +40,12 @@ The copy in shared/data is a JPEG (q75) re-encoding: expect 2-3 points more
 error than on the original images.
 
 Hardware and time: the full runs want a GPU. On the 2-core CPU of the
-development machine the emulator trains this network at about 600 images/s
-(30-softsync, mu = 4), so one 140-epoch run (7M images) takes about 3.5 hours;
-``experiments/reproduce.py`` runs the studies' grids.
+development machine (8 emulated devices) the lambda = 30 runs train at about
+800 images/s, so one 140-epoch run (7M images) takes about 2.5 hours; the
+single-learner baseline keeps one device busy, about 110 images/s (18 hours).
+``experiments/reproduce.py`` runs the studies' grids; with
+``--quick --data_source=npz`` each run is one epoch of the real data (measured:
+``zhang_cifar10`` 17 minutes, ``rudra_mu_lambda`` 17 minutes).
 
 ``quick``: the embedded 8x8 digits (no download) with a small CNN
 (``cifar10_full`` needs 32x32 inputs), alpha_0 = 0.01, no weight decay, no
