@@ -71,6 +71,7 @@ def default_config() -> ml_collections.ConfigDict:
   config.timing.speed_factor_sigma = 0.0
   config.timing.latency = 0.0
   config.timing.bandwidth = 0.0  # bytes/s; 0 means infinite
+  config.timing.model_bytes = 0  # bytes per push/pull/all-reduce; 0 means the model's float32 parameters
   config.timing.server_shards = 1
   config.timing.apply_time = 0.0
 
@@ -206,8 +207,14 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   timing_model(config)  # TimingModel validates its own fields
 
 
-def timing_model(config: ml_collections.ConfigDict) -> schedule_lib.TimingModel:
-  """The run's `TimingModel`; its compute time scales with the mini-batch size."""
+def timing_model(config: ml_collections.ConfigDict, *, parameter_bytes: int = 0) -> schedule_lib.TimingModel:
+  """The run's `TimingModel`; its compute time scales with the mini-batch size.
+
+  Args:
+    config: the run's config.
+    parameter_bytes: the model's size, used for messages when
+      ``config.timing.model_bytes`` is 0 (only matters with a finite bandwidth).
+  """
   timing = config.timing
   try:
     return schedule_lib.TimingModel(
@@ -215,7 +222,8 @@ def timing_model(config: ml_collections.ConfigDict) -> schedule_lib.TimingModel:
         jitter=timing.jitter, jitter_sigma=timing.jitter_sigma, straggler_prob=timing.straggler_prob,
         straggler_factor=timing.straggler_factor, speed_factor_sigma=timing.speed_factor_sigma,
         latency=timing.latency, bandwidth=timing.bandwidth if timing.bandwidth > 0 else math.inf,
-        server_shards=timing.server_shards, apply_time=timing.apply_time)
+        model_bytes=timing.model_bytes or parameter_bytes, server_shards=timing.server_shards,
+        apply_time=timing.apply_time)
   except ValueError as error:
     raise ValueError(f"config.timing: {error}") from error
 

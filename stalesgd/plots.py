@@ -249,7 +249,9 @@ def markdown_table(rows: Sequence[Mapping[str, Any]],
               for value, width, is_numeric in zip(values, widths, numeric)]
     return "| " + " | ".join(padded) + " |"
 
-  rule = ["-" * (width - 1) + ":" if is_numeric else "-" * width for width, is_numeric in zip(widths, numeric)]
+  # GitHub needs at least one dash before the alignment colon ("-:").
+  rule = ["-" * max(width - 1, 1) + ":" if is_numeric else "-" * max(width, 1)
+          for width, is_numeric in zip(widths, numeric)]
   return "\n".join([line(columns), line(rule)] + [line(row) for row in cells]) + "\n"
 
 

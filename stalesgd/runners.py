@@ -19,6 +19,7 @@ import jax
 import ml_collections
 import numpy as np
 import optax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from stalesgd import decentral
 from stalesgd import distributed
@@ -85,6 +86,11 @@ class DecentralizedRunner:
     self.protocol_config = decentral.config_for_protocol(config.protocol, **overrides)
     self.mesh = distributed.worker_mesh(self.protocol_config.axis_name, devices=list(mesh.devices.flat))
     self.trainer = decentral.DCS3GD(model.loss_fn, optimizer, self.protocol_config, self.mesh)
+    # Per-worker losses live on their workers' devices (possibly other
+    # processes'); a separate small program replicates them for the host, so
+    # the step's only collective stays the weight all-reduce.
+    self._replicate_loss = jax.jit(lambda loss: loss.reshape(1, -1),
+                                   out_shardings=NamedSharding(self.mesh, PartitionSpec()))
     self.batches = batches
     self.num_updates = num_updates
     self._dispatch = DispatchLimiter()
@@ -102,7 +108,7 @@ class DecentralizedRunner:
         self.mesh, self.protocol_config.axis_name)
     state, metrics = self.trainer.step(state, batch)
     self._dispatch.dispatched(metrics["loss"])
-    loss = metrics["loss"].reshape(1, -1)  # one update, one contribution per worker
+    loss = self._replicate_loss(metrics["loss"])  # one update, one contribution per worker
     return state, BlockMetrics(loss, np.ones(1, np.float32))
 
   def params(self, state: decentral.DCS3GDState) -> Any:

@@ -105,6 +105,10 @@ class PendingMetrics:
     return record
 
 
+def _num_parameters(params: Any) -> int:
+  return sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(params))
+
+
 def params_digest(params: Any) -> str:
   """sha256 of the weights' bytes in tree order: equal digests mean identical weights.
 
@@ -158,7 +162,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
   # ----------------------------------------------------------------- the simulated cluster
   schedule = schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=total_updates,
-                                   seed=config.seed, timing=timing_model(config), **protocol_options(config))
+                                   seed=config.seed, **protocol_options(config),
+                                   timing=timing_model(config, parameter_bytes=4 * _num_parameters(params)))
   if primary and not (workdir / "schedule.npz").exists():
     schedule.save(workdir / "schedule.npz")
   examples_per_update = contributions_per_update(config) * config.batch_per_learner

@@ -61,3 +61,35 @@ def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path
       strip(record) for record in read_metrics(reference_dir)]
   assert complete_checkpoints(workdir)[-1] == reference["updates"]
   assert len(list(pathlib.Path(workdir).glob("events.out.tfevents.*"))) == 1  # process 1 wrote none
+
+
+def test_two_processes_run_dcs3gd_like_one(devices, tmp_path, compilation_cache):
+  """DC-S3GD's per-worker losses live on both processes: the loop must still log them.
+
+  Not bit-identical: gloo's cross-process all-reduce adds in another order than
+  the in-process one, so the losses agree to float32 rounding.
+  """
+  workdir, log = tmp_path / "two_processes", tmp_path / "local_sh.log"
+  environment = main_environment(compilation_cache)
+  environment.pop("JAX_NUM_CPU_DEVICES")
+  environment["LAUNCH_KILL_GRACE"] = "1"
+  with open(log, "wb") as output:
+    launch = subprocess.Popen(
+        [str(LOCAL_SH), "2", f"--config={CONFIG_FILE}:dcs3gd", f"--config.num_epochs={EPOCHS}",
+         f"--workdir={workdir}"],
+        cwd=REPOSITORY_ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
+  reference_dir = tmp_path / "one_process"
+  try:
+    reference = train_and_evaluate(tiny_config("dcs3gd", num_epochs=EPOCHS), str(reference_dir))
+    returncode = launch.wait(timeout=TIMEOUT)
+  except BaseException:
+    launch.terminate()
+    launch.wait()
+    raise
+  assert returncode == 0, log_tail(log, lines=60)
+  summary = read_summary(workdir)
+  assert summary["updates"] == reference["updates"] and not summary["preempted"]
+  ours, theirs = read_metrics(workdir), read_metrics(reference_dir)
+  assert [record["step"] for record in ours] == [record["step"] for record in theirs]
+  for mine, expected in zip(ours, theirs):
+    assert mine["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-4)
