@@ -16,7 +16,9 @@ measures in one process, side by side:
 
 and prints the ratios ``cost_ratio_vs_sync = sync / engine`` (time per gradient
 relative to synchronous training; 1.0 = as cheap) and ``speedup_vs_naive``.
-Timings are medians over repeated timed chunks after compilation.
+The three methods are timed in turn, one chunk (about 256 gradients) each per
+round, after compilation; rates are medians over rounds and ratios are medians
+of the per-round ratios, so a slow phase of a shared machine affects all alike.
 
 Usage::
 
@@ -57,7 +59,7 @@ _QUICK = flags.DEFINE_bool("quick", False, "Small version (lambda in {8, 32}, fe
 _LEARNERS = flags.DEFINE_list("learners", None, "Override the list of learner counts.")
 _BATCH_PER_LEARNER = flags.DEFINE_integer("batch_per_learner", 4, "mu, Rudra's CIFAR-10 setting.")
 _OUTPUT = flags.DEFINE_string("output", "results/engine_benchmark.json", "Where to write the JSON rows.")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed chunks per measurement (the median is reported).")
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed rounds (each method once per round; medians reported).")
 
 IMAGE_SHAPE = (32, 32, 3)
 NUM_EXAMPLES = 4096
@@ -77,14 +79,31 @@ def machine_description() -> dict:
   }
 
 
-def median_rate(run_chunk, items_per_chunk: int, repeats: int) -> float:
-  """Median items per second over ``repeats`` timed calls of ``run_chunk``."""
-  rates = []
-  for _ in range(repeats):
+class Timed:
+  """A repeatable chunk of work and how many gradients one chunk applies."""
+
+  def __init__(self, run_chunk, gradients_per_chunk: int):
+    self.run_chunk, self.gradients_per_chunk = run_chunk, gradients_per_chunk
+    self.rates: list[float] = []
+
+  def time_once(self) -> None:
     start = time.perf_counter()
-    run_chunk()
-    rates.append(items_per_chunk / (time.perf_counter() - start))
-  return statistics.median(rates)
+    self.run_chunk()
+    self.rates.append(self.gradients_per_chunk / (time.perf_counter() - start))
+
+
+def interleaved_rates(timed: dict[str, Timed], rounds: int) -> None:
+  """Times every method once per round, in turn, so slow phases of a noisy
+  machine hit all of them alike; the ratios are then taken round by round."""
+  for method in timed.values():
+    method.run_chunk()  # compile and warm up
+  for _ in range(rounds):
+    for method in timed.values():
+      method.time_once()
+
+
+def median_ratio(numerator: Timed, denominator: Timed) -> float:
+  return statistics.median(n / d for n, d in zip(numerator.rates, denominator.rates))
 
 
 class RandomData:
@@ -102,35 +121,36 @@ class RandomData:
     return {"image": self.images[indices], "label": self.labels[indices]}
 
 
-def measure_engine(spec, params, optimizer, schedule, data, repeats):
+def engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk: int):
+  """The engine executing consecutive waves of ``schedule``, about ``gradients_per_chunk`` at a time."""
   engine = engine_lib.Engine(spec.loss_fn, optimizer, has_aux=True)
   plan = engine.plan(schedule)
-  state = engine.init(params, plan)
-  waves_per_chunk = max(1, plan.num_waves // (repeats + 1))
-  # The first chunk compiles and warms up; the next `repeats` are timed.
-  position = {"wave": 0, "state": state}
+  per_wave = np.diff(plan.wave_starts) * schedule.contributions_per_update
+  waves_per_chunk = max(1, int(round(gradients_per_chunk / per_wave.mean())))
+  position = {"wave": 0, "state": engine.init(params, plan)}
 
   def chunk():
     stop = position["wave"] + waves_per_chunk
+    if stop > plan.num_waves:
+      raise RuntimeError("the benchmark schedule is too short for the requested rounds")
     position["state"] = engine.run(position["state"], plan, data, start_wave=position["wave"], stop_wave=stop)
     jax.block_until_ready(position["state"].params)
     position["wave"] = stop
 
-  chunk()
-  applied = int(np.diff(plan.wave_starts)[position["wave"]:position["wave"] + waves_per_chunk].sum())
-  rate = median_rate(chunk, applied * schedule.contributions_per_update, repeats)
-  return rate, plan, position["state"]
+  # Waves in the middle of the schedule are representative; every chunk has the same count.
+  applied = int(per_wave[plan.num_waves // 2:plan.num_waves // 2 + waves_per_chunk].sum())
+  return Timed(chunk, applied), plan, position
 
 
-def measure_sync(spec, params, optimizer, learners, data, repeats):
-  """Synchronous data-parallel SGD: lambda x mu samples per step over all devices."""
+def sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk: int) -> Timed:
+  """Synchronous data-parallel SGD: lambda x mu samples per step over all devices,
+  one gradient call per device (the strictest baseline: no per-learner split)."""
   mesh = engine_lib.learner_mesh()
   devices = mesh.size
   split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("learners"))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   samples = learners * data.batch_per_learner
   per_step = -(-samples // devices) * devices  # pad to the device count, as the engine pads slots
-  opt_state = optimizer.init(params)
 
   def local_gradient(params, batch):
     params = jax.lax.pcast(params, "learners", to="varying")
@@ -143,46 +163,43 @@ def measure_sync(spec, params, optimizer, learners, data, repeats):
 
   @jax.jit
   def train_step(params, opt_state, batch):
-    grads = gradient(params, batch)
-    grads = jax.tree_util.tree_map(lambda g: g[None], grads)  # a stack of one
+    grads = jax.tree_util.tree_map(lambda g: g[None], gradient(params, batch))  # a stack of one
     updates, opt_state = optimizer.update(grads, opt_state, params, staleness=jnp.zeros((1,), jnp.int32))
     return optax.apply_updates(params, updates), opt_state
 
-  batch = data(np.arange(per_step // data.batch_per_learner + 1), np.zeros(per_step // data.batch_per_learner + 1,
-                                                                         np.int64))
+  groups = per_step // data.batch_per_learner + 1
+  batch = data(np.arange(groups), np.zeros(groups, np.int64))
   batch = {k: jax.device_put(v.reshape((-1,) + v.shape[2:])[:per_step], split) for k, v in batch.items()}
-  params = jax.device_put(params, replicated)
-  opt_state = jax.device_put(opt_state, replicated)
-  steps = 4
-  carry = {"params": params, "opt_state": opt_state}
+  carry = {"params": jax.device_put(params, replicated),
+           "opt_state": jax.device_put(optimizer.init(params), replicated)}
+  steps = max(1, gradients_per_chunk // learners)
 
   def chunk():
     for _ in range(steps):
       carry["params"], carry["opt_state"] = train_step(carry["params"], carry["opt_state"], batch)
     jax.block_until_ready(carry["params"])
 
-  chunk()
-  return median_rate(chunk, steps * learners, repeats)
+  return Timed(chunk, steps * learners)
 
 
-def measure_naive(spec, params, optimizer, schedule, data, repeats, events=48):
-  """One gradient per event in a Python loop (the obvious emulator)."""
+def naive_chunks(spec, params, optimizer, schedule, data, events: int = 48) -> Timed:
+  """One gradient per event in a Python loop (the obvious emulator, and the tests' oracle)."""
   grad_fn = jax.jit(jax.grad(lambda p, b: spec.loss_fn(p, b)[0]))
   apply = jax.jit(lambda p, s, g, sigma, stale: _apply(optimizer, p, s, g, sigma, stale))
   history = {0: jax.tree_util.tree_map(jnp.asarray, params)}
   position = {"update": 0, "params": history[0], "state": optimizer.init(history[0])}
+  updates_per_chunk = max(1, events // schedule.contributions_per_update)
+  stack = lambda trees: jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
 
   def chunk():
-    for _ in range(events // schedule.contributions_per_update):
+    for _ in range(updates_per_chunk):
       update = position["update"] % schedule.num_updates
       grads, stale = [], []
       for slot in range(schedule.contributions_per_update):
-        version = int(schedule.timestamp[update, slot])
-        weights = history.get(version, position["params"])
+        weights = history.get(int(schedule.timestamp[update, slot]), position["params"])
         batch = data(schedule.learner[update, slot:slot + 1], schedule.batch_index[update, slot:slot + 1])
         grads.append(grad_fn(weights, {k: v[0] for k, v in batch.items()}))
         stale.append(weights)
-      stack = lambda trees: jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
       position["params"], position["state"] = apply(
           position["params"], position["state"], stack(grads),
           jnp.asarray(schedule.staleness[update], jnp.int32), stack(stale))
@@ -191,9 +208,7 @@ def measure_naive(spec, params, optimizer, schedule, data, repeats, events=48):
       history.pop(position["update"] - schedule.max_staleness - 1, None)
     jax.block_until_ready(position["params"])
 
-  chunk()
-  return median_rate(chunk, (events // schedule.contributions_per_update) * schedule.contributions_per_update,
-                     repeats)
+  return Timed(chunk, updates_per_chunk * schedule.contributions_per_update)
 
 
 def _apply(optimizer, params, state, grads, staleness, stale_params):
@@ -206,7 +221,7 @@ def main(argv):
   quick = _QUICK.value
   learner_counts = [int(x) for x in _LEARNERS.value] if _LEARNERS.value else ([8, 32] if quick else [8, 32, 128])
   repeats = 3 if quick else _REPEATS.value
-  gradients_per_run = 512 if quick else 2048
+  gradients_per_chunk = 96 if quick else 256
   mu = _BATCH_PER_LEARNER.value
   machine = machine_description()
   print(f"machine: {machine}")
@@ -223,29 +238,34 @@ def main(argv):
   print(header)
   for learners in learner_counts:
     for protocol, options in PROTOCOLS:
-      schedule = schedule_lib.simulate(protocol, learners=learners, seed=0,
-                                       num_updates=max(1, gradients_per_run // (learners // options.get("n", learners))),
-                                       **options)
-      engine_rate, plan, state = measure_engine(spec, params, optimizer, schedule, data, repeats)
-      sync_rate = measure_sync(spec, params, optimizer, learners, data, repeats)
-      naive_rate = measure_naive(spec, params, optimizer, schedule, data, repeats)
+      contributions = schedule_lib.contributions_per_update(protocol, learners=learners, **options)
+      # Warm-up + `repeats` chunks, with a wave of slack per chunk.
+      num_updates = (repeats + 2) * (gradients_per_chunk + 2 * learners) // contributions
+      schedule = schedule_lib.simulate(protocol, learners=learners, seed=0, num_updates=num_updates, **options)
+      engine, plan, engine_position = engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk)
+      timed = {"engine": engine,
+               "sync": sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk),
+               "naive": naive_chunks(spec, params, optimizer, schedule, data)}
+      interleaved_rates(timed, repeats)
+      rate = {name: statistics.median(method.rates) for name, method in timed.items()}
       row = {
           "protocol": protocol if protocol == "async" else f"{options['n']}-softsync",
           "learners": learners,
           "batch_per_learner": mu,
-          "engine_grads_per_s": engine_rate,
-          "sync_grads_per_s": sync_rate,
-          "naive_grads_per_s": naive_rate,
-          "cost_ratio_vs_sync": sync_rate / engine_rate,
-          "speedup_vs_naive": engine_rate / naive_rate,
-          "ring_buffer_bytes": engine_lib.ring_bytes(state.ring),
+          "engine_grads_per_s": rate["engine"],
+          "sync_grads_per_s": rate["sync"],
+          "naive_grads_per_s": rate["naive"],
+          "cost_ratio_vs_sync": median_ratio(timed["sync"], timed["engine"]),
+          "speedup_vs_naive": median_ratio(timed["engine"], timed["naive"]),
+          "ring_buffer_bytes": engine_lib.ring_bytes(engine_position["state"].ring),
           "param_bytes": param_bytes,
           "max_staleness": schedule.max_staleness,
           "slot_utilisation": plan.slot_utilisation,
           "slots_per_wave": plan.slots_per_wave,
+          "rounds": repeats,
       }
       rows.append(row)
-      print(f"{row['protocol']:>10} {learners:>6} {engine_rate:>10.1f} {sync_rate:>9.1f} {naive_rate:>9.1f} "
+      print(f"{row['protocol']:>10} {learners:>6} {rate['engine']:>10.1f} {rate['sync']:>9.1f} {rate['naive']:>9.1f} "
             f"{row['cost_ratio_vs_sync']:>9.2f} {row['speedup_vs_naive']:>8.1f} {row['max_staleness']:>9} "
             f"{row['ring_buffer_bytes'] / 2**20:>8.2f} {row['slot_utilisation']:>8.2f}", flush=True)
       assert row["ring_buffer_bytes"] <= (row["max_staleness"] + 1) * param_bytes
