@@ -82,7 +82,7 @@ def main(argv):
   if result.table is None:
     print(f"\n{study.name}: preempted after {len(result.rows)} finished run(s); rerun to resume ({workdir})")
     return
-  print(f"\n{study.name}: {study.finding}\n")
+  print(f"\n{study.name}. The published finding this grid tests (compare with the table): {study.finding}\n")
   print(result.table)
   print(f"{len(result.rows)} runs in {time.monotonic() - started:.0f} s; results, metrics and plots in "
         f"{os.path.abspath(workdir)}")
