@@ -17,6 +17,14 @@ produced (architecture.md §3):
    stale_params=w_j[c, ...], learner=learner[c])``, applies the update and
    writes w_{u+1} into the ring.
 
+The server state (weights, ring buffer, optimizer state) is sharded over
+parameters along the learner axis (`Engine.state_shardings`), as ZeRO/FSDP
+shard training state: each device applies 1/N of every update and holds 1/N of
+the history. Between the two phases each slot's stale weights travel to its
+device and its gradient back to the parameter shards (all-to-alls); nothing is
+summed across devices, so results are bit-identical on any number of devices
+or processes.
+
 The optimizer receives *stacks* (the convention of `stalesgd.transforms`):
 per-contribution transforms (staleness weights, delay compensation) act on each
 contribution, `stalesgd.average_contributions()` reduces the stack, and the
