@@ -29,20 +29,23 @@ TIMEOUT = 180.0  # seconds; about 15 s on 2 idle cores
 WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")
 
 
-def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path, compilation_cache):
+def run_both(variant: str, tmp_path: pathlib.Path, compilation_cache) -> tuple[pathlib.Path, dict, pathlib.Path]:
+  """``launch/local.sh 2`` on a tiny config, and the same config in this process on 8 devices meanwhile.
+
+  Returns the two-process workdir, the in-process summary and its workdir.
+  """
   workdir, log = tmp_path / "two_processes", tmp_path / "local_sh.log"
   environment = main_environment(compilation_cache)
   environment.pop("JAX_NUM_CPU_DEVICES")  # local.sh gives each process 8 / 2 devices
   environment["LAUNCH_KILL_GRACE"] = "1"
   with open(log, "wb") as output:
     launch = subprocess.Popen(
-        [str(LOCAL_SH), "2", f"--config={CONFIG_FILE}:async_dc", f"--config.num_epochs={EPOCHS}",
+        [str(LOCAL_SH), "2", f"--config={CONFIG_FILE}:{variant}", f"--config.num_epochs={EPOCHS}",
          f"--workdir={workdir}"],
         cwd=REPOSITORY_ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
-  # While the two processes start: the same config in this process, on its 8 devices.
   reference_dir = tmp_path / "one_process"
   try:
-    reference = train_and_evaluate(tiny_config("async_dc", num_epochs=EPOCHS), str(reference_dir))
+    reference = train_and_evaluate(tiny_config(variant, num_epochs=EPOCHS), str(reference_dir))
     returncode = launch.wait(timeout=TIMEOUT)
   except BaseException as error:
     launch.terminate()  # local.sh stops its processes on SIGTERM
@@ -52,7 +55,11 @@ def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path
     raise
   assert returncode == 0, log_tail(log, lines=60)
   assert "local.sh: 2 x 4 host devices" in log.read_text()
+  return workdir, reference, reference_dir
 
+
+def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path, compilation_cache):
+  workdir, reference, reference_dir = run_both("async_dc", tmp_path, compilation_cache)
   summary = read_summary(workdir)
   assert summary["updates"] == reference["updates"] and not summary["preempted"]
   assert summary["params_sha256"] == reference["params_sha256"]
@@ -69,24 +76,7 @@ def test_two_processes_run_dcs3gd_like_one(devices, tmp_path, compilation_cache)
   Not bit-identical: gloo's cross-process all-reduce adds in another order than
   the in-process one, so the losses agree to float32 rounding.
   """
-  workdir, log = tmp_path / "two_processes", tmp_path / "local_sh.log"
-  environment = main_environment(compilation_cache)
-  environment.pop("JAX_NUM_CPU_DEVICES")
-  environment["LAUNCH_KILL_GRACE"] = "1"
-  with open(log, "wb") as output:
-    launch = subprocess.Popen(
-        [str(LOCAL_SH), "2", f"--config={CONFIG_FILE}:dcs3gd", f"--config.num_epochs={EPOCHS}",
-         f"--workdir={workdir}"],
-        cwd=REPOSITORY_ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
-  reference_dir = tmp_path / "one_process"
-  try:
-    reference = train_and_evaluate(tiny_config("dcs3gd", num_epochs=EPOCHS), str(reference_dir))
-    returncode = launch.wait(timeout=TIMEOUT)
-  except BaseException:
-    launch.terminate()
-    launch.wait()
-    raise
-  assert returncode == 0, log_tail(log, lines=60)
+  workdir, reference, reference_dir = run_both("dcs3gd", tmp_path, compilation_cache)
   summary = read_summary(workdir)
   assert summary["updates"] == reference["updates"] and not summary["preempted"]
   ours, theirs = read_metrics(workdir), read_metrics(reference_dir)
