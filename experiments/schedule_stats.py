@@ -31,8 +31,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from stalesgd import plots
 from stalesgd import schedule as schedule_lib
-from stalesgd.schedule import plots
+from stalesgd.schedule import plots as schedule_plots
 from stalesgd.schedule import statistics
 
 ZHANG_LEARNERS = 30
@@ -68,19 +69,18 @@ _SEED = flags.DEFINE_integer("seed", 0, "Simulation seed.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/schedule_stats", "Where to write plots and JSON.")
 _SWEEP = flags.DEFINE_bool("sweep", False, "Run the Zhang et al. sweep and the protocol runtime comparison.")
 
+# (summary key, column title, format, width) of the printed table.
 _COLUMNS = (
-    ("run", "{}", 28),
-    ("c", "{}", 4),
-    ("<σ>", "{:.2f}", 7),
-    ("max σ", "{}", 6),
-    ("P(σ>2n)", "{:.1e}", 8),
-    ("updates/s", "{:.2f}", 10),
-    ("speedup", "{:.1f}", 8),
-    ("dropped", "{:.1%}", 8),
-    ("busy", "{:.1%}", 6),
+    ("run", "run", "{}", 28),
+    ("contributions_per_update", "c", "{}", 4),
+    ("mean_staleness", "<σ>", "{:.2f}", 7),
+    ("max_staleness", "max σ", "{}", 6),
+    ("p_staleness_above_2n", "P(σ>2n)", "{:.1e}", 8),
+    ("updates_per_second", "updates/s", "{:.2f}", 10),
+    ("speedup", "speedup", "{:.1f}", 8),
+    ("dropped_fraction", "dropped", "{:.1%}", 8),
+    ("utilisation", "busy", "{:.1%}", 6),
 )
-_SUMMARY_KEYS = ("run", "contributions_per_update", "mean_staleness", "max_staleness", "p_staleness_above_2n",
-                 "updates_per_second", "speedup", "dropped_fraction", "utilisation")
 
 
 def timing_from_flags(*, stragglers: bool | None = None) -> schedule_lib.TimingModel:
@@ -141,11 +141,11 @@ def summary_row(label: str, schedule: schedule_lib.Schedule) -> dict[str, Any]:
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
   """Fixed-width table of summary rows (NaN shows as '-')."""
-  header = "  ".join(title.rjust(width) for title, _, width in _COLUMNS)
+  header = "  ".join(title.rjust(width) for _, title, _, width in _COLUMNS)
   lines = [header, "-" * len(header)]
   for row in rows:
     cells = []
-    for (_, template, width), key in zip(_COLUMNS, _SUMMARY_KEYS):
+    for key, _, template, width in _COLUMNS:
       value = row[key]
       is_missing = isinstance(value, float) and math.isnan(value)
       cells.append(("-" if is_missing else template.format(value)).rjust(width))
@@ -158,12 +158,12 @@ def _write_json(path: str, payload: Any) -> None:
     json.dump(payload, file, indent=2, allow_nan=True)
 
 
-def run_one(output_dir: str) -> list[dict[str, Any]]:
-  """Simulates the protocol the flags name; writes its histogram and summary."""
-  protocol, options = _PROTOCOL.value, protocol_options_from_flags()
+def run_one(output_dir: str, timing: schedule_lib.TimingModel, options: dict[str, Any]) -> list[dict[str, Any]]:
+  """Simulates the protocol the flags name with ``options``; writes its histogram and summary."""
+  protocol = _PROTOCOL.value
   label = run_label(protocol, options)
-  schedule = simulate_logged(protocol, learners=_LEARNERS.value, num_updates=_UPDATES.value,
-                             timing=timing_from_flags(), **options)
+  schedule = simulate_logged(protocol, learners=_LEARNERS.value, num_updates=_UPDATES.value, timing=timing,
+                             **options)
   rows = [summary_row(label, schedule)]
   plots.plot_staleness_histograms({label: schedule.gradient_staleness},
                                   os.path.join(output_dir, "staleness_histogram.png"),
@@ -177,10 +177,9 @@ def _num_updates_for(protocol: str, learners: int, options: dict[str, Any]) -> i
   return -(-_SWEEP_GRADIENTS.value // contributions)
 
 
-def zhang_softsync_sweep(output_dir: str) -> list[dict[str, Any]]:
+def zhang_softsync_sweep(output_dir: str, timing: schedule_lib.TimingModel) -> list[dict[str, Any]]:
   """lambda = 30, n in {1, 2, 4, 10, 15, 30}: staleness table and histograms."""
   rows, staleness = [], {}
-  timing = timing_from_flags()
   for n in ZHANG_SOFTSYNC_N:
     label = run_label("softsync", {"n": n})
     schedule = simulate_logged("softsync", learners=ZHANG_LEARNERS, n=n, timing=timing,
@@ -220,7 +219,7 @@ def runtime_comparison(output_dir: str) -> dict[str, list[dict[str, Any]]]:
       rows.append(summary_row(run_label(protocol, options), schedule))
     tables[condition] = rows
     speedups[condition] = {row["run"]: row["speedup"] for row in rows}
-  plots.plot_protocol_comparison(
+  schedule_plots.plot_protocol_comparison(
       speedups, os.path.join(output_dir, "protocol_speedup.png"), ylabel="speedup over one learner",
       title=f"λ = {learners}; stragglers: p = {_STRAGGLER_PROB.value}, {_STRAGGLER_FACTOR.value}x slower")
   return tables
@@ -230,19 +229,20 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   try:  # bad flag values fail here, with the argument and its range, before any simulation
-    timing_from_flags()
+    timing = timing_from_flags()  # built once and passed down: construction reads any --trace file
+    options = protocol_options_from_flags()
     if not _SWEEP.value:
-      schedule_lib.contributions_per_update(_PROTOCOL.value, learners=_LEARNERS.value, **protocol_options_from_flags())
-    elif protocol_options_from_flags():
-      raise ValueError(f"--sweep runs its own protocols and options; drop {sorted(protocol_options_from_flags())}")
+      schedule_lib.contributions_per_update(_PROTOCOL.value, learners=_LEARNERS.value, **options)
+    elif options:
+      raise ValueError(f"--sweep runs its own protocols and options; drop {sorted(options)}")
   except ValueError as error:
     raise app.UsageError(str(error)) from error
   output_dir = _OUTPUT_DIR.value
   os.makedirs(output_dir, exist_ok=True)
   if not _SWEEP.value:
-    print(format_table(run_one(output_dir)))
+    print(format_table(run_one(output_dir, timing, options)))
     return
-  zhang = zhang_softsync_sweep(output_dir)
+  zhang = zhang_softsync_sweep(output_dir, timing)
   print(f"n-softsync, λ = {ZHANG_LEARNERS} (Zhang et al.: <σ> ≈ n, P(σ > 2n) < 1e-4)")
   print(format_table(zhang))
   tables = runtime_comparison(output_dir)
@@ -250,7 +250,7 @@ def main(argv: Sequence[str]) -> None:
     print(f"\nRuntime, λ = {_LEARNERS.value}, {condition}")
     print(format_table(rows))
   _write_json(os.path.join(output_dir, "sweep.json"), {"zhang_softsync": zhang, "runtime": tables,
-                                                       "timing": timing_from_flags().to_dict()})
+                                                       "timing": timing.to_dict()})
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ def simulate_allreduce(
     # Every worker starts each step when the previous all-reduce is done.
     allreduce_done = np.cumsum(compute.max(axis=1) + allreduce)
     update_time = allreduce_done if staleness == 0 else allreduce_done - allreduce
+    if progress is not None:  # one vectorised pass: report it done
+      progress(num_updates, num_updates)
   steps = np.arange(num_updates, dtype=np.int64)
   empty = np.zeros(0, dtype=np.int64)
   return Schedule(

@@ -40,7 +40,8 @@ from stalesgd.schedule.schedule import Schedule
 from stalesgd.schedule.timing import TimingModel
 
 ProgressCallback = Callable[[int, int], None]
-"""Called as ``progress(updates_done, num_updates)`` about 100 times per run."""
+"""Called as ``progress(updates_done, num_updates)`` as a run advances, last with
+``updates_done == num_updates``: about 100 times by event loops, once by a vectorised pass."""
 
 
 class FifoLink:

@@ -172,15 +172,15 @@ class Schedule:
   @property
   def mean_staleness(self) -> float:
     """<sigma>: mean staleness of the applied gradients (0.0 if none)."""
-    return float(self.staleness.mean()) if self.staleness.size else 0.0
+    return float(self.staleness.mean()) if self.timestamp.size else 0.0
 
   def staleness_histogram(self) -> np.ndarray:
     """int64 [max_staleness + 1]: how many applied gradients have each sigma."""
-    return np.bincount(self.gradient_staleness, minlength=self.max_staleness + 1)
+    return np.bincount(self.gradient_staleness, minlength=1)  # [0] when nothing was applied
 
   def fraction_staleness_above(self, threshold: float) -> float:
     """P(sigma > threshold) over the applied gradients (e.g. threshold 2n)."""
-    return float(np.mean(self.gradient_staleness > threshold)) if self.staleness.size else 0.0
+    return float(np.mean(self.gradient_staleness > threshold)) if self.timestamp.size else 0.0
 
   @property
   def num_dropped(self) -> int:

@@ -35,11 +35,22 @@ import jax.numpy as jnp
 import optax
 
 
-def _stack_size_of_staleness(staleness: Any) -> int | None:
-  shape = jnp.shape(staleness)
+def check_tree_structure(reference: Any, other: Any, *, name: str, reference_name: str) -> None:
+  """Raises ValueError unless `other` has the tree structure of `reference`."""
+  reference_structure = jax.tree.structure(reference)
+  other_structure = jax.tree.structure(other)
+  if reference_structure != other_structure:
+    raise ValueError(
+        f"{name} must have the tree structure of {reference_name}; got {other_structure}, "
+        f"expected {reference_structure}.")
+
+
+def _stack_size_of_vector(name: str, value: Any) -> int | None:
+  """c for a per-contribution argument of shape [c], None for a scalar."""
+  shape = jnp.shape(value)
   if len(shape) > 1:
     raise ValueError(
-        f"staleness must be a scalar or have shape [c] for a stack of c contributions; got shape "
+        f"{name} must be a scalar or have shape [c] for a stack of c contributions; got shape "
         f"{shape}.")
   return shape[0] if shape else None
 
@@ -48,12 +59,7 @@ def _stack_size_of_stale_params(stale_params: Any, params: Any) -> int | None:
   if params is None:
     raise ValueError(
         "params (the current weights) must be given with stale_params; got params=None.")
-  params_structure = jax.tree.structure(params)
-  stale_structure = jax.tree.structure(stale_params)
-  if params_structure != stale_structure:
-    raise ValueError(
-        f"stale_params must have the tree structure of params; got {stale_structure}, expected "
-        f"{params_structure}.")
+  check_tree_structure(params, stale_params, name="stale_params", reference_name="params")
   sizes = set()
   for (path, param), stale in zip(
       jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(stale_params)):
@@ -105,14 +111,11 @@ def contributions_in_stack(
   """
   indications = {}
   if staleness is not None:
-    indications["staleness"] = _stack_size_of_staleness(staleness)
+    indications["staleness"] = _stack_size_of_vector("staleness", staleness)
   if stale_params is not None:
     indications["stale_params"] = _stack_size_of_stale_params(stale_params, params)
   if learner is not None:
-    learner_shape = jnp.shape(learner)
-    if len(learner_shape) > 1:
-      raise ValueError(f"learner must be a scalar or have shape [c]; got shape {learner_shape}.")
-    indications["learner"] = learner_shape[0] if learner_shape else None
+    indications["learner"] = _stack_size_of_vector("learner", learner)
   if len(set(indications.values())) > 1:
     described = ", ".join(
         f"{name}: {'unstacked' if size is None else f'stack of {size}'}"

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from stalesgd.transforms import contributions
@@ -32,12 +33,7 @@ from stalesgd.transforms.moving_average import exponential_moving_average
 
 def _check_same_tree(reference: Any, other: Any, *, name: str, reference_name: str) -> None:
   """Raises ValueError unless `other` has the structure and leaf shapes of `reference`."""
-  reference_structure = jax.tree.structure(reference)
-  other_structure = jax.tree.structure(other)
-  if reference_structure != other_structure:
-    raise ValueError(
-        f"{name} must have the tree structure of {reference_name}; got {other_structure}, "
-        f"expected {reference_structure}.")
+  contributions.check_tree_structure(reference, other, name=name, reference_name=reference_name)
   for (path, reference_leaf), other_leaf in zip(
       jax.tree_util.tree_leaves_with_path(reference), jax.tree.leaves(other)):
     if jnp.shape(reference_leaf) != jnp.shape(other_leaf):
@@ -186,12 +182,11 @@ class ScaleByDelayCompensationState(NamedTuple):
   mean_square: Any
 
 
-def _per_learner_mean_square(mean_square, grads_stack, learner, num_learners, decay):
+def _per_learner_mean_square(mean_square, grads_stack, learners, num_learners, decay):
   """Blends each learner's MeanSquare with the mean g*g of its contributions in the stack.
 
-  Learners absent from the stack keep their MeanSquare.
+  ``learners`` is int32 [c]. Learners absent from the stack keep their MeanSquare.
   """
-  learners = jnp.reshape(jnp.asarray(learner, jnp.int32), (-1,))
   arrivals = jax.ops.segment_sum(jnp.ones(learners.shape, jnp.float32), learners, num_learners)
 
   def blend_leaf(moment, grads):
@@ -216,9 +211,23 @@ def _updated_mean_square(mean_square, grads_stack, learner, num_learners, decay)
             moment, jnp.mean(grads * grads, axis=0), decay),
         mean_square, grads_stack)
     return updated, updated, None
-  updated = _per_learner_mean_square(mean_square, grads_stack, learner, num_learners, decay)
   learners = jnp.reshape(jnp.asarray(learner, jnp.int32), (-1,))
+  updated = _per_learner_mean_square(mean_square, grads_stack, learners, num_learners, decay)
   return updated, jax.tree.map(lambda moment: moment[learners], updated), 0
+
+
+def _check_learner_indices(learner: Any, num_learners: int) -> None:
+  """Raises ValueError for a concrete ``learner`` outside [0, num_learners).
+
+  A traced index cannot be checked; out of range, JAX would clamp the MeanSquare
+  read and drop the write, silently.
+  """
+  if isinstance(learner, jax.core.Tracer):
+    return
+  indices = np.asarray(learner)
+  if indices.size and (indices.min() < 0 or indices.max() >= num_learners):
+    raise ValueError(
+        f"learner must lie in [0, num_learners={num_learners}); got {indices.tolist()!r}.")
 
 
 def scale_by_delay_compensation(
@@ -267,8 +276,8 @@ def scale_by_delay_compensation(
 
   Without ``stale_params`` the gradients pass unchanged and only ``count``
   advances (pass ``stale_params=params`` for a fresh gradient that should still
-  update the MeanSquare). ``learner`` must lie in [0, num_learners): under jit
-  an index outside is not detected.
+  update the MeanSquare). ``learner`` must lie in [0, num_learners): a concrete
+  index outside raises ValueError; under jit it cannot be checked.
 
   Args:
     dc_lambda: :math:`\lambda_0`.
@@ -285,8 +294,8 @@ def scale_by_delay_compensation(
   Raises:
     ValueError: for exclusive or inapplicable options, negative
       hyperparameters, ``stale_params`` that do not match ``params`` (or
-      ``params`` with a leading stack axis), or ``params=None`` with
-      ``stale_params``.
+      ``params`` with a leading stack axis), ``params=None`` with
+      ``stale_params``, or a concrete ``learner`` outside [0, num_learners).
 
   Example:
     >>> import jax.numpy as jnp
@@ -328,10 +337,12 @@ def scale_by_delay_compensation(
     count = optax.safe_increment(state.count)
     if stale_params is None:
       return updates, state._replace(count=count)
-    if num_learners is not None and learner is None:
-      raise ValueError(
-          f"num_learners={num_learners} keeps a MeanSquare per learner: pass the extra argument "
-          "learner (int, or shape [c] for a stack); got None.")
+    if num_learners is not None:
+      if learner is None:
+        raise ValueError(
+            f"num_learners={num_learners} keeps a MeanSquare per learner: pass the extra argument "
+            "learner (int, or shape [c] for a stack); got None.")
+      _check_learner_indices(learner, num_learners)
     stack_size = contributions.contributions_in_stack(
         updates, params, staleness=extra_args.get("staleness"), stale_params=stale_params,
         learner=learner if num_learners is not None else None)

@@ -109,8 +109,7 @@ def scale_by_gap_aware(
     Barkai, Hakimi, Schuster, `Gap Aware Mitigation of Gradient Staleness
     <https://arxiv.org/abs/1909.10802>`_, ICLR 2020.
   """
-  if isinstance(decay, (int, float)) and not 0 <= decay < 1:
-    raise ValueError(f"decay must lie in [0, 1) (or be a schedule); got {decay!r}.")
+  hyperparameters.check_in_unit_interval("decay", decay, include_one=False)
   hyperparameters.check_nonnegative("min_step_size", min_step_size)
 
   def init_fn(params):

@@ -34,12 +34,16 @@ def check_nonnegative(name: str, value: Any) -> None:
     raise ValueError(f"{name} must be >= 0 (or a schedule); got {value!r}.")
 
 
-def check_in_unit_interval(name: str, value: Any) -> None:
-  """Raises ValueError if `value` is a plain number outside [0, 1].
+def check_in_unit_interval(name: str, value: Any, *, include_one: bool = True) -> None:
+  """Raises ValueError if `value` is a plain number outside [0, 1] (or [0, 1)).
 
   Args:
     name: The argument's name, quoted in the error.
     value: The argument (schedules and arrays are not checked).
+    include_one: Whether 1 is allowed; False checks [0, 1).
   """
-  if isinstance(value, numbers.Real) and not isinstance(value, bool) and not 0 <= value <= 1:
-    raise ValueError(f"{name} must lie in [0, 1] (or be a schedule); got {value!r}.")
+  if not isinstance(value, numbers.Real) or isinstance(value, bool):
+    return
+  if not (0 <= value <= 1 if include_one else 0 <= value < 1):
+    interval = "[0, 1]" if include_one else "[0, 1)"
+    raise ValueError(f"{name} must lie in {interval} (or be a schedule); got {value!r}.")

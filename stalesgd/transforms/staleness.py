@@ -212,6 +212,8 @@ def scale_by_staleness(
     Learning: A Systematic Study <https://arxiv.org/abs/1509.04210>`_, ICDM 2016.
     Nguyen et al., `Federated Learning with Buffered Asynchronous Aggregation
     <https://arxiv.org/abs/2106.06639>`_, AISTATS 2022.
+    Xie et al., `Asynchronous Federated Optimization
+    <https://arxiv.org/abs/1903.03934>`_, 2019.
   """
   _check_rule(rule, max_staleness)
   for name, value in (("mean_staleness", mean_staleness), ("exponent", exponent),

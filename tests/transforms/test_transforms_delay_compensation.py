@@ -318,6 +318,9 @@ def test_update_errors():
     per_learner.update(grads, per_learner.init(params), params, stale_params=stale)
   with pytest.raises(ValueError, match="disagree"):
     per_learner.update(grads, per_learner.init(params), params, stale_params=stale, learner=1)
+  with pytest.raises(ValueError, match=r"learner must lie in \[0, num_learners=3\); got \[0, 3, 1\]"):
+    per_learner.update(grads, per_learner.init(params), params, stale_params=stale,
+                       learner=jnp.array([0, 3, 1]))
 
 
 def test_without_stale_params_it_is_the_identity():

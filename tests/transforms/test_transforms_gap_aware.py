@@ -98,6 +98,8 @@ def test_without_stale_params_gradients_pass_but_steps_are_tracked():
 def test_errors():
   with pytest.raises(ValueError, match=r"decay must lie in \[0, 1\)"):
     stalesgd.scale_by_gap_aware(decay=1.0)
+  with pytest.raises(ValueError, match=r"decay must lie in \[0, 1\)"):
+    stalesgd.scale_by_gap_aware(decay=np.float32(1.0))  # numpy scalars are checked too
   with pytest.raises(ValueError, match="min_step_size must be >= 0"):
     stalesgd.scale_by_gap_aware(min_step_size=-1.0)
   transform = stalesgd.scale_by_gap_aware()
