@@ -179,11 +179,13 @@ def detect_environment(environ: Mapping[str, str] | None = None) -> str | None:
   Returns:
     ``"slurm"``, ``"openmpi"``, ``"kubernetes"``, ``"mpi"`` or None.
   """
-  environ = os.environ if environ is None else environ
-  for detector in _DETECTORS:
-    if (detected := detector(environ)) is not None:
-      return detected.source
-  return None
+  detected = _detect(os.environ if environ is None else environ)
+  return None if detected is None else detected.source
+
+
+def _detect(environ: Mapping[str, str]) -> _Detected | None:
+  """What the first launcher in `_DETECTORS` whose environment is present says, or None."""
+  return next((found for detector in _DETECTORS if (found := detector(environ)) is not None), None)
 
 
 def _validate_coordinator_address(coordinator_address: str) -> None:
@@ -255,7 +257,7 @@ def resolve_cluster(coordinator_address: str | None = None,
   coordinator_address = coordinator_address or environ.get("JAX_COORDINATOR_ADDRESS") or None
   if coordinator_address is not None:
     _validate_coordinator_address(coordinator_address)
-  detected = next((found for detector in _DETECTORS if (found := detector(environ)) is not None), None)
+  detected = _detect(environ)
 
   if detected is None:
     given = {"coordinator_address": coordinator_address, "num_processes": num_processes,
@@ -458,6 +460,7 @@ def local_worker_values(array: jax.Array) -> dict[int, np.ndarray]:
   values = {}
   for shard in array.addressable_shards:
     rows = range(*shard.index[0].indices(array.shape[0]))
+    data = np.asarray(shard.data)
     for offset, worker in enumerate(rows):
-      values[worker] = np.asarray(shard.data)[offset]
+      values[worker] = data[offset]
   return values

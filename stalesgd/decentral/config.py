@@ -25,8 +25,9 @@ class DCS3GDConfig:
   Attributes:
     staleness: all-reduce staleness S >= 0: the averaged update of step t is
       applied at step t + S. S = 1 is DC-S3GD's overlap (the all-reduce of
-      step t runs during step t+1's forward/backward); S = 0 is synchronous
-      all-reduce SGD.
+      step t's update is issued in step t+1 with no dependency on its
+      forward/backward, so it can run during it; `DCS3GD.overlap_report`
+      checks the compiled step); S = 0 is synchronous all-reduce SGD.
     dc_lambda: lambda_0 of the first-order correction (a number or an optax
       schedule of the step); 0 disables the correction (plain S3GD).
     lambda_mode: ``"constant"`` (lambda = lambda_0), ``"adaptive"``

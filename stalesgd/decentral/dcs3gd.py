@@ -153,18 +153,19 @@ class DCS3GD:
                        local_params=per_worker(params), opt_state=per_worker(self.optimizer.init(params)),
                        in_flight=in_flight, mean_square=mean_square)
 
+  def _shardings(self, state: DCS3GDState) -> DCS3GDState:
+    to_sharding = lambda spec: NamedSharding(self.mesh, spec)
+    return jax.tree.map(to_sharding, self._state_specs(state), is_leaf=lambda node: isinstance(node, PartitionSpec))
+
   def state_shardings(self, params: Any) -> DCS3GDState:
     """The `NamedSharding` of every state leaf (e.g. to restore a checkpoint onto the mesh)."""
-    abstract = jax.eval_shape(self._build_state, params)
-    to_sharding = lambda spec: NamedSharding(self.mesh, spec)
-    return jax.tree.map(to_sharding, self._state_specs(abstract),
-                        is_leaf=lambda node: isinstance(node, PartitionSpec))
+    return self._shardings(jax.eval_shape(self._build_state, params))
 
   def abstract_state(self, params: Any) -> DCS3GDState:
     """Shapes, dtypes and shardings of the state, without allocating it (a restore target)."""
     abstract = jax.eval_shape(self._build_state, params)
     return jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
-                        abstract, self.state_shardings(params))
+                        abstract, self._shardings(abstract))
 
   def init(self, params: Any) -> DCS3GDState:
     """The state before step 0: every worker's local weights and the consensus equal ``params``.

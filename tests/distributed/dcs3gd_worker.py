@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+import multiprocess_harness  # beside this file: on sys.path when run as a script or under pytest
+
 PROTOCOL_CONFIGS = {
     "dcs3gd": {"protocol": "dcs3gd", "dc_lambda": 0.5, "lambda_mode": "constant"},
     "dcs3gd_adaptive_s2": {"protocol": "dcs3gd", "staleness": 2, "dc_lambda": 0.1,
@@ -85,16 +87,12 @@ def flatten_result(protocol_name: str, trainer, state) -> dict[str, np.ndarray]:
 
 def main(argv: list[str]) -> None:
   parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--coordinator_address")
-  parser.add_argument("--num_processes", type=int)
-  parser.add_argument("--process_id", type=int)
+  multiprocess_harness.add_process_flags(parser, heartbeat_timeout=10)
   parser.add_argument("--output", help="npz file to write")
   parser.add_argument("--output_dir", help="or a directory: writes process_<id>.npz there")
   parser.add_argument("--protocols", default=",".join(PROTOCOL_CONFIGS))
   parser.add_argument("--steps", type=int, default=4)
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--initialization_timeout", type=int, default=60)
-  parser.add_argument("--heartbeat_timeout", type=int, default=10)
   parser.add_argument("--die_process", type=int, default=None)
   parser.add_argument("--die_at_step", type=int, default=None)
   args = parser.parse_args(argv)
@@ -102,10 +100,7 @@ def main(argv: list[str]) -> None:
     parser.error("pass exactly one of --output and --output_dir")
 
   import jax
-  from stalesgd import distributed
-  distributed.initialize(args.coordinator_address, args.num_processes, args.process_id,
-                         initialization_timeout=args.initialization_timeout,
-                         heartbeat_timeout=args.heartbeat_timeout)
+  multiprocess_harness.initialize_process(args)
   die_at_step = args.die_at_step if args.process_id == args.die_process else None
   arrays = {}
   for protocol_name in args.protocols.split(","):

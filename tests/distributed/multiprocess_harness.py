@@ -6,9 +6,9 @@ module (``python -m``) or a script path; each process gets
 --process_id=<i> --output=<dir>/process_<i>.npz`` after the caller's
 arguments, runs on ``devices_per_process`` forced host CPU devices with gloo
 collectives, and the harness enforces one wall-clock timeout for all of them.
-The program is expected to call `stalesgd.distributed.initialize` with those
-flags and to write its results (e.g. final weights) to the ``--output`` file
-with `numpy.savez`.
+The program is expected to join the run with those flags (`add_process_flags`
+and `initialize_process` do both) and to write its results (e.g. final
+weights) to the ``--output`` file with `numpy.savez`.
 
 Test files elsewhere can import it with::
 
@@ -18,6 +18,7 @@ Test files elsewhere can import it with::
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import pathlib
@@ -63,6 +64,29 @@ class ProcessResult:
     tail = "\n".join(self.stderr.strip().splitlines()[-15:])
     return (f"process {self.process_id}: returncode={self.returncode} after {self.elapsed:.1f}s\n"
             f"--- stdout ---\n{self.stdout[-2000:]}\n--- stderr (tail) ---\n{tail}")
+
+
+def add_process_flags(parser: argparse.ArgumentParser, *, heartbeat_timeout: int) -> None:
+  """Adds, to a child program's parser, the flags `run_processes` passes and the timeouts.
+
+  Args:
+    parser: the child's argument parser.
+    heartbeat_timeout: the default of ``--heartbeat_timeout``: seconds after
+      which a silent peer is declared dead.
+  """
+  parser.add_argument("--coordinator_address")
+  parser.add_argument("--num_processes", type=int)
+  parser.add_argument("--process_id", type=int)
+  parser.add_argument("--initialization_timeout", type=int, default=60)
+  parser.add_argument("--heartbeat_timeout", type=int, default=heartbeat_timeout)
+
+
+def initialize_process(args: argparse.Namespace) -> None:
+  """Joins the run with the flags of `add_process_flags` (`stalesgd.distributed.initialize`)."""
+  from stalesgd import distributed  # pylint: disable=g-import-not-at-top  (children only)
+  distributed.initialize(args.coordinator_address, args.num_processes, args.process_id,
+                         initialization_timeout=args.initialization_timeout,
+                         heartbeat_timeout=args.heartbeat_timeout)
 
 
 def free_port() -> int:

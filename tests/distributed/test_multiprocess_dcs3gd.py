@@ -6,6 +6,7 @@ hang, and ``launch/local.sh`` runs, and stops, a multi-process job.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import pathlib
 import subprocess
@@ -49,31 +50,39 @@ def assert_same_weights(merged, reference):
 
 def test_two_processes_of_four_devices_match_one_process_of_eight(devices, tmp_path):
   protocols = list(dcs3gd_worker.PROTOCOL_CONFIGS)
-  results = multiprocess_harness.run_processes(
-      WORKER, [f"--steps={STEPS}", f"--protocols={','.join(protocols)}"], num_processes=2,
-      devices_per_process=4, timeout=60, output_dir=tmp_path)
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    launched = pool.submit(multiprocess_harness.run_processes, WORKER,
+                           [f"--steps={STEPS}", f"--protocols={','.join(protocols)}"], num_processes=2,
+                           devices_per_process=4, timeout=60, output_dir=tmp_path)
+    reference = single_process_reference(protocols)  # while the two processes run
+    results = launched.result()
   for result in results:
     assert result.returncode == 0, result.describe()
   merged = {**results[0].outputs, **results[1].outputs}
   assert int(merged[f"{protocols[0]}/process_count"]) == 2
   # Each process wrote only its own workers' local weights: 0-3 and 4-7.
   assert {name.rsplit("worker", 1)[1] for name in results[1].outputs if "/local/" in name} == {"4", "5", "6", "7"}
-  assert_same_weights(merged, single_process_reference(protocols))
+  assert_same_weights(merged, reference)
 
 
-def test_killed_process_makes_the_survivor_exit_with_an_error(tmp_path):
+@pytest.mark.parametrize("killed_process", [1, 0], ids=["peer", "coordinator"])
+def test_killed_process_makes_the_survivor_exit_with_an_error(killed_process, tmp_path):
   results = multiprocess_harness.run_processes(
-      WORKER, ["--steps=8", "--protocols=dcs3gd", "--die_process=1", "--die_at_step=3",
+      WORKER, ["--steps=8", "--protocols=dcs3gd", f"--die_process={killed_process}", "--die_at_step=3",
                f"--heartbeat_timeout={HEARTBEAT_TIMEOUT}"],
       num_processes=2, devices_per_process=4, timeout=60, output_dir=tmp_path, stop_all_on_failure=False)
-  killed, survivor = results[1], results[0]
+  killed, survivor = results[killed_process], results[1 - killed_process]
   assert killed.returncode == -9, killed.describe()
   # The survivor was not killed by the harness's timeout: it noticed the dead
-  # peer (missed heartbeats) and aborted with an error, about one heartbeat
-  # timeout later (measured: 4.4 s with a 5 s timeout).
+  # peer and aborted with an error. A dead peer is noticed by missed
+  # heartbeats, about one heartbeat timeout later (measured: 4.4 s with a 5 s
+  # timeout); a dead coordinator at once, when its connection drops (measured:
+  # 0.1-0.3 s), as `distributed.initialize` and launch/README.md say.
   assert survivor.returncode not in (0, None), survivor.describe()
   assert survivor.outputs is None
   assert survivor.elapsed - killed.elapsed < HEARTBEAT_TIMEOUT + 20, (survivor.elapsed, killed.elapsed)
+  if killed_process == 0:
+    assert survivor.elapsed - killed.elapsed < HEARTBEAT_TIMEOUT, (survivor.elapsed, killed.elapsed)
   assert "distributed service detected fatal errors" in survivor.stderr or "heartbeat" in survivor.stderr
 
 

@@ -13,9 +13,14 @@ processes and written whole, one array per leaf.
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 
 import numpy as np
+
+# The shared N-process harness: the flags it passes and how a child joins the run.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "distributed"))
+from multiprocess_harness import add_process_flags, initialize_process  # noqa: E402
 
 MODEL = "cnn"  # engine_oracle's 3x3 conv, 2x2 max-pool and dense classifier
 LEARNERS = 8
@@ -69,20 +74,13 @@ def gather_state(schedule_name: str, state) -> dict[str, np.ndarray]:
 
 def main(argv: list[str]) -> None:
   parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--coordinator_address")
-  parser.add_argument("--num_processes", type=int)
-  parser.add_argument("--process_id", type=int)
+  add_process_flags(parser, heartbeat_timeout=20)
   parser.add_argument("--output", required=True, help="npz file to write")
   parser.add_argument("--schedules", default=",".join(SCHEDULES))
-  parser.add_argument("--initialization_timeout", type=int, default=60)
-  parser.add_argument("--heartbeat_timeout", type=int, default=20)
   args = parser.parse_args(argv)
 
   import jax
-  from stalesgd import distributed
-  distributed.initialize(args.coordinator_address, args.num_processes, args.process_id,
-                         initialization_timeout=args.initialization_timeout,
-                         heartbeat_timeout=args.heartbeat_timeout)
+  initialize_process(args)
   arrays = {"process_count": np.asarray(jax.process_count()), "device_count": np.asarray(jax.device_count())}
   for schedule_name in args.schedules.split(","):
     schedule, plan, state = train(schedule_name)

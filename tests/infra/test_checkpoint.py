@@ -296,12 +296,13 @@ def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
                        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
       for process_id in (0, 1)
   ]
-  results = []
-  for worker in workers:
-    try:
-      stdout, stderr = worker.communicate(timeout=180)
-    finally:
+  try:
+    outputs = [worker.communicate(timeout=180) for worker in workers]
+  finally:
+    for worker in workers:  # all of them: a survivor of a failed peer would block in a collective
       worker.kill()
+  results = []
+  for worker, (stdout, stderr) in zip(workers, outputs):
     assert worker.returncode == 0, stderr[-3000:]
     results.append(json.loads(stdout.strip().splitlines()[-1]))
   for process_id, result in enumerate(results):
