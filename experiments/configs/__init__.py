@@ -2,6 +2,6 @@
 
 Each file's docstring gives the command, the hardware and time it needs and
 the result it should reach; ``arguments.py`` defines the ``[quick,]VARIANT``
-argument grammar they share and ``quick.py`` what their ``quick`` variants
-share.
+argument grammar they share, ``quick.py`` what their ``quick`` variants share
+and ``imagenet.py`` the ImageNet files' input pipeline.
 """

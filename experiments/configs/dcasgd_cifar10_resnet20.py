@@ -50,7 +50,7 @@ from __future__ import annotations
 import ml_collections
 
 from experiments.configs.arguments import parse_config_argument
-from experiments.configs.quick import use_embedded_digits
+from experiments.configs.quick import run_on_embedded_digits
 from stalesgd.config import default_config
 
 VARIANTS = ("sgd", "asgd", "ssgd", "dcasgd_c", "dcasgd_a")
@@ -99,11 +99,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config = paper_config()
   set_method(config, arguments.variant)
   if arguments.quick:
-    use_embedded_digits(config, model="resnet20")
+    run_on_embedded_digits(config, num_epochs=3.0, model="resnet20")
     config.batch_per_learner = QUICK_BATCH_PER_LEARNER
     config.learning_rate = PAPER_LEARNING_RATE * QUICK_BATCH_PER_LEARNER / PAPER_BATCH_PER_LEARNER
-    config.lr_decay_epochs = ()
-    config.num_epochs = 3.0
-    config.eval_every_epochs = 1.0
     config.log_every_updates = 50
   return config

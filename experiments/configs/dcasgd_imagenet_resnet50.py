@@ -35,24 +35,19 @@ from __future__ import annotations
 import ml_collections
 
 from experiments.configs.arguments import parse_config_argument
+from experiments.configs.imagenet import use_imagenet
 from experiments.configs.quick import run_a_few_imagenet_updates
 from stalesgd.config import default_config
 
 VARIANTS = ("asgd", "ssgd", "dcasgd_a")
 WORKERS, BATCH_PER_WORKER = 16, 32
 QUICK_IMAGE_SIZE = 64
-PUBLISHED_TOP1_ERROR = {"asgd": 25.64, "ssgd": 25.30, "dcasgd_a": 25.18}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The run selected by ``arg`` (``"[quick,]METHOD"``; see the module docstring)."""
   arguments = parse_config_argument(arg, variants=VARIANTS, default="dcasgd_a")
-  config = default_config()
-  config.dataset, config.data_source = "imagenet2012", "tfds"
-  config.image_size = 224
-  config.normalization = "per_channel"
-  config.augment = True
-  config.model = "resnet50"
+  config = use_imagenet(default_config(), model="resnet50", image_size=224)
   config.learners, config.batch_per_learner = WORKERS, BATCH_PER_WORKER
   config.protocol = "hardsync" if arguments.variant == "ssgd" else "async"
   if arguments.variant == "dcasgd_a":

@@ -52,7 +52,7 @@ from __future__ import annotations
 import ml_collections
 
 from experiments.configs.arguments import parse_config_argument
-from experiments.configs.quick import use_embedded_digits
+from experiments.configs.quick import run_on_embedded_digits
 from stalesgd.config import default_config
 
 VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")
@@ -81,11 +81,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.eval_every_epochs = 4.0
   config.log_every_updates = 100
   if arguments.quick:
-    use_embedded_digits(config)
+    run_on_embedded_digits(config, num_epochs=10.0)
     config.batch_per_learner = 16
     config.learning_rate = 0.05
-    config.lr_decay_epochs = ()
-    config.num_epochs = 10.0
-    config.eval_every_epochs = 1.0
     config.log_every_updates = 20
   return config

@@ -39,6 +39,7 @@ from __future__ import annotations
 import ml_collections
 
 from experiments.configs.arguments import parse_config_argument
+from experiments.configs.imagenet import use_imagenet
 from experiments.configs.quick import run_a_few_imagenet_updates
 from stalesgd.config import default_config
 
@@ -50,12 +51,7 @@ QUICK_IMAGE_SIZE = 64
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The run selected by ``arg`` (``"[quick,]PROTOCOL"``; see the module docstring)."""
   arguments = parse_config_argument(arg, variants=VARIANTS, default="dcs3gd")
-  config = default_config()
-  config.dataset, config.data_source = "imagenet2012", "tfds"
-  config.image_size = 224
-  config.normalization = "per_channel"
-  config.augment = True
-  config.model = "resnet50"
+  config = use_imagenet(default_config(), model="resnet50", image_size=224)
   config.protocol = arguments.variant
   config.learners, config.batch_per_learner = DEFAULT_WORKERS, BATCH_PER_WORKER
   config.allreduce_staleness = 1

@@ -14,21 +14,29 @@ Command::
 
   python -m experiments.main --config=experiments/configs/demo.py:softsync_inverse --workdir=runs/demo1
 
-Hardware and time: 2 CPU cores, about 30 s per run including compilation.
-Expected: hardsync and softsync_inverse reach about 90-95% test accuracy on
-digits; softsync_fixed is clearly worse (larger effective step with sigma ~ 8
-stale gradients); async_dc is close to hardsync.
+Hardware and time: 2 CPU cores; the four runs of ``make demo`` take about
+30 s together, compilation included. Measured there (6 epochs, test error):
+hardsync 2.7%, softsync_fixed 81.7% (sigma ~ 7 stale gradients at the
+hardsync rate), softsync_inverse 8.3%, async_dc 20.0%.
 """
 
+from __future__ import annotations
+
+import ml_collections
+
+from experiments.configs.arguments import parse_config_argument
 from stalesgd.config import default_config
 
 VARIANTS = ("hardsync", "softsync_fixed", "softsync_inverse", "async_dc")
 
 
-def get_config(arg: str | None = None):
-  variant = arg or "softsync_fixed"
-  if variant not in VARIANTS:
-    raise ValueError(f"demo variant {variant!r}; choose from {VARIANTS}")
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The run selected by ``arg`` (one of `VARIANTS`; see the module docstring)."""
+  arguments = parse_config_argument(arg, variants=VARIANTS, default="softsync_fixed")
+  if arguments.quick:
+    raise ValueError(f"config argument {arg!r}: the demo has no 'quick' variant (it runs in seconds); "
+                     f"allowed: one of {VARIANTS}")
+  variant = arguments.variant
   config = default_config()
   config.dataset, config.data_source = "digits", "embedded"
   config.model = "small_cnn"

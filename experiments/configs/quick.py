@@ -22,11 +22,16 @@ DATA_FIELDS = ("dataset", "data_source", "data_dir", "normalization", "augment",
 MODEL_FIELDS = ("model", "model_options", "model_multipliers")
 
 
-def use_embedded_digits(config: ml_collections.ConfigDict, *, model: str | None = None) -> ml_collections.ConfigDict:
-  """Switches ``config`` (in place) to the embedded digits and a digits-sized model.
+def run_on_embedded_digits(config: ml_collections.ConfigDict, *, num_epochs: float,
+                           model: str | None = None) -> ml_collections.ConfigDict:
+  """Switches ``config`` (in place) to a short run on the embedded digits with a digits-sized model.
+
+  The run lasts ``num_epochs``, evaluates every epoch and has no learning-rate
+  decay steps (the paper's are placed for its own, much longer, runs).
 
   Args:
     config: a paper's config.
+    num_epochs: the length of the run.
     model: the model to use on 8x8 images; None keeps the default model
       (``default_config().model``), e.g. ``"resnet20"`` keeps DC-ASGD's
       network, which accepts 8x8 inputs.
@@ -39,6 +44,9 @@ def use_embedded_digits(config: ml_collections.ConfigDict, *, model: str | None 
     config[field] = defaults[field]
   if model is not None:
     config.model = model
+  config.num_epochs = num_epochs
+  config.lr_decay_epochs = ()
+  config.eval_every_epochs = 1.0
   return config
 
 

@@ -62,7 +62,7 @@ from __future__ import annotations
 import ml_collections
 
 from experiments.configs.arguments import parse_config_argument
-from experiments.configs.quick import use_embedded_digits
+from experiments.configs.quick import run_on_embedded_digits
 from stalesgd.config import default_config
 
 LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 30, 4, 15
@@ -72,7 +72,6 @@ MU_LAMBDA_BATCHES = (4, 8, 16, 32, 64, 128)
 VARIANTS = (("baseline", "hardsync")
             + tuple(f"{protocol}_{rule}" for protocol in ("softsync", "async") for rule in RULES)
             + tuple(f"mu_lambda_{LEARNERS * batch}" for batch in MU_LAMBDA_BATCHES))
-PUBLISHED_TEST_ERROR = 18.0  # Rudra baseline; Zhang et al.: every alpha_0 / sigma run and hardsync alike.
 
 
 def paper_config() -> ml_collections.ConfigDict:
@@ -117,11 +116,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config = paper_config()
   set_protocol(config, arguments.variant)
   if arguments.quick:
-    use_embedded_digits(config)
+    run_on_embedded_digits(config, num_epochs=10.0)
     config.learning_rate = 0.01
     config.weight_decay = 0.0
-    config.lr_decay_epochs = ()
-    config.num_epochs = 10.0
-    config.eval_every_epochs = 1.0
     config.log_every_updates = 50
   return config

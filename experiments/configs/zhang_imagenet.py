@@ -37,8 +37,9 @@ Hardware and time: GPUs; 35 epochs are 45M images through a 61M-parameter
 network (the paper's own runs used a GPU cluster). Not run here.
 
 ``quick``: NOT a reproduction. It keeps the protocol (lambda, mu, n, rates)
-and the data pipeline, shrinks the crops to 67x67 (the smallest AlexNet's
-stride-4 stem and three poolings accept) and the run to 4 server updates,
+and the data pipeline, shrinks the crops to 67x67 (which the 11x11 stride-4
+stem tiles exactly: 15 -> 7 -> 3 -> 1 after the three poolings; 55 is the
+smallest size AlexNet accepts) and the run to 4 server updates,
 only to check on a machine with the data that the configuration builds and
 steps; its final evaluation still reads the whole validation split.
 """
@@ -48,6 +49,7 @@ from __future__ import annotations
 import ml_collections
 
 from experiments.configs.arguments import parse_config_argument
+from experiments.configs.imagenet import use_imagenet
 from experiments.configs.quick import run_a_few_imagenet_updates
 from stalesgd.config import default_config
 
@@ -55,18 +57,12 @@ VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse")
 LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 18, 16, 18
 BASELINE_BATCH = 256
 QUICK_IMAGE_SIZE = 67
-PUBLISHED_BASELINE_TOP1_ERROR = 42.56
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The run selected by ``arg`` (``"[quick,]VARIANT"``; see the module docstring)."""
   arguments = parse_config_argument(arg, variants=VARIANTS, default="baseline")
-  config = default_config()
-  config.dataset, config.data_source = "imagenet2012", "tfds"
-  config.image_size = 227
-  config.normalization = "per_channel"
-  config.augment = True
-  config.model = "alexnet"
+  config = use_imagenet(default_config(), model="alexnet", image_size=227)
   config.model_options = ml_collections.ConfigDict({"dropout_rate": 0.5})
   config.model_multipliers = True
   config.learning_rate = 0.01

@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from experiments.studies.definitions import STUDIES, Study, Variant, study_config
+from experiments.studies.definitions import STUDIES, Study, Variant, study_config, study_run
 from experiments.studies.sweep import RunOutcome, SweepResult, run_study, run_variant, write_report
 
 __all__ = ["RunOutcome", "STUDIES", "Study", "SweepResult", "Variant", "run_study", "run_variant",
-           "study_config", "write_report"]
+           "study_config", "study_run", "write_report"]

@@ -3,8 +3,8 @@
 A `Study` is a list of `Variant` rows; each row is one run, named by a config
 file of ``experiments/configs/``, the variant of that file, and field overrides
 (so every row is one ``python -m experiments.main`` command, see
-`Variant.command`). `study_config` builds the run's config for the three ways a
-study runs (``experiments/reproduce.py``):
+`Variant.command`). `study_run` builds the run's config, and the command that
+rebuilds it, for the three ways a study runs (``experiments/reproduce.py``):
 
 * the paper's setting (default): the config as the file defines it;
 * ``quick`` without a data source: the file's ``quick`` variant (embedded
@@ -127,9 +127,9 @@ def load_config_module(config_file: str):
   return importlib.import_module(f"{CONFIG_PACKAGE}.{config_file}")
 
 
-def study_config(study: Study, variant: Variant, *, quick: bool = False, data_source: str | None = None,
-                 data_dir: str | None = None, num_epochs: float | None = None) -> ml_collections.ConfigDict:
-  """The config of one run of a study (see the module docstring for the three modes).
+def study_run(study: Study, variant: Variant, *, quick: bool = False, data_source: str | None = None,
+              data_dir: str | None = None, num_epochs: float | None = None) -> tuple[ml_collections.ConfigDict, str]:
+  """The config of one run of a study and the command that builds it (modes: the module docstring).
 
   Args:
     study: the study.
@@ -141,7 +141,8 @@ def study_config(study: Study, variant: Variant, *, quick: bool = False, data_so
     num_epochs: epochs per run, overriding everything else.
 
   Returns:
-    The run's config.
+    (the run's config, the ``experiments.main`` command whose config is the
+    same: every field set here beyond the config file's is a flag of it).
 
   Raises:
     ValueError: if a data source is given to a study on embedded data only.
@@ -152,24 +153,33 @@ def study_config(study: Study, variant: Variant, *, quick: bool = False, data_so
   if on_paper_data and not study.paper_data:
     raise ValueError(f"data_source={data_source!r}/data_dir={data_dir!r} given to study {study.name!r}, which "
                      "runs on the embedded data only; allowed: no data source for this study")
-  argument = variant.config_variant
-  if quick and study.has_quick and not on_paper_data:
-    argument = f"{QUICK},{argument}"
+  quick_variant = quick and study.has_quick and not on_paper_data
+  argument = f"{QUICK},{variant.config_variant}" if quick_variant else variant.config_variant
   config = load_config_module(variant.config_file).get_config(argument)
   for field, value in variant.overrides.items():
     config[field] = value
+  extra: dict[str, Any] = {}
   if data_source is not None:
-    config.data_source = data_source
+    extra["data_source"] = data_source
   if data_dir is not None:
-    config.data_dir = data_dir
+    extra["data_dir"] = data_dir
   if quick and on_paper_data:
-    config.num_epochs = study.short_epochs
+    extra["num_epochs"] = study.short_epochs
   if num_epochs is not None:
-    config.num_epochs = num_epochs
-  if (quick and on_paper_data) or num_epochs is not None:
+    extra["num_epochs"] = num_epochs
+  if "num_epochs" in extra:
     # A shortened run still gets a learning curve, not just its final point.
-    config.eval_every_epochs = min(config.eval_every_epochs, config.num_epochs / EVALUATIONS_PER_SHORT_RUN)
-  return config
+    extra["eval_every_epochs"] = min(config.eval_every_epochs, extra["num_epochs"] / EVALUATIONS_PER_SHORT_RUN)
+  for field, value in extra.items():
+    config[field] = value
+  return config, variant.command(quick=quick_variant, extra=extra)
+
+
+def study_config(study: Study, variant: Variant, *, quick: bool = False, data_source: str | None = None,
+                 data_dir: str | None = None, num_epochs: float | None = None) -> ml_collections.ConfigDict:
+  """The config of one run of a study (`study_run`'s, without the command)."""
+  return study_run(study, variant, quick=quick, data_source=data_source, data_dir=data_dir,
+                   num_epochs=num_epochs)[0]
 
 
 def zhang_cifar10() -> Study:

@@ -6,8 +6,8 @@ sub-directory of the study's workdir (named by `Variant.slug`), so
 * a sweep resumes: a sub-run whose ``summary.json`` says it finished (not
   preempted) is read back instead of trained again, and an unfinished one
   resumes from its checkpoint; a directory holding a run of another config
-  (``config.json``) is refused;
-* a run whose loss becomes non-finite (`FloatingPointError`) is recorded as
+  (``config.json``, `stalesgd.config.check_same_run`) is refused;
+* a run whose loss becomes non-finite (`stalesgd.train.TrainingDiverged`) is recorded as
   diverged at the update the trainer names, with the chance-level test error
   (Zhang et al. report such runs as "90% error" on CIFAR-10), and the sweep
   goes on; the record (``diverged.json``) is read back on resume;
@@ -25,27 +25,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
 import ml_collections
 
-from experiments.studies.definitions import Study, Variant, study_config
+from experiments.studies.definitions import Study, Variant, study_run
 from stalesgd import plots
-from stalesgd.config import validate_config
+from stalesgd.config import check_same_run, protocol_options, validate_config
 from stalesgd.data.loading import KNOWN_NUM_CLASSES
 from stalesgd.metrics import METRICS_FILENAME, read_jsonl
+from stalesgd import train
+from stalesgd.train import SCHEDULE_FILENAME, SUMMARY_FILENAME
 from stalesgd.schedule import Schedule
 
-SUMMARY_FILENAME = "summary.json"
 DIVERGED_FILENAME = "diverged.json"
-CONFIG_FILENAME = "config.json"
-SCHEDULE_FILENAME = "schedule.npz"
 TABLE_COLUMNS = ("variant", "n", "epochs", "test_error", "published_test_error", "test_accuracy", "sim_time",
                  "staleness_mean", "staleness_max", "status")
-_UPDATE_IN_MESSAGE = re.compile(r"at update (\d+)")
 
 
 class SweepResult(NamedTuple):
@@ -102,34 +99,12 @@ def run_variant(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> Run
   if diverged_path.exists():
     record = json.loads(diverged_path.read_text())
     return RunOutcome(None, diverged_at=record["update"], message=record["message"], reused=True)
-  from stalesgd import train  # Deferred: importing the trainer pulls in every model and the engine.
-
   workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / CONFIG_FILENAME).write_text(config.to_json(indent=2))
   try:
     return RunOutcome(train.train_and_evaluate(config, str(workdir)))
-  except FloatingPointError as error:
-    match = _UPDATE_IN_MESSAGE.search(str(error))
-    update = int(match.group(1)) if match else -1
-    diverged_path.write_text(json.dumps({"update": update, "message": str(error)}, indent=2))
-    return RunOutcome(None, diverged_at=update, message=str(error))
-
-
-def check_same_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
-  """Refuses a run directory that holds a run of another config (its results would be reused silently).
-
-  Raises:
-    ValueError: naming the directory and the fields that differ.
-  """
-  path = workdir / CONFIG_FILENAME
-  if not path.exists():
-    return
-  saved, current = json.loads(path.read_text()), json.loads(config.to_json())
-  differing = sorted(field for field in saved.keys() | current.keys() if saved.get(field) != current.get(field))
-  if differing:
-    changes = ", ".join(f"{field}: {saved.get(field)!r} -> {current.get(field)!r}" for field in differing)
-    raise ValueError(f"{workdir} holds a run of another config ({changes}); allowed: the same config to "
-                     "resume or reuse it, or another --workdir")
+  except train.TrainingDiverged as error:
+    diverged_path.write_text(json.dumps({"update": error.update, "message": str(error)}, indent=2))
+    return RunOutcome(None, diverged_at=error.update, message=str(error))
 
 
 def chance_error(config: ml_collections.ConfigDict) -> float | None:
@@ -146,7 +121,7 @@ def result_row(variant: Variant, config: ml_collections.ConfigDict, outcome: Run
       "protocol": config.protocol,
       "learners": config.learners,
       "batch_per_learner": config.batch_per_learner,
-      "n": config.n if config.protocol in ("softsync", "drop_stale") else None,
+      "n": protocol_options(config).get("n"),  # only for the protocols that have an n
       "staleness_rule": config.staleness_rule,
       "delay_compensation": config.delay_compensation,
       "dataset": config.dataset,
@@ -211,7 +186,7 @@ def run_study(study: Study, workdir: str | pathlib.Path, *, quick: bool = False,
   Args:
     study: the study.
     workdir: the study's directory; variant ``v`` runs in ``workdir/v.slug``.
-    quick: the CPU-sized version (see `study_config`).
+    quick: the CPU-sized version (see `study_run`).
     data_source: read the paper's data set from this source.
     data_dir: that source's directory.
     num_epochs: epochs per run, overriding the study's.
@@ -221,19 +196,15 @@ def run_study(study: Study, workdir: str | pathlib.Path, *, quick: bool = False,
     The rows and the Markdown table (`SweepResult`).
   """
   workdir = pathlib.Path(workdir)
-  settings = dict(quick=quick, data_source=data_source, data_dir=data_dir, num_epochs=num_epochs)
-  configs = [study_config(study, variant, **settings) for variant in study.variants]
-  for variant, config in zip(study.variants, configs):
+  runs = [study_run(study, variant, quick=quick, data_source=data_source, data_dir=data_dir, num_epochs=num_epochs)
+          for variant in study.variants]
+  for variant, (config, _) in zip(study.variants, runs):
     validate_config(config, num_devices=jax.device_count())
-    check_same_config(config, workdir / variant.slug)
-  extra = {key: value for key, value in (("data_source", data_source), ("data_dir", data_dir))
-           if value is not None}
+    check_same_run(config, workdir / variant.slug)
   rows = []
-  for index, (variant, config) in enumerate(zip(study.variants, configs), start=1):
+  for index, (variant, (config, command)) in enumerate(zip(study.variants, runs), start=1):
     run_dir = workdir / variant.slug
-    extra_overrides = {**extra, "num_epochs": config.num_epochs} if (extra or num_epochs) else extra
-    command = variant.command(quick=quick and study.has_quick and not extra, extra=extra_overrides)
-    echo(f"[{index}/{len(configs)}] {variant.label}: {command} --workdir={run_dir}")
+    echo(f"[{index}/{len(runs)}] {variant.label}: {command} --workdir={run_dir}")
     outcome = run_variant(config, run_dir)
     if outcome.reused:
       echo(f"  reused the finished run in {run_dir}")

@@ -48,8 +48,10 @@ def _not_prepared(name: str, data_dir: str | None, error: Exception) -> DatasetN
 
 
 def _materialise(examples: Any) -> ArraySource:
-  images = np.stack([np.asarray(examples[index]["image"], np.uint8) for index in range(len(examples))])
-  labels = np.array([int(examples[index]["label"]) for index in range(len(examples))], np.int32)
+  # One pass: indexing a tfds data source decodes the whole example, image included.
+  decoded = [examples[index] for index in range(len(examples))]
+  images = np.stack([np.asarray(example["image"], np.uint8) for example in decoded])
+  labels = np.array([int(example["label"]) for example in decoded], np.int32)
   return ArraySource(images, labels)
 
 

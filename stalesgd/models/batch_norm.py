@@ -31,17 +31,14 @@ class BatchNorm(nn.Module):
 
   Attributes:
     epsilon: added to the variance.
-    scale_init: initialiser of the scale (zeros for the last norm of a residual
-      branch, when wanted).
   """
 
   epsilon: float = 1e-5
-  scale_init: nn.initializers.Initializer = nn.initializers.ones
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
     features = x.shape[-1]
-    scale = self.param("scale", self.scale_init, (features,), jnp.float32)
+    scale = self.param("scale", nn.initializers.ones, (features,), jnp.float32)
     bias = self.param("bias", nn.initializers.zeros, (features,), jnp.float32)
     if train:
       axes = tuple(range(x.ndim - 1))

@@ -105,6 +105,11 @@ def test_an_unknown_variant_is_rejected_by_every_file():
       module.get_config("nonexistent")
 
 
+def test_demo_has_no_quick_variant():
+  with pytest.raises(ValueError, match="the demo has no 'quick' variant"):
+    CONFIG_MODULES["demo"].get_config("quick,hardsync")
+
+
 # ----------------------------------------------------------------------------- every file builds
 
 def _image_shape(config):

@@ -9,7 +9,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from experiments.studies import STUDIES, Study, Variant, study_config
+from experiments.studies import STUDIES, Study, Variant, study_config, study_run
 from experiments.studies.definitions import load_config_module
 from stalesgd.config import default_config, validate_config
 
@@ -102,20 +102,36 @@ def test_dcasgd_table1_carries_the_published_numbers():
   assert configs["SSGD, M=4"].protocol == "hardsync" and configs["SGD, M=1"].learners == 1
 
 
-def test_variant_command_parsed_by_config_flags_gives_the_study_config():
-  # The printed command, parsed the way experiments.main parses it, gives the same config.
-  study = STUDIES["zhang_cifar10"]
-  variant = study.variants[5]
-  command = variant.command(quick=True, extra={"data_dir": "/tmp/x", "lr_decay_epochs": (3.0,)})
+def _config_of_command(command: str):
+  """The config ``command`` builds, parsed the way experiments.main parses it."""
   words = shlex.split(command)
   assert words[:3] == ["python", "-m", "experiments.main"]
   argv = ["main"] + [word.replace("=experiments/configs/", f"={CONFIG_DIR}/") for word in words[3:]]
   flag_values = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, "config file", flag_values=flag_values, sys_argv=argv)
   flag_values(argv)
+  return flag_values.config
+
+
+def test_variant_command_parsed_by_config_flags_gives_the_study_config():
+  # The printed command, parsed the way experiments.main parses it, gives the same config.
+  study = STUDIES["zhang_cifar10"]
+  variant = study.variants[5]
+  command = variant.command(quick=True, extra={"data_dir": "/tmp/x", "lr_decay_epochs": (3.0,)})
   expected = study_config(study, variant, quick=True)
   expected.data_dir, expected.lr_decay_epochs = "/tmp/x", (3.0,)
-  assert flag_values.config.to_dict() == expected.to_dict()
+  assert _config_of_command(command).to_dict() == expected.to_dict()
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("num_epochs", [None, 0.3])
+def test_study_run_command_rebuilds_its_config_in_every_mode(mode, num_epochs):
+  # Shortened runs included: their evaluation interval is part of the command too, so the
+  # printed command can be rerun in the run's directory (which refuses another config).
+  study = STUDIES["dcasgd_table1"]
+  for variant in study.variants[:2]:
+    config, command = study_run(study, variant, num_epochs=num_epochs, **MODES[mode])
+    assert _config_of_command(command).to_dict() == config.to_dict(), command
 
 
 def test_study_rejects_duplicate_labels_and_foreign_variants():
