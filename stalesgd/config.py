@@ -13,7 +13,9 @@ to server updates in one place, `updates_per_epoch`.
 
 from __future__ import annotations
 
+import json
 import math
+import pathlib
 
 import ml_collections
 from ml_collections import config_dict
@@ -253,3 +255,34 @@ def contributions_per_update(config: ml_collections.ConfigDict) -> int:
 def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:
   """Server updates (decentralized: steps) per epoch of applied samples."""
   return num_train / (contributions_per_update(config) * config.batch_per_learner)
+
+
+# Fields a resumed run may change: they decide when to log, save or how to batch
+# evaluation, never the weights or the metrics' values.
+RESUMABLE_CHANGES = ("log_every_updates", "checkpoint_every_seconds", "keep_checkpoints", "eval_batch_size")
+CONFIG_FILENAME = "config.json"
+
+
+def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
+  """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_CHANGES`."""
+  current = json.loads(config.to_json())
+  return [f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
+          for field in sorted(saved.keys() | current.keys())
+          if field not in RESUMABLE_CHANGES and saved.get(field) != current.get(field)]
+
+
+def check_same_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> None:
+  """Refuses a workdir that holds a run of another config, before anything is resumed or reused.
+
+  A checkpoint of one config restored into another would silently mix two runs.
+
+  Raises:
+    ValueError: naming the workdir and the fields that differ.
+  """
+  path = pathlib.Path(workdir) / CONFIG_FILENAME
+  if not path.exists():
+    return
+  changes = config_changes(json.loads(path.read_text()), config)
+  if changes:
+    raise ValueError(f"{workdir} holds a run of another config ({', '.join(changes)}); allowed: the same config "
+                     f"(only {', '.join(RESUMABLE_CHANGES)} may change on resume), or another workdir")

@@ -22,7 +22,7 @@ part alone): DC-S3GD applies its correction itself.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import ml_collections
@@ -33,10 +33,6 @@ from stalesgd.config import DECENTRALIZED_PROTOCOLS
 from stalesgd.models import ModelSpec
 
 
-class _Stateless(NamedTuple):
-  """No state."""
-
-
 def scale_per_parameter(multipliers: Any) -> optax.GradientTransformation:
   """u <- m (.) u with a fixed pytree ``multipliers`` shaped like the updates (Caffe ``lr_mult``)."""
 
@@ -44,7 +40,7 @@ def scale_per_parameter(multipliers: Any) -> optax.GradientTransformation:
     del params
     return jax.tree_util.tree_map(lambda u, m: u * m, updates, multipliers), state
 
-  return optax.GradientTransformation(lambda params: _Stateless(), update)
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def add_weight_decay(weight_decay: float, multipliers: Any | None = None) -> optax.GradientTransformation:
@@ -59,7 +55,7 @@ def add_weight_decay(weight_decay: float, multipliers: Any | None = None) -> opt
       decayed = jax.tree_util.tree_map(lambda u, w, m: u + (weight_decay * m) * w, updates, params, multipliers)
     return decayed, state
 
-  return optax.GradientTransformation(lambda params: _Stateless(), update)
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def learning_rate_schedule(config: ml_collections.ConfigDict, updates_per_epoch: float) -> optax.Schedule:

@@ -24,6 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from stalesgd import decentral
 from stalesgd import distributed
 from stalesgd import engine as engine_lib
+from stalesgd import sharding as sharding_lib
 from stalesgd.config import DECENTRALIZED_PROTOCOLS
 from stalesgd.dispatch import DispatchLimiter
 from stalesgd.models import ModelSpec
@@ -91,6 +92,7 @@ class DecentralizedRunner:
     # the step's only collective stays the weight all-reduce.
     self._replicate_loss = jax.jit(lambda loss: loss.reshape(1, -1),
                                    out_shardings=NamedSharding(self.mesh, PartitionSpec()))
+    self._split = NamedSharding(self.mesh, PartitionSpec(self.protocol_config.axis_name))
     self.batches = batches
     self.num_updates = num_updates
     self._dispatch = DispatchLimiter()
@@ -103,9 +105,8 @@ class DecentralizedRunner:
     return self.trainer.init(params)
 
   def step(self, state: decentral.DCS3GDState, block: int) -> tuple[decentral.DCS3GDState, BlockMetrics]:
-    batch = distributed.stack_workers(
-        lambda worker: {key: value[0] for key, value in self.batches(np.array([worker]), np.array([block])).items()},
-        self.mesh, self.protocol_config.axis_name)
+    workers = np.arange(self.trainer.num_workers)
+    batch = sharding_lib.rows_from_batch_fn(self.batches, workers, np.full_like(workers, block), self._split)
     state, metrics = self.trainer.step(state, batch)
     self._dispatch.dispatched(metrics["loss"])
     loss = self._replicate_loss(metrics["loss"])  # one update, one contribution per worker

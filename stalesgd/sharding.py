@@ -9,6 +9,8 @@ a leading axis (each process's own learners' mini-batches).
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
@@ -42,3 +44,23 @@ def from_local_rows(local: np.ndarray, low: int, rows: int, sharding: NamedShard
     return local[(slice(start, stop),) + tuple(index[1:])]
 
   return jax.make_array_from_callback((rows,) + local.shape[1:], sharding, shard)
+
+
+def rows_from_batch_fn(batch_fn: Callable[[np.ndarray, np.ndarray], Any], learner: np.ndarray,
+                       batch_index: np.ndarray, sharding: NamedSharding) -> Any:
+  """Mini-batches for rows (learner[i], batch_index[i]) as global arrays split along the rows.
+
+  Each process calls ``batch_fn`` once, with only the rows its own devices hold,
+  so no process reads another's data.
+  """
+  rows = learner.shape[0]
+  low, high = local_row_range(sharding, rows)
+  local = batch_fn(learner[low:high], batch_index[low:high])
+
+  def to_global(leaf):
+    if np.shape(leaf)[0] != high - low:
+      raise ValueError(f"batch_fn returned a leaf with leading axis {np.shape(leaf)[0]}, expected {high - low} "
+                       "(one entry per requested (learner, batch_index) pair)")
+    return from_local_rows(leaf, low, rows, sharding)
+
+  return jax.tree_util.tree_map(to_global, local)

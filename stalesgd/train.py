@@ -16,10 +16,12 @@ Everything in ``workdir`` (written by process 0 only):
   or in-flight updates, optimizer state, position); a restarted run resumes
   from the latest and ends with the same weights as an uninterrupted one;
 * ``schedule.npz``: the simulated schedule (`stalesgd.schedule.Schedule.load`);
+* ``config.json``: the run's config; a restart with another config (other than
+  the logging and checkpoint cadences) is refused instead of mixing two runs;
 * ``curves.png``, ``staleness.png`` and ``summary.json`` at the end.
 
 SIGTERM saves a checkpoint and returns (the process exits 0). A non-finite
-loss stops the run with `FloatingPointError` naming the update; checkpoints are
+loss stops the run with `TrainingDiverged` (a `FloatingPointError`) naming the update; checkpoints are
 only written after the losses up to them were checked, so the last one is good.
 """
 
@@ -38,18 +40,31 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from stalesgd import data as data_lib
+from stalesgd import decentral
 from stalesgd import engine as engine_lib
 from stalesgd import models
 from stalesgd import plots
 from stalesgd import schedule as schedule_lib
 from stalesgd.checkpoint import Checkpointer, PreemptionGuard
-from stalesgd.config import (contributions_per_update, protocol_options, timing_model, updates_per_epoch,
-                             validate_config)
+from stalesgd.config import (CONFIG_FILENAME, check_same_run, contributions_per_update, protocol_options,
+                             timing_model, updates_per_epoch, validate_config)
 from stalesgd.evaluation import Evaluator
-from stalesgd.metrics import MetricWriter, read_jsonl
+from stalesgd.metrics import METRICS_FILENAME, MetricWriter, read_jsonl
 from stalesgd.optimizer import build_optimizer
 from stalesgd.progress import ProgressReporter
 from stalesgd.runners import BlockMetrics, make_runner
+
+
+SCHEDULE_FILENAME = "schedule.npz"
+SUMMARY_FILENAME = "summary.json"
+
+
+class TrainingDiverged(FloatingPointError):
+  """The training loss became non-finite; ``update`` is the first update whose loss was."""
+
+  def __init__(self, message: str, update: int):
+    super().__init__(message)
+    self.update = update
 
 
 class PendingMetrics:
@@ -81,15 +96,17 @@ class PendingMetrics:
       loss = np.asarray(jax.device_get(metrics.loss))[:count].mean(axis=1)
       bad = np.flatnonzero(~np.isfinite(loss))
       if bad.size:
-        raise FloatingPointError(
-            f"the training loss became {loss[bad[0]]} at update {first + bad[0]} (epoch "
-            f"{(first + bad[0]) / self.per_epoch:.3f}); stopping. Lower config.learning_rate or add a "
-            "staleness rule; the last checkpoint in the workdir holds the last good weights")
+        update = first + int(bad[0])
+        raise TrainingDiverged(
+            f"the training loss became {loss[bad[0]]} at update {update} (epoch {update / self.per_epoch:.3f}); "
+            "stopping. Lower config.learning_rate or add a staleness rule; the last checkpoint in the workdir "
+            "holds the last good weights", update=update)
       losses.append(loss)
       scales.append(np.asarray(jax.device_get(metrics.lr_scale))[:count])
     first, stop = self._blocks[0][0], self._blocks[-1][1]
     self._blocks.clear()
-    staleness = self.schedule.staleness[first:stop]
+    # Only this interval's rows (Schedule.staleness builds the whole [U, c] array).
+    staleness = np.arange(first, stop)[:, None] - self.schedule.timestamp[first:stop]
     elapsed = max(wall_time - self._since_wall, 1e-9)
     record = {
         "train_loss": float(np.concatenate(losses).mean()),
@@ -143,9 +160,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   mesh = engine_lib.learner_mesh()
   validate_config(config, num_devices=mesh.size)
   workdir = pathlib.Path(workdir)
+  check_same_run(config, workdir)
   primary = jax.process_index() == 0
   if primary:
     workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / CONFIG_FILENAME).write_text(config.to_json(indent=2))
 
   # ----------------------------------------------------------------- input
   dataset = data_lib.load_dataset(config.dataset, source=config.data_source, data_dir=config.data_dir,
@@ -164,8 +183,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   schedule = schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=total_updates,
                                    seed=config.seed, **protocol_options(config),
                                    timing=timing_model(config, parameter_bytes=4 * _num_parameters(params)))
-  if primary and not (workdir / "schedule.npz").exists():
-    schedule.save(workdir / "schedule.npz")
+  if primary and not (workdir / SCHEDULE_FILENAME).exists():
+    schedule.save(workdir / SCHEDULE_FILENAME)
   examples_per_update = contributions_per_update(config) * config.batch_per_learner
   progress = ProgressReporter(total_updates, examples_per_step=examples_per_update, description=_run_label(config))
   progress.write(f"{_run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
@@ -187,10 +206,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     progress.write(f"resumed from the checkpoint at update {metadata['update']} in {workdir}")
   block_starts = runner.block_starts
   updates = runner.updates_done(state)
-  block = int(np.searchsorted(block_starts, updates))
-  if block_starts[block] != updates:
-    raise RuntimeError(f"checkpoint at update {updates} is not at a block boundary of this schedule; "
-                       "was the config changed since the run started?")
+  block = engine_lib.block_starting_at(block_starts, updates)
 
   # ----------------------------------------------------------------- loop
   evaluator = Evaluator(model, dataset, mesh, batch_size=config.eval_batch_size,
@@ -244,9 +260,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   # ----------------------------------------------------------------- summary and plots
   summary = _summary(config, schedule, runner.params(state), updates, per_epoch, wall(), workdir, preempted)
   if primary:
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    (workdir / SUMMARY_FILENAME).write_text(json.dumps(summary, indent=2))
     if not preempted:
-      records = read_jsonl(workdir / "metrics.jsonl")
+      records = read_jsonl(workdir / METRICS_FILENAME)
       label = _run_label(config)
       plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
       plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
@@ -258,13 +274,13 @@ def _run_label(config: ml_collections.ConfigDict) -> str:
   rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
   correction = config.delay_compensation
   if config.protocol == "dcs3gd" and correction == "none":
-    correction = "layerwise"  # DC-S3GD's default correction (see stalesgd.config)
+    correction = decentral.config_for_protocol("dcs3gd").lambda_mode  # DC-S3GD always corrects
   dc = "" if correction == "none" else f", DC-{correction}"
   return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"
 
 
 def _summary(config, schedule, params, updates, per_epoch, wall_time, workdir, preempted) -> dict[str, Any]:
-  records = read_jsonl(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
+  records = read_jsonl(workdir / METRICS_FILENAME) if (workdir / METRICS_FILENAME).exists() else []
   evaluated = [record for record in records if "test_accuracy" in record]
   last = evaluated[-1] if evaluated else {}
   staleness = schedule.staleness[:updates]

@@ -97,8 +97,10 @@ def default_gradient_strategy(backend: str) -> str:
   """How one device computes its several gradient slots.
 
   On CPU, unrolled calls are fast while `vmap` over weights turns convolutions
-  into slow grouped convolutions (3.5x slower, architecture.md); accelerators
-  handle batched weights well and compile a vmapped body much faster.
+  into grouped convolutions, measured 1.9x slower here (cifar10_full, lambda =
+  32) and 3.5x in architecture.md. On accelerators vmap is assumed to be the
+  better choice (one batched kernel instead of many small launches, and a
+  smaller program to compile); that is not measured yet.
   """
   return "unroll" if backend == "cpu" else "vmap"
 
@@ -119,7 +121,8 @@ def _applied_scale(opt_state: PyTree) -> jax.Array:
 
 
 class Engine:
-  """Executes schedules exactly, at the cost of synchronous training.
+  """Executes schedules exactly, at close to the cost of synchronous training
+  (1.1-1.2x on 8 host devices: experiments/benchmarks/engine.py).
 
   Example::
 
@@ -285,7 +288,7 @@ class Engine:
     return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(axis), P(axis)),
                          out_specs=(P(axis), P(axis)))(weights, batch)
 
-  def _wave_step_impl(self, state: EngineState, row_valid, timestamp, staleness, learner,
+  def _wave_step_impl(self, state: EngineState, num_updates, timestamp, staleness, learner,
                       slot_timestamp, batch):
     rows, contributions = timestamp.shape
     losses, grads = self._gradients(state.ring, slot_timestamp, batch)
@@ -317,7 +320,6 @@ class Engine:
       return (*new, applied.at[row].set(_applied_scale(opt_state)))
 
     carry = (state.params, state.opt_state, state.ring, state.step, jnp.ones((rows,), jnp.float32))
-    num_updates = jnp.sum(row_valid.astype(jnp.int32))
     params, opt_state, ring, step, applied = jax.lax.fori_loop(0, num_updates, apply_update, carry)
     return self._constrain(EngineState(params, opt_state, ring, step)), WaveMetrics(losses, applied)
 
@@ -325,21 +327,8 @@ class Engine:
     return jax.lax.with_sharding_constraint(state, self.state_shardings(state))
 
   def make_batch(self, batch_fn: BatchFn, wave: Wave) -> PyTree:
-    """The wave's mini-batches as global arrays split over the learner axis.
-
-    Each process calls ``batch_fn`` once, for the slots of its own devices.
-    """
-    slots = wave.slot_timestamp.shape[0]
-    low, high = sharding_lib.local_row_range(self._split, slots)
-    local = batch_fn(wave.slot_learner[low:high], wave.slot_batch_index[low:high])
-
-    def to_global(leaf):
-      if np.shape(leaf)[0] != high - low:
-        raise ValueError(f"batch_fn returned a leaf with leading axis {np.shape(leaf)[0]}, expected {high - low} "
-                         "(one entry per requested (learner, batch_index) pair)")
-      return sharding_lib.from_local_rows(leaf, low, slots, self._split)
-
-    return jax.tree_util.tree_map(to_global, local)
+    """The wave's mini-batches as global arrays split over the learner axis."""
+    return sharding_lib.rows_from_batch_fn(batch_fn, wave.slot_learner, wave.slot_batch_index, self._split)
 
   def step(self, state: EngineState, plan: WavePlan, wave_index: int, batch_fn: BatchFn
            ) -> tuple[EngineState, WaveMetrics]:
@@ -349,7 +338,7 @@ class Engine:
                         f"wave {wave_index}")
     batch = self.make_batch(batch_fn, wave)
     wave_inputs = [sharding_lib.global_array(host, self._replicated)
-                   for host in (wave.row_valid, wave.timestamp, wave.staleness, wave.learner)]
+                   for host in (np.int32(wave.num_updates), wave.timestamp, wave.staleness, wave.learner)]
     slot_timestamp = sharding_lib.global_array(wave.slot_timestamp, self._split)
     state, metrics = self._wave_step(state, *wave_inputs, slot_timestamp, batch)
     self._dispatch.dispatched(metrics.applied_scale)

@@ -100,13 +100,8 @@ class WavePlan:
     return applied / max(1, self.num_waves * self.slots_per_wave)
 
   def wave_of_update(self, update: int) -> int:
-    """Index of the wave that starts at ``update``; raises if none does."""
-    index = int(np.searchsorted(self.wave_starts, update))
-    if index >= self.num_waves or self.wave_starts[index] != update:
-      raise ValueError(
-          f"update={update} is not the first update of a wave of this plan; a run can only stop and resume "
-          "at wave boundaries (see WavePlan.wave_starts)")
-    return index
+    """Index of the wave that starts at ``update`` (`num_waves` at the end); raises if none does."""
+    return block_starting_at(self.wave_starts, update)
 
   def wave(self, index: int) -> Wave:
     """The fixed-shape inputs of wave ``index``."""
@@ -134,6 +129,22 @@ class WavePlan:
     slot_batch_index = np.concatenate([batch_index.reshape(-1), np.zeros(padding, np.int64)])
     return Wave(index, first, count, row_valid, timestamp, staleness, learner, batch_index,
                 slot_timestamp, slot_learner, slot_batch_index)
+
+
+def block_starting_at(starts: np.ndarray, update: int) -> int:
+  """Index i with ``starts[i] == update`` in increasing block starts (the last entry
+  is the end, so ``update == starts[-1]`` gives the number of blocks: all done).
+
+  Raises:
+    ValueError: ``update`` is inside a block; a run can only stop and resume at
+      block (wave) boundaries, so this means the schedule or plan changed.
+  """
+  index = int(np.searchsorted(starts, update))
+  if index >= starts.shape[0] or starts[index] != update:
+    raise ValueError(
+        f"update={update} is not the first update of a wave of this plan; a run can only stop and resume at "
+        "wave boundaries, so the schedule or plan differs from the one the run was saved with")
+  return index
 
 
 def unbounded_wave_ends(schedule: Schedule) -> np.ndarray:

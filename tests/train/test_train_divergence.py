@@ -17,7 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from stalesgd.train import train_and_evaluate
+from stalesgd.train import TrainingDiverged, train_and_evaluate
 
 from train_helpers import complete_checkpoints, read_metrics, tiny_config
 
@@ -32,6 +32,7 @@ def test_non_finite_loss_stops_the_run_and_the_last_checkpoint_is_good(tmp_path)
                      ) as error:
     train_and_evaluate(config, str(workdir))
   bad_update = int(re.search(r"at update (\d+)", str(error.value)).group(1))
+  assert isinstance(error.value, TrainingDiverged) and error.value.update == bad_update
   assert "learning_rate" in str(error.value)  # says what to change
 
   records = read_metrics(workdir)

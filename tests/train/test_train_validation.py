@@ -10,6 +10,7 @@ that fail the test if they are reached.
 
 from __future__ import annotations
 
+import json
 import time
 
 import jax
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from stalesgd import train as train_lib
+from stalesgd.config import RESUMABLE_CHANGES, config_changes
 from stalesgd.data import DatasetNotPreparedError
 from stalesgd.train import train_and_evaluate
 
@@ -118,3 +120,19 @@ def test_unprepared_tfds_dataset_is_reported_without_downloading(tmp_path, compi
   assert "download_and_prepare(file_format='array_record')" in str(error.value)
   assert list(data_dir.iterdir()) == []  # tfds wrote nothing: no download was started
   assert compilations == []
+
+
+def test_a_workdir_of_another_config_is_refused_before_anything_runs(tmp_path, compilations, later_stages_refused):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "config.json").write_text(tiny_config("hardsync").to_json())
+  with pytest.raises(ValueError, match=r"holds a run of another config \(learning_rate: .* -> 0\.5\)"):
+    train_and_evaluate(tiny_config("hardsync", learning_rate=0.5), str(workdir))
+  assert compilations == []
+
+
+def test_only_logging_and_checkpoint_cadences_may_change_on_resume():
+  saved = json.loads(tiny_config("hardsync").to_json())
+  cadences = {field: 1 for field in RESUMABLE_CHANGES if field != "eval_batch_size"}
+  assert config_changes(saved, tiny_config("hardsync", eval_batch_size=64, **cadences)) == []
+  assert config_changes(saved, tiny_config("hardsync", seed=3)) == ["seed: 0 -> 3"]
