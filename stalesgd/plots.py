@@ -128,7 +128,7 @@ def plot_curves(runs: Sequence[Run],
                  ha="center", va="center")
   if title:
     figure.suptitle(title)
-  return _save(figure, path)
+  return save_figure(figure, path)
 
 
 def plot_staleness_histograms(staleness: Mapping[str, Any],
@@ -174,7 +174,7 @@ def plot_staleness_histograms(staleness: Mapping[str, Any],
   axes.legend(fontsize="small")
   if title:
     axes.set_title(title)
-  return _save(figure, path)
+  return save_figure(figure, path)
 
 
 def _check_staleness(label: str, values: Any) -> np.ndarray:
@@ -188,7 +188,8 @@ def _check_staleness(label: str, values: Any) -> np.ndarray:
   return values.astype(np.int64)
 
 
-def _save(figure: Figure, path: str | os.PathLike[str]) -> pathlib.Path:
+def save_figure(figure: Figure, path: str | os.PathLike[str]) -> pathlib.Path:
+  """Writes ``figure`` as a PNG at ``path`` (creating its directory) and returns the path."""
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   figure.savefig(path, dpi=120)

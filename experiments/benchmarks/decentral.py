@@ -48,9 +48,7 @@ if "xla_gpu_enable_latency_hiding_scheduler" not in os.environ.get("XLA_FLAGS", 
 
 import json
 import pathlib
-import platform
 import statistics
-import time
 
 from absl import app
 from absl import flags
@@ -59,6 +57,7 @@ import numpy as np
 import optax
 from jax.sharding import PartitionSpec
 
+from experiments.benchmarks.common import machine_description, paired_ratio, time_interleaved
 from stalesgd import distributed
 from stalesgd import models
 from stalesgd.decentral import DCS3GD, config_for_protocol
@@ -72,16 +71,6 @@ _OUTPUT = flags.DEFINE_string("output", "results/decentral_benchmark.json", "Whe
 
 PROTOCOLS = ("allreduce_sync", "s3gd", "dcs3gd")
 IMAGE_SHAPE = (32, 32, 3)
-
-
-def machine_description() -> dict:
-  devices = jax.devices()
-  return {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
-          "num_devices": len(devices), "num_processes": jax.process_count(), "host_cpus": os.cpu_count(),
-          "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
-          "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""),
-          # Other jobs on a shared host inflate absolute times; the paired ratios are robust to it.
-          "load_average_1_5_15_min": list(os.getloadavg())}
 
 
 def compute_only_step(loss_fn, optimizer, mesh):
@@ -123,31 +112,6 @@ def build_programs(spec, params, optimizer, mesh, batch):
 
   programs = {"compute_only": run_local, **programs}
   return programs, reports
-
-
-def time_interleaved(programs, steps_per_round, rounds):
-  """Seconds per step of each program in every round; programs alternate within a round.
-
-  Alternating at a fine grain exposes every program to the same machine load,
-  so per-round ratios between programs are robust on a shared host even when
-  absolute times drift.
-  """
-  for run in programs.values():  # compile and warm up
-    jax.block_until_ready(run())
-  samples = {name: [] for name in programs}
-  for _ in range(rounds):
-    for name, run in programs.items():
-      start = time.perf_counter()
-      for _ in range(steps_per_round):
-        result = run()
-      jax.block_until_ready(result)
-      samples[name].append((time.perf_counter() - start) / steps_per_round)
-  return samples
-
-
-def paired_ratio(samples, numerator, denominator):
-  """Median over rounds of the per-round ratio of two programs' step times."""
-  return statistics.median(top / bottom for top, bottom in zip(samples[numerator], samples[denominator]))
 
 
 def overlap_sentence(report: dict) -> str:

@@ -39,9 +39,7 @@ import os
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 
 import json
-import platform
 import statistics
-import time
 
 from absl import app
 from absl import flags
@@ -51,6 +49,7 @@ import numpy as np
 import optax
 
 import stalesgd
+from experiments.benchmarks.common import machine_description, paired_ratio, time_interleaved
 from stalesgd import engine as engine_lib
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
@@ -64,46 +63,6 @@ _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed rounds (each method once pe
 IMAGE_SHAPE = (32, 32, 3)
 NUM_EXAMPLES = 4096
 PROTOCOLS = (("async", {}), ("softsync", {"n": 4}))
-
-
-def machine_description() -> dict:
-  devices = jax.devices()
-  return {
-      "platform": devices[0].platform,
-      "device_kind": devices[0].device_kind,
-      "num_devices": len(devices),
-      "host_cpus": os.cpu_count(),
-      "processor": platform.processor() or platform.machine(),
-      "python": platform.python_version(),
-      "jax": jax.__version__,
-  }
-
-
-class Timed:
-  """A repeatable chunk of work and how many gradients one chunk applies."""
-
-  def __init__(self, run_chunk, gradients_per_chunk: int):
-    self.run_chunk, self.gradients_per_chunk = run_chunk, gradients_per_chunk
-    self.rates: list[float] = []
-
-  def time_once(self) -> None:
-    start = time.perf_counter()
-    self.run_chunk()
-    self.rates.append(self.gradients_per_chunk / (time.perf_counter() - start))
-
-
-def interleaved_rates(timed: dict[str, Timed], rounds: int) -> None:
-  """Times every method once per round, in turn, so slow phases of a noisy
-  machine hit all of them alike; the ratios are then taken round by round."""
-  for method in timed.values():
-    method.run_chunk()  # compile and warm up
-  for _ in range(rounds):
-    for method in timed.values():
-      method.time_once()
-
-
-def median_ratio(numerator: Timed, denominator: Timed) -> float:
-  return statistics.median(n / d for n, d in zip(numerator.rates, denominator.rates))
 
 
 class RandomData:
@@ -139,10 +98,10 @@ def engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk: 
 
   # Waves in the middle of the schedule are representative; every chunk has the same count.
   applied = int(per_wave[plan.num_waves // 2:plan.num_waves // 2 + waves_per_chunk].sum())
-  return Timed(chunk, applied), plan, position
+  return (chunk, applied), plan, position
 
 
-def sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk: int) -> Timed:
+def sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk: int):
   """Synchronous data-parallel SGD: lambda x mu samples per step over all devices,
   one gradient call per device (the strictest baseline: no per-learner split)."""
   mesh = engine_lib.learner_mesh()
@@ -179,10 +138,10 @@ def sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk: in
       carry["params"], carry["opt_state"] = train_step(carry["params"], carry["opt_state"], batch)
     jax.block_until_ready(carry["params"])
 
-  return Timed(chunk, steps * learners)
+  return chunk, steps * learners
 
 
-def naive_chunks(spec, params, optimizer, schedule, data, events: int = 48) -> Timed:
+def naive_chunks(spec, params, optimizer, schedule, data, events: int = 48):
   """One gradient per event in a Python loop (the obvious emulator, and the tests' oracle)."""
   grad_fn = jax.jit(jax.grad(lambda p, b: spec.loss_fn(p, b)[0]))
   apply = jax.jit(lambda p, s, g, sigma, stale: _apply(optimizer, p, s, g, sigma, stale))
@@ -208,7 +167,7 @@ def naive_chunks(spec, params, optimizer, schedule, data, events: int = 48) -> T
       history.pop(position["update"] - schedule.max_staleness - 1, None)
     jax.block_until_ready(position["params"])
 
-  return Timed(chunk, updates_per_chunk * schedule.contributions_per_update)
+  return chunk, updates_per_chunk * schedule.contributions_per_update
 
 
 def _apply(optimizer, params, state, grads, staleness, stale_params):
@@ -243,11 +202,14 @@ def main(argv):
       num_updates = (repeats + 2) * (gradients_per_chunk + 2 * learners) // contributions
       schedule = schedule_lib.simulate(protocol, learners=learners, seed=0, num_updates=num_updates, **options)
       engine, plan, engine_position = engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk)
-      timed = {"engine": engine,
-               "sync": sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk),
-               "naive": naive_chunks(spec, params, optimizer, schedule, data)}
-      interleaved_rates(timed, repeats)
-      rate = {name: statistics.median(method.rates) for name, method in timed.items()}
+      chunks = {"engine": engine,
+                "sync": sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk),
+                "naive": naive_chunks(spec, params, optimizer, schedule, data)}
+      seconds = time_interleaved({name: run for name, (run, _) in chunks.items()}, 1, repeats)
+      gradients = {name: count for name, (_, count) in chunks.items()}
+      rate = {name: gradients[name] / statistics.median(seconds[name]) for name in chunks}
+      # Time per gradient of one method over another's, round by round.
+      per_gradient = lambda top, bottom: paired_ratio(seconds, top, bottom) * gradients[bottom] / gradients[top]
       row = {
           "protocol": protocol if protocol == "async" else f"{options['n']}-softsync",
           "learners": learners,
@@ -255,8 +217,8 @@ def main(argv):
           "engine_grads_per_s": rate["engine"],
           "sync_grads_per_s": rate["sync"],
           "naive_grads_per_s": rate["naive"],
-          "cost_ratio_vs_sync": median_ratio(timed["sync"], timed["engine"]),
-          "speedup_vs_naive": median_ratio(timed["engine"], timed["naive"]),
+          "cost_ratio_vs_sync": per_gradient("engine", "sync"),
+          "speedup_vs_naive": per_gradient("naive", "engine"),
           "ring_buffer_bytes": engine_lib.ring_bytes(engine_position["state"].ring),
           "param_bytes": param_bytes,
           "max_staleness": schedule.max_staleness,

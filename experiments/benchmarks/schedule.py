@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from absl import flags
 import numpy as np
 
 import stalesgd
+from experiments.benchmarks.common import machine_description
 from stalesgd import schedule as schedule_lib
 
 _ARRIVALS = flags.DEFINE_integer("arrivals", 1_000_000, "Gradient arrivals per run (about).")
@@ -79,18 +79,6 @@ def time_protocol(protocol: str, options: dict[str, Any], learners: int, arrival
   }
 
 
-def machine_description() -> dict[str, Any]:
-  """Where the numbers were measured."""
-  return {
-      "platform": platform.platform(),
-      "processor": platform.processor() or platform.machine(),
-      "cpu_count": os.cpu_count(),
-      "python": platform.python_version(),
-      "numpy": np.__version__,
-      "stalesgd": stalesgd.__version__,
-  }
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -108,7 +96,7 @@ def main(argv: Sequence[str]) -> None:
   if directory:
     os.makedirs(directory, exist_ok=True)
   with open(_OUTPUT.value, "w") as file:
-    json.dump({"machine": machine_description(), "target_seconds_per_million": TARGET_SECONDS_PER_MILLION,
+    json.dump({"machine": {**machine_description(), "numpy": np.__version__, "stalesgd": stalesgd.__version__}, "target_seconds_per_million": TARGET_SECONDS_PER_MILLION,
                "rows": rows}, file, indent=2)
 
 
