@@ -1,7 +1,7 @@
 r"""Runs a reproduction study's grid and writes its table and plots.
 
 ``python -m experiments.reproduce --study=STUDY [--quick] [--workdir=DIR]
-[--data_source=tfds|npz --data_dir=DIR] [--num_epochs=E]``
+[--data_source=tfds|npz --data_dir=DIR] [--epochs=E] [--variants=SLUG,...]``
 
 Studies (grids and published numbers in `experiments.studies.definitions`):
 
@@ -26,7 +26,10 @@ Which data and how long:
   there, e.g. the CIFAR-10 npz copy (``python shared/data/cifar10/decode.py
   /tmp/cifar10_npz``, then ``--data_source=npz --data_dir=/tmp/cifar10_npz``);
   with ``--quick`` as well, for the study's short epoch count;
-* ``--num_epochs`` overrides the epochs of every run.
+* ``--epochs`` overrides the epochs of every run; ``--variants`` runs a
+  subset, named by the runs' directory names (e.g.
+  ``--variants=hardsync,30_softsync_a0_sigma``; an unknown name is refused
+  with the list of allowed ones).
 
 Every run gets its own sub-directory of ``--workdir`` (default
 ``runs/<study>[_quick][_<data_source>]``); rerunning the same command reuses
@@ -61,7 +64,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None,
 _DATA_SOURCE = flags.DEFINE_enum("data_source", None, [source for source in SOURCES if source != "embedded"],
                                  "Read the paper's data set from this source.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "The data source's directory.")
-_NUM_EPOCHS = flags.DEFINE_float("num_epochs", None, "Epochs per run, overriding the study's.")
+_EPOCHS = flags.DEFINE_float("epochs", None, "Epochs per run, overriding the study's.")
+_VARIANTS = flags.DEFINE_list("variants", None, "Run only these variants (their directory names), e.g. "
+                              "hardsync,30_softsync_a0_sigma.")
 flags.mark_flag_as_required("study")
 
 
@@ -70,15 +75,19 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
-  if _NUM_EPOCHS.value is not None and _NUM_EPOCHS.value <= 0:
-    raise app.UsageError(f"--num_epochs={_NUM_EPOCHS.value} must be > 0")
+  if _EPOCHS.value is not None and _EPOCHS.value <= 0:
+    raise app.UsageError(f"--epochs={_EPOCHS.value} must be > 0")
   study = STUDIES[_STUDY.value]
+  try:
+    study.select(_VARIANTS.value)
+  except ValueError as error:
+    raise app.UsageError(f"--variants: {error}") from error
   default_name = "_".join([study.name] + (["quick"] if _QUICK.value else []) +
                           ([_DATA_SOURCE.value] if _DATA_SOURCE.value else []))
   workdir = _WORKDIR.value or os.path.join("runs", default_name)
   started = time.monotonic()
   result = run_study(study, workdir, quick=_QUICK.value, data_source=_DATA_SOURCE.value, data_dir=_DATA_DIR.value,
-                     num_epochs=_NUM_EPOCHS.value)
+                     num_epochs=_EPOCHS.value, variants=_VARIANTS.value)
   if result.table is None:
     print(f"\n{study.name}: preempted after {len(result.rows)} finished run(s); rerun to resume ({workdir})")
     return

@@ -31,6 +31,7 @@ DECENTRALIZED_PROTOCOLS = tuple(decentral.PROTOCOLS)
 PROTOCOLS = PARAMETER_SERVER_PROTOCOLS + DECENTRALIZED_PROTOCOLS
 STALENESS_RULES = ("none",) + tuple(transforms.STALENESS_RULES)
 DELAY_COMPENSATIONS = ("none", "constant", "adaptive", "layerwise")
+WEIGHT_DECAY_PLACEMENTS = ("modulated", "unmodulated")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -85,6 +86,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.momentum = 0.9
   config.nesterov = False
   config.weight_decay = 0.0
+  # "modulated" (the papers): decay joins each gradient before the staleness weight, so the modulated
+  # rate covers it; "unmodulated" (ablation): decay added once after the weighted average, at alpha_t.
+  config.weight_decay_placement = "modulated"
 
   # Staleness-dependent learning rate (stalesgd.scale_by_staleness), per contribution.
   config.staleness_rule = "none"  # none | inverse (Zhang et al.) | inverse_mean (Rudra) | polynomial | ...
@@ -157,6 +161,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   _require_choice(config, "model", models.available_models())
   _require_choice(config, "staleness_rule", STALENESS_RULES)
   _require_choice(config, "delay_compensation", DELAY_COMPENSATIONS)
+  _require_choice(config, "weight_decay_placement", WEIGHT_DECAY_PLACEMENTS)
   _require_int(config, "seed", minimum=0)
   _require_int(config, "learners", minimum=1)
   _require_int(config, "batch_per_learner", minimum=1)

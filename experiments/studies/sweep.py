@@ -15,6 +15,7 @@ sub-directory of the study's workdir (named by `Variant.slug`), so
 
 At the end the study's workdir holds ``results.csv`` (every field),
 ``results.md`` (the main columns, with the published numbers beside ours),
+``evaluations.csv`` (every evaluation of every run: its learning curve),
 ``test_error.png`` (test error vs epoch and vs simulated wall-clock time, one
 line per run), ``train_loss.png`` and ``staleness.png`` (the staleness
 distribution of every run's schedule).
@@ -41,6 +42,9 @@ from stalesgd.train import SCHEDULE_FILENAME, SUMMARY_FILENAME
 from stalesgd.schedule import Schedule
 
 DIVERGED_FILENAME = "diverged.json"
+EVALUATIONS_FILENAME = "evaluations.csv"
+EVALUATION_COLUMNS = ("variant", "epoch", "step", "sim_time", "test_error", "test_loss", "train_accuracy",
+                      "train_loss")
 TABLE_COLUMNS = ("variant", "n", "epochs", "test_error", "published_test_error", "test_accuracy", "sim_time",
                  "staleness_mean", "staleness_max", "status")
 
@@ -153,6 +157,12 @@ def _simulated_time_at(workdir: pathlib.Path, update: int) -> float | None:
   return float(update_time[min(update, update_time.shape[0] - 1)])
 
 
+def evaluation_rows(runs: Sequence[plots.Run]) -> list[dict[str, Any]]:
+  """One row per evaluation of every run (its learning curve): `EVALUATION_COLUMNS`."""
+  return [{"variant": run.label, **{column: record.get(column) for column in EVALUATION_COLUMNS[1:]}}
+          for run in runs for record in run.records if "test_error" in record]
+
+
 def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path) -> str:
   """Writes the tables and plots of a finished grid; returns the Markdown table."""
   plots.write_results_table(rows, workdir / "results.csv")
@@ -166,6 +176,7 @@ def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.
     runs.append(plots.Run(row["variant"], records))
     if (run_dir / SCHEDULE_FILENAME).exists():
       staleness[row["variant"]] = Schedule.load(run_dir / SCHEDULE_FILENAME).gradient_staleness
+  plots.write_results_table(evaluation_rows(runs), workdir / EVALUATIONS_FILENAME, columns=EVALUATION_COLUMNS)
   plots.plot_curves(runs, workdir / "test_error.png", y="test_error", title=study.title)
   plots.plot_curves(runs, workdir / "train_loss.png", y="train_loss", title=study.title)
   if staleness:
@@ -175,7 +186,7 @@ def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.
 
 def run_study(study: Study, workdir: str | pathlib.Path, *, quick: bool = False, data_source: str | None = None,
               data_dir: str | None = None, num_epochs: float | None = None,
-              echo=print) -> SweepResult:
+              variants: Sequence[str] | None = None, echo=print) -> SweepResult:
   """Runs (or resumes) every variant of ``study`` in turn, then writes the report.
 
   Every config is built and validated, and checked against the config of any
@@ -190,19 +201,22 @@ def run_study(study: Study, workdir: str | pathlib.Path, *, quick: bool = False,
     data_source: read the paper's data set from this source.
     data_dir: that source's directory.
     num_epochs: epochs per run, overriding the study's.
+    variants: run only these variants, by slug (their directory names, e.g.
+      ``"15_softsync_a0_sigma"``), in the study's order; None runs them all.
     echo: where progress lines go.
 
   Returns:
     The rows and the Markdown table (`SweepResult`).
   """
   workdir = pathlib.Path(workdir)
+  chosen = study.select(variants)
   runs = [study_run(study, variant, quick=quick, data_source=data_source, data_dir=data_dir, num_epochs=num_epochs)
-          for variant in study.variants]
-  for variant, (config, _) in zip(study.variants, runs):
+          for variant in chosen]
+  for variant, (config, _) in zip(chosen, runs):
     validate_config(config, num_devices=jax.device_count())
     check_same_run(config, workdir / variant.slug)
   rows = []
-  for index, (variant, (config, command)) in enumerate(zip(study.variants, runs), start=1):
+  for index, (variant, (config, command)) in enumerate(zip(chosen, runs), start=1):
     run_dir = workdir / variant.slug
     echo(f"[{index}/{len(runs)}] {variant.label}: {command} --workdir={run_dir}")
     outcome = run_variant(config, run_dir)

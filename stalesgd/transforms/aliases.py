@@ -47,7 +47,12 @@ def staleness_aware_sgd(
   Zhang et al.'s eq. 2 with the per-gradient rate :math:`\alpha(\sigma) =
   \alpha_0 s(\sigma)`; with ``rule="inverse"``, :math:`s(\sigma) = 1/\sigma`
   (eq. 3). :math:`\mathrm{SGD}` is optax's momentum (identity when
-  ``momentum`` is 0), applied on the server after the average. The extra
+  ``momentum`` is 0), applied on the server after the average. For the
+  papers' weight decay, chain ``optax.add_decayed_weights(wd)`` *before* this
+  optimizer: the decay term then joins each gradient before its staleness
+  weight, so the modulated rate covers the whole step, as in Rudra's Caffe
+  solver (docs/semantics.md; `stalesgd.optimizer` builds that solver exactly,
+  with Caffe's learning rate inside the momentum buffer). The extra
   argument ``staleness`` is an int, or shape [c] for a stack of c gradients
   (leading axis c on every gradient leaf). Without ``staleness``, or with
   staleness 0, this is `optax.sgd` bit-for-bit.

@@ -30,7 +30,7 @@ def _read_csv(path: pathlib.Path) -> list[dict[str, str]]:
 def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   workdir = tmp_path / "demo"
   result = subprocess.run(
-      [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--num_epochs=0.2"],
+      [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
       cwd=REPOSITORY, capture_output=True, text=True, timeout=600,
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert result.returncode == 0, result.stderr[-3000:]
@@ -47,6 +47,28 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   table = (workdir / "results.md").read_text()
   assert table in result.stdout and "| variant" in table and "test_accuracy" in table and "sim_time" in table
   assert str(workdir) in result.stdout
+  # The learning curves: EVALUATIONS_PER_SHORT_RUN (4) evaluations of each run, in epoch order.
+  curves = _read_csv(workdir / "evaluations.csv")
+  for row in rows:
+    epochs = [float(point["epoch"]) for point in curves if point["variant"] == row["variant"]]
+    assert len(epochs) == 4 and epochs == sorted(epochs) and epochs[-1] == pytest.approx(0.2, abs=0.01)
+  assert {point["test_error"] for point in curves if point["variant"] == "hardsync"} >= {rows[0]["test_error"]}
+
+
+def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path):
+  command = [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={tmp_path}", "--epochs=0.1"]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  refused = subprocess.run(command + ["--variants=hardsync,8_softsync_a1"], cwd=REPOSITORY, capture_output=True,
+                           text=True, timeout=300, env=env)
+  assert refused.returncode != 0
+  assert "--variants" in refused.stderr and "'8_softsync_a1'" in refused.stderr and "8_softsync_a0" in refused.stderr
+  assert not (tmp_path / "hardsync").exists()
+  ran = subprocess.run(command + ["--variants=8_softsync_a0_sigma,hardsync"], cwd=REPOSITORY, capture_output=True,
+                       text=True, timeout=600, env=env)
+  assert ran.returncode == 0, ran.stderr[-3000:]
+  # Study order, whatever order the flag gives.
+  assert [row["variant"] for row in _read_csv(tmp_path / "results.csv")] == ["hardsync", "8-softsync, a0/sigma"]
+  assert sorted(path.name for path in tmp_path.iterdir() if path.is_dir()) == ["8_softsync_a0_sigma", "hardsync"]
 
 
 def _diverging_study() -> Study:

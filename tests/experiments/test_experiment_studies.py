@@ -71,13 +71,19 @@ def test_a_data_source_is_refused_for_the_embedded_only_demo():
     study_config(study, study.variants[0], data_source="npz", data_dir="/somewhere")
 
 
-def test_zhang_grid_is_hardsync_and_both_rates_at_every_n():
+def test_zhang_grid_is_the_baseline_hardsync_and_the_three_rates():
   study = STUDIES["zhang_cifar10"]
   configs = [study_config(study, variant) for variant in study.variants]
-  assert configs[0].protocol == "hardsync"
-  softsync = {(config.staleness_rule, config.n) for config in configs[1:]}
-  assert softsync == {(rule, n) for rule in ("none", "inverse") for n in (1, 2, 4, 10, 15, 30)}
-  assert all((config.learners, config.batch_per_learner) == (30, 4) for config in configs)
+  baseline, hardsync, softsync = configs[0], configs[1], configs[2:]
+  assert (baseline.protocol, baseline.learners, baseline.batch_per_learner) == ("hardsync", 1, 128)
+  assert hardsync.protocol == "hardsync"
+  rates = [(config.staleness_rule, config.n) for config in softsync]
+  assert rates == ([("none", n) for n in (1, 2, 4, 10, 15, 30)] + [("inverse", n) for n in (1, 2, 4, 10, 15, 30)]
+                   + [("inverse_mean", 30)])
+  assert all((config.learners, config.batch_per_learner) == (30, 4) for config in configs[1:])
+  assert study.select(["30_softsync_a0_mean_sigma", "hardsync"]) == (study.variants[1], study.variants[-1])
+  with pytest.raises(ValueError, match=r"\['30_softsync'\] not in study 'zhang_cifar10'; allowed: .*'hardsync'"):
+    study.select(["30_softsync"])
   diverging = [variant.label for variant in study.variants if variant.published.get("test_error") == 90.0]
   assert diverging == ["15-softsync, a0", "30-softsync, a0"]
 
