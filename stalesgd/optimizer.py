@@ -103,10 +103,17 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, updates_per_epoch:
   Boundaries are epochs of applied samples converted to server updates
   (`stalesgd.config.updates_per_epoch`); the rate of update u (counted from 0)
   is decayed once u >= the boundary.
+
+  Raises:
+    ValueError: if two decay epochs fall on the same update (each must decay
+      once, and a dict of boundaries would silently keep only one).
   """
-  boundaries = {int(round(epoch * updates_per_epoch)): config.lr_decay_factor
-                for epoch in sorted(config.lr_decay_epochs)}
-  return optax.piecewise_constant_schedule(config.learning_rate, boundaries)
+  updates = [int(round(epoch * updates_per_epoch)) for epoch in sorted(config.lr_decay_epochs)]
+  if len(set(updates)) < len(updates):
+    raise ValueError(f"config.lr_decay_epochs={tuple(config.lr_decay_epochs)!r} falls on server updates {updates} "
+                     f"({updates_per_epoch:g} updates per epoch); allowed: epochs at distinct updates")
+  return optax.piecewise_constant_schedule(config.learning_rate, {update: config.lr_decay_factor
+                                                                  for update in updates})
 
 
 def delay_compensation_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:

@@ -190,6 +190,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   progress.write(f"{_run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
                  f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
                  f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s")
+  if config.protocol == "drop_stale" and schedule.num_dropped == 0:
+    progress.write(f"warning: protocol 'drop_stale' dropped no gradient: every sigma is <= config.max_staleness="
+                   f"{config.max_staleness} (n-softsync with config.n={config.n} has sigma of about n, at most about "
+                   "2n); raise config.n or lower config.max_staleness to drop stale gradients")
 
   # ----------------------------------------------------------------- runner and checkpoint
   runner = make_runner(config, model, optimizer, schedule, batches, mesh)

@@ -15,8 +15,11 @@ receive such an update as a *stack*:
 
 Per-contribution transforms (`scale_by_staleness`,
 `scale_by_delay_compensation`, `scale_by_gap_aware`) weight or correct each
-contribution independently from the state as it was before the update, then
-update their state once with statistics of the whole stack. They treat an
+contribution independently, then update their state once with statistics of
+the whole stack. The staleness and Gap-Aware statistics they read are those
+from before the update; DC-ASGD-a's MeanSquare alone is blended with the
+stack first and then read (the paper's order, see
+`scale_by_delay_compensation`). They treat an
 unstacked call as a stack of one, so a stack of one gives bit-for-bit the
 unstacked result. `average_contributions` then reduces the stack to its mean;
 transforms after it in a chain (momentum, learning rate) see one gradient.

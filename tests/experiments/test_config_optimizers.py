@@ -178,3 +178,12 @@ def test_dcasgd_ssgd_is_sgd_on_the_mean_of_m_gradients_plus_decay():
   assert boundaries == [7812, 11719]
   np.testing.assert_allclose([float(schedule(c)) for c in (7811, 7812, 11718, 11719)], [0.5, 0.05, 0.05, 0.005],
                              rtol=1e-6)
+
+
+def test_decay_epochs_on_the_same_update_are_refused():
+  """Two decay epochs rounding to one update would decay once, silently; refused naming the field."""
+  config = dcasgd_cifar10_resnet20.get_config("ssgd")
+  config.lr_decay_epochs = (80.0, 79.999)
+  with pytest.raises(ValueError, match=r"config.lr_decay_epochs=\(80.0, 79.999\) falls on server updates "
+                                       r"\[7812, 7812\]"):
+    learning_rate_schedule(config, updates_per_epoch(config, CIFAR10_TRAIN))

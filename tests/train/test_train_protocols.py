@@ -95,3 +95,13 @@ def test_staleness_rule_scales_stale_gradients_down(runs):
 def test_delay_compensation_changes_the_weights(runs):
   assert runs("async")[2]["params_sha256"] != runs("async-dc_adaptive")[2]["params_sha256"]
   assert runs("s3gd")[2]["params_sha256"] != runs("dcs3gd-constant")[2]["params_sha256"]
+
+
+def test_drop_stale_that_drops_nothing_says_so(tmp_path, capsys):
+  # 1-softsync (the config's default n) has sigma <= 2, so max_staleness=4 can never drop a gradient.
+  config = tiny_config("hardsync", num_epochs=0.05, protocol="drop_stale", n=1, max_staleness=4)
+  train_and_evaluate(config, str(tmp_path / "nothing"))
+  assert "protocol 'drop_stale' dropped no gradient" in capsys.readouterr().out
+  config = tiny_config("hardsync", num_epochs=0.05, protocol="drop_stale", n=8, max_staleness=3)
+  train_and_evaluate(config, str(tmp_path / "drops"))
+  assert "dropped no gradient" not in capsys.readouterr().out
