@@ -23,8 +23,8 @@ Which data and how long:
 * ``--quick``: each config's ``quick`` variant, on the embedded 8x8 digits
   (no download); minutes per study on a CPU;
 * ``--data_source``/``--data_dir``: the papers' model and data read from
-  there, e.g. the CIFAR-10 npz copy (``python shared/data/cifar10/decode.py
-  /tmp/cifar10_npz``, then ``--data_source=npz --data_dir=/tmp/cifar10_npz``);
+  there, e.g. CIFAR-10 as npz arrays (docs/data.md) in ``/tmp/cifar10_npz``:
+  ``--data_source=npz --data_dir=/tmp/cifar10_npz``;
   with ``--quick`` as well, for the study's short epoch count;
 * ``--epochs`` overrides the epochs of every run; ``--variants`` runs a
   subset, named by the runs' directory names (e.g.

@@ -26,7 +26,7 @@ Commands::
 
 Data: tfds ``cifar10`` from a prepared ``--config.data_dir``, or the npz copy
 (``--config.data_source=npz --config.data_dir=/tmp/cifar10_npz``, written by
-``python shared/data/cifar10/decode.py /tmp/cifar10_npz``; a JPEG q75
+the layout of docs/data.md in ``/tmp/cifar10_npz``; a JPEG q75
 re-encoding, expect 2-3 points more error).
 
 Hardware and time: a GPU; 160 epochs are 8M images per run. On the 2-core CPU

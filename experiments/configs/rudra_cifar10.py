@@ -33,10 +33,10 @@ Commands::
 
 Data: ``tfds`` ``cifar10`` from a prepared tfds data_dir (``--config.data_dir``;
 stalesgd never downloads). Without tfds, use local arrays:
-``python shared/data/cifar10/decode.py /tmp/cifar10_npz`` (or any
+the layout of docs/data.md in ``/tmp/cifar10_npz`` (or any
 ``cifar10_{train,test}.npz`` with ``images`` uint8 [N,32,32,3] and
 ``labels``), then ``--config.data_source=npz --config.data_dir=/tmp/cifar10_npz``.
-The copy in shared/data is a JPEG (q75) re-encoding: expect 2-3 points more
+The copy the README's results used is a JPEG (q75) re-encoding: expect 2-3 points more
 error than on the original images.
 
 Hardware and time: the full runs want a GPU. On the 2-core CPU of the

@@ -1,8 +1,8 @@
 """Local arrays: ``<data_dir>/<name>_train.npz`` and ``<data_dir>/<name>_test.npz``.
 
 Each file holds ``images`` (uint8 [N, H, W] or [N, H, W, C]) and ``labels``
-(integers [N]), the layout written by ``shared/data/cifar10/decode.py`` and used
-by the MNIST copy there; for machines without a network.
+(integers [N]), the layout docs/data.md describes (with a recipe from the CIFAR-10 python
+batches); for machines without a network.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def load_npz_splits(name: str, data_dir: str | None) -> tuple[ArraySource, Array
     if not os.path.isfile(path):
       raise DatasetNotPreparedError(
           f"dataset {name!r}: {path} does not exist (data_dir={data_dir!r}); write it with arrays "
-          "'images' uint8 [N,H,W(,C)] and 'labels' [N] (for CIFAR-10: python shared/data/cifar10/"
-          "decode.py DATA_DIR), or use source='tfds' with a prepared tfds data_dir")
+          "'images' uint8 [N,H,W(,C)] and 'labels' [N] (docs/data.md has a recipe for CIFAR-10), or use "
+          "source='tfds' with a prepared tfds data_dir")
     with np.load(path) as arrays:
       missing = {"images", "labels"} - set(arrays.files)
       if missing:

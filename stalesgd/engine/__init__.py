@@ -1,4 +1,4 @@
-"""Exact, fast execution of a `stalesgd.schedule.Schedule` (architecture.md §3)."""
+"""Exact, fast execution of a `stalesgd.schedule.Schedule` (docs/design.md, *Engine*)."""
 
 from stalesgd.engine.engine import (GRADIENT_STRATEGIES, Engine, EngineState, WaveMetrics,
                                     default_gradient_strategy, learner_mesh)

@@ -2,7 +2,7 @@
 
 Given a loss, initial weights, a server optimizer and a schedule, the engine
 produces exactly the weights the emulated parameter-server cluster would have
-produced (architecture.md §3):
+produced (docs/design.md, *Engine*):
 
 1. the schedule is cut into waves (`stalesgd.engine.waves`): runs of updates
    whose contributions were all computed at weights that already exist;
@@ -98,7 +98,7 @@ def default_gradient_strategy(backend: str) -> str:
 
   On CPU, unrolled calls are fast while `vmap` over weights turns convolutions
   into grouped convolutions, measured 1.9x slower here (cifar10_full, lambda =
-  32) and 3.5x in architecture.md. On accelerators vmap is assumed to be the
+  32) and 3.5x in docs/design.md. On accelerators vmap is assumed to be the
   better choice (one batched kernel instead of many small launches, and a
   smaller program to compile); that is not measured yet.
   """

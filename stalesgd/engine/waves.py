@@ -4,7 +4,7 @@ A gradient applied by update u was computed at the weights of an earlier
 timestamp j <= u. At the start of update u0, every w_j with j <= u0 exists, so
 all contributions of the updates u0, u0+1, ..., u1-1 whose timestamps are all
 <= u0 can be computed at once, in one parallel pass; the updates are then
-applied in order (architecture.md §3). Such a run of updates is a *wave*.
+applied in order (docs/design.md, *Engine*). Such a run of updates is a *wave*.
 
 Waves are contiguous and chosen greedily: a wave starting at u0 extends while
 the next update's newest timestamp is <= u0 and the wave has fewer than
