@@ -1,9 +1,11 @@
 # The two README commands. Both create .venv in the repository root when it is
-# missing, so a fresh machine needs nothing but Python 3.10+ and make.
+# missing, so a fresh machine needs nothing but Python 3.11+ and make. Installs use the exact versions
+# of requirements/constraints.txt, so results are those the README reports.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stalesgd-installed
+CONSTRAINTS := requirements/constraints.txt
 DEMO_DIR ?= runs/demo
 
 .PHONY: test demo clean-venv
@@ -12,8 +14,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -e '.[test]'
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PY) -m pip install -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -52,6 +52,7 @@ from stalesgd.evaluation import Evaluator
 from stalesgd.metrics import METRICS_FILENAME, MetricWriter, read_jsonl
 from stalesgd.optimizer import build_optimizer
 from stalesgd.progress import ProgressReporter
+from stalesgd.provenance import provenance
 from stalesgd.runners import BlockMetrics, make_runner
 
 
@@ -305,4 +306,5 @@ def _summary(config, schedule, params, updates, per_epoch, wall_time, workdir, p
       "dropped_gradients": int(schedule.num_dropped),
       "params_sha256": params_digest(params),
       "preempted": preempted,
+      "provenance": provenance(),
   }

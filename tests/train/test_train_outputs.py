@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import subprocess
 
+import jax
 import matplotlib.image
 import ml_collections
 import numpy as np
+import optax
 import pytest
 import tensorflow_datasets as tfds
 
@@ -65,6 +68,13 @@ def test_summary_is_complete_and_written(finished_run):
       config.protocol, config.learners, config.batch_per_learner)
   assert summary["epochs"] == pytest.approx(total_updates / updates_per_epoch(config, MOCK_EXAMPLES))
   assert len(summary["params_sha256"]) == 64 and int(summary["params_sha256"], 16) >= 0
+  origin = summary["provenance"]
+  assert (origin["backend"], origin["device_count"], origin["process_count"]) == ("cpu", 8, 1)
+  assert origin["packages"]["jax"] == jax.__version__ and origin["packages"]["optax"] == optax.__version__
+  assert origin["python"].startswith("3.") and origin["device_kind"]
+  commit = subprocess.run(["git", "-C", str(pathlib.Path(__file__).parent), "rev-parse", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+  assert origin["stalesgd_commit"] is None if not commit else origin["stalesgd_commit"].startswith(commit)
   last_evaluation = evaluation_records(read_metrics(workdir))[-1]
   for field in ("test_accuracy", "test_error", "train_accuracy"):
     assert summary[field] == last_evaluation[field]

@@ -1,0 +1,62 @@
+"""Where a result came from: package versions, the source commit, the backend and devices.
+
+`summary.json` records `provenance()` so that a number can be traced to the
+software and hardware that produced it (the exact versions tested are in
+``requirements/constraints.txt``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import pathlib
+import platform
+import subprocess
+from typing import Any
+
+import jax
+
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tensorflow-datasets", "ml-collections",
+            "scikit-learn")
+SOURCE_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def package_versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+  """The installed version of each package (None where it is not installed)."""
+  versions = {}
+  for package in packages:
+    try:
+      versions[package] = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+      versions[package] = None
+  return versions
+
+
+def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
+  """The git commit of the stalesgd source tree, with ``-dirty`` for uncommitted changes; None outside git."""
+  def git(*args: str) -> str | None:
+    try:
+      result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+      return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+  commit = git("rev-parse", "HEAD")
+  if not commit:
+    return None
+  dirty = git("status", "--porcelain", "--untracked-files=no")
+  return commit + ("-dirty" if dirty else "")
+
+
+def provenance() -> dict[str, Any]:
+  """Python, package versions, stalesgd's commit, the JAX backend, device kind and counts."""
+  devices = jax.devices()
+  return {
+      "python": platform.python_version(),
+      "packages": package_versions(),
+      "stalesgd_commit": source_commit(),
+      "backend": jax.default_backend(),
+      "device_kind": devices[0].device_kind if devices else None,
+      "device_count": jax.device_count(),
+      "process_count": jax.process_count(),
+  }
