@@ -207,6 +207,10 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
             f"'none' for protocol {protocol!r}; use protocol='dcs3gd' for the corrected variant")
   elif config.eager_updates:
     _fail("eager_updates", True, "False for parameter-server protocols (only s3gd / dcs3gd have eager updates)")
+  if config.dc_per_learner_mean_square and config.delay_compensation != "adaptive":
+    _fail("dc_per_learner_mean_square", True,
+          f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
+          f"delay_compensation={config.delay_compensation!r})")
   if config.staleness_rule in ("threshold", "hinge") and config.staleness_threshold is None:
     _fail("staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}")
   if config.data_source == "npz" and not config.data_dir:

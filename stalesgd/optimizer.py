@@ -164,4 +164,7 @@ def build_optimizer(config: ml_collections.ConfigDict, *, model: ModelSpec, para
   average = [transforms.average_contributions()]
   if config.weight_decay_placement == "modulated":
     return optax.chain(*correct, *decay, *modulate, *average, *solver)
-  return optax.chain(*correct, *modulate, *average, *decay, *solver)
+  if config.weight_decay_placement == "unmodulated":
+    return optax.chain(*correct, *modulate, *average, *decay, *solver)
+  raise ValueError(f"config.weight_decay_placement={config.weight_decay_placement!r} is not allowed: one of "
+                   "('modulated', 'unmodulated')")

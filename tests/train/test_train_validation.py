@@ -57,6 +57,12 @@ BAD_CONFIGS = {
     "negative_learning_rate": (dict(learning_rate=-0.1),
                                r"config\.learning_rate=-0\.1 is not allowed: a finite number > 0"),
     "bad_timing": (dict(**{"timing.jitter": "cauchy"}), r"config\.timing: .*jitter"),
+    "per_learner_mean_square_without_dc_a": (
+        dict(protocol="async", delay_compensation="constant", dc_per_learner_mean_square=True),
+        r"config\.dc_per_learner_mean_square=True is not allowed: False unless delay_compensation='adaptive'"),
+    "unknown_weight_decay_placement": (dict(weight_decay_placement="before_dc"),
+                                       r"config\.weight_decay_placement='before_dc' is not allowed: one of "
+                                       r"\('modulated', 'unmodulated'\)"),
 }
 
 
