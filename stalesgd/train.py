@@ -58,6 +58,7 @@ from stalesgd.runners import BlockMetrics, make_runner
 
 SCHEDULE_FILENAME = "schedule.npz"
 SUMMARY_FILENAME = "summary.json"
+PENDING_METRICS_KEY = "pending_metrics"  # checkpoint metadata: per-update metrics not yet in a record
 
 
 class TrainingDiverged(FloatingPointError):
@@ -69,15 +70,20 @@ class TrainingDiverged(FloatingPointError):
 
 
 class PendingMetrics:
-  """Per-block device metrics not yet read back, turned into one record on `flush`.
+  """Per-update metrics since the last log record, turned into one record on `flush`.
 
   Reading device arrays waits for the computation, so blocks are only read at
-  log, evaluation and checkpoint points; in between the host runs ahead.
+  log, evaluation and checkpoint points; in between the host runs ahead. A
+  checkpoint reads the pending blocks back and stores them (`snapshot`), so that
+  a resumed run writes the very records an uninterrupted one writes: a record
+  covers the updates between two log points, whatever checkpoints fell between.
   """
 
   def __init__(self, schedule: schedule_lib.Schedule, examples_per_update: int, per_epoch: float):
     self.schedule, self.examples_per_update, self.per_epoch = schedule, examples_per_update, per_epoch
     self._blocks: list[tuple[int, int, BlockMetrics]] = []
+    # Updates [first, stop) already on the host: (first, stop, float32 losses, float32 lr scales).
+    self._read: tuple[int, int, np.ndarray, np.ndarray] | None = None
     self._since_update: int | None = None
     self._since_wall: float | None = None
 
@@ -87,11 +93,11 @@ class PendingMetrics:
   def start(self, update: int, wall_time: float) -> None:
     self._since_update, self._since_wall = update, wall_time
 
-  def flush(self, wall_time: float) -> dict[str, float]:
-    """The record of the updates since the last flush; raises on a non-finite loss."""
+  def _read_back(self) -> None:
+    """Moves the pending blocks to the host; raises `TrainingDiverged` on a non-finite loss."""
     if not self._blocks:
-      return {}
-    losses, scales = [], []
+      return
+    losses, scales = ([self._read[2]], [self._read[3]]) if self._read else ([], [])
     for first, stop, metrics in self._blocks:
       count = stop - first
       loss = np.asarray(jax.device_get(metrics.loss))[:count].mean(axis=1)
@@ -104,14 +110,38 @@ class PendingMetrics:
             "holds the last good weights", update=update)
       losses.append(loss)
       scales.append(np.asarray(jax.device_get(metrics.lr_scale))[:count])
-    first, stop = self._blocks[0][0], self._blocks[-1][1]
+    first = self._read[0] if self._read else self._blocks[0][0]
+    self._read = (first, self._blocks[-1][1], np.concatenate(losses), np.concatenate(scales))
     self._blocks.clear()
+
+  def snapshot(self) -> dict[str, Any] | None:
+    """The pending updates' metrics as JSON for a checkpoint (None if there are none); checks the losses."""
+    self._read_back()
+    if self._read is None:
+      return None
+    first, stop, losses, scales = self._read
+    return {"first": first, "stop": stop, "losses": losses.tolist(), "lr_scales": scales.tolist()}
+
+  def restore(self, snapshot: dict[str, Any] | None) -> None:
+    """Takes back what `snapshot` saved (float32, as read from the device, so records are bit-identical)."""
+    self._blocks.clear()
+    self._read = None if snapshot is None else (
+        int(snapshot["first"]), int(snapshot["stop"]), np.asarray(snapshot["losses"], np.float32),
+        np.asarray(snapshot["lr_scales"], np.float32))
+
+  def flush(self, wall_time: float) -> dict[str, float]:
+    """The record of the updates since the last flush; raises on a non-finite loss."""
+    self._read_back()
+    if self._read is None:
+      return {}
+    first, stop, losses, scales = self._read
+    self._read = None
     # Only this interval's rows (Schedule.staleness builds the whole [U, c] array).
     staleness = np.arange(first, stop)[:, None] - self.schedule.timestamp[first:stop]
     elapsed = max(wall_time - self._since_wall, 1e-9)
     record = {
-        "train_loss": float(np.concatenate(losses).mean()),
-        "lr_scale": float(np.concatenate(scales).mean()),
+        "train_loss": float(losses.mean()),
+        "lr_scale": float(scales.mean()),
         "staleness_mean": float(staleness.mean()),
         "staleness_max": int(staleness.max()),
         "epoch": stop / self.per_epoch,
@@ -207,6 +237,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   if restored is not None:
     state, metadata = restored
     writer.truncate_after(metadata["update"])
+    pending_snapshot = metadata.get(PENDING_METRICS_KEY)
     wall_offset = metadata["wall_time"]
     progress.write(f"resumed from the checkpoint at update {metadata['update']} in {workdir}")
   block_starts = runner.block_starts
@@ -222,6 +253,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   wall = lambda: wall_offset + time.monotonic() - start_time
   pending = PendingMetrics(schedule, examples_per_update, per_epoch)
   pending.start(updates, wall())
+  if restored is not None:
+    pending.restore(pending_snapshot)
   next_log = _next_point(updates, config.log_every_updates)
   next_eval = _next_point(updates, eval_interval)
   num_blocks = block_starts.shape[0] - 1
@@ -229,11 +262,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
   def checkpoint(force: bool) -> None:
     if force or checkpointer.should_save(updates):
-      record = pending.flush(wall())  # checks the losses before the weights are kept
-      if record:
-        writer.write_scalars(updates, record)
-      checkpointer.save(updates, state, {"update": updates, "wall_time": wall(), "seed": config.seed},
-                        force=force)
+      metadata = {"update": updates, "wall_time": wall(), "seed": config.seed,
+                  PENDING_METRICS_KEY: pending.snapshot()}  # checks the losses before the weights are kept
+      writer.flush()  # every record up to this checkpoint survives a SIGKILL (TensorBoard buffers ~10 s)
+      checkpointer.save(updates, state, metadata, force=force)
 
   # Leaving these blocks closes the checkpointer (finishing a save still being written in the
   # background) and the writer, also when the loop stops on an error such as a non-finite loss:

@@ -62,8 +62,13 @@ def evaluation_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
   return [record for record in records if "test_accuracy" in record]
 
 
-def event_scalars(workdir: os.PathLike) -> dict[str, list[tuple[int, float]]]:
-  """Every scalar in the run's TensorBoard event files: tag -> [(step, value)] in file order."""
+def event_scalars(workdir: os.PathLike, *, apply_purges: bool = False) -> dict[str, list[tuple[int, float]]]:
+  """Every scalar in the run's TensorBoard event files: tag -> [(step, value)] in file order.
+
+  With ``apply_purges``, what TensorBoard shows: a session-start event at step s
+  (tensorboardX's ``purge_step``, written by a resumed run) hides every earlier
+  event at a step >= s.
+  """
   scalars: dict[str, list[tuple[int, float]]] = {}
   for path in sorted(pathlib.Path(workdir).glob("events.out.tfevents.*"), key=lambda path: path.stat().st_mtime_ns):
     data = path.read_bytes()
@@ -73,6 +78,9 @@ def event_scalars(workdir: os.PathLike) -> dict[str, list[tuple[int, float]]]:
       (length,) = struct.unpack("<Q", data[offset:offset + 8])
       event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
       offset += 12 + length + 4
+      if apply_purges and event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+        scalars = {tag: [(step, value) for step, value in points if step < event.step]
+                   for tag, points in scalars.items()}
       for value in event.summary.value:
         if value.WhichOneof("value") == "simple_value":
           scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
