@@ -76,19 +76,21 @@ export PYTHONUNBUFFERED=1
 export PYTHONPATH="$repository_root${PYTHONPATH:+:$PYTHONPATH}"
 
 pids=()
+stopped_at=0
 stop_all() {
   local signal=$1
   for pid in "${pids[@]}"; do
     kill "-$signal" -- "-$pid" 2>/dev/null || true
   done
 }
-on_interrupt() {
+# SIGTERM (a preemption notice) or Ctrl-C: pass SIGTERM on so every process saves a checkpoint and exits 0,
+# then wait for them (SIGKILL after the grace period); the exit status is theirs.
+on_stop_request() {
+  echo "local.sh: stop requested; passing SIGTERM to every process (SIGKILL after ${kill_grace} s)" >&2
   stop_all TERM
-  sleep 1
-  stop_all KILL
-  exit 130
+  (( stopped_at > 0 )) || stopped_at=$(( SECONDS > 0 ? SECONDS : 1 ))
 }
-trap on_interrupt INT TERM
+trap on_stop_request INT TERM
 
 echo "local.sh: $num_processes x $devices host devices, coordinator 127.0.0.1:$port, running ${program[*]:1}" >&2
 for (( process_id = 0; process_id < num_processes; process_id++ )); do
@@ -103,7 +105,6 @@ remaining=$num_processes
 declare -A finished=()
 status=0
 killed=0
-stopped_at=0
 while (( remaining > 0 )); do
   # JAX traps SIGTERM (preemption notice) and so may the training loop, but a
   # process blocked in a collective never gets to act on it: escalate.

@@ -126,8 +126,8 @@ class Checkpointer:
   def should_save(self, step: int) -> bool:
     """Whether `save` (without ``force``) would write at ``step``.
 
-    True when an interval says so, or when all processes reached JAX's
-    preemption sync point at ``step``. False if ``step`` is already saved.
+    True when the save interval says so; False if ``step`` is already saved.
+    (Preemption is `PreemptionGuard`'s decision, followed by a forced save.)
     """
     return self._manager.should_save(step)
 
@@ -248,22 +248,21 @@ class PreemptionGuard:
           checkpointer.wait()
           return  # and the process exits with status 0
 
-  How the stop decision is made:
+  How the stop decision is made: Python handlers for ``signals`` set a flag
+  on the process that receives one; ``should_stop`` returns it, OR-ed over all
+  processes with a `process_allgather` when there are several (one small
+  collective per call, so every process must call it at the same steps). The
+  previous handlers are restored on exit.
 
-  * One process: a Python handler for ``signals`` sets a flag;
-    ``should_stop`` returns it. The previous handlers are restored on exit.
-  * Several processes with JAX's preemption service (the default of
-    `jax.distributed.initialize`): JAX already catches SIGTERM in C++ on every
-    process and, when any process gets it, agrees on a common sync step
-    (`jax.experimental.multihost_utils.reached_preemption_sync_point`).
-    ``should_stop(step)`` returns True exactly at that step on every process,
-    so it must be called at every step, by all processes. No Python handler is
-    installed, because one would replace JAX's and the notice would no longer
-    reach the other processes. Only SIGTERM is supported in this mode.
-  * Several processes without the preemption service: Python handlers set a
-    local flag and ``should_stop`` ORs the flags of all processes with a
-    `process_allgather` (one small collective per call, so call it at the
-    loop's "is it time?" checks, not necessarily every step).
+  JAX's own preemption service (on by default in `jax.distributed.initialize`)
+  is deliberately not used: it agrees on one sync step and answers True only
+  when ``should_stop`` is called with exactly that step, but orbax's
+  checkpoint manager queries the same service with its own step numbers (the
+  server's update count, which jumps by a whole wave per call in the engine),
+  so the two sequences mixed and the sync point was missed: a SIGTERM'd
+  multi-process parameter-server run trained on to the end. The guard's
+  handlers replace JAX's for as long as the guard is active, so JAX never sees
+  the notice and orbax never reports a preemption of its own.
   """
 
   def __init__(self, signals: Sequence[int] = (signal.SIGTERM,)):
@@ -288,25 +287,18 @@ class PreemptionGuard:
     self._signals = signals
     self._received: int | None = None
     self._previous_handlers: dict[int, SignalHandler] = {}
-    self._use_jax_sync_point = False
     self._active = False
 
   @property
   def received_signal(self) -> int | None:
-    """The signal this process received (None if none, or if JAX's service caught it)."""
+    """The signal this process received (None if none)."""
     return self._received
 
   def __enter__(self) -> PreemptionGuard:
     if self._active:
       raise RuntimeError("PreemptionGuard is already active; it cannot be entered twice")
-    self._use_jax_sync_point = jax.process_count() > 1 and jax.config.jax_enable_preemption_service
-    if self._use_jax_sync_point:
-      if self._signals != (signal.SIGTERM,):
-        raise ValueError(f"signals = {self._signals!r} with JAX's preemption service on several "
-                         "processes; allowed: (signal.SIGTERM,), the only signal that service handles")
-    else:
-      for signal_number in self._signals:
-        self._previous_handlers[signal_number] = signal.signal(signal_number, self._handle)
+    for signal_number in self._signals:
+      self._previous_handlers[signal_number] = signal.signal(signal_number, self._handle)
     self._active = True
     return self
 
@@ -322,8 +314,8 @@ class PreemptionGuard:
     """Whether the loop should save and exit now.
 
     Args:
-      step: the current step; must be the same on all processes (and, with
-        JAX's preemption service, increase by one per call).
+      step: the current step; all processes must call this at the same
+        steps (it is part of the call's contract, not used to decide).
 
     Returns:
       True if a stop was requested (on any process, when there are several).
@@ -333,8 +325,7 @@ class PreemptionGuard:
     """
     if not self._active:
       raise RuntimeError("PreemptionGuard.should_stop called outside its `with` block")
-    if self._use_jax_sync_point:
-      return bool(multihost_utils.reached_preemption_sync_point(step))
+    del step
     if jax.process_count() > 1:
       flags = multihost_utils.process_allgather(np.int32(self._received is not None))
       return bool(np.any(flags))

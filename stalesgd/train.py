@@ -187,6 +187,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     The summary: final test accuracy and error, simulated and wall-clock time,
     images/s, staleness statistics, the weights' digest, and ``preempted``.
   """
+  # SIGTERM is caught from the start, so a notice that arrives while the data
+  # loads or the step compiles still ends in a checkpoint and exit status 0.
+  with PreemptionGuard() as guard:
+    return _train_and_evaluate(config, workdir, guard)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: PreemptionGuard) -> dict[str, Any]:
+  """`train_and_evaluate` with its preemption guard active."""
   # ----------------------------------------------------------------- checks and mesh
   mesh = engine_lib.learner_mesh()
   validate_config(config, num_devices=mesh.size)
@@ -270,7 +278,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   # Leaving these blocks closes the checkpointer (finishing a save still being written in the
   # background) and the writer, also when the loop stops on an error such as a non-finite loss:
   # otherwise the dying process loses the last good checkpoint.
-  with checkpointer, writer, PreemptionGuard() as guard:
+  with checkpointer, writer:
     while block < num_blocks:
       state, metrics = runner.step(state, block)
       pending.add(int(block_starts[block]), int(block_starts[block + 1]), metrics)

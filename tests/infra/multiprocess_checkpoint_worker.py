@@ -3,8 +3,9 @@
 Run as ``python multiprocess_checkpoint_worker.py PROCESS_ID PORT DIRECTORY``.
 Each process owns 2 CPU devices of a 4-device ``learners`` mesh. It saves a
 state sharded across both processes, restores it, then lets process 1 receive
-SIGTERM twice: once handled by JAX's preemption service and once, with that
-service switched off, by Python handlers whose flags are OR-ed across processes.
+SIGTERM twice, with JAX's preemption service on and then off: both times the
+guard's Python handlers catch it and their flags are OR-ed across processes,
+so both processes stop at the step of the signal.
 It prints one JSON line with what it saw; the test compares the two processes.
 """
 

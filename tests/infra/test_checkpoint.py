@@ -311,8 +311,8 @@ def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
     assert result["restored_sharding_equal"] and result["restored_shards_equal"]
     assert result["saved_on_preemption"]
     assert result["latest_step"] == result["sync_point_stop_step"]
-  # Both processes stop at the same step, after the one where process 1 got SIGTERM.
-  assert results[0]["sync_point_stop_step"] == results[1]["sync_point_stop_step"] >= 4
+  # Both processes stop at the step where process 1 got SIGTERM, whether JAX's preemption service is on or off.
+  assert results[0]["sync_point_stop_step"] == results[1]["sync_point_stop_step"] == 4
   assert results[0]["allgather_stop_step"] == results[1]["allgather_stop_step"] == 3
   # Shards written by the two processes form the whole array, readable by one process.
   with Checkpointer(tmp_path) as checkpointer:

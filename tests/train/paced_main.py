@@ -1,6 +1,7 @@
 """``experiments.main`` with a pause before every block, so a test can signal it mid-run.
 
-Run as ``python tests/train/paced_main.py SECONDS_PER_BLOCK <experiments.main flags>``.
+Run as ``python tests/train/paced_main.py SECONDS_PER_BLOCK <experiments.main flags>``, or with
+``PACED_SECONDS_PER_BLOCK=SECONDS`` in the environment (for launchers that put their flags first).
 
 The tiny test runs execute a block (a wave, or a decentralized step) in a few
 milliseconds, so a test that waits for a checkpoint and then sends SIGKILL or
@@ -13,10 +14,13 @@ unchanged (flags, resume, SIGTERM handling, exit status).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 from absl import app
+
+SECONDS_PER_BLOCK_VARIABLE = "PACED_SECONDS_PER_BLOCK"
 
 
 def pace_runners(seconds_per_block: float) -> None:
@@ -34,9 +38,13 @@ def pace_runners(seconds_per_block: float) -> None:
 
 
 def main() -> None:
-  if len(sys.argv) < 2:
-    raise SystemExit(f"usage: {sys.argv[0]} SECONDS_PER_BLOCK <experiments.main flags>")
-  seconds_per_block = float(sys.argv.pop(1))
+  if SECONDS_PER_BLOCK_VARIABLE in os.environ:  # launchers that put their own flags first (launch/local.sh)
+    seconds_per_block = float(os.environ[SECONDS_PER_BLOCK_VARIABLE])
+  elif len(sys.argv) < 2:
+    raise SystemExit(f"usage: {sys.argv[0]} SECONDS_PER_BLOCK <experiments.main flags>, or "
+                     f"{SECONDS_PER_BLOCK_VARIABLE}=SECONDS {sys.argv[0]} <experiments.main flags>")
+  else:
+    seconds_per_block = float(sys.argv.pop(1))
   if not seconds_per_block >= 0:
     raise SystemExit(f"SECONDS_PER_BLOCK={seconds_per_block!r}; allowed: a number >= 0")
   from experiments import main as experiments_main  # pylint: disable=g-import-not-at-top  (defines the flags)

@@ -12,14 +12,16 @@ except the wall-clock ones. Only process 0 writes the workdir's files.
 from __future__ import annotations
 
 import pathlib
+import signal
 import subprocess
+import time
 
 import pytest
 
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import (CONFIG_FILE, REPOSITORY_ROOT, complete_checkpoints, log_tail, main_environment,
-                           read_metrics, read_summary, tiny_config)
+from train_helpers import (CONFIG_FILE, PACED_MAIN, REPOSITORY_ROOT, complete_checkpoints, log_tail,
+                           main_environment, read_metrics, read_summary, tiny_config)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -83,3 +85,54 @@ def test_two_processes_run_dcs3gd_like_one(devices, tmp_path, compilation_cache)
   assert [record["step"] for record in ours] == [record["step"] for record in theirs]
   for mine, expected in zip(ours, theirs):
     assert mine["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["async_dc", "dcs3gd"])
+def test_sigterm_to_a_two_process_run_saves_exits_zero_and_the_restart_resumes_exactly(
+    variant, devices, tmp_path, compilation_cache):
+  """SIGTERM to both processes mid-run (as a cluster's preemption sends it): a checkpoint, exit 0, exact resume.
+
+  Timed checkpoints are off (one per hour, after the first), so the checkpoint
+  at the preempted update can only come from the SIGTERM. A parameter-server run advances its
+  update count by a whole wave per block, which once made the processes miss
+  JAX's preemption sync point and train on to the end.
+  """
+  workdir, log = tmp_path / "two_processes", tmp_path / "local_sh.log"
+  environment = main_environment(compilation_cache)
+  environment.pop("JAX_NUM_CPU_DEVICES")
+  environment.update(LAUNCH_KILL_GRACE="60", LAUNCH_MODULE=str(PACED_MAIN))
+  arguments = [f"--config={CONFIG_FILE}:{variant}", f"--config.num_epochs={EPOCHS}",
+               "--config.checkpoint_every_seconds=3600", "--config.log_every_updates=1", f"--workdir={workdir}"]
+
+  def launch(seconds_per_block: str) -> subprocess.Popen:
+    with open(log, "ab") as output:
+      return subprocess.Popen([str(LOCAL_SH), "2", *arguments], cwd=REPOSITORY_ROOT,
+                              env={**environment, "PACED_SECONDS_PER_BLOCK": seconds_per_block}, stdout=output,
+                              stderr=subprocess.STDOUT)
+
+  first = launch("0.2")
+  deadline = time.monotonic() + TIMEOUT
+  while not (workdir / "metrics.jsonl").exists() or len(read_metrics(workdir)) < 3:  # training is under way
+    if first.poll() is not None or time.monotonic() > deadline:
+      first.kill()
+      pytest.fail(f"the run ended or stalled before training:\n{log_tail(log, lines=60)}")
+    time.sleep(0.05)
+  first.send_signal(signal.SIGTERM)  # local.sh passes it to both processes
+  try:
+    assert first.wait(timeout=TIMEOUT) == 0, log_tail(log, lines=60)
+  except subprocess.TimeoutExpired:
+    first.kill()
+    pytest.fail(f"the preempted run did not exit within {TIMEOUT} s:\n{log_tail(log, lines=60)}")
+  preempted = read_summary(workdir)
+  reference = train_and_evaluate(tiny_config(variant, num_epochs=EPOCHS), str(tmp_path / "one_process"))
+  assert preempted["preempted"] and 0 < preempted["updates"] < reference["updates"], log_tail(log, lines=60)
+  # The first block's checkpoint (orbax saves the first step it is asked about), then the SIGTERM's.
+  assert complete_checkpoints(workdir)[-1] == preempted["updates"] > complete_checkpoints(workdir)[0]
+
+  second = launch("0")
+  assert second.wait(timeout=TIMEOUT) == 0, log_tail(log, lines=60)
+  assert f"resumed from the checkpoint at update {preempted['updates']}" in log.read_text()
+  resumed = read_summary(workdir)
+  assert not resumed["preempted"] and resumed["updates"] == reference["updates"]
+  if variant == "async_dc":  # DC-S3GD's gloo all-reduce sums in another order than one process does
+    assert resumed["params_sha256"] == reference["params_sha256"]
