@@ -8,9 +8,10 @@ Studies (grids and published numbers in `experiments.studies.definitions`):
 * ``demo``: the four `make demo` runs at lambda = 8 on the embedded digits
   (hardsync, 8-softsync with alpha_0 and with alpha_0/sigma, async with
   DC-ASGD-a); about 30 s on 2 CPU cores from a cold start, compilation included.
-* ``zhang_cifar10``: Zhang et al.: hardsync and n-softsync for n in
-  {1, 2, 4, 10, 15, 30} with alpha_0 and alpha_0/sigma, lambda = 30, mu = 4
-  (13 runs of ``rudra_cifar10``).
+* ``zhang_cifar10``: Zhang et al.: the single learner (mu = 128), hardsync and
+  n-softsync for n in {1, 2, 4, 10, 15, 30} with alpha_0 and alpha_0/sigma,
+  and Rudra's alpha_0/<sigma> at n = 30; lambda = 30, mu = 4 (15 runs of
+  ``rudra_cifar10``).
 * ``rudra_mu_lambda``: Rudra's mu lambda study: the single-learner baseline and
   1-softsync at lambda = 30 with mu lambda in {120, ..., 3840} (7 runs).
 * ``dcasgd_table1``: Zheng et al. Table 1: SGD, and ASGD, SSGD, DC-ASGD-c,

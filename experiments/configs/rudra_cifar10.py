@@ -41,18 +41,18 @@ error than on the original images.
 
 Hardware and time: the full runs want a GPU. On the 2-core CPU of the
 development machine (8 emulated devices) the lambda = 30 runs train at about
-800 images/s, so one 140-epoch run (7M images) takes about 2.5 hours; the
-single-learner baseline keeps one device busy, about 110 images/s (18 hours).
-``experiments/reproduce.py`` runs the studies' grids; with
-``--quick --data_source=npz`` each run is one epoch of the real data (measured:
-``zhang_cifar10`` 17 minutes, ``rudra_mu_lambda`` 17 minutes).
+400-800 images/s (README, *Results*), so one 140-epoch run (7M images) takes
+3-5 hours; the single-learner baseline runs fastest with one device
+(``JAX_NUM_CPU_DEVICES=1``, about 400 images/s). ``experiments/reproduce.py``
+runs the studies' grids (``--epochs``, ``--variants`` for a subset); with
+``--quick --data_source=npz`` each run is one epoch of the real data.
 
 ``quick``: the embedded 8x8 digits (no download) with a small CNN
 (``cifar10_full`` needs 32x32 inputs), alpha_0 = 0.01, no weight decay, no
 decay steps, 10 epochs; the protocol settings (lambda, mu, n, the rates) stay
 the paper's. About 10 s per run on the 2-core CPU, compilation included
-(``reproduce.py --study=zhang_cifar10 --quick``: 13 runs in 2.2 minutes;
-``--study=rudra_mu_lambda --quick``: 7 runs in 1.4 minutes). Measured there:
+(``reproduce.py --study=zhang_cifar10 --quick``: 13 of its 15 runs in 2.2
+minutes; ``--study=rudra_mu_lambda --quick``: 7 runs in 1.4 minutes). Measured there:
 hardsync 1.7% test error; 15-softsync with the fixed alpha_0 91.7% (chance),
 with alpha_0 / sigma 2.7%; mu lambda = 120 4.0% up to 80.0% at 3840.
 """
