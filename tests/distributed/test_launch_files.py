@@ -48,3 +48,11 @@ def test_slurm_script_uses_srun_one_task_per_gpu_and_fails_fast():
   assert "srun --kill-on-bad-exit=1" in text
   assert "#SBATCH --ntasks-per-node=8" in text and "#SBATCH --gpus-per-node=8" in text
   assert "--gpus-per-task" not in text.split("set -euo pipefail")[1]
+
+
+def test_kubernetes_job_runs_a_config_file_that_exists():
+  yaml = pytest.importorskip("yaml")
+  _, job = yaml.safe_load_all((LAUNCH / "kubernetes.yaml").read_text())
+  [container] = job["spec"]["template"]["spec"]["containers"]
+  [config] = [argument.split("=", 1)[1] for argument in container["command"] if argument.startswith("--config=")]
+  assert (LAUNCH.parent / config.split(":")[0]).is_file(), config
