@@ -288,6 +288,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
       if updates >= next_log or updates >= next_eval or finished:
         record = pending.flush(wall())
         if updates >= next_eval or finished:
+          # Let the queued training programs finish first: evaluation has collectives of its own, and on
+          # XLA:CPU two programs' collectives queued in different orders on different devices can deadlock
+          # (seen with ResNet-20's precise-BN all-gather on a loaded 2-core machine).
+          jax.block_until_ready(state)
           record.update(evaluator(runner.params(state)))
           next_eval = _next_point(updates, eval_interval)
         writer.write_scalars(updates, record)
