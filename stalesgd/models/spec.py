@@ -190,6 +190,10 @@ class ModelSpec:
     for batch in batches:
       moments = self._batch_moments(params, jnp.asarray(batch["image"]))
       total = moments if total is None else jax.tree.map(jnp.add, total, moments)
+      # One batch in flight at a time: with parameters sharded over several devices each call holds
+      # collectives, and on XLA:CPU a queue of such programs can deadlock (a device's launch waits on its
+      # in-flight limit while the others wait for it in an all-gather), as the engine's waves did.
+      jax.block_until_ready(total)
       count += 1
     if count == 0:
       raise ValueError("batches is empty: precise BN needs at least one training batch")
