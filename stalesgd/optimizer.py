@@ -44,7 +44,7 @@ import ml_collections
 import optax
 
 from stalesgd import transforms
-from stalesgd.config import DECENTRALIZED_PROTOCOLS
+from stalesgd.config import DECENTRALIZED_PROTOCOLS, WEIGHT_DECAY_PLACEMENTS
 from stalesgd.models import ModelSpec
 
 
@@ -167,4 +167,4 @@ def build_optimizer(config: ml_collections.ConfigDict, *, model: ModelSpec, para
   if config.weight_decay_placement == "unmodulated":
     return optax.chain(*correct, *modulate, *average, *decay, *solver)
   raise ValueError(f"config.weight_decay_placement={config.weight_decay_placement!r} is not allowed: one of "
-                   "('modulated', 'unmodulated')")
+                   f"{WEIGHT_DECAY_PLACEMENTS}")

@@ -242,6 +242,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   writer = MetricWriter(str(workdir))
   wall_offset = 0.0
   restored = checkpointer.restore(state)
+  pending_snapshot = None
   if restored is not None:
     state, metadata = restored
     writer.truncate_after(metadata["update"])
@@ -261,8 +262,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   wall = lambda: wall_offset + time.monotonic() - start_time
   pending = PendingMetrics(schedule, examples_per_update, per_epoch)
   pending.start(updates, wall())
-  if restored is not None:
-    pending.restore(pending_snapshot)
+  pending.restore(pending_snapshot)
   next_log = _next_point(updates, config.log_every_updates)
   next_eval = _next_point(updates, eval_interval)
   num_blocks = block_starts.shape[0] - 1
@@ -288,10 +288,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
       if updates >= next_log or updates >= next_eval or finished:
         record = pending.flush(wall())
         if updates >= next_eval or finished:
-          # Let the queued training programs finish first: evaluation has collectives of its own, and on
-          # XLA:CPU two programs' collectives queued in different orders on different devices can deadlock
-          # (seen with ResNet-20's precise-BN all-gather on a loaded 2-core machine).
-          jax.block_until_ready(state)
           record.update(evaluator(runner.params(state)))
           next_eval = _next_point(updates, eval_interval)
         writer.write_scalars(updates, record)
