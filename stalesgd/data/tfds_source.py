@@ -9,6 +9,7 @@ whose JPEGs are decoded, resized and centre-cropped per requested example.
 Nothing here downloads: ``tfds.data_source(..., download=False)`` only opens a
 prepared data set, and when that fails the error says whether the data set is
 missing from ``data_dir`` or prepared in a format without random access.
+`stalesgd.data.prepare` writes such a data set from local files, offline.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ def _not_prepared(name: str, data_dir: str | None, error: Exception) -> DatasetN
   if not builder.is_prepared():
     return DatasetNotPreparedError(
         f"dataset {name!r} is not prepared in {where} (looked in {builder.data_dir}). stalesgd never "
-        "downloads: prepare it once on a machine with network, e.g. tfds.builder("
-        f"{name!r}, data_dir=...).download_and_prepare(file_format='array_record'), and pass that "
-        "directory as data_dir; or use source='npz' (local arrays) or source='embedded' "
-        f"(dataset 'digits'). tfds said: {error}")
+        "downloads: convert a local copy with `python -m stalesgd.data.prepare "
+        f"{name} --from=DIR --data_dir=DATA_DIR` (docs/data.md lists the accepted files), or on a machine "
+        f"with network run tfds.builder({name!r}, data_dir=DATA_DIR).download_and_prepare("
+        "file_format='array_record'); then pass DATA_DIR as data_dir. Or use source='npz' (local arrays) "
+        f"or source='embedded' (dataset 'digits'). tfds said: {error}")
   return DatasetNotPreparedError(
       f"dataset {name!r} in {where} is prepared as {builder.info.file_format}, which has no random "
-      "access: re-prepare it with download_and_prepare(file_format='array_record') into another "
-      f"data_dir. tfds said: {error}")
+      "access: re-prepare it into another data_dir with download_and_prepare(file_format='array_record') "
+      f"or, from local files, `python -m stalesgd.data.prepare {name} --from=DIR --data_dir=DATA_DIR`. "
+      f"tfds said: {error}")
 
 
 def _materialise(examples: Any) -> ArraySource:
