@@ -16,6 +16,17 @@ a run killed in the middle of a save (even by SIGKILL) restores the previous
 complete step. Leftover temporary directories are ignored and deleted when the
 next `Checkpointer` opens the directory.
 
+Damage after the fact (a truncated, overwritten or deleted file) is caught on
+restore: orbax and tensorstore notice missing and truncated pieces, and a CRC-32
+of every array and of the metadata, stored in the metadata at save time, catches
+changed bytes that would otherwise be read back as wrong weights. `restore`
+then warns, naming the step and why, and falls back to the next older step (so
+keep at least 2 checkpoints); the unreadable step directory is renamed to
+``<step>.unreadable`` (kept for inspection, out of orbax's way). When no
+checkpoint can be read, it raises `CheckpointError` rather than letting a run
+start again from scratch. A save that fails (disk full, directory read-only)
+raises `CheckpointError` naming the directory and the newest intact step.
+
 `PreemptionGuard` turns SIGTERM (what SLURM, Kubernetes and cloud schedulers
 send before killing a job) into a flag the training loop polls at its "is it
 time?" checks; the loop then saves and exits with status 0. On several
@@ -29,9 +40,13 @@ called by all processes, in the same order, with the same step.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 import signal
 import types
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +61,64 @@ from stalesgd.metrics import to_json_value
 PyTree = Any
 _STATE = "state"
 _METADATA = "metadata"
+# Metadata key of the CRC-32s written by `Checkpointer.save` (removed from what `restore` returns).
+CHECKSUMS_KEY = "_checksums"
+UNREADABLE_SUFFIX = ".unreadable"
+
+_LOG = logging.getLogger(__name__)
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint could not be written, or no checkpoint in a directory can be read back."""
+
+
+class _UnreadableCheckpoint(Exception):
+  """One step's checkpoint is damaged (raised and caught inside `Checkpointer.restore`)."""
+
+
+def _leaf_array(leaf: Any) -> np.ndarray | None:
+  """A leaf as a host array (a PRNG key as its key data), or None when this process does not hold it whole."""
+  if isinstance(leaf, jax.Array):
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+      leaf = jax.random.key_data(leaf)
+    if leaf.is_fully_addressable:
+      leaf = jax.device_get(leaf)
+    elif leaf.is_fully_replicated:
+      leaf = leaf.addressable_data(0)
+    else:
+      return None  # sharded over several processes: each holds only part of it
+  return np.ascontiguousarray(np.asarray(leaf))
+
+
+def _crc32(array: np.ndarray) -> int:
+  return zlib.crc32(array.reshape(-1).view(np.uint8))
+
+
+def _state_checksums(state: PyTree) -> list[dict[str, Any] | None]:
+  """CRC-32, dtype and shape of every leaf, in tree order (None for a leaf this process does not hold whole)."""
+  checksums = []
+  for leaf in jax.tree_util.tree_leaves(state):
+    array = _leaf_array(leaf)
+    checksums.append(None if array is None else
+                     {"crc32": _crc32(array), "dtype": str(array.dtype), "shape": list(array.shape)})
+  return checksums
+
+
+def _metadata_checksum(metadata: Mapping[str, Any]) -> int:
+  return zlib.crc32(json.dumps(metadata, sort_keys=True).encode("utf-8"))
+
+
+def _first_line(error: BaseException) -> str:
+  """An exception's message, cut at its first line (tensorstore appends long source locations)."""
+  text = str(error).strip()
+  return text.splitlines()[0] if text else repr(error)
+
+
+def _all_processes(flag: bool) -> bool:
+  """Whether ``flag`` holds on every process (one small collective when there are several)."""
+  if jax.process_count() == 1:
+    return flag
+  return bool(np.all(multihost_utils.process_allgather(np.int32(flag))))
 
 
 def _check_optional_positive_int(name: str, value: Any) -> None:
@@ -150,64 +223,211 @@ class Checkpointer:
       save is harmless).
 
     Raises:
-      ValueError: if ``step`` is negative or metadata is not JSON-compatible.
+      ValueError: if ``step`` is negative or metadata is not JSON-compatible
+        (or uses the reserved key `CHECKSUMS_KEY`).
+      CheckpointError: if this save or the previous one (written in the
+        background) failed, e.g. the disk is full or the directory read-only;
+        the message names the directory and the newest intact step.
     """
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
       raise ValueError(f"step = {step!r}; allowed: an int >= 0")
     if not isinstance(metadata, Mapping):
       raise ValueError(f"metadata has type {type(metadata).__name__}; allowed: a mapping with str keys")
+    if CHECKSUMS_KEY in metadata:
+      raise ValueError(f"metadata key {CHECKSUMS_KEY!r} is reserved for the checkpoint's own checksums; "
+                       "allowed: any other str key")
     json_metadata = to_json_value(metadata, name="metadata")
     step = int(step)
     if step in self._manager.all_steps():
       return False
-    return self._manager.save(
-        step,
-        args=ocp.args.Composite(**{
-            _STATE: ocp.args.StandardSave(state),
-            _METADATA: ocp.args.JsonSave(json_metadata),
-        }),
-        force=force,
-    )
+    with self._reporting_write_errors(f"while saving checkpoint {step}"):
+      if not self._manager.should_save(step) and not force:
+        return False
+      self._check_writable()
+      if jax.process_index() == 0:  # only the primary process writes the metadata
+        json_metadata[CHECKSUMS_KEY] = {"state": _state_checksums(state),
+                                        "metadata": _metadata_checksum(json_metadata)}
+      return self._manager.save(
+          step,
+          args=ocp.args.Composite(**{
+              _STATE: ocp.args.StandardSave(state),
+              _METADATA: ocp.args.JsonSave(json_metadata),
+          }),
+          force=force,
+      )
 
   def restore(self, target_state: PyTree, *, step: int | None = None) -> tuple[PyTree, dict[str, Any]] | None:
     """Restores a checkpoint into the structure, dtypes and shardings of a target.
+
+    Without ``step``, the newest checkpoint that reads back whole: a damaged
+    one (a piece missing or truncated, or bytes that no longer match the
+    checksums written with it) is reported with a warning naming its step and
+    the reason, renamed to ``<step>.unreadable`` (so that it no longer counts
+    as the latest, nor blocks a new save of that step), and the next older one
+    is tried. Warnings go to the ``stalesgd.checkpoint`` logger.
 
     Args:
       target_state: a pytree with the same structure as the saved state, whose
         leaves are arrays or `jax.ShapeDtypeStruct` s; each restored array gets
         the leaf's shape, dtype and sharding (so a target sharded over a mesh
         is restored sharded, each process reading only its shards).
-      step: which checkpoint; None means the latest.
+      step: which checkpoint; None means the newest readable one.
 
     Returns:
       ``(state, metadata)``, or None if there is no complete checkpoint.
 
     Raises:
       ValueError: if ``step`` is given but not among the saved steps.
+      CheckpointError: if checkpoints exist but none can be read (or the one
+        ``step`` names cannot): resuming from an older state, or from scratch,
+        is then the user's decision, not a silent one.
     """
-    if step is None:
-      step = self.latest_step()
-      if step is None:
-        return None
-    elif step not in self._manager.all_steps():
-      raise ValueError(f"step = {step!r} is not a saved checkpoint; allowed: one of {self.all_steps()}")
     abstract_state = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
-    restored = self._manager.restore(
-        step,
-        args=ocp.args.Composite(**{
-            _STATE: ocp.args.StandardRestore(abstract_state),
-            _METADATA: ocp.args.JsonRestore(),
-        }),
-    )
-    return restored[_STATE], dict(restored[_METADATA])
+    if step is not None:
+      if step not in self._manager.all_steps():
+        raise ValueError(f"step = {step!r} is not a saved checkpoint; allowed: one of {self.all_steps()}")
+      try:
+        return self._restore_step(step, abstract_state)
+      except _UnreadableCheckpoint as error:
+        raise CheckpointError(f"checkpoint {step} in {self.directory} cannot be read: {error}") from error
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    if not steps:
+      return None
+    unreadable: list[tuple[int, str]] = []
+    for candidate in steps:
+      error: _UnreadableCheckpoint | None = None
+      try:
+        restored = self._restore_step(candidate, abstract_state)
+      except _UnreadableCheckpoint as caught:
+        error = caught
+      # Every process must resume from the same step: one that cannot read its part rules the step out.
+      if not _all_processes(error is None):
+        reason = str(error) if error is not None else "another process could not read its part"
+        _LOG.warning("checkpoint %d in %s is unreadable (%s); %s", candidate, self.directory, reason,
+                     "falling back to the previous checkpoint" if candidate != steps[-1] else "no older one is left")
+        unreadable.append((candidate, reason))
+        continue
+      if unreadable:
+        moved = self._set_aside([bad for bad, _ in unreadable])
+        _LOG.warning("resuming from checkpoint %d in %s: the newer checkpoint(s) %s could not be read and were "
+                     "renamed to %s", candidate, self.directory, [bad for bad, _ in unreadable], moved)
+      return restored
+    details = "; ".join(f"step {bad}: {reason}" for bad, reason in unreadable)
+    raise CheckpointError(
+        f"no checkpoint in {self.directory} can be read ({details}). Refusing to start again from scratch: "
+        "move the directory away to do that (config.keep_checkpoints >= 2 keeps an older checkpoint to fall "
+        "back to)")
+
+  def _restore_step(self, step: int, abstract_state: PyTree) -> tuple[PyTree, dict[str, Any]]:
+    """Reads one step and checks it against its checksums; raises `_UnreadableCheckpoint` if damaged."""
+    try:
+      restored = self._manager.restore(
+          step,
+          args=ocp.args.Composite(**{
+              _STATE: ocp.args.StandardRestore(abstract_state),
+              _METADATA: ocp.args.JsonRestore(),
+          }),
+      )
+      state, metadata = restored[_STATE], restored[_METADATA]
+    except Exception as error:  # orbax and tensorstore raise ValueError, OSError, KeyError, JSONDecodeError...
+      raise _UnreadableCheckpoint(f"{type(error).__name__}: {_first_line(error)}") from error
+    if not isinstance(metadata, Mapping):
+      raise _UnreadableCheckpoint(f"its metadata is a {type(metadata).__name__}, not a JSON object")
+    metadata = dict(metadata)
+    checksums = metadata.pop(CHECKSUMS_KEY, None)
+    if checksums is not None:  # checkpoints written before checksums existed are taken as they are
+      if not isinstance(checksums, Mapping) or checksums.get("metadata") != _metadata_checksum(metadata):
+        raise _UnreadableCheckpoint("its metadata does not match the checksum written with it")
+      saved = checksums.get("state")
+      leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+      if not isinstance(saved, list) or len(saved) != len(leaves):
+        raise _UnreadableCheckpoint(f"its checksums list {len(saved) if isinstance(saved, list) else saved!r} "
+                                    f"arrays, the state has {len(leaves)}")
+      for (path, leaf), expected in zip(leaves, saved):
+        array = None if not isinstance(expected, Mapping) else _leaf_array(leaf)
+        # A leaf restored into another dtype or shape than it was saved with (a cast the target asked for)
+        # has other bytes by design; only a leaf read back as written is compared.
+        if (array is not None and str(array.dtype) == expected.get("dtype")
+            and list(array.shape) == expected.get("shape") and _crc32(array) != expected.get("crc32")):
+          raise _UnreadableCheckpoint(f"array {jax.tree_util.keystr(path)} does not match the checksum written "
+                                      "with it (its bytes changed on disk)")
+    return state, metadata
+
+  def _set_aside(self, steps: Sequence[int]) -> list[str]:
+    """Renames unreadable step directories to ``<step>.unreadable`` (primary process); returns the new paths."""
+    targets = []
+    for step in steps:
+      source = self._manager.directory / str(step)
+      target, copies = source.parent / f"{step}{UNREADABLE_SUFFIX}", 1
+      while target.exists():
+        copies += 1
+        target = source.parent / f"{step}{UNREADABLE_SUFFIX}.{copies}"
+      targets.append((source, target))
+    if jax.process_count() > 1:  # every process has chosen the names before any is taken
+      multihost_utils.sync_global_devices("stalesgd_checkpoint_set_aside_names")
+    if jax.process_index() == 0:
+      for source, target in targets:
+        if source.exists():
+          source.rename(target)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("stalesgd_checkpoint_set_aside")
+    self._manager.reload()
+    return [os.fspath(target) for _, target in targets]
 
   def wait(self) -> None:
-    """Blocks until every started save is complete on disk; raises its error if one failed."""
-    self._manager.wait_until_finished()
+    """Blocks until every started save is complete on disk.
+
+    Raises:
+      CheckpointError: if a save failed (naming the directory and the newest intact step).
+    """
+    with self._reporting_write_errors("while waiting for the checkpoints being written"):
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
-    """Waits for pending saves and releases orbax's threads."""
-    self._manager.close()
+    """Waits for pending saves and releases orbax's threads.
+
+    Raises:
+      CheckpointError: if a save failed (naming the directory and the newest intact step).
+    """
+    with self._reporting_write_errors("while closing the checkpointer"):
+      self._manager.close()
+
+  def _check_writable(self) -> None:
+    """Creates and removes a file in a local checkpoint directory; raises OSError if it cannot.
+
+    A save that orbax cannot even start (a read-only directory) leaves its
+    background threads waiting for minutes, which would hold the dying process
+    at exit; this check fails first, before any of them is started.
+    """
+    directory = os.fspath(self._manager.directory)
+    if "://" in directory:
+      return
+    probe = os.path.join(directory, f".write_check.{os.getpid()}")
+    with open(probe, "wb"):
+      pass
+    os.remove(probe)
+
+  @contextlib.contextmanager
+  def _reporting_write_errors(self, when: str):
+    """Turns an orbax/tensorstore write failure into a `CheckpointError` that says what is still intact.
+
+    A save is written in the background, so its failure surfaces at the next
+    `save`, `wait` or `close`; ``when`` says which call noticed it.
+    """
+    try:
+      yield
+    except (ValueError, OSError) as error:
+      try:
+        self._manager.reload()
+        intact = self.all_steps()
+      except Exception:  # pylint: disable=broad-except  (the report must not fail in its turn)
+        intact = []
+      kept = (f"the newest complete checkpoint, {intact[-1]}, is intact and a restart resumes from it"
+              if intact else "no complete checkpoint exists yet")
+      raise CheckpointError(
+          f"writing a checkpoint in {self.directory} failed, noticed {when} ({type(error).__name__}: "
+          f"{_first_line(error)}); {kept}. Fix the cause (disk space, quota, permissions), then restart"
+      ) from error
 
   def __enter__(self) -> Checkpointer:
     return self

@@ -1,0 +1,54 @@
+"""Fixtures of the fault-injection tests: the training-loop tests' helpers, the digits as npz files, reference runs.
+
+The helpers of ``tests/train`` (``train_helpers``, ``tiny_run_config``,
+``paced_main.py``) are imported from there: pytest puts only each test file's
+own directory on ``sys.path``, so this conftest adds ``tests/train`` (as
+``train_helpers`` adds ``tests/distributed``).
+
+Every run here trains `tiny_run_config` on the embedded digits written once to
+npz files (`fault_helpers.fault_config`): the same images and labels as the
+embedded source, so the same weights, but a command-line run starts about two
+seconds sooner (no scikit-learn import), which is what makes several kill -9
+and restarts per test affordable.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "train"))
+
+import pytest  # noqa: E402
+
+import fault_helpers  # noqa: E402  (beside this file)
+
+
+@pytest.fixture(scope="session")
+def compilation_cache(tmp_path_factory):
+  """A persistent JAX compilation cache for every ``experiments.main`` subprocess of the session."""
+  return tmp_path_factory.mktemp("jax_compilation_cache")
+
+
+@pytest.fixture(scope="session")
+def digits_npz(tmp_path_factory) -> pathlib.Path:
+  """A directory holding ``digits_train.npz`` and ``digits_test.npz`` (the embedded digits' splits)."""
+  return fault_helpers.write_digits_npz(tmp_path_factory.mktemp("digits_npz"))
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory, digits_npz):
+  """``reference_run(variant)``: the uninterrupted in-process run of a variant, once per session.
+
+  Returns ``(summary, workdir)``; the workdir must not be modified (copy it first).
+  """
+  runs: dict[str, tuple[dict, pathlib.Path]] = {}
+
+  def run(variant: str) -> tuple[dict, pathlib.Path]:
+    if variant not in runs:
+      workdir = tmp_path_factory.mktemp(f"reference_{variant}") / "run"
+      runs[variant] = (fault_helpers.train_in_process(fault_helpers.fault_config(variant, digits_npz), workdir),
+                       workdir)
+    return runs[variant]
+
+  return run

@@ -1,0 +1,109 @@
+"""What the fault-injection tests share: tiny configs on npz digits, damaging a checkpoint, comparing runs.
+
+Runs are `train_helpers` runs (``tiny_run_config`` variants) with the data read
+from the npz copy of the embedded digits; comparisons are those of
+``tests/train/test_train_resume.py``: the final weights' digest, and
+``metrics.jsonl`` record by record without the wall-clock fields.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import time
+from typing import Any
+
+import ml_collections
+import numpy as np
+import pytest
+
+from stalesgd.data.embedded import load_digits_splits
+from stalesgd.train import train_and_evaluate
+
+from train_helpers import complete_checkpoints, event_scalars, log_tail, read_metrics, read_summary, tiny_config
+
+WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")
+PHASE_TIMEOUT = 120.0  # seconds; a command-line phase normally takes 3-10 s
+
+
+def write_digits_npz(directory: pathlib.Path) -> pathlib.Path:
+  """``digits_{train,test}.npz`` in ``directory`` (uint8 images, int32 labels); returns ``directory``."""
+  train, test = load_digits_splits()
+  for split, source in (("train", train), ("test", test)):
+    np.savez(directory / f"digits_{split}.npz", images=source.images, labels=source.labels)
+  return directory
+
+
+def fault_config(variant: str, digits_npz: pathlib.Path, **overrides: Any) -> ml_collections.ConfigDict:
+  """`train_helpers.tiny_config` reading the digits from the npz files."""
+  return tiny_config(variant, data_source="npz", data_dir=str(digits_npz), **overrides)
+
+
+def npz_flags(digits_npz: pathlib.Path) -> list[str]:
+  """The command-line overrides that make `tiny_run_config` read the npz digits."""
+  return ["--config.data_source=npz", f"--config.data_dir={digits_npz}"]
+
+
+def train_in_process(config: ml_collections.ConfigDict, workdir: os.PathLike) -> dict[str, Any]:
+  return train_and_evaluate(config, str(workdir))
+
+
+def without_wall_clock(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  return [{field: value for field, value in record.items() if field not in WALL_CLOCK_FIELDS}
+          for record in records]
+
+
+def assert_same_run(workdir: pathlib.Path, reference: dict[str, Any], reference_dir: pathlib.Path) -> None:
+  """The run in ``workdir`` ended with the reference's weights, metrics records and TensorBoard scalars."""
+  summary = read_summary(workdir)
+  assert not summary["preempted"] and summary["updates"] == reference["updates"]
+  assert summary["params_sha256"] == reference["params_sha256"]
+  assert without_wall_clock(read_metrics(workdir)) == without_wall_clock(read_metrics(reference_dir))
+  shown = lambda directory: {tag: points for tag, points in event_scalars(directory, apply_purges=True).items()
+                             if tag not in WALL_CLOCK_FIELDS}
+  ours, theirs = shown(workdir), shown(reference_dir)
+  differences = {tag: (sorted(set(ours.get(tag, [])) ^ set(theirs.get(tag, [])))[:4], len(ours.get(tag, [])),
+                       len(theirs.get(tag, []))) for tag in ours.keys() | theirs.keys()
+                 if ours.get(tag) != theirs.get(tag)}
+  assert not differences, f"TensorBoard scalars differ (tag: first differing points, counts ours/theirs): {differences}"
+
+
+def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subprocess.Popen,
+                              log: pathlib.Path) -> int:
+  """Waits until the running process has a complete checkpoint beyond ``step``; returns its step."""
+  deadline = time.monotonic() + PHASE_TIMEOUT
+  while time.monotonic() < deadline:
+    newer = [saved for saved in complete_checkpoints(workdir) if saved > step]
+    if newer:
+      return newer[-1]
+    if process.poll() is not None:
+      pytest.fail(f"the run exited with status {process.returncode} before checkpointing past update {step}:\n"
+                  f"{log_tail(log)}")
+    time.sleep(0.01)
+  process.kill()
+  pytest.fail(f"no checkpoint past update {step} within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
+
+
+def finish(process: subprocess.Popen, log: pathlib.Path) -> int:
+  """The exit status of a running process (killed, and the test failed, after `PHASE_TIMEOUT`)."""
+  try:
+    return process.wait(timeout=PHASE_TIMEOUT)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    pytest.fail(f"the run did not end within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
+
+
+def state_files(checkpoint: pathlib.Path) -> list[pathlib.Path]:
+  """The files of a checkpoint's ``state`` item, largest (the arrays' data) first."""
+  files = [path for path in (checkpoint / "state").rglob("*") if path.is_file()]
+  return sorted(files, key=lambda path: (-path.stat().st_size, str(path)))
+
+
+def flip_one_bit(path: pathlib.Path, offset: int) -> None:
+  """Flips the lowest bit of one byte: what a bad disk sector or a stray write does."""
+  with open(path, "r+b") as file:
+    file.seek(offset)
+    byte = file.read(1)
+    file.seek(offset)
+    file.write(bytes([byte[0] ^ 1]))
