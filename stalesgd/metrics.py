@@ -100,6 +100,26 @@ def _to_scalar(value: Any, *, name: str) -> int | float:
   return converted
 
 
+def _drain_event_queues(summary_writer: Any) -> None:
+  """Waits until tensorboardX's background thread has written every event queued so far.
+
+  tensorboardX queues events for a thread, and its ``flush()`` only flushes
+  what that thread has already written: events still queued when a SIGKILL
+  follows a checkpoint were lost (tests/faults/test_kill_resume.py). The stop
+  signal queues behind them, so stopping the thread writes them all; a new
+  thread then serves the same queue and file.
+  """
+  for file_writer in (getattr(summary_writer, "all_writers", None) or {}).values():
+    events = getattr(file_writer, "event_writer", None)
+    worker = getattr(events, "_worker", None)
+    if worker is None or not hasattr(worker, "stop") or getattr(events, "_closed", True):
+      continue  # another tensorboardX layout: only its own flush
+    worker.stop()
+    # pylint: disable-next=protected-access
+    events._worker = type(worker)(events._event_queue, events._ev_writer, events._flush_secs)
+    events._worker.start()  # pylint: disable=protected-access
+
+
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
   """Reads the records of a JSON-lines metrics file.
 
@@ -295,6 +315,7 @@ class MetricWriter:
     if self._jsonl_file is not None:
       self._jsonl_file.flush()
     if self._event_writer is not None:
+      _drain_event_queues(self._event_writer)
       self._event_writer.flush()
 
   def close(self) -> None:

@@ -249,6 +249,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     pending_snapshot = metadata.get(PENDING_METRICS_KEY)
     wall_offset = metadata["wall_time"]
     progress.write(f"resumed from the checkpoint at update {metadata['update']} in {workdir}")
+  elif (workdir / METRICS_FILENAME).exists():  # killed before its first checkpoint was whole: start over
+    writer.truncate_after(0)
   block_starts = runner.block_starts
   updates = runner.updates_done(state)
   block = engine_lib.block_starting_at(block_starts, updates)
