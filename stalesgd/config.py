@@ -13,9 +13,12 @@ to server updates in one place, `updates_per_epoch`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 import pathlib
+from collections.abc import Mapping
 
 import ml_collections
 from ml_collections import config_dict
@@ -25,6 +28,8 @@ from stalesgd import models
 from stalesgd import schedule as schedule_lib
 from stalesgd import transforms
 from stalesgd.data import NORMALIZATIONS, SOURCES
+from stalesgd.data.embedded import EMBEDDED_DATASETS
+from stalesgd.data.tfds_source import TFDS_SPLITS
 
 PARAMETER_SERVER_PROTOCOLS = tuple(schedule_lib.PARAMETER_SERVER_PROTOCOLS)
 DECENTRALIZED_PROTOCOLS = tuple(decentral.PROTOCOLS)
@@ -118,34 +123,128 @@ def default_config() -> ml_collections.ConfigDict:
   return config
 
 
+INT32_MAX = 2**31 - 1  # counts end up in int32 device arrays
+INT64_MAX = 2**63 - 1  # seeds (numpy and JAX take up to int64) and byte counts
+
+
 def _fail(field: str, value, allowed: str) -> None:
   raise ValueError(f"config.{field}={value!r} is not allowed: {allowed}")
 
 
-def _require_int(config, field: str, *, minimum: int, maximum: int | None = None) -> None:
-  value = config[field]
-  if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
-      maximum is not None and value > maximum):
-    upper = "" if maximum is None else f" and <= {maximum}"
-    _fail(field, value, f"an integer >= {minimum}{upper}")
+def _value(config, field: str):
+  """``config.a.b`` for ``field = "a.b"``."""
+  for name in field.split("."):
+    config = config[name]
+  return config
 
 
-def _require_number(config, field: str, *, minimum: float, strict: bool = False, maximum: float | None = None):
-  value = config[field]
-  ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-  ok = ok and (value > minimum if strict else value >= minimum) and (maximum is None or value < maximum)
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+  """A Python int or float (numpy float64 is a float; bools and other numpy scalars are not)."""
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _require_int(config, field: str, *, minimum: int, maximum: int = INT32_MAX, optional: bool = False) -> None:
+  value = _value(config, field)
+  if optional and value is None:
+    return
+  if not _is_int(value) or value < minimum or value > maximum:
+    prefix = "None or " if optional else ""
+    _fail(field, value, f"{prefix}an integer >= {minimum} and <= {maximum}")
+
+
+def _require_number(config, field: str, *, minimum: float, strict: bool = False, maximum: float | None = None,
+                    maximum_inclusive: bool = False, optional: bool = False, allow_inf: bool = False,
+                    because: str = "") -> None:
+  value = _value(config, field)
+  if optional and value is None:
+    return
+  ok = _is_number(value) and (isinstance(value, int) or math.isfinite(value) or (allow_inf and value == math.inf))
+  ok = ok and (value > minimum if strict else value >= minimum)
+  ok = ok and (maximum is None or (value <= maximum if maximum_inclusive else value < maximum))
   if not ok:
-    bounds = f"{'>' if strict else '>='} {minimum}" + ("" if maximum is None else f" and < {maximum}")
-    _fail(field, value, f"a finite number {bounds}")
+    upper = "" if maximum is None else f" and {'<=' if maximum_inclusive else '<'} {maximum}"
+    kind = "a number (inf allowed)" if allow_inf else "a finite number"
+    _fail(field, value, f"{'None or ' if optional else ''}{kind} {'>' if strict else '>='} {minimum}{upper}"
+                        + (f" {because}" if because else ""))
+
+
+def _require_bool(config, field: str) -> None:
+  value = _value(config, field)
+  if not isinstance(value, bool):
+    _fail(field, value, "True or False")
 
 
 def _require_choice(config, field: str, choices) -> None:
-  if config[field] not in choices:
-    _fail(field, config[field], f"one of {tuple(choices)}")
+  value = _value(config, field)
+  if not isinstance(value, str) or value not in choices:
+    _fail(field, value, f"one of {tuple(choices)}")
+
+
+@functools.cache
+def _default_fields() -> dict[str | None, tuple[str, ...]]:
+  """The field names of `default_config` (None: top level) and of its ``timing``."""
+  defaults = default_config()
+  return {None: tuple(sorted(defaults.keys())), "timing": tuple(sorted(defaults.timing.keys()))}
+
+
+def _require_known_fields(config) -> None:
+  """Every field of `default_config` present, no other (a misspelt field would be silently ignored)."""
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ValueError(f"config has type {type(config).__name__}; allowed: an ml_collections.ConfigDict from "
+                     "stalesgd.config.default_config()")
+  for parent, expected in _default_fields().items():
+    given = config if parent is None else config[parent]
+    prefix = "" if parent is None else f"{parent}."
+    if parent is not None and not isinstance(given, ml_collections.ConfigDict):
+      _fail(parent, given, "an ml_collections.ConfigDict with the fields of default_config().timing")
+    missing = sorted(set(expected) - set(given.keys()))
+    if missing:
+      raise ValueError(f"config.{prefix}{missing[0]} is missing; allowed: a config built from "
+                       "stalesgd.config.default_config(), which has every field")
+    unknown = sorted(set(given.keys()) - set(expected))
+    if unknown:
+      raise ValueError(f"config.{prefix}{unknown[0]} is not a field; allowed: one of {expected}")
+  options = config.model_options
+  if not isinstance(options, (ml_collections.ConfigDict, Mapping)) or not all(isinstance(k, str) for k in options):
+    _fail("model_options", options, "a mapping of the model's option names to values (e.g. "
+                                    "ml_collections.ConfigDict(hidden_sizes=(32,)) for model='mlp')")
+
+
+def _check_timing(config) -> None:
+  """The simulated cluster's fields, named as config fields (`TimingModel` checks their combination)."""
+  _require_number(config, "timing.compute_time_per_example", minimum=0, strict=True)
+  if not math.isfinite(config.timing.compute_time_per_example * config.batch_per_learner):
+    _fail("timing.compute_time_per_example", config.timing.compute_time_per_example,
+          f"a number whose product with batch_per_learner={config.batch_per_learner} is finite")
+  _require_number(config, "timing.jitter_sigma", minimum=0)
+  if config.timing.jitter == "straggler":
+    _require_number(config, "timing.straggler_prob", minimum=0, strict=True, maximum=1, maximum_inclusive=True,
+                    because="with timing.jitter='straggler' (the share of steps that straggle)")
+    _require_number(config, "timing.straggler_factor", minimum=1,
+                    because="with timing.jitter='straggler' (the slowdown of a straggling step)")
+  else:  # straggler settings without straggler jitter would silently measure nothing
+    if not _is_number(config.timing.straggler_prob) or config.timing.straggler_prob != 0:
+      _fail("timing.straggler_prob", config.timing.straggler_prob, "0.0 unless timing.jitter='straggler'")
+    if not _is_number(config.timing.straggler_factor) or config.timing.straggler_factor != 1:
+      _fail("timing.straggler_factor", config.timing.straggler_factor, "1.0 unless timing.jitter='straggler'")
+  _require_number(config, "timing.speed_factor_sigma", minimum=0)
+  _require_number(config, "timing.latency", minimum=0)
+  _require_number(config, "timing.bandwidth", minimum=0, allow_inf=True)  # 0 means infinite
+  _require_int(config, "timing.model_bytes", minimum=0, maximum=INT64_MAX)  # 0: the model's float32 weights
+  _require_int(config, "timing.server_shards", minimum=1)
+  _require_number(config, "timing.apply_time", minimum=0)
 
 
 def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> None:
   """Checks a run's config before anything expensive happens.
+
+  Every field of `default_config` is checked for its type and range (an int
+  field takes a Python int, not a float or a bool; a number field an int or a
+  finite float), then the fields' combinations.
 
   Args:
     config: the run's config (see `default_config`).
@@ -153,8 +252,11 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
       run one worker per device.
 
   Raises:
-    ValueError: naming the first bad field, its value and what is allowed.
+    ValueError: naming the first bad field (``config.<field>=<value>``, or
+      ``config.timing: <field>`` for the timing model's own checks) and what
+      is allowed.
   """
+  _require_known_fields(config)
   _require_choice(config, "protocol", PROTOCOLS)
   _require_choice(config, "data_source", SOURCES)
   _require_choice(config, "normalization", NORMALIZATIONS)
@@ -162,14 +264,28 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   _require_choice(config, "staleness_rule", STALENESS_RULES)
   _require_choice(config, "delay_compensation", DELAY_COMPENSATIONS)
   _require_choice(config, "weight_decay_placement", WEIGHT_DECAY_PLACEMENTS)
-  _require_int(config, "seed", minimum=0)
+  _check_dataset(config)
+  _require_int(config, "seed", minimum=0, maximum=INT64_MAX)
+  _require_int(config, "image_size", minimum=1)
+  for flag in ("augment", "model_multipliers", "eager_updates", "nesterov", "staleness_normalize",
+               "dc_per_learner_mean_square", "gap_aware"):
+    _require_bool(config, flag)
   _require_int(config, "learners", minimum=1)
   _require_int(config, "batch_per_learner", minimum=1)
+  _require_int(config, "n", minimum=1)
+  _require_int(config, "ssp_bound", minimum=0)
+  _require_int(config, "backup_workers", minimum=0)
+  _require_int(config, "max_staleness", minimum=0)
+  _require_int(config, "allreduce_staleness", minimum=1)
   _require_number(config, "num_epochs", minimum=0, strict=True)
   _require_number(config, "learning_rate", minimum=0, strict=True)
   _require_number(config, "momentum", minimum=0, maximum=1)
   _require_number(config, "weight_decay", minimum=0)
   _require_number(config, "lr_decay_factor", minimum=0, strict=True)
+  _require_number(config, "staleness_mean", minimum=0, optional=True)
+  _require_number(config, "staleness_exponent", minimum=0)
+  _require_number(config, "staleness_decay", minimum=0)
+  _require_int(config, "staleness_threshold", minimum=0, optional=True)
   _require_number(config, "dc_lambda", minimum=0)
   _require_number(config, "dc_decay", minimum=0, maximum=1)
   _require_number(config, "eval_every_epochs", minimum=0, strict=True)
@@ -179,25 +295,22 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   _require_int(config, "log_every_updates", minimum=1)
   _require_int(config, "checkpoint_every_seconds", minimum=1)
   _require_int(config, "keep_checkpoints", minimum=1)
-  if any(not isinstance(epoch, (int, float)) or epoch <= 0 for epoch in config.lr_decay_epochs):
-    _fail("lr_decay_epochs", config.lr_decay_epochs, "a tuple of positive epoch numbers")
+  epochs = config.lr_decay_epochs
+  if not isinstance(epochs, (tuple, list)) or any(
+      not _is_number(epoch) or not math.isfinite(epoch) or epoch <= 0 for epoch in epochs):
+    _fail("lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
+  _check_timing(config)  # timing.jitter is checked by TimingModel, with the other fields' combination
 
   learners = config.learners
   protocol = config.protocol
   if protocol in ("softsync", "drop_stale"):
     _require_int(config, "n", minimum=1, maximum=learners)
-  if protocol == "ssp":
-    _require_int(config, "ssp_bound", minimum=0)
   if protocol == "backup":
     _require_int(config, "backup_workers", minimum=0, maximum=learners - 1)
-  if protocol == "drop_stale":
-    _require_int(config, "max_staleness", minimum=0)
   if protocol in DECENTRALIZED_PROTOCOLS:
     if learners != num_devices:
       _fail("learners", learners, f"protocol {protocol!r} runs one worker per device: set it to the number of "
                                   f"devices, {num_devices}")
-    if protocol != "allreduce_sync":
-      _require_int(config, "allreduce_staleness", minimum=1)
     if config.staleness_rule != "none" or config.gap_aware:
       _fail("staleness_rule" if config.staleness_rule != "none" else "gap_aware",
             config.staleness_rule if config.staleness_rule != "none" else config.gap_aware,
@@ -213,9 +326,25 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
           f"delay_compensation={config.delay_compensation!r})")
   if config.staleness_rule in ("threshold", "hinge") and config.staleness_threshold is None:
     _fail("staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}")
-  if config.data_source == "npz" and not config.data_dir:
-    _fail("data_dir", config.data_dir, "the directory holding <dataset>_train.npz and <dataset>_test.npz")
-  timing_model(config)  # TimingModel validates its own fields
+  timing_model(config)  # TimingModel checks the combination of its fields
+
+
+def _check_dataset(config) -> None:
+  """The data set's name and directory, for the config's source (nothing is read)."""
+  name, data_dir, source = config.dataset, config.data_dir, config.data_source
+  if data_dir is not None and not isinstance(data_dir, str):
+    _fail("data_dir", data_dir, "None or the path of a directory (a str)")
+  if source == "embedded" and (not isinstance(name, str) or name not in EMBEDDED_DATASETS):
+    _fail("dataset", name, f"one of {EMBEDDED_DATASETS} for data_source='embedded'")
+  if source == "tfds" and (not isinstance(name, str) or name not in TFDS_SPLITS):
+    _fail("dataset", name, f"one of {tuple(sorted(TFDS_SPLITS))} for data_source='tfds' (data_source='npz' reads "
+                           "any name from local files)")
+  if source == "npz":
+    if not isinstance(name, str) or not name or os.sep in name:
+      _fail("dataset", name, "a file-name prefix for data_source='npz' (<data_dir>/<dataset>_train.npz)")
+    if not data_dir:
+      _fail("data_dir", data_dir, "the directory holding <dataset>_train.npz and <dataset>_test.npz, for "
+                                  "data_source='npz'")
 
 
 def timing_model(config: ml_collections.ConfigDict, *, parameter_bytes: int = 0) -> schedule_lib.TimingModel:
