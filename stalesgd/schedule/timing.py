@@ -39,24 +39,44 @@ _STEP_STREAM = 1
 
 
 def _load_trace(path: str | os.PathLike[str]) -> np.ndarray:
-  """Reads a trace file (.npy or .csv) as a float64 array of 1 or 2 dims."""
+  """Reads a trace file (.npy or .csv) as a float64 array of 1 or 2 dims.
+
+  Raises:
+    ValueError: naming the file, when it is missing or unreadable (truncated,
+      pickled, a ragged or non-numeric csv), not real numbers, empty, of more
+      than 2 dimensions, or holds a value that is not finite and > 0.
+  """
   path = os.fspath(path)
-  if path.endswith(".npy"):
-    values = np.load(path, allow_pickle=False)
-  elif path.endswith(".csv"):
-    with warnings.catch_warnings():
-      # An empty file is reported below as a ValueError, not a warning.
-      warnings.simplefilter("ignore", UserWarning)
-      values = np.loadtxt(path, delimiter=",", comments="#", dtype=np.float64, ndmin=1)
-  else:
+  if not path.endswith((".npy", ".csv")):
     raise ValueError(f"trace must be a .npy or .csv file; got {path!r}")
-  values = np.asarray(values, dtype=np.float64)
+  if not os.path.isfile(path):
+    raise ValueError(f"trace file {path!r} does not exist; allowed: an existing .npy or .csv file of positive "
+                     "time multipliers")
+  try:
+    if path.endswith(".npy"):
+      values = np.load(path, allow_pickle=False)
+    else:
+      with warnings.catch_warnings():
+        # An empty file is reported below as a ValueError, not a warning.
+        warnings.simplefilter("ignore", UserWarning)
+        values = np.loadtxt(path, delimiter=",", comments="#", dtype=np.float64, ndmin=1)
+  except (ValueError, OSError, EOFError) as error:
+    raise ValueError(f"trace file {path!r} cannot be read ({type(error).__name__}: {error}); allowed: a .npy array "
+                     "or a .csv of comma-separated numbers with the same number of columns on every row "
+                     "(# comments)") from error
+  values = np.asarray(values)
+  if values.dtype.kind not in "iuf":
+    raise ValueError(f"trace file {path!r} holds {values.dtype} values; allowed: real numbers (int or float)")
+  values = values.astype(np.float64)
   if values.size == 0:
     raise ValueError(f"trace must hold at least one value; {path!r} is empty")
   if values.ndim > 2:
     raise ValueError(f"trace must have 1 or 2 dimensions; {path!r} has shape {values.shape}")
-  if not np.all(np.isfinite(values)) or np.any(values <= 0):
-    raise ValueError(f"trace values must be finite and > 0; {path!r} has min {values.min()}")
+  bad = ~np.isfinite(values) | (values <= 0)
+  if np.any(bad):
+    first = tuple(int(index) for index in np.argwhere(bad)[0])
+    raise ValueError(f"trace values must be finite and > 0; {path!r} has {int(bad.sum())} that are not, the first "
+                     f"{values[first]} at index {first}")
   return values
 
 
