@@ -18,7 +18,9 @@ Everything in ``workdir`` (written by process 0 only):
 * ``schedule.npz``: the simulated schedule (`stalesgd.schedule.Schedule.load`);
 * ``config.json``: the run's config; a restart with another config (other than
   the logging and checkpoint cadences) is refused instead of mixing two runs;
-* ``curves.png``, ``staleness.png`` and ``summary.json`` at the end.
+* ``curves.png``, ``staleness.png`` and ``summary.json`` at the end; the
+  summary's ``wall_time_breakdown`` splits this session's wall time into
+  start-up, training (compilation included), evaluation and checkpoints.
 
 SIGTERM saves a checkpoint and returns (the process exits 0). A non-finite
 loss stops the run with `TrainingDiverged` (a `FloatingPointError`) naming the update; checkpoints are
@@ -32,7 +34,7 @@ import json
 import math
 import pathlib
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
@@ -174,6 +176,50 @@ def _next_point(value: int, interval: float) -> float:
   return (math.floor(value / interval + 1e-9) + 1) * interval
 
 
+class RunInputs(NamedTuple):
+  """What a run trains, built from its config alone (`build_run`).
+
+  Attributes:
+    dataset: the data set, normalised as the config says.
+    model: the network.
+    batches: every learner's k-th mini-batch (`stalesgd.data.LearnerBatches`).
+    params: the initial weights.
+    optimizer: the server optimizer (`stalesgd.optimizer.build_optimizer`).
+    schedule: the simulated cluster's schedule of updates.
+    updates_per_epoch: server updates per pass over the training split.
+  """
+
+  dataset: data_lib.Dataset
+  model: models.ModelSpec
+  batches: data_lib.LearnerBatches
+  params: Any
+  optimizer: Any
+  schedule: schedule_lib.Schedule
+  updates_per_epoch: float
+
+
+def build_run(config: ml_collections.ConfigDict) -> RunInputs:
+  """Loads the data and builds the model, optimizer and schedule of a (validated) config.
+
+  Deterministic in the config: every process of a run, and every tool that
+  re-executes a run outside the training loop (the benchmarks), gets the same
+  weights, mini-batches and schedule.
+  """
+  dataset = data_lib.load_dataset(config.dataset, source=config.data_source, data_dir=config.data_dir,
+                                  normalization=config.normalization, image_size=config.image_size)
+  model = models.get_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+  batches = data_lib.LearnerBatches(dataset, batch_per_learner=config.batch_per_learner, learners=config.learners,
+                                    seed=config.seed, augment=config.augment, dropout_seeds=model.uses_dropout)
+  params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
+  per_epoch = updates_per_epoch(config, dataset.num_train)
+  total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
+  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
+  schedule = schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=total_updates,
+                                   seed=config.seed, **protocol_options(config),
+                                   timing=timing_model(config, parameter_bytes=4 * _num_parameters(params)))
+  return RunInputs(dataset, model, batches, params, optimizer, schedule, per_epoch)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Trains and evaluates one run; returns its summary (also written to ``summary.json``).
 
@@ -195,6 +241,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: PreemptionGuard) -> dict[str, Any]:
   """`train_and_evaluate` with its preemption guard active."""
+  entered = time.monotonic()
   # ----------------------------------------------------------------- checks and mesh
   mesh = engine_lib.learner_mesh()
   validate_config(config, num_devices=mesh.size)
@@ -205,23 +252,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / CONFIG_FILENAME).write_text(config.to_json(indent=2))
 
-  # ----------------------------------------------------------------- input
-  dataset = data_lib.load_dataset(config.dataset, source=config.data_source, data_dir=config.data_dir,
-                                  normalization=config.normalization, image_size=config.image_size)
-
-  # ----------------------------------------------------------------- model and optimizer
-  model = models.get_model(config.model, num_classes=dataset.num_classes, **config.model_options)
-  batches = data_lib.LearnerBatches(dataset, batch_per_learner=config.batch_per_learner, learners=config.learners,
-                                    seed=config.seed, augment=config.augment, dropout_seeds=model.uses_dropout)
-  params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
-  per_epoch = updates_per_epoch(config, dataset.num_train)
-  total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
-  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
-
-  # ----------------------------------------------------------------- the simulated cluster
-  schedule = schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=total_updates,
-                                   seed=config.seed, **protocol_options(config),
-                                   timing=timing_model(config, parameter_bytes=4 * _num_parameters(params)))
+  # ----------------------------------------------------------------- input, model, optimizer, schedule
+  run = build_run(config)
+  dataset, model, batches, params, optimizer, schedule = (run.dataset, run.model, run.batches, run.params,
+                                                          run.optimizer, run.schedule)
+  per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
   if primary and not (workdir / SCHEDULE_FILENAME).exists():
     schedule.save(workdir / SCHEDULE_FILENAME)
   examples_per_update = contributions_per_update(config) * config.batch_per_learner
@@ -254,6 +289,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   block_starts = runner.block_starts
   updates = runner.updates_done(state)
   block = engine_lib.block_starting_at(block_starts, updates)
+  updates_at_start = updates
 
   # ----------------------------------------------------------------- loop
   evaluator = Evaluator(model, dataset, mesh, batch_size=config.eval_batch_size,
@@ -269,13 +305,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   next_eval = _next_point(updates, eval_interval)
   num_blocks = block_starts.shape[0] - 1
   preempted = False
+  seconds = {"evaluation": 0.0, "checkpoint": 0.0}
 
   def checkpoint(force: bool) -> None:
     if force or checkpointer.should_save(updates):
+      began = time.monotonic()
       metadata = {"update": updates, "wall_time": wall(), "seed": config.seed,
                   PENDING_METRICS_KEY: pending.snapshot()}  # checks the losses before the weights are kept
       writer.flush()  # every record up to this checkpoint survives a SIGKILL (TensorBoard buffers ~10 s)
       checkpointer.save(updates, state, metadata, force=force)
+      seconds["checkpoint"] += time.monotonic() - began
 
   # Leaving these blocks closes the checkpointer (finishing a save still being written in the
   # background) and the writer, also when the loop stops on an error such as a non-finite loss:
@@ -290,7 +329,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
       if updates >= next_log or updates >= next_eval or finished:
         record = pending.flush(wall())
         if updates >= next_eval or finished:
+          began = time.monotonic()
           record.update(evaluator(runner.params(state)))
+          seconds["evaluation"] += time.monotonic() - began
           next_eval = _next_point(updates, eval_interval)
         writer.write_scalars(updates, record)
         progress.update(updates, {key: record[key] for key in ("train_loss", "test_error") if key in record})
@@ -303,9 +344,17 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
         break
       checkpoint(force=finished)
   progress.close()
+  loop_seconds = time.monotonic() - start_time
 
   # ----------------------------------------------------------------- summary and plots
   summary = _summary(config, schedule, runner.params(state), updates, per_epoch, wall(), workdir, preempted)
+  summary["wall_time_breakdown"] = {
+      "startup_s": start_time - entered,  # data, model, schedule, state, restore (compilation is in the loop)
+      "training_s": loop_seconds - seconds["evaluation"] - seconds["checkpoint"],
+      "evaluation_s": seconds["evaluation"],
+      "checkpoint_s": seconds["checkpoint"],
+      "updates_this_session": updates - updates_at_start,
+  }
   if primary:
     (workdir / SUMMARY_FILENAME).write_text(json.dumps(summary, indent=2))
     if not preempted:
