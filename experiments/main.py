@@ -7,6 +7,8 @@ The only entry point that defines the run's flags (flax-examples style):
   the command line, e.g. ``--config.learners=30 --config.protocol=async``;
 * ``--workdir``: metrics, checkpoints, plots and the summary; a job restarted
   with the same workdir resumes from its latest checkpoint;
+* ``--compilation_cache_dir``: JAX's persistent compilation cache
+  (`stalesgd.compilation_cache`; on by default, '' turns it off);
 * the multi-host flags ``--coordinator_address``, ``--num_processes``,
   ``--process_id``, ``--initialization_timeout``; without them the cluster is
   detected from SLURM / Kubernetes / MPI environment variables, and a single
@@ -32,6 +34,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from stalesgd import distributed
+from stalesgd import compilation_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to an experiments/configs file.",
                                           lock_config=True)
@@ -42,6 +45,7 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processe
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Index of this process, in [0, num_processes).")
 _INITIALIZATION_TIMEOUT = flags.DEFINE_integer(
     "initialization_timeout", 600, "Seconds to wait for every process to join before failing.")
+_COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -51,6 +55,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     # orbax logs every checkpoint step at INFO; the run's own progress goes to stdout.
     logging.set_verbosity(logging.WARNING)
+  compilation_cache.enable_compilation_cache(_COMPILATION_CACHE_DIR.value)
   distributed.initialize(coordinator_address=_COORDINATOR_ADDRESS.value, num_processes=_NUM_PROCESSES.value,
                          process_id=_PROCESS_ID.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value)
   from stalesgd import train  # after jax.distributed is initialized: importing it touches no devices,

@@ -56,6 +56,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 from experiments.studies import STUDIES, run_study  # noqa: E402
+from stalesgd import compilation_cache  # noqa: E402
 from stalesgd.data import SOURCES  # noqa: E402
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
@@ -68,6 +69,7 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "The data source's directory."
 _EPOCHS = flags.DEFINE_float("epochs", None, "Epochs per run, overriding the study's.")
 _VARIANTS = flags.DEFINE_list("variants", None, "Run only these variants (their directory names), e.g. "
                               "hardsync,30_softsync_a0_sigma.")
+_COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 flags.mark_flag_as_required("study")
 
 
@@ -78,6 +80,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
   if _EPOCHS.value is not None and _EPOCHS.value <= 0:
     raise app.UsageError(f"--epochs={_EPOCHS.value} must be > 0")
+  compilation_cache.enable_compilation_cache(_COMPILATION_CACHE_DIR.value)
   study = STUDIES[_STUDY.value]
   try:
     study.select(_VARIANTS.value)

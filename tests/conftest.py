@@ -2,17 +2,30 @@
 
 * Eight host CPU devices, so sharded code paths (one learner per device) are
   exercised on any machine.
+* JAX's persistent compilation cache in a temporary directory for the session,
+  shared with the subprocesses tests start: many tests compile the same
+  programs (the same model and engine step in a fresh `Engine`), which are then
+  read back instead of compiled again. A cached executable is the program a
+  fresh compilation produces, so no result changes.
 * No network: tensorflow-datasets retries a download for minutes when it cannot
   reach the internet, so every test that touches tfds uses
   ``tfds.testing.mock_data``; as a guard, sockets to anything but loopback
   raise immediately.
 """
 
+import atexit
 import os
+import shutil
 import socket
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _cache_dir = tempfile.mkdtemp(prefix="stalesgd_test_jax_cache_")
+  atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.25")
 
 import jax  # noqa: E402  (configured before first use)
 
