@@ -86,3 +86,19 @@ def test_lazy_sources_use_imagenet_channel_statistics_and_refuse_the_mean_image(
     fit_normalization("per_pixel_mean", source)
   with pytest.raises(ValueError, match="normalization must be one of"):
     fit_normalization("zca", source)
+
+
+def test_statistics_equal_float64_sums_bit_for_bit():
+  # The fit sums integers exactly (and squares by histogram); the numbers must be those of
+  # plain float64 sums, so that a faster fit changes no run.
+  images = np.random.default_rng(3).integers(0, 256, (9000, 4, 3, 3), dtype=np.uint8)  # > one chunk
+  source = ArraySource(images, np.zeros(images.shape[0], int))
+  wide = images.astype(np.float64)
+  mean_image = wide.sum(axis=0) / images.shape[0]
+  np.testing.assert_array_equal(fit_normalization("per_pixel_mean", source).offset, mean_image.astype(np.float32))
+  channel_mean = mean_image.mean(axis=(0, 1))
+  square_mean = np.square(wide).sum(axis=(0, 1, 2)) / (images.shape[0] * 4 * 3)
+  std = np.sqrt(square_mean - np.square(channel_mean)) / 255
+  per_channel = fit_normalization("per_channel", source)
+  np.testing.assert_array_equal(per_channel.offset, channel_mean.astype(np.float32))
+  np.testing.assert_array_equal(per_channel.scale, (1 / (255 * std)).astype(np.float32))
