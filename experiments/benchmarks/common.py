@@ -8,6 +8,7 @@ of per-round ratios, which every program's slow phases affect alike.
 from __future__ import annotations
 
 import os
+import pathlib
 import platform
 import statistics
 import time
@@ -15,6 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import numpy as np
+
+from experiments.configs import rudra_cifar10
+from stalesgd import engine as engine_lib
+from stalesgd.train import build_run
 
 
 def machine_description() -> dict[str, Any]:
@@ -58,3 +64,71 @@ def time_interleaved(programs: Mapping[str, Callable[[], Any]], steps_per_round:
 def paired_ratio(samples: Mapping[str, list[float]], numerator: str, denominator: str) -> float:
   """Median over rounds of the per-round ratio of two programs' step times."""
   return statistics.median(top / bottom for top, bottom in zip(samples[numerator], samples[denominator]))
+
+
+def write_random_cifar10(directory: pathlib.Path, train_examples: int) -> None:
+  """cifar10_{train,test}.npz of uniform random pixels and labels, CIFAR-10's layout."""
+  rng = np.random.default_rng(0)
+  for split, size in (("train", train_examples), ("test", max(1, train_examples // 5))):
+    np.savez(directory / f"cifar10_{split}.npz", images=rng.integers(0, 256, (size, 32, 32, 3), np.uint8),
+             labels=rng.integers(0, 10, size).astype(np.int64))
+
+
+# The training-loop benchmarks' runs: Rudra's solver and network, mu = 4 per learner.
+BATCH_PER_LEARNER = 4
+
+
+def parse_case(case: str) -> tuple[str, int, int]:
+  """``"async:8"`` -> ("async", n=1, lambda=8); ``"softsync4:32"`` -> ("softsync", 4, 32)."""
+  protocol, _, learners = case.partition(":")
+  if protocol == "async":
+    n = 1
+  elif protocol.startswith("softsync") and protocol.removeprefix("softsync").isdigit():
+    protocol, n = "softsync", int(protocol.removeprefix("softsync"))
+  else:
+    raise ValueError(f"case {case!r}: the protocol must be 'async' or 'softsyncN' (e.g. softsync4)")
+  if not learners.isdigit() or int(learners) < 1:
+    raise ValueError(f"case {case!r}: the number of learners after ':' must be a positive integer")
+  return protocol, n, int(learners)
+
+
+def benchmark_config(protocol: str, n: int, learners: int, data_dir: str, train_examples: int = 50_000):
+  """Rudra's solver for ``protocol`` at ``learners``, one epoch, evaluated once at the end,
+  logged often enough (at least 8 records) to time the loop's steady state."""
+  config = rudra_cifar10.paper_config()
+  config.protocol, config.n, config.learners = protocol, n, learners
+  config.batch_per_learner = BATCH_PER_LEARNER
+  config.staleness_rule = "inverse"
+  config.data_source, config.data_dir = "npz", data_dir
+  config.timing.jitter = "deterministic"
+  config.num_epochs, config.eval_every_epochs = 1.0, 1.0
+  contributions = learners // n if protocol == "softsync" else 1
+  updates = train_examples // (BATCH_PER_LEARNER * contributions)
+  config.log_every_updates = int(min(256, max(4, updates // 8)))
+  return config
+
+
+class EngineChunks:
+  """The engine executing the run's waves in order, about ``gradients`` gradients per call."""
+
+  def __init__(self, config, gradients: int):
+    run = build_run(config)
+    self.engine = engine_lib.Engine(run.model.loss_fn, run.optimizer, has_aux=True)
+    self.plan = self.engine.plan(run.schedule)
+    self.batches = run.batches
+    per_wave = np.diff(self.plan.wave_starts) * run.schedule.contributions_per_update
+    self.waves_per_chunk = max(1, int(round(gradients / np.median(per_wave))))
+    self.per_wave = per_wave
+    self.state = self.engine.init(run.params, self.plan)
+    self.wave = 0
+
+  def __call__(self) -> int:
+    """Runs the next chunk; returns the number of gradients it applied."""
+    stop = self.wave + self.waves_per_chunk
+    if stop > self.plan.num_waves:
+      raise RuntimeError("the run's schedule is too short for the requested rounds; lower --rounds")
+    self.state = self.engine.run(self.state, self.plan, self.batches, start_wave=self.wave, stop_wave=stop)
+    jax.block_until_ready(self.state.params)
+    applied = int(self.per_wave[self.wave:stop].sum())
+    self.wave = stop
+    return applied

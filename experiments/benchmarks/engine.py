@@ -24,9 +24,14 @@ Usage::
 
   python -m experiments.benchmarks.engine            # lambda in {8, 32, 128}
   python -m experiments.benchmarks.engine --quick    # lambda in {8, 32}, < 1 min
+  python -m experiments.benchmarks.engine --scaling  # lambda in {8, 32, 128, 512, 1024}, + a plot
 
 Writes ``results/engine_benchmark.json`` (one row per protocol and lambda, plus
-the machine description). On a CPU host the script forces 8 host devices
+the machine description; ``--scaling`` writes ``results/engine_scaling.json``
+and ``docs/engine_scaling.png``: time per gradient, its ratio to synchronous
+training, and the ring buffer's size against (sigma_max + 1) x parameters).
+Each row also records the engine state's bytes and the process's resident
+memory after the row. On a CPU host the script forces 8 host devices
 (one learner slot group per device), the configuration the targets refer to.
 """
 
@@ -59,6 +64,16 @@ _LEARNERS = flags.DEFINE_list("learners", None, "Override the list of learner co
 _BATCH_PER_LEARNER = flags.DEFINE_integer("batch_per_learner", 4, "mu, Rudra's CIFAR-10 setting.")
 _OUTPUT = flags.DEFINE_string("output", "results/engine_benchmark.json", "Where to write the JSON rows.")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed rounds (each method once per round; medians reported).")
+_SCALING = flags.DEFINE_bool("scaling", False, "lambda in {8, 32, 128, 512, 1024}; writes engine_scaling.json "
+                             "and a plot (unless --output/--plot say otherwise).")
+_PLOT = flags.DEFINE_string("plot", None, "Where to draw the per-gradient cost and memory against lambda "
+                            "(default docs/engine_scaling.png with --scaling, none otherwise).")
+_PROTOCOLS = flags.DEFINE_list("protocols", ["async", "softsync"], "Which of async and (4-)softsync to run.")
+_NAIVE = flags.DEFINE_bool("naive", True, "Also time the naive event loop.")
+_GRADIENT_STRATEGY = flags.DEFINE_enum("gradient_strategy", None, list(engine_lib.GRADIENT_STRATEGIES),
+                                       "How a device computes its slots (default: the backend's default).")
+
+SCALING_LEARNERS = (8, 32, 128, 512, 1024)
 
 IMAGE_SHAPE = (32, 32, 3)
 NUM_EXAMPLES = 4096
@@ -80,13 +95,14 @@ class RandomData:
     return {"image": self.images[indices], "label": self.labels[indices]}
 
 
-def engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk: int):
+def engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk: int,
+                  gradient_strategy: str | None = None):
   """The engine executing consecutive waves of ``schedule``, about ``gradients_per_chunk`` at a time."""
-  engine = engine_lib.Engine(spec.loss_fn, optimizer, has_aux=True)
+  engine = engine_lib.Engine(spec.loss_fn, optimizer, has_aux=True, gradient_strategy=gradient_strategy)
   plan = engine.plan(schedule)
   per_wave = np.diff(plan.wave_starts) * schedule.contributions_per_update
   waves_per_chunk = max(1, int(round(gradients_per_chunk / per_wave.mean())))
-  position = {"wave": 0, "state": engine.init(params, plan)}
+  position = {"wave": 0, "state": engine.init(params, plan), "gradient_strategy": engine.gradient_strategy}
 
   def chunk():
     stop = position["wave"] + waves_per_chunk
@@ -175,10 +191,57 @@ def _apply(optimizer, params, state, grads, staleness, stale_params):
   return optax.apply_updates(params, updates), state
 
 
+def resident_bytes() -> int | None:
+  """This process's resident memory now (Linux), or None where /proc is absent."""
+  try:
+    with open("/proc/self/statm") as statm:
+      return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+def plot_scaling(rows: list[dict], path: str) -> None:
+  """Time per gradient and ring memory against lambda, one line per protocol."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  figure, (cost, ratio, memory) = plt.subplots(1, 3, figsize=(15, 4.2))
+  for protocol in dict.fromkeys(row["protocol"] for row in rows):
+    mine = [row for row in rows if row["protocol"] == protocol]
+    learners = [row["learners"] for row in mine]
+    cost.plot(learners, [1e3 / row["engine_grads_per_s"] for row in mine], "o-", label=f"{protocol}: engine")
+    cost.plot(learners, [1e3 / row["sync_grads_per_s"] for row in mine], "x--", label=f"{protocol}: synchronous")
+    ratio.plot(learners, [row["cost_ratio_vs_sync"] for row in mine], "o-", label=protocol)
+    memory.plot(learners, [row["ring_buffer_bytes"] / 2**20 for row in mine], "o-", label=f"{protocol}: ring")
+    memory.plot(learners, [(row["max_staleness"] + 1) * row["param_bytes"] / 2**20 for row in mine], "k:",
+                label=f"{protocol}: (sigma_max + 1) x parameters")
+  for axis, label in ((cost, "ms per gradient"), (ratio, "engine / synchronous, per gradient"),
+                      (memory, "MiB")):
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("learners (lambda)")
+    axis.set_ylabel(label)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+  memory.set_yscale("log")
+  ratio.axhline(1.0, color="grey", lw=0.8)
+  machine = rows[0].get("machine_label", "")
+  figure.suptitle(f"Engine cost as lambda grows (cifar10_full, mu = {rows[0]['batch_per_learner']}) {machine}")
+  figure.tight_layout()
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  figure.savefig(path, dpi=110)
+  plt.close(figure)
+
+
 def main(argv):
   del argv
   quick = _QUICK.value
-  learner_counts = [int(x) for x in _LEARNERS.value] if _LEARNERS.value else ([8, 32] if quick else [8, 32, 128])
+  default_learners = SCALING_LEARNERS if _SCALING.value else ([8, 32] if quick else [8, 32, 128])
+  learner_counts = [int(x) for x in _LEARNERS.value] if _LEARNERS.value else list(default_learners)
+  output = _OUTPUT.value
+  if _SCALING.value and not flags.FLAGS["output"].present:
+    output = "results/engine_scaling.json"
+  plot_path = _PLOT.value or ("docs/engine_scaling.png" if _SCALING.value else None)
   repeats = 3 if quick else _REPEATS.value
   gradients_per_chunk = 96 if quick else 256
   mu = _BATCH_PER_LEARNER.value
@@ -197,14 +260,18 @@ def main(argv):
   print(header)
   for learners in learner_counts:
     for protocol, options in PROTOCOLS:
+      if protocol not in _PROTOCOLS.value:
+        continue
       contributions = schedule_lib.contributions_per_update(protocol, learners=learners, **options)
       # Warm-up + `repeats` chunks, with a wave of slack per chunk.
       num_updates = (repeats + 2) * (gradients_per_chunk + 2 * learners) // contributions
       schedule = schedule_lib.simulate(protocol, learners=learners, seed=0, num_updates=num_updates, **options)
-      engine, plan, engine_position = engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk)
+      engine, plan, engine_position = engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk,
+                                                    _GRADIENT_STRATEGY.value)
       chunks = {"engine": engine,
-                "sync": sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk),
-                "naive": naive_chunks(spec, params, optimizer, schedule, data)}
+                "sync": sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk)}
+      if _NAIVE.value:
+        chunks["naive"] = naive_chunks(spec, params, optimizer, schedule, data)
       seconds = time_interleaved({name: run for name, (run, _) in chunks.items()}, 1, repeats)
       gradients = {name: count for name, (_, count) in chunks.items()}
       rate = {name: gradients[name] / statistics.median(seconds[name]) for name in chunks}
@@ -216,26 +283,36 @@ def main(argv):
           "batch_per_learner": mu,
           "engine_grads_per_s": rate["engine"],
           "sync_grads_per_s": rate["sync"],
-          "naive_grads_per_s": rate["naive"],
+          "naive_grads_per_s": rate.get("naive"),
           "cost_ratio_vs_sync": per_gradient("engine", "sync"),
-          "speedup_vs_naive": per_gradient("naive", "engine"),
+          "speedup_vs_naive": per_gradient("naive", "engine") if "naive" in rate else None,
           "ring_buffer_bytes": engine_lib.ring_bytes(engine_position["state"].ring),
+          "engine_state_bytes": sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(engine_position["state"])),
+          "resident_bytes": resident_bytes(),
           "param_bytes": param_bytes,
           "max_staleness": schedule.max_staleness,
+          "gradient_strategy": engine_position["gradient_strategy"],
           "slot_utilisation": plan.slot_utilisation,
           "slots_per_wave": plan.slots_per_wave,
           "rounds": repeats,
       }
       rows.append(row)
-      print(f"{row['protocol']:>10} {learners:>6} {rate['engine']:>10.1f} {rate['sync']:>9.1f} {rate['naive']:>9.1f} "
-            f"{row['cost_ratio_vs_sync']:>9.2f} {row['speedup_vs_naive']:>8.1f} {row['max_staleness']:>9} "
+      naive = f"{rate['naive']:>9.1f}" if "naive" in rate else f"{'-':>9}"
+      speedup = f"{row['speedup_vs_naive']:>8.1f}" if "naive" in rate else f"{'-':>8}"
+      print(f"{row['protocol']:>10} {learners:>6} {rate['engine']:>10.1f} {rate['sync']:>9.1f} {naive} "
+            f"{row['cost_ratio_vs_sync']:>9.2f} {speedup} {row['max_staleness']:>9} "
             f"{row['ring_buffer_bytes'] / 2**20:>8.2f} {row['slot_utilisation']:>8.2f}", flush=True)
       assert row["ring_buffer_bytes"] <= (row["max_staleness"] + 1) * param_bytes
 
-  os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
-  with open(_OUTPUT.value, "w") as f:
+  os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
+  with open(output, "w") as f:
     json.dump({"machine": machine, "quick": quick, "rows": rows}, f, indent=2)
-  print(f"wrote {_OUTPUT.value}")
+  print(f"wrote {output}")
+  if plot_path:
+    for row in rows:
+      row["machine_label"] = f"({machine['num_devices']} {machine['device_kind']} devices, {machine['host_cpus']} cores)"
+    plot_scaling(rows, plot_path)
+    print(f"wrote {plot_path}")
 
 
 if __name__ == "__main__":

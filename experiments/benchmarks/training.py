@@ -1,0 +1,194 @@
+r"""Training-loop throughput: a user's run vs the engine alone vs a specialised emulator.
+
+For Rudra's CIFAR-10 solver and network (`cifar10_full`, mu = 4, the optimizer
+`rudra_cifar10.py` builds) with deterministic timing, for async and
+4-softsync at lambda in {8, 32}, this measures in one process, side by side:
+
+* ``user``: `stalesgd.train.train_and_evaluate` end to end on an npz data
+  source of CIFAR-10's shape (50,000 + 10,000 32x32x3 images; random pixels
+  unless ``--data_dir`` names real ones), one epoch, evaluated at its end, as a
+  user runs it: ``user_images_per_s`` counts everything from the call to its
+  return (start-up, compilation, evaluation, the final checkpoint);
+  ``loop_images_per_s`` is the loop's steady state (the ``metrics.jsonl``
+  records after the first, which holds the compilation);
+* ``engine``: `stalesgd.engine.Engine` alone executing the same schedule with
+  the same optimizer on the same mini-batches (`stalesgd.train.build_run`),
+  no metrics, no evaluation;
+* ``emulator``: `experiments.benchmarks.round_robin`, the fastest
+  emulator of this one schedule found here: one process per core, each running
+  the updates sequentially on its own device as one compiled scan per chunk.
+
+Ratios, all per gradient on the same cores with the same batches:
+``loop_over_engine`` (target >= 0.9), ``engine_over_emulator`` (target >= 1.0)
+and ``user_over_loop`` (a user's epoch, wall clock; target >= 0.8). The engine
+and the emulator alternate chunk by chunk over several rounds (medians); the
+user's run sits between the two halves of the rounds.
+
+Usage::
+
+  python -m experiments.benchmarks.training            # 4 cases, one epoch each: ~10 minutes on 2 cores
+  python -m experiments.benchmarks.training --quick    # async at lambda = 8 on 1/8 of the data: about a minute
+
+Writes ``results/training_benchmark.json``. Compilation caches are left cold,
+as on a first run.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Eight host devices when running on CPU (ignored by accelerator backends); must
+# be set before JAX starts. `--devices` changes it.
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+
+import functools
+import json
+import pathlib
+import statistics
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+import numpy as np
+
+from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benchmark_config, machine_description,
+                                           parse_case, write_random_cifar10)
+from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
+from stalesgd.metrics import METRICS_FILENAME, read_jsonl
+from stalesgd.train import train_and_evaluate
+
+_QUICK = flags.DEFINE_bool("quick", False, "async at lambda = 8 only, 1/8 of CIFAR-10's size, 2 rounds: "
+                           "about a minute.")
+_CASES = flags.DEFINE_list("cases", None, "Override the cases, e.g. async:8,softsync4:32.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "A directory with cifar10_{train,test}.npz (real images); "
+                                "default: random images of the same shape in a temporary directory.")
+_TRAIN_EXAMPLES = flags.DEFINE_integer("train_examples", None, "Size of the generated training split "
+                                       "(default 50,000; 6,250 with --quick); the test split is a fifth of it.")
+_ROUNDS = flags.DEFINE_integer("rounds", None, "Engine/emulator rounds (default 6; 2 with --quick).")
+_GRADIENTS_PER_CHUNK = flags.DEFINE_integer("gradients_per_chunk", 256, "Gradients per timed chunk.")
+_PROCESSES = flags.DEFINE_integer("emulator_processes", None, "Emulator processes (default: one per core; "
+                                   "0 skips the emulator, e.g. on an accelerator).")
+_OUTPUT = flags.DEFINE_string("output", "results/training_benchmark.json", "Where to write the JSON.")
+
+CASES = ("async:8", "softsync4:8", "async:32", "softsync4:32")
+QUICK_CASES = ("async:8",)
+
+
+def user_run(config, workdir: pathlib.Path) -> dict:
+  """One `train_and_evaluate` call: its wall clock, loop rate and wall-time breakdown."""
+  start = time.perf_counter()
+  summary = train_and_evaluate(config, str(workdir))
+  wall = time.perf_counter() - start
+  records = [record for record in read_jsonl(workdir / METRICS_FILENAME)]
+  examples_per_update = config.batch_per_learner * (config.learners // config.n if config.protocol == "softsync"
+                                                    else 1)
+  steady = records[1:]  # the first record's interval holds the compilation
+  if len(steady) < 2:
+    raise RuntimeError("the run logged too few records to time its steady state; use more training data")
+  loop_seconds = steady[-1]["wall_time"] - steady[0]["wall_time"]
+  loop_updates = steady[-1]["step"] - steady[0]["step"]
+  return {
+      "wall_s": wall,
+      "updates": summary["updates"],
+      "user_images_per_s": summary["updates"] * examples_per_update / wall,
+      "loop_images_per_s": loop_updates * examples_per_update / loop_seconds,
+      "wall_time_breakdown": summary["wall_time_breakdown"],
+      "test_error": summary["test_error"],
+  }
+
+
+def run_case(case: str, data_dir: str, train_examples: int, rounds: int, gradients: int, processes: int,
+             scratch: pathlib.Path) -> dict:
+  protocol, n, learners = parse_case(case)
+  config = benchmark_config(protocol, n, learners, data_dir, train_examples)
+  contributions = learners // n if protocol == "softsync" else 1
+  # The emulator processes compile while this one compiles the engine.
+  pool = None
+  if processes:
+    pool = EmulatorPool(functools.partial(build_from_config, config, max(1, gradients // contributions)), processes)
+  engine_rates, emulator_rates, user = [], [], None
+  try:
+    engine = EngineChunks(config, gradients)
+    engine()  # compiles
+    updates_per_chunk = pool.wait_ready() if pool else 0
+    for round_index in range(rounds):
+      if round_index == rounds // 2:
+        user = user_run(config, scratch / case.replace(":", "_"))
+      start = time.perf_counter()
+      applied = engine()
+      engine_rates.append(applied / (time.perf_counter() - start))
+      if pool:
+        seconds = pool.run(1)
+        emulator_rates.append(processes * updates_per_chunk * contributions / seconds)
+  finally:
+    if pool:
+      pool.close()
+  if user is None:
+    user = user_run(config, scratch / case.replace(":", "_"))
+  engine_grads = statistics.median(engine_rates)
+  emulator_grads = statistics.median(emulator_rates) if emulator_rates else None
+  loop_grads = user["loop_images_per_s"] / BATCH_PER_LEARNER
+  return {
+      "case": case,
+      "protocol": "async" if protocol == "async" else f"{n}-softsync",
+      "learners": learners,
+      "batch_per_learner": BATCH_PER_LEARNER,
+      "engine_grads_per_s": engine_grads,
+      "emulator_grads_per_s": emulator_grads,
+      "loop_grads_per_s": loop_grads,
+      "user_grads_per_s": user["user_images_per_s"] / BATCH_PER_LEARNER,
+      "loop_over_engine": loop_grads / engine_grads,
+      "engine_over_emulator": engine_grads / emulator_grads if emulator_grads else None,
+      "user_over_loop": user["user_images_per_s"] / user["loop_images_per_s"],
+      "engine_grads_per_s_rounds": engine_rates,
+      "emulator_grads_per_s_rounds": emulator_rates,
+      "emulator_processes": processes,
+      "user_run": user,
+  }
+
+
+def main(argv):
+  del argv
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
+  quick = _QUICK.value
+  cases = _CASES.value or (QUICK_CASES if quick else CASES)
+  rounds = _ROUNDS.value or (2 if quick else 6)
+  processes = len(os.sched_getaffinity(0)) if _PROCESSES.value is None else _PROCESSES.value
+  train_examples = _TRAIN_EXAMPLES.value or (6_250 if quick else 50_000)
+  for case in cases:
+    parse_case(case)  # bad flags fail before anything is built
+  machine = machine_description()
+  print(f"machine: {machine}")
+  rows = []
+  header = (f"{'case':>13} {'loop g/s':>9} {'engine g/s':>10} {'emul. g/s':>9} {'user g/s':>9} "
+            f"{'loop/eng':>8} {'eng/emul':>8} {'user/loop':>9}")
+  with tempfile.TemporaryDirectory(prefix="stalesgd_training_benchmark_") as scratch:
+    scratch = pathlib.Path(scratch)
+    data_dir = _DATA_DIR.value
+    if data_dir is None:
+      data_dir = str(scratch / "data")
+      os.makedirs(data_dir)
+      write_random_cifar10(pathlib.Path(data_dir), train_examples)
+    for case in cases:
+      row = run_case(case, data_dir, train_examples, rounds, _GRADIENTS_PER_CHUNK.value, processes, scratch)
+      rows.append(row)
+      print(header)
+      emulator = "-" if row["emulator_grads_per_s"] is None else f"{row['emulator_grads_per_s']:.1f}"
+      versus = "-" if row["engine_over_emulator"] is None else f"{row['engine_over_emulator']:.2f}"
+      print(f"{case:>13} {row['loop_grads_per_s']:>9.1f} {row['engine_grads_per_s']:>10.1f} {emulator:>9} "
+            f"{row['user_grads_per_s']:>9.1f} {row['loop_over_engine']:>8.2f} {versus:>8} "
+            f"{row['user_over_loop']:>9.2f}", flush=True)
+      print(f"  user run: {json.dumps(row['user_run']['wall_time_breakdown'])}", flush=True)
+  os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
+  with open(_OUTPUT.value, "w") as f:
+    json.dump({"machine": machine, "quick": quick, "train_examples": train_examples,
+               "real_data": _DATA_DIR.value is not None, "rows": rows}, f, indent=2)
+  print(f"wrote {_OUTPUT.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,91 @@
+"""The training-loop benchmark's reference emulator applies the engine's updates, and the GPU suite runs end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.benchmarks.round_robin import RoundRobinEmulator, check_round_robin
+from experiments.benchmarks.common import parse_case
+from experiments.configs.quick import run_on_embedded_digits
+from experiments.configs import rudra_cifar10
+from stalesgd import engine as engine_lib
+from stalesgd.train import build_run
+
+REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def digits_config(protocol: str, n: int, learners: int, jitter: str = "deterministic"):
+  """Rudra's solver (momentum, weight decay, the inverse rule) on the embedded digits."""
+  config = rudra_cifar10.paper_config()
+  run_on_embedded_digits(config, num_epochs=0.1)
+  config.protocol, config.n, config.learners, config.batch_per_learner = protocol, n, learners, 4
+  config.staleness_rule, config.weight_decay = "inverse", 0.004
+  config.timing.jitter = jitter
+  return config
+
+
+@pytest.mark.parametrize("protocol,n", [("async", 1), ("softsync", 2)])
+def test_the_emulator_ends_with_the_engines_weights(protocol, n):
+  run = build_run(digits_config(protocol, n, learners=4))
+  check_round_robin(run.schedule)
+  updates = 16
+  emulator = RoundRobinEmulator(run.model.loss_fn, run.optimizer, run.schedule, run.batches, run.params,
+                                updates_per_chunk=updates, updates_per_call=4)
+  emulator.run_chunk()
+  engine = engine_lib.Engine(run.model.loss_fn, run.optimizer, has_aux=True)
+  plan = engine.plan(run.schedule)
+  state = engine.init(run.params, plan)
+  wave = 0
+  while plan.wave_starts[wave] < updates:
+    state, _ = engine.step(state, plan, wave, run.batches)
+    wave += 1
+  assert plan.wave_starts[wave] == updates, "pick a length at a wave boundary"
+  # Two programs compiled differently: equal to float32 rounding, not bit for bit.
+  for mine, theirs, initial in zip(jax.tree_util.tree_leaves(emulator.params()),
+                                   jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(run.params)):
+    assert not np.array_equal(np.asarray(mine), np.asarray(initial))
+    np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), rtol=2e-5, atol=2e-6)
+
+
+def test_the_emulator_refuses_a_schedule_that_is_not_a_rotation():
+  run = build_run(digits_config("async", 1, learners=4, jitter="lognormal"))
+  with pytest.raises(ValueError, match="round-robin"):
+    check_round_robin(run.schedule)
+
+
+@pytest.mark.parametrize("case,expected", [("async:8", ("async", 1, 8)), ("softsync4:32", ("softsync", 4, 32))])
+def test_cases_parse(case, expected):
+  assert parse_case(case) == expected
+
+
+@pytest.mark.parametrize("case", ["sync:8", "softsync:8", "async:0", "async"])
+def test_bad_cases_name_what_is_allowed(case):
+  with pytest.raises(ValueError, match="case"):
+    parse_case(case)
+
+
+@pytest.mark.slow
+def test_the_gpu_suite_runs_at_tiny_size_on_cpu(tmp_path):
+  output = tmp_path / "gpu_suite.json"
+  completed = subprocess.run(
+      [sys.executable, "-m", "experiments.benchmarks.gpu_suite", "--tiny", f"--output={output}"],
+      cwd=REPOSITORY_ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
+      timeout=600, check=False)
+  assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+  report = json.loads(output.read_text())
+  assert report["tiny"] and report["machine"]["platform"] == "cpu"
+  for strategy in ("unroll", "vmap"):
+    rows = report["engine"][strategy]["rows"]
+    assert rows and all(row["gradient_strategy"] == strategy for row in rows)
+    assert all(row["engine_grads_per_s"] > 0 and row["cost_ratio_vs_sync"] > 0 for row in rows)
+  training = report["training"]["rows"][0]
+  assert training["loop_over_engine"] > 0 and training["emulator_grads_per_s"] is None
+  assert report["real_run"]["summary"]["updates"] > 0 and report["real_run"]["steady_images_per_s"] > 0
