@@ -7,6 +7,10 @@ The only entry point that defines the run's flags (flax-examples style):
   the command line, e.g. ``--config.learners=30 --config.protocol=async``;
 * ``--workdir``: metrics, checkpoints, plots and the summary; a job restarted
   with the same workdir resumes from its latest checkpoint;
+* on a CPU, unless ``JAX_NUM_CPU_DEVICES`` is set, a single-process run
+  emulates its learners on the number of host devices it runs fastest on
+  (`stalesgd.device_layout`: about 4 learners per device, at most 8;
+  results do not depend on it); processes of a multi-process run get 8 each;
 * ``--compilation_cache_dir``: JAX's persistent compilation cache
   (`stalesgd.compilation_cache`; on by default, '' turns it off);
 * the multi-host flags ``--coordinator_address``, ``--num_processes``,
@@ -24,17 +28,19 @@ from __future__ import annotations
 
 import os
 
-# Host CPU runs emulate learners on 8 forced host devices unless told otherwise
-# (ignored by GPU/TPU backends). Must be set before JAX starts.
-os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+# Whether the user chose the number of host CPU devices; if not, `main` picks the
+# fastest for the run (`stalesgd.device_layout`) before JAX starts.
+_DEVICES_CHOSEN = "JAX_NUM_CPU_DEVICES" in os.environ
 
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from stalesgd import distributed
+import jax
 from stalesgd import compilation_cache
+from stalesgd import device_layout
+from stalesgd import distributed
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to an experiments/configs file.",
                                           lock_config=True)
@@ -56,6 +62,12 @@ def main(argv):
     # orbax logs every checkpoint step at INFO; the run's own progress goes to stdout.
     logging.set_verbosity(logging.WARNING)
   compilation_cache.enable_compilation_cache(_COMPILATION_CACHE_DIR.value)
+  if not _DEVICES_CHOSEN:
+    # One process: the layout the engine runs fastest on (ignored by GPU/TPU backends). Several
+    # processes keep 8 each, as launch/local.sh and the cluster launchers expect.
+    single = ((_NUM_PROCESSES.value or 1) == 1 and _COORDINATOR_ADDRESS.value is None
+              and distributed.detect_environment() is None)
+    jax.config.update("jax_num_cpu_devices", device_layout.cpu_device_count(_CONFIG.value) if single else 8)
   distributed.initialize(coordinator_address=_COORDINATOR_ADDRESS.value, num_processes=_NUM_PROCESSES.value,
                          process_id=_PROCESS_ID.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value)
   from stalesgd import train  # after jax.distributed is initialized: importing it touches no devices,

@@ -2,7 +2,9 @@ r"""Training-loop throughput: a user's run vs the engine alone vs a specialised 
 
 For Rudra's CIFAR-10 solver and network (`cifar10_full`, mu = 4, the optimizer
 `rudra_cifar10.py` builds) with deterministic timing, for async and
-4-softsync at lambda in {8, 32}, this measures in one process, side by side:
+4-softsync at lambda in {8, 32}, this measures side by side, each case in its own
+process on the host device count ``experiments.main`` would pick for it
+(`stalesgd.device_layout`; ``JAX_NUM_CPU_DEVICES`` overrides):
 
 * ``user``: `stalesgd.train.train_and_evaluate` end to end on an npz data
   source of CIFAR-10's shape (50,000 + 10,000 32x32x3 images; random pixels
@@ -35,16 +37,13 @@ as on a first run.
 
 from __future__ import annotations
 
-import os
-
-# Eight host devices when running on CPU (ignored by accelerator backends); must
-# be set before JAX starts. `--devices` changes it.
-os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
-
 import functools
 import json
+import os
 import pathlib
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -57,6 +56,7 @@ import numpy as np
 from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benchmark_config, machine_description,
                                            parse_case, write_random_cifar10)
 from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
+from stalesgd import device_layout
 from stalesgd.metrics import METRICS_FILENAME, read_jsonl
 from stalesgd.train import train_and_evaluate
 
@@ -72,6 +72,7 @@ _GRADIENTS_PER_CHUNK = flags.DEFINE_integer("gradients_per_chunk", 256, "Gradien
 _PROCESSES = flags.DEFINE_integer("emulator_processes", None, "Emulator processes (default: one per core; "
                                    "0 skips the emulator, e.g. on an accelerator).")
 _OUTPUT = flags.DEFINE_string("output", "results/training_benchmark.json", "Where to write the JSON.")
+_WORKER = flags.DEFINE_string("worker", None, "Internal: run one case in this process (CASE,DATA_DIR,SCRATCH,OUT).")
 
 CASES = ("async:8", "softsync4:8", "async:32", "softsync4:32")
 QUICK_CASES = ("async:8",)
@@ -150,10 +151,36 @@ def run_case(case: str, data_dir: str, train_examples: int, rounds: int, gradien
   }
 
 
+def _run_case_in_a_process(case: str, data_dir: str, train_examples: int, rounds: int, processes: int,
+                           scratch: pathlib.Path) -> dict:
+  """`run_case` in a fresh process, on the host device count experiments.main would use for it
+  (`stalesgd.device_layout`; ``JAX_NUM_CPU_DEVICES``, when set, wins)."""
+  protocol, n, learners = parse_case(case)
+  devices = os.environ.get("JAX_NUM_CPU_DEVICES") or str(
+      device_layout.cpu_device_count(benchmark_config(protocol, n, learners, data_dir, train_examples)))
+  output = scratch / f"{case.replace(':', '_')}.json"
+  command = [sys.executable, "-m", "experiments.benchmarks.training", f"--worker={case},{data_dir},{scratch},{output}",
+             f"--train_examples={train_examples}", f"--rounds={rounds}", f"--emulator_processes={processes}",
+             f"--gradients_per_chunk={_GRADIENTS_PER_CHUNK.value}"]
+  completed = subprocess.run(command, env={**os.environ, "JAX_NUM_CPU_DEVICES": devices}, check=False)
+  if completed.returncode != 0:
+    raise RuntimeError(f"case {case} failed (exit status {completed.returncode}); its output is above")
+  with open(output) as f:
+    return json.load(f)
+
+
 def main(argv):
   del argv
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
+  if _WORKER.value:
+    case, data_dir, scratch, output = _WORKER.value.split(",")
+    row = run_case(case, data_dir, _TRAIN_EXAMPLES.value, _ROUNDS.value, _GRADIENTS_PER_CHUNK.value,
+                   _PROCESSES.value, pathlib.Path(scratch))
+    row["devices"] = len(jax.devices())
+    with open(output, "w") as f:
+      json.dump(row, f)
+    return
   quick = _QUICK.value
   cases = _CASES.value or (QUICK_CASES if quick else CASES)
   rounds = _ROUNDS.value or (2 if quick else 6)
@@ -164,7 +191,7 @@ def main(argv):
   machine = machine_description()
   print(f"machine: {machine}")
   rows = []
-  header = (f"{'case':>13} {'loop g/s':>9} {'engine g/s':>10} {'emul. g/s':>9} {'user g/s':>9} "
+  header = (f"{'case':>13} {'devices':>7} {'loop g/s':>9} {'engine g/s':>10} {'emul. g/s':>9} {'user g/s':>9} "
             f"{'loop/eng':>8} {'eng/emul':>8} {'user/loop':>9}")
   with tempfile.TemporaryDirectory(prefix="stalesgd_training_benchmark_") as scratch:
     scratch = pathlib.Path(scratch)
@@ -174,12 +201,12 @@ def main(argv):
       os.makedirs(data_dir)
       write_random_cifar10(pathlib.Path(data_dir), train_examples)
     for case in cases:
-      row = run_case(case, data_dir, train_examples, rounds, _GRADIENTS_PER_CHUNK.value, processes, scratch)
+      row = _run_case_in_a_process(case, data_dir, train_examples, rounds, processes, scratch)
       rows.append(row)
       print(header)
       emulator = "-" if row["emulator_grads_per_s"] is None else f"{row['emulator_grads_per_s']:.1f}"
       versus = "-" if row["engine_over_emulator"] is None else f"{row['engine_over_emulator']:.2f}"
-      print(f"{case:>13} {row['loop_grads_per_s']:>9.1f} {row['engine_grads_per_s']:>10.1f} {emulator:>9} "
+      print(f"{case:>13} {row['devices']:>7} {row['loop_grads_per_s']:>9.1f} {row['engine_grads_per_s']:>10.1f} {emulator:>9} "
             f"{row['user_grads_per_s']:>9.1f} {row['loop_over_engine']:>8.2f} {versus:>8} "
             f"{row['user_over_loop']:>9.2f}", flush=True)
       print(f"  user run: {json.dumps(row['user_run']['wall_time_breakdown'])}", flush=True)

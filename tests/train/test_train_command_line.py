@@ -9,13 +9,15 @@ non-zero status and a message naming the field, in seconds (nothing compiled).
 from __future__ import annotations
 
 import re
+import subprocess
 
 import orbax.checkpoint as ocp
 import pytest
 
 from stalesgd import schedule as schedule_lib
 
-from train_helpers import complete_checkpoints, main_command, read_summary, run_main
+from train_helpers import (REPOSITORY_ROOT, complete_checkpoints, main_command, main_environment, read_summary,
+                           run_main)
 
 RUN_TIMEOUT = 180.0
 FAILURE_TIMEOUT = 60.0
@@ -33,6 +35,7 @@ def test_overrides_reach_the_run(tmp_path, compilation_cache):
   assert summary["label"].startswith("2-softsync (lambda=4, mu=4")
   # 0.05 epochs of 1,497 images at c * mu = 2 * 4 images per update.
   assert summary["updates"] == 10 and not summary["preempted"]
+  assert summary["provenance"]["device_count"] == 8  # JAX_NUM_CPU_DEVICES (set by the helpers) wins
   schedule = schedule_lib.Schedule.load(workdir / "schedule.npz")
   assert (schedule.protocol, schedule.learners, schedule.contributions_per_update) == ("softsync", 4, 2)
   final = complete_checkpoints(workdir)[-1]
@@ -54,3 +57,14 @@ def test_bad_override_fails_naming_the_field(override, message, tmp_path, compil
   assert completed.returncode != 0
   assert re.search(message, completed.stderr), completed.stderr[-3000:]
   assert not (workdir / "checkpoints").exists()
+
+
+def test_without_a_device_count_the_run_gets_the_fastest_layout(tmp_path, compilation_cache):
+  # lambda = 8 learners: 2 host devices of about 4 learners each (stalesgd.device_layout).
+  env = {name: value for name, value in main_environment(compilation_cache).items()
+         if name != "JAX_NUM_CPU_DEVICES"}
+  workdir = tmp_path / "run"
+  completed = subprocess.run(main_command(workdir, "async_dc", "--config.num_epochs=0.05"), cwd=REPOSITORY_ROOT,
+                             env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert read_summary(workdir)["provenance"]["device_count"] == 2
