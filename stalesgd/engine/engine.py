@@ -203,15 +203,16 @@ class Engine:
   def plan(self, schedule: Schedule, **options) -> WavePlan:
     """Cuts ``schedule`` into waves for this engine's mesh (see `plan_waves`).
 
-    Unless ``max_slots_per_device`` is given, unrolled gradients are capped at
-    `UNROLLED_SLOTS_PER_DEVICE` per device and wave: on XLA:CPU a device's
+    Unless ``max_slots_per_device`` is given, on a CPU backend unrolled gradients
+    are capped at `UNROLLED_SLOTS_PER_DEVICE` per device and wave: on XLA:CPU a device's
     gradients run slower per gradient the more of them one program unrolls
     (cifar10_full, mu = 4, async at lambda = 128 on 8 host devices of 2 cores:
     159 gradients/s with 4 per device, 127 with 8, 140 with 16) and compile
-    longer (6.6 s vs 14.1 s). `vmap` batches its slots into one kernel, so it
-    keeps `plan_waves`'s wider default.
+    longer (6.6 s vs 14.1 s). `vmap` batches its slots into one kernel, and an
+    accelerator runs many small kernels in one program well, so both keep
+    `plan_waves`'s wider default.
     """
-    if self.gradient_strategy == "unroll":
+    if self.gradient_strategy == "unroll" and self.mesh.devices.flat[0].platform == "cpu":
       options.setdefault("max_slots_per_device", UNROLLED_SLOTS_PER_DEVICE)
     return plan_waves(schedule, num_devices=self.num_devices, **options)
 

@@ -135,3 +135,16 @@ def test_metrics_report_losses_and_the_applied_learning_rate_scale():
     expected = np.where(sigma > 0, 1.0 / np.maximum(sigma, 1), 1.0)
     np.testing.assert_allclose(np.asarray(metrics.applied_scale)[:wave.num_updates], expected, rtol=1e-6)
     assert np.all(np.isfinite(np.asarray(metrics.loss)))
+
+
+def test_on_cpu_the_engine_unrolls_at_most_four_gradients_per_device_and_wave():
+  # 128 deterministic learners could fill waves of 128 slots; unrolled on XLA:CPU, 4 per device ran fastest.
+  timing = schedule_lib.TimingModel(jitter="deterministic")
+  schedule = schedule_lib.simulate("async", learners=128, num_updates=1000, seed=0, timing=timing)
+  loss_fn, _, _ = MODELS["mlp"]
+  optimizer = optax.chain(stalesgd.average_contributions(), optax.sgd(0.1))
+  unrolled = engine_lib.Engine(loss_fn, optimizer, gradient_strategy="unroll").plan(schedule)
+  assert unrolled.slots_per_wave <= engine_lib.UNROLLED_SLOTS_PER_DEVICE * 8 == 32
+  batched = engine_lib.Engine(loss_fn, optimizer, gradient_strategy="vmap").plan(schedule)
+  assert batched.slots_per_wave > 32
+  _check_plan(unrolled)
