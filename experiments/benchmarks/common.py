@@ -66,6 +66,16 @@ def paired_ratio(samples: Mapping[str, list[float]], numerator: str, denominator
   return statistics.median(top / bottom for top, bottom in zip(samples[numerator], samples[denominator]))
 
 
+def cifar10_data_dir(data_dir: str | None, scratch: pathlib.Path, train_examples: int) -> str:
+  """``data_dir`` if given (real cifar10_{train,test}.npz), else random images of that layout under ``scratch``."""
+  if data_dir is not None:
+    return data_dir
+  directory = scratch / "data"
+  directory.mkdir(exist_ok=True)
+  write_random_cifar10(directory, train_examples)
+  return str(directory)
+
+
 def write_random_cifar10(directory: pathlib.Path, train_examples: int) -> None:
   """cifar10_{train,test}.npz of uniform random pixels and labels, CIFAR-10's layout."""
   rng = np.random.default_rng(0)

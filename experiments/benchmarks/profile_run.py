@@ -40,7 +40,7 @@ from absl import flags
 from absl import logging
 import jax
 
-from experiments.benchmarks.common import benchmark_config, parse_case, write_random_cifar10
+from experiments.benchmarks.common import benchmark_config, cifar10_data_dir, parse_case
 from stalesgd.train import train_and_evaluate
 
 _CASE = flags.DEFINE_string("case", "async:32", "protocol:learners, as in experiments.benchmarks.training.")
@@ -71,11 +71,7 @@ def main(argv):
   protocol, n, learners = parse_case(_CASE.value)
   with tempfile.TemporaryDirectory(prefix="stalesgd_profile_") as scratch:
     scratch = pathlib.Path(scratch)
-    data_dir = _DATA_DIR.value
-    if data_dir is None:
-      data_dir = str(scratch / "data")
-      os.makedirs(data_dir)
-      write_random_cifar10(pathlib.Path(data_dir), 50_000)
+    data_dir = cifar10_data_dir(_DATA_DIR.value, scratch, 50_000)
     config = benchmark_config(protocol, n, learners, data_dir)
     contributions = learners // n if protocol == "softsync" else 1
     config.num_epochs = _UPDATES.value * config.batch_per_learner * contributions / 50_000

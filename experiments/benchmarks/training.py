@@ -53,8 +53,8 @@ from absl import logging
 import jax
 import numpy as np
 
-from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benchmark_config, machine_description,
-                                           parse_case, write_random_cifar10)
+from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benchmark_config, cifar10_data_dir,
+                                           machine_description, parse_case)
 from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
 from stalesgd import device_layout
 from stalesgd.metrics import METRICS_FILENAME, read_jsonl
@@ -195,11 +195,7 @@ def main(argv):
             f"{'loop/eng':>8} {'eng/emul':>8} {'user/loop':>9}")
   with tempfile.TemporaryDirectory(prefix="stalesgd_training_benchmark_") as scratch:
     scratch = pathlib.Path(scratch)
-    data_dir = _DATA_DIR.value
-    if data_dir is None:
-      data_dir = str(scratch / "data")
-      os.makedirs(data_dir)
-      write_random_cifar10(pathlib.Path(data_dir), train_examples)
+    data_dir = cifar10_data_dir(_DATA_DIR.value, scratch, train_examples)
     for case in cases:
       row = _run_case_in_a_process(case, data_dir, train_examples, rounds, processes, scratch)
       rows.append(row)

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import time
 from typing import Any
 
 import ml_collections
 import numpy as np
-import pytest
 
 from stalesgd.data.embedded import load_digits_splits
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import complete_checkpoints, event_scalars, log_tail, read_metrics, read_summary, tiny_config
+from train_helpers import (PHASE_TIMEOUT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars, finish, log_tail,
+                           read_metrics, read_summary, tiny_config, wait_for_checkpoint_after)
 
-WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")
-PHASE_TIMEOUT = 120.0  # seconds; a command-line phase normally takes 3-10 s
 
 
 def write_digits_npz(directory: pathlib.Path) -> pathlib.Path:
@@ -67,31 +63,6 @@ def assert_same_run(workdir: pathlib.Path, reference: dict[str, Any], reference_
                        len(theirs.get(tag, []))) for tag in ours.keys() | theirs.keys()
                  if ours.get(tag) != theirs.get(tag)}
   assert not differences, f"TensorBoard scalars differ (tag: first differing points, counts ours/theirs): {differences}"
-
-
-def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subprocess.Popen,
-                              log: pathlib.Path) -> int:
-  """Waits until the running process has a complete checkpoint beyond ``step``; returns its step."""
-  deadline = time.monotonic() + PHASE_TIMEOUT
-  while time.monotonic() < deadline:
-    newer = [saved for saved in complete_checkpoints(workdir) if saved > step]
-    if newer:
-      return newer[-1]
-    if process.poll() is not None:
-      pytest.fail(f"the run exited with status {process.returncode} before checkpointing past update {step}:\n"
-                  f"{log_tail(log)}")
-    time.sleep(0.01)
-  process.kill()
-  pytest.fail(f"no checkpoint past update {step} within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
-
-
-def finish(process: subprocess.Popen, log: pathlib.Path) -> int:
-  """The exit status of a running process (killed, and the test failed, after `PHASE_TIMEOUT`)."""
-  try:
-    return process.wait(timeout=PHASE_TIMEOUT)
-  except subprocess.TimeoutExpired:
-    process.kill()
-    pytest.fail(f"the run did not end within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
 
 
 def state_files(checkpoint: pathlib.Path) -> list[pathlib.Path]:

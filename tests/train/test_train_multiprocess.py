@@ -20,7 +20,7 @@ import pytest
 
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import (CONFIG_FILE, PACED_MAIN, REPOSITORY_ROOT, complete_checkpoints, log_tail,
+from train_helpers import (CONFIG_FILE, WALL_CLOCK_FIELDS, PACED_MAIN, REPOSITORY_ROOT, complete_checkpoints, log_tail,
                            main_environment, read_metrics, read_summary, tiny_config)
 
 pytestmark = pytest.mark.multiprocess
@@ -28,7 +28,6 @@ pytestmark = pytest.mark.multiprocess
 LOCAL_SH = REPOSITORY_ROOT / "launch" / "local.sh"
 EPOCHS = 0.25  # 47 updates
 TIMEOUT = 180.0  # seconds; about 15 s on 2 idle cores
-WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")
 
 
 def run_both(variant: str, tmp_path: pathlib.Path, compilation_cache) -> tuple[pathlib.Path, dict, pathlib.Path]:

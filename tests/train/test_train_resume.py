@@ -26,37 +26,17 @@ from __future__ import annotations
 
 import pathlib
 import signal
-import subprocess
-import time
 
 import pytest
 
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import (complete_checkpoints, evaluation_records, event_scalars, log_tail, main_command,
-                           read_metrics, read_summary, start_main, tiny_config)
+from train_helpers import (WALL_CLOCK_FIELDS, complete_checkpoints, evaluation_records, event_scalars, finish,
+                           log_tail, main_command, read_metrics, read_summary, start_main, tiny_config,
+                           wait_for_checkpoint_after)
 
 SECONDS_PER_BLOCK = 0.1
-PHASE_TIMEOUT = 120.0  # seconds; a phase normally takes 5-10 s (start-up, compilation, a few blocks)
 EVALUATION_FIELDS = ("test_accuracy", "test_loss", "train_accuracy")
-
-
-def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subprocess.Popen, log: pathlib.Path) -> int:
-  """Waits until the running process has a complete checkpoint beyond ``step``; returns its step."""
-  deadline = time.monotonic() + PHASE_TIMEOUT
-  while time.monotonic() < deadline:
-    newer = [saved for saved in complete_checkpoints(workdir) if saved > step]
-    if newer:
-      return newer[-1]
-    if process.poll() is not None:
-      pytest.fail(f"the run exited with status {process.returncode} before checkpointing past update {step}:\n"
-                  f"{log_tail(log)}")
-    time.sleep(0.02)
-  process.kill()
-  pytest.fail(f"no checkpoint past update {step} within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
-
-
-WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")
 
 
 def without_wall_clock(record: dict) -> dict:
@@ -67,14 +47,6 @@ def read_event_scalars(workdir: pathlib.Path) -> dict:
   """TensorBoard scalars as TensorBoard shows them (purged steps dropped), wall-clock tags aside."""
   return {tag: values for tag, values in event_scalars(workdir, apply_purges=True).items()
           if tag not in WALL_CLOCK_FIELDS}
-
-
-def finish(process: subprocess.Popen, log: pathlib.Path) -> int:
-  try:
-    return process.wait(timeout=PHASE_TIMEOUT)
-  except subprocess.TimeoutExpired:
-    process.kill()
-    pytest.fail(f"the run did not end within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
 
 
 @pytest.mark.parametrize("variant", ["async_dc", "dcs3gd"])

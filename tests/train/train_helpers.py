@@ -20,9 +20,11 @@ import pathlib
 import struct
 import subprocess
 import sys
+import time
 from typing import Any
 
 import ml_collections
+import pytest
 from tensorboardX.proto import event_pb2
 
 from stalesgd.metrics import read_jsonl
@@ -129,3 +131,32 @@ def run_main(command: list[str], compilation_cache: os.PathLike, timeout: float)
 def log_tail(log_path: os.PathLike, lines: int = 30) -> str:
   text = pathlib.Path(log_path).read_text(errors="replace") if pathlib.Path(log_path).exists() else ""
   return "\n".join(text.splitlines()[-lines:])
+
+
+WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")  # metrics that differ between identical runs
+PHASE_TIMEOUT = 120.0  # seconds; a command-line phase normally takes 3-10 s
+
+
+def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subprocess.Popen,
+                              log: pathlib.Path) -> int:
+  """Waits until the running process has a complete checkpoint beyond ``step``; returns its step."""
+  deadline = time.monotonic() + PHASE_TIMEOUT
+  while time.monotonic() < deadline:
+    newer = [saved for saved in complete_checkpoints(workdir) if saved > step]
+    if newer:
+      return newer[-1]
+    if process.poll() is not None:
+      pytest.fail(f"the run exited with status {process.returncode} before checkpointing past update {step}:\n"
+                  f"{log_tail(log)}")
+    time.sleep(0.01)
+  process.kill()
+  pytest.fail(f"no checkpoint past update {step} within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
+
+
+def finish(process: subprocess.Popen, log: pathlib.Path) -> int:
+  """The exit status of a running process (killed, and the test failed, after `PHASE_TIMEOUT`)."""
+  try:
+    return process.wait(timeout=PHASE_TIMEOUT)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    pytest.fail(f"the run did not end within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
