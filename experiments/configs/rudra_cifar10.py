@@ -42,8 +42,10 @@ error than on the original images.
 Hardware and time: the full runs want a GPU. On the 2-core CPU of the
 development machine (8 emulated devices) the lambda = 30 runs train at about
 400-800 images/s (README, *Results*), so one 140-epoch run (7M images) takes
-3-5 hours; the single-learner baseline runs fastest with one device
-(``JAX_NUM_CPU_DEVICES=1``, about 400 images/s). ``experiments/reproduce.py``
+3-5 hours; the single-learner baseline runs fastest with one device (about
+400 images/s), which ``experiments.main`` picks for it unless
+``JAX_NUM_CPU_DEVICES`` says otherwise (`stalesgd.device_layout`; a study run by
+``experiments/reproduce.py`` keeps 8 for all its runs). ``experiments/reproduce.py``
 runs the studies' grids (``--epochs``, ``--variants`` for a subset); with
 ``--quick --data_source=npz`` each run is one epoch of the real data.
 
