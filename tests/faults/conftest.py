@@ -38,17 +38,19 @@ def digits_npz(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory, digits_npz):
-  """``reference_run(variant)``: the uninterrupted in-process run of a variant, once per session.
+  """``reference_run(variant, **overrides)``: the uninterrupted in-process run of a variant (with config
+  overrides), once per session.
 
   Returns ``(summary, workdir)``; the workdir must not be modified (copy it first).
   """
-  runs: dict[str, tuple[dict, pathlib.Path]] = {}
+  runs: dict[tuple, tuple[dict, pathlib.Path]] = {}
 
-  def run(variant: str) -> tuple[dict, pathlib.Path]:
-    if variant not in runs:
+  def run(variant: str, **overrides) -> tuple[dict, pathlib.Path]:
+    key = (variant, tuple(sorted(overrides.items())))
+    if key not in runs:
       workdir = tmp_path_factory.mktemp(f"reference_{variant}") / "run"
-      runs[variant] = (fault_helpers.train_in_process(fault_helpers.fault_config(variant, digits_npz), workdir),
-                       workdir)
-    return runs[variant]
+      config = fault_helpers.fault_config(variant, digits_npz, **overrides)
+      runs[key] = (fault_helpers.train_in_process(config, workdir), workdir)
+    return runs[key]
 
   return run

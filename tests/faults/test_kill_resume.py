@@ -39,9 +39,12 @@ from fault_helpers import (assert_same_run, fault_config, finish, npz_flags, tra
 from train_helpers import complete_checkpoints, log_tail, main_command, start_main
 
 SECONDS_PER_BLOCK = 0.08
-# Seconds after a launch's first checkpoint. The seeds below draw delays of 0.39-1.03 s: at most about 13
-# blocks per launch, so no launch can reach the end of the run (28 waves, 24 DC-S3GD steps) before its kill.
+# Seconds after a launch's first checkpoint. The seeds below draw delays of 0.39-1.03 s. A launch waits for a
+# checkpoint newer than the one it resumed from (up to ~1 s of checkpoint interval, ~13 blocks), then for the delay
+# (up to ~13 blocks): at most ~25-30 blocks per launch, fewer than the 3-epoch run's ~84 waves (~70 DC-S3GD steps)
+# hold over its kills. (With one epoch, 28 waves, a full-suite run once reached the end before its third kill.)
 MAX_KILL_DELAY = 1.5
+NUM_EPOCHS = 3.0
 KILLS = {"async_dc": 3, "dcs3gd": 2}
 
 
@@ -51,8 +54,8 @@ def test_sigkill_at_random_moments_then_resume_ends_like_the_uninterrupted_run(
     variant, seed, tmp_path, compilation_cache, digits_npz, reference_run):
   moments = random.Random(seed)
   workdir, log = tmp_path / "killed", tmp_path / "killed.log"
-  command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1", *npz_flags(digits_npz),
-                         seconds_per_block=SECONDS_PER_BLOCK)
+  command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1", f"--config.num_epochs={NUM_EPOCHS}",
+                         *npz_flags(digits_npz), seconds_per_block=SECONDS_PER_BLOCK)
   resumed_from = []
   for kill in range(KILLS[variant]):
     before = complete_checkpoints(workdir)
@@ -68,10 +71,11 @@ def test_sigkill_at_random_moments_then_resume_ends_like_the_uninterrupted_run(
   resumed_from.append(complete_checkpoints(workdir)[-1])
 
   # The last launch is not killed: no pause per block.
-  process = start_main(main_command(workdir, variant, "--config.checkpoint_every_seconds=1", *npz_flags(digits_npz),
-                                    seconds_per_block=0), log, compilation_cache)
+  process = start_main(main_command(workdir, variant, "--config.checkpoint_every_seconds=1",
+                                    f"--config.num_epochs={NUM_EPOCHS}", *npz_flags(digits_npz), seconds_per_block=0),
+                       log, compilation_cache)
   try:
-    reference, reference_dir = reference_run(variant)  # meanwhile, in this process
+    reference, reference_dir = reference_run(variant, num_epochs=NUM_EPOCHS)  # meanwhile, in this process
   except BaseException:
     process.kill()
     raise
