@@ -75,8 +75,8 @@ def engine_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, 
     output = scratch / f"engine_{strategy}.json"
     command = [sys.executable, "-m", "experiments.benchmarks.engine", f"--learners={learners}",
                f"--gradient_strategy={strategy}", f"--output={output}", "--repeats=" + ("1" if tiny else "5")]
-    if tiny:
-      command += ["--quick", "--protocols=async"]
+    if tiny:  # both protocols once (the test of the engine benchmark's output), async only for vmap
+      command += ["--quick", "--protocols=" + ("async,softsync" if strategy == STRATEGIES[0] else "async")]
     part = _run_part(f"engine ({strategy})", command, timeout, env)
     report = _read(output)
     part["rows"] = report["rows"] if report else None
@@ -107,7 +107,9 @@ def real_run_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str
   command = [sys.executable, "-m", "experiments.main", "--config=experiments/configs/rudra_cifar10.py:async_inverse",
              f"--workdir={workdir}", "--config.data_source=npz", f"--config.data_dir={data_dir}",
              f"--config.num_epochs={epochs}", f"--config.eval_every_epochs={epochs}", "--config.log_every_updates=100",
-             "--config.timing.jitter=deterministic", "--compilation_cache_dir="]
+             "--config.timing.jitter=deterministic"]
+  if not tiny:
+    command.append("--compilation_cache_dir=")  # a first run's start-up, compilation included
   part = _run_part("short real run", command, timeout, env)
   summary = _read(workdir / "summary.json")
   if summary:

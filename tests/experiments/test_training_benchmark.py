@@ -1,4 +1,9 @@
-"""The training-loop benchmark's reference emulator applies the engine's updates, and the GPU suite runs end to end."""
+"""The training-loop benchmark's reference emulator applies the engine's updates, and the GPU suite runs end to end.
+
+The GPU suite at ``--tiny`` size runs `experiments.benchmarks.engine` (both protocols, both gradient strategies),
+`experiments.benchmarks.training` and a short `experiments.main` run, so its test also checks the fields the
+README's engine tables are built from (one subprocess run instead of two).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ from stalesgd import engine as engine_lib
 from stalesgd.train import build_run
 
 REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENGINE_FIELDS = ("protocol", "learners", "engine_grads_per_s", "sync_grads_per_s", "naive_grads_per_s",
+                 "cost_ratio_vs_sync", "speedup_vs_naive", "ring_buffer_bytes", "param_bytes", "max_staleness",
+                 "engine_state_bytes", "gradient_strategy")
 
 
 def digits_config(protocol: str, n: int, learners: int, jitter: str = "deterministic"):
@@ -86,6 +94,14 @@ def test_the_gpu_suite_runs_at_tiny_size_on_cpu(tmp_path):
     rows = report["engine"][strategy]["rows"]
     assert rows and all(row["gradient_strategy"] == strategy for row in rows)
     assert all(row["engine_grads_per_s"] > 0 and row["cost_ratio_vs_sync"] > 0 for row in rows)
+  # The engine benchmark itself (`experiments.benchmarks.engine --quick`), as the README's tables use it.
+  unrolled = report["engine"]["unroll"]
+  assert {row["protocol"] for row in unrolled["rows"]} == {"async", "4-softsync"}
+  for row in unrolled["rows"]:
+    assert set(ENGINE_FIELDS) <= set(row) and row["learners"] == 8
+    assert min(row["engine_grads_per_s"], row["sync_grads_per_s"], row["naive_grads_per_s"]) > 0
+    assert row["ring_buffer_bytes"] == (row["max_staleness"] + 1) * row["param_bytes"]
+  assert "cost/sync" in unrolled["output_tail"]  # the printed table
   training = report["training"]["rows"][0]
   assert training["loop_over_engine"] > 0 and training["emulator_grads_per_s"] is None
   assert report["real_run"]["summary"]["updates"] > 0 and report["real_run"]["steady_images_per_s"] > 0
