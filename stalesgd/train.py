@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import pathlib
 import time
 from typing import Any, NamedTuple
@@ -171,6 +172,13 @@ def params_digest(params: Any) -> str:
   return digest.hexdigest()
 
 
+def _write_text_atomically(path: pathlib.Path, text: str) -> None:
+  """Readers see the old file or the new one, never a partly written one."""
+  temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  temporary.write_text(text)
+  os.replace(temporary, path)
+
+
 def _next_point(value: int, interval: float) -> float:
   """The first point of the grid {k * interval, k = 1, 2, ...} strictly after ``value``."""
   return (math.floor(value / interval + 1e-9) + 1) * interval
@@ -250,7 +258,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   primary = jax.process_index() == 0
   if primary:
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / CONFIG_FILENAME).write_text(config.to_json(indent=2))
+    # Atomically: the other processes of a restarted run read this file (check_same_run) while it is rewritten.
+    _write_text_atomically(workdir / CONFIG_FILENAME, config.to_json(indent=2))
 
   # ----------------------------------------------------------------- input, model, optimizer, schedule
   run = build_run(config)

@@ -46,8 +46,7 @@ def run_both(variant: str, tmp_path: pathlib.Path, compilation_cache) -> tuple[p
         cwd=REPOSITORY_ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
   reference_dir = tmp_path / "one_process"
   try:
-    # The reference runs after the launch, not beside it: on 2 cores a third JAX program could hold one process
-    # back by more than the 30 s in which gloo must see both at their first collective.
+    # The reference runs after the launch, not beside it, so the two processes have the cores to themselves.
     returncode = launch.wait(timeout=TIMEOUT)
   except BaseException as error:
     launch.terminate()  # local.sh stops its processes on SIGTERM
