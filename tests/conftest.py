@@ -31,6 +31,7 @@ import jax  # noqa: E402  (configured before first use)
 
 jax.config.update("jax_num_cpu_devices", 8)
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 NUM_TEST_DEVICES = 8
@@ -59,3 +60,25 @@ def devices():
   found = jax.devices()
   assert len(found) == NUM_TEST_DEVICES, f"expected {NUM_TEST_DEVICES} host devices, got {len(found)}"
   return found
+
+
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@pytest.fixture
+def compilations():
+  """The functions JAX compiles while the test runs (names from `jax.monitoring`)."""
+  compiled = []
+
+  def listener(event, duration, **metadata):
+    del duration
+    if event == BACKEND_COMPILE_EVENT:
+      compiled.append(metadata.get("fun_name", "?"))
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  # Positive control: a function never compiled before is reported.
+  jax.jit(lambda x: x * 3.0 + 0.125)(np.float32(1.0)).block_until_ready()
+  assert compiled, "jax.monitoring reported no compilation: the check below would prove nothing"
+  compiled.clear()
+  yield compiled
+  jax.monitoring.unregister_event_duration_listener(listener)

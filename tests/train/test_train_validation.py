@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import time
 
-import jax
 import ml_collections
-import numpy as np
 import pytest
 
 from stalesgd import train as train_lib
@@ -25,7 +23,6 @@ from stalesgd.train import train_and_evaluate
 
 from train_helpers import tiny_config
 
-BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 # Reading an unprepared tfds directory must fail at once; a download attempt
 # (which the test conftest's socket guard would also stop) retries for minutes.
 NOT_PREPARED_SECONDS = 20.0
@@ -64,25 +61,6 @@ BAD_CONFIGS = {
                                        r"config\.weight_decay_placement='before_dc' is not allowed: one of "
                                        r"\('modulated', 'unmodulated'\)"),
 }
-
-
-@pytest.fixture
-def compilations():
-  """The functions JAX compiles while the test runs (names from `jax.monitoring`)."""
-  compiled = []
-
-  def listener(event, duration, **metadata):
-    del duration
-    if event == BACKEND_COMPILE_EVENT:
-      compiled.append(metadata.get("fun_name", "?"))
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  # Positive control: a function never compiled before is reported.
-  jax.jit(lambda x: x * 3.0 + 0.125)(np.float32(1.0)).block_until_ready()
-  assert compiled, "jax.monitoring reported no compilation: the check below would prove nothing"
-  compiled.clear()
-  yield compiled
-  jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def _refuse(stage):
