@@ -20,6 +20,7 @@ import numpy as np
 
 from experiments.configs import rudra_cifar10
 from stalesgd import engine as engine_lib
+from stalesgd.config import contributions_per_update
 from stalesgd.train import build_run
 
 
@@ -112,8 +113,7 @@ def benchmark_config(protocol: str, n: int, learners: int, data_dir: str, train_
   config.data_source, config.data_dir = "npz", data_dir
   config.timing.jitter = "deterministic"
   config.num_epochs, config.eval_every_epochs = 1.0, 1.0
-  contributions = learners // n if protocol == "softsync" else 1
-  updates = train_examples // (BATCH_PER_LEARNER * contributions)
+  updates = train_examples // (BATCH_PER_LEARNER * contributions_per_update(config))
   config.log_every_updates = int(min(256, max(4, updates // 8)))
   return config
 

@@ -41,6 +41,7 @@ from absl import logging
 import jax
 
 from experiments.benchmarks.common import benchmark_config, cifar10_data_dir, parse_case
+from stalesgd.config import contributions_per_update
 from stalesgd.train import train_and_evaluate
 
 _CASE = flags.DEFINE_string("case", "async:32", "protocol:learners, as in experiments.benchmarks.training.")
@@ -73,8 +74,7 @@ def main(argv):
     scratch = pathlib.Path(scratch)
     data_dir = cifar10_data_dir(_DATA_DIR.value, scratch, 50_000)
     config = benchmark_config(protocol, n, learners, data_dir)
-    contributions = learners // n if protocol == "softsync" else 1
-    config.num_epochs = _UPDATES.value * config.batch_per_learner * contributions / 50_000
+    config.num_epochs = _UPDATES.value * config.batch_per_learner * contributions_per_update(config) / 50_000
     config.eval_every_epochs = config.num_epochs
 
     compile_log = _CompileLog()

@@ -28,7 +28,7 @@ user's run sits between the two halves of the rounds.
 
 Usage::
 
-  python -m experiments.benchmarks.training            # 4 cases, one epoch each: ~10 minutes on 2 cores
+  python -m experiments.benchmarks.training            # 4 cases, one epoch each: ~12 minutes on 2 cores
   python -m experiments.benchmarks.training --quick    # async at lambda = 8 on 1/8 of the data: about a minute
 
 Writes ``results/training_benchmark.json``. Compilation caches are left cold,
@@ -57,6 +57,7 @@ from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benc
                                            machine_description, parse_case)
 from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
 from stalesgd import device_layout
+from stalesgd.config import contributions_per_update
 from stalesgd.metrics import METRICS_FILENAME, read_jsonl
 from stalesgd.train import train_and_evaluate
 
@@ -83,9 +84,8 @@ def user_run(config, workdir: pathlib.Path) -> dict:
   start = time.perf_counter()
   summary = train_and_evaluate(config, str(workdir))
   wall = time.perf_counter() - start
-  records = [record for record in read_jsonl(workdir / METRICS_FILENAME)]
-  examples_per_update = config.batch_per_learner * (config.learners // config.n if config.protocol == "softsync"
-                                                    else 1)
+  records = read_jsonl(workdir / METRICS_FILENAME)
+  examples_per_update = config.batch_per_learner * contributions_per_update(config)
   steady = records[1:]  # the first record's interval holds the compilation
   if len(steady) < 2:
     raise RuntimeError("the run logged too few records to time its steady state; use more training data")
@@ -105,7 +105,7 @@ def run_case(case: str, data_dir: str, train_examples: int, rounds: int, gradien
              scratch: pathlib.Path) -> dict:
   protocol, n, learners = parse_case(case)
   config = benchmark_config(protocol, n, learners, data_dir, train_examples)
-  contributions = learners // n if protocol == "softsync" else 1
+  contributions = contributions_per_update(config)
   # The emulator processes compile while this one compiles the engine.
   pool = None
   if processes:
