@@ -35,7 +35,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 NUM_TEST_DEVICES = 8
-SHARED_DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", ""}
 _original_connect = socket.socket.connect

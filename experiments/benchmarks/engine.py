@@ -63,7 +63,10 @@ _QUICK = flags.DEFINE_bool("quick", False, "Small version (lambda in {8, 32}, fe
 _LEARNERS = flags.DEFINE_list("learners", None, "Override the list of learner counts.")
 _BATCH_PER_LEARNER = flags.DEFINE_integer("batch_per_learner", 4, "mu, Rudra's CIFAR-10 setting.")
 _OUTPUT = flags.DEFINE_string("output", "results/engine_benchmark.json", "Where to write the JSON rows.")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed rounds (each method once per round; medians reported).")
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed rounds (each method once per round; medians reported); "
+                                "3 with --quick unless given.")
+_GRADIENTS_PER_CHUNK = flags.DEFINE_integer("gradients_per_chunk", None,
+                                            "Gradients per timed chunk (default 256, 96 with --quick).", lower_bound=1)
 _SCALING = flags.DEFINE_bool("scaling", False, "lambda in {8, 32, 128, 512, 1024}; writes engine_scaling.json "
                              "and a plot (unless --output/--plot say otherwise).")
 _PLOT = flags.DEFINE_string("plot", None, "Where to draw the per-gradient cost and memory against lambda "
@@ -242,8 +245,8 @@ def main(argv):
   if _SCALING.value and not flags.FLAGS["output"].present:
     output = "results/engine_scaling.json"
   plot_path = _PLOT.value or ("docs/engine_scaling.png" if _SCALING.value else None)
-  repeats = 3 if quick else _REPEATS.value
-  gradients_per_chunk = 96 if quick else 256
+  repeats = 3 if quick and not flags.FLAGS["repeats"].present else _REPEATS.value
+  gradients_per_chunk = _GRADIENTS_PER_CHUNK.value or (96 if quick else 256)
   mu = _BATCH_PER_LEARNER.value
   machine = machine_description()
   print(f"machine: {machine}")

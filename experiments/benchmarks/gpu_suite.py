@@ -76,7 +76,8 @@ def engine_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, 
     command = [sys.executable, "-m", "experiments.benchmarks.engine", f"--learners={learners}",
                f"--gradient_strategy={strategy}", f"--output={output}", "--repeats=" + ("1" if tiny else "5")]
     if tiny:  # both protocols once (the test of the engine benchmark's output), async only for vmap
-      command += ["--quick", "--protocols=" + ("async,softsync" if strategy == STRATEGIES[0] else "async")]
+      protocols = "async,softsync" if strategy == STRATEGIES[0] else "async"
+      command += ["--quick", "--gradients_per_chunk=32", f"--protocols={protocols}"]
     part = _run_part(f"engine ({strategy})", command, timeout, env)
     report = _read(output)
     part["rows"] = report["rows"] if report else None
