@@ -56,3 +56,32 @@ def test_kubernetes_job_runs_a_config_file_that_exists():
   [container] = job["spec"]["template"]["spec"]["containers"]
   [config] = [argument.split("=", 1)[1] for argument in container["command"] if argument.startswith("--config=")]
   assert (LAUNCH.parent / config.split(":")[0]).is_file(), config
+
+
+def test_dockerfile_copies_what_the_install_needs_and_pins_the_tested_versions():
+  """The Dockerfile cannot be built here (no Docker, no network): check it against pyproject.toml instead."""
+  import tomllib  # pylint: disable=g-import-not-at-top
+
+  root = LAUNCH.parent
+  text = (LAUNCH / "Dockerfile").read_text()
+  copied = set()
+  for line in text.splitlines():
+    if line.startswith("COPY "):
+      *sources, _ = line.split()[1:]
+      copied.update(sources)
+  assert all((root / source).exists() for source in copied), copied
+  project = tomllib.loads((root / "pyproject.toml").read_text())
+  needed = {project["project"]["readme"], *project["project"]["license-files"], "pyproject.toml"}
+  needed |= {pattern.rstrip("*") for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+  assert needed <= copied, needed - copied
+  assert "pip install -c requirements/constraints.txt" in text
+  assert "cuda12" in project["project"]["optional-dependencies"] and "EXTRAS=cuda12" in text
+
+
+def test_the_kubernetes_image_is_the_dockerfiles_cuda_variant():
+  yaml = pytest.importorskip("yaml")
+  _, job = yaml.safe_load_all((LAUNCH / "kubernetes.yaml").read_text())
+  [container] = job["spec"]["template"]["spec"]["containers"]
+  assert container["image"].endswith("/stalesgd:cuda12")
+  assert "-t stalesgd:cuda12" in (LAUNCH / "Dockerfile").read_text()
+  assert "launch/Dockerfile" in (LAUNCH / "kubernetes.yaml").read_text()
