@@ -51,6 +51,10 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processe
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Index of this process, in [0, num_processes).")
 _INITIALIZATION_TIMEOUT = flags.DEFINE_integer(
     "initialization_timeout", 600, "Seconds to wait for every process to join before failing.")
+_HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
+    "heartbeat_timeout", distributed.DEFAULT_HEARTBEAT_TIMEOUT,
+    "Seconds without a heartbeat after which a peer process is declared dead and every survivor exits with an "
+    "error instead of waiting in a collective (multi-process runs).")
 _COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -69,7 +73,8 @@ def main(argv):
               and distributed.detect_environment() is None)
     jax.config.update("jax_num_cpu_devices", device_layout.cpu_device_count(_CONFIG.value) if single else 8)
   distributed.initialize(coordinator_address=_COORDINATOR_ADDRESS.value, num_processes=_NUM_PROCESSES.value,
-                         process_id=_PROCESS_ID.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value)
+                         process_id=_PROCESS_ID.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value,
+                         heartbeat_timeout=_HEARTBEAT_TIMEOUT.value)
   from stalesgd import train  # after jax.distributed is initialized: importing it touches no devices,
   # but keeping all JAX work after initialize() is JAX's rule.
   summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
