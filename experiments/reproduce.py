@@ -15,7 +15,9 @@ Studies (grids and published numbers in `experiments.studies.definitions`):
 * ``rudra_mu_lambda``: Rudra's mu lambda study: the single-learner baseline and
   1-softsync at lambda = 30 with mu lambda in {120, ..., 3840} (7 runs).
 * ``dcasgd_table1``: Zheng et al. Table 1: SGD, and ASGD, SSGD, DC-ASGD-c,
-  DC-ASGD-a at M = 4 and 8 (9 runs of ``dcasgd_cifar10_resnet20``).
+  DC-ASGD-a at M = 4 and 8, then the ablation DC-ASGD-a with a bias-corrected
+  MeanSquare at M = 4 and 8, not in the paper (11 runs of
+  ``dcasgd_cifar10_resnet20``).
 
 Which data and how long:
 

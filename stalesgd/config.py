@@ -110,6 +110,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.dc_lambda = 0.04
   config.dc_decay = 0.95
   config.dc_per_learner_mean_square = False
+  # Ablation, not the paper's rule: DC-ASGD-a's MeanSquare divided by its blend weight (Adam-style bias
+  # correction of its zero start); False is the authors' implementation.
+  config.dc_mean_square_bias_correction = False
   config.gap_aware = False
 
   # Evaluation, logging, checkpoints.
@@ -268,7 +271,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   _require_int(config, "seed", minimum=0, maximum=INT64_MAX)
   _require_int(config, "image_size", minimum=1)
   for flag in ("augment", "model_multipliers", "eager_updates", "nesterov", "staleness_normalize",
-               "dc_per_learner_mean_square", "gap_aware"):
+               "dc_per_learner_mean_square", "dc_mean_square_bias_correction", "gap_aware"):
     _require_bool(config, flag)
   _require_int(config, "learners", minimum=1)
   _require_int(config, "batch_per_learner", minimum=1)
@@ -324,6 +327,14 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
     _fail("dc_per_learner_mean_square", True,
           f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
           f"delay_compensation={config.delay_compensation!r})")
+  if config.dc_mean_square_bias_correction and config.delay_compensation != "adaptive":
+    _fail("dc_mean_square_bias_correction", True,
+          f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
+          f"delay_compensation={config.delay_compensation!r})")
+  if config.dc_mean_square_bias_correction and protocol == "dcs3gd":
+    _fail("dc_mean_square_bias_correction", True,
+          "False for protocol 'dcs3gd' (DC-S3GD's own adaptive lambda has no bias correction; it is "
+          "the parameter server's DC-ASGD-a option)")
   if config.staleness_rule in ("threshold", "hinge") and config.staleness_threshold is None:
     _fail("staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}")
   timing_model(config)  # TimingModel checks the combination of its fields
@@ -402,8 +413,15 @@ CONFIG_FILENAME = "config.json"
 
 
 def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
-  """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_CHANGES`."""
+  """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_CHANGES`.
+
+  A field that ``saved`` lacks but `default_config` has was added after the run
+  was saved; it counts as its default there (a new field's default keeps the
+  behaviour from before it existed), so the run resumes unless it is set otherwise.
+  """
   current = json.loads(config.to_json())
+  defaults = json.loads(default_config().to_json())
+  saved = {**{field: defaults[field] for field in defaults.keys() - saved.keys()}, **saved}
   return [f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
           for field in sorted(saved.keys() | current.keys())
           if field not in RESUMABLE_CHANGES and saved.get(field) != current.get(field)]

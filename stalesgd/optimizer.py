@@ -123,7 +123,8 @@ def delay_compensation_transforms(config: ml_collections.ConfigDict) -> list[opt
   return [transforms.scale_by_delay_compensation(
       dc_lambda=config.dc_lambda, adaptive=config.delay_compensation == "adaptive",
       decay=config.dc_decay, layerwise=config.delay_compensation == "layerwise",
-      num_learners=config.learners if config.dc_per_learner_mean_square else None)]
+      num_learners=config.learners if config.dc_per_learner_mean_square else None,
+      bias_correction=config.dc_mean_square_bias_correction)]
 
 
 def staleness_modulation_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:

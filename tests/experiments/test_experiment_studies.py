@@ -98,14 +98,30 @@ def test_rudra_mu_lambda_grid_grows_mu_lambda_at_fixed_alpha():
 
 
 def test_dcasgd_table1_carries_the_published_numbers():
-  published = {variant.label: variant.published["test_error"] for variant in STUDIES["dcasgd_table1"].variants}
+  published = {variant.label: variant.published.get("test_error") for variant in STUDIES["dcasgd_table1"].variants}
   assert published == {
       "SGD, M=1": 8.65, "ASGD, M=4": 9.27, "SSGD, M=4": 9.17, "DC-ASGD-c, M=4": 8.67, "DC-ASGD-a, M=4": 8.19,
-      "ASGD, M=8": 10.26, "SSGD, M=8": 10.10, "DC-ASGD-c, M=8": 9.27, "DC-ASGD-a, M=8": 8.57}
+      "ASGD, M=8": 10.26, "SSGD, M=8": 10.10, "DC-ASGD-c, M=8": 9.27, "DC-ASGD-a, M=8": 8.57,
+      # The ablation the paper does not have: no published number.
+      "DC-ASGD-a bias-corrected, M=4": None, "DC-ASGD-a bias-corrected, M=8": None}
   configs = {variant.label: study_config(STUDIES["dcasgd_table1"], variant)
              for variant in STUDIES["dcasgd_table1"].variants}
   assert configs["DC-ASGD-a, M=8"].learners == 8 and configs["DC-ASGD-a, M=8"].delay_compensation == "adaptive"
   assert configs["SSGD, M=4"].protocol == "hardsync" and configs["SGD, M=1"].learners == 1
+  for workers in (4, 8):
+    corrected, paper = configs[f"DC-ASGD-a bias-corrected, M={workers}"], configs[f"DC-ASGD-a, M={workers}"]
+    assert corrected.dc_mean_square_bias_correction and not paper.dc_mean_square_bias_correction
+    assert corrected.learners == workers
+    # Otherwise the paper's DC-ASGD-a run.
+    assert {**corrected.to_dict(), "dc_mean_square_bias_correction": False} == paper.to_dict()
+
+
+def test_dcasgd_table1_appends_the_ablation_after_the_papers_runs():
+  """The paper's 9 runs keep their directories (a sweep of them resumes) and the ablation comes last."""
+  slugs = [variant.slug for variant in STUDIES["dcasgd_table1"].variants]
+  assert slugs == ["sgd_m_1", "asgd_m_4", "ssgd_m_4", "dc_asgd_c_m_4", "dc_asgd_a_m_4", "asgd_m_8", "ssgd_m_8",
+                   "dc_asgd_c_m_8", "dc_asgd_a_m_8", "dc_asgd_a_bias_corrected_m_4",
+                   "dc_asgd_a_bias_corrected_m_8"]
 
 
 def _config_of_command(command: str):
@@ -135,7 +151,7 @@ def test_study_run_command_rebuilds_its_config_in_every_mode(mode, num_epochs):
   # Shortened runs included: their evaluation interval is part of the command too, so the
   # printed command can be rerun in the run's directory (which refuses another config).
   study = STUDIES["dcasgd_table1"]
-  for variant in study.variants[:2]:
+  for variant in (*study.variants[:2], study.variants[-1]):
     config, command = study_run(study, variant, num_epochs=num_epochs, **MODES[mode])
     assert _config_of_command(command).to_dict() == config.to_dict(), command
 

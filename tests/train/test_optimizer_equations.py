@@ -434,15 +434,28 @@ def dc_constant(dc_lambda):
   return correct
 
 
-def dc_adaptive(dc_lambda, decay, learners=None, num_learners=3, eps=1e-7):
+def dc_adaptive(dc_lambda, decay, learners=None, num_learners=3, eps=1e-7, bias_correction=False):
   """DC-ASGD-a: MeanSquare <- m MS + (1-m) mean_k g_k^2 (first), lambda = lambda0 / sqrt(MS + eps).
 
   With ``learners`` (ids per update) one MeanSquare per learner, blended with the mean g^2 of that
-  learner's contributions in the stack; absent learners keep theirs.
+  learner's contributions in the stack; absent learners keep theirs. With ``bias_correction`` a
+  weight W <- m W + (1-m) (from 0, once per update, per learner only for the learners present)
+  divides the MeanSquare: lambda = lambda0 / sqrt(MS / W + eps).
   """
   mean_square = {}
+  weight = np.zeros(()) if learners is None else np.zeros(num_learners)
 
   def correct(t, g, w):
+    nonlocal weight
+    if learners is None:
+      weight = decay * weight + (1 - decay)
+      per_contribution_weight = weight
+    else:
+      ids = np.asarray(learners[t])
+      weight = weight.copy()
+      for learner in set(ids.tolist()):
+        weight[learner] = decay * weight[learner] + (1 - decay)
+      per_contribution_weight = weight[ids]
     out = {}
     for key in g:
       squares = g[key] ** 2
@@ -452,13 +465,15 @@ def dc_adaptive(dc_lambda, decay, learners=None, num_learners=3, eps=1e-7):
         mean_square[key] = ms
         per_contribution = np.stack([ms] * len(squares))
       else:
-        ids = np.asarray(learners[t])
         ms = mean_square.get(key, np.zeros((num_learners,) + squares.shape[1:]))
         ms = ms.copy()
         for learner in set(ids.tolist()):
           ms[learner] = decay * ms[learner] + (1 - decay) * squares[ids == learner].mean(axis=0)
         mean_square[key] = ms
         per_contribution = ms[ids]
+      if bias_correction:
+        per_contribution = per_contribution / np.reshape(
+            per_contribution_weight, np.shape(per_contribution_weight) + (1,) * (per_contribution.ndim - 1))
       out[key] = g[key] + dc_lambda / np.sqrt(per_contribution + eps) * squares * (w[key] - STALE[key])
     return out
 
@@ -565,6 +580,39 @@ def test_delay_compensation_adaptive_per_learner_mean_square(jit):
   # And it is not the global MeanSquare.
   global_ms = reference_updates(steps=3, alphas=[0.1] * 3, momentum=0.5, correct=dc_adaptive(0.1, 0.9))
   assert not np.allclose(got[1]["w"], global_ms[1]["w"], rtol=1e-4)
+
+
+@pytest.mark.parametrize("per_learner", [False, True])
+@pytest.mark.parametrize("jit", [False, True])
+def test_delay_compensation_adaptive_mean_square_bias_correction(per_learner, jit):
+  """Catches dc_mean_square_bias_correction ignored, its weight W blended once per contribution instead of
+  once per stack, not carried to the next update, or (per learner) advanced for absent learners."""
+  config = make_config(learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=0.1,
+                       dc_decay=0.9, dc_per_learner_mean_square=per_learner,
+                       dc_mean_square_bias_correction=True)
+  learners = LEARNER_IDS if per_learner else None
+  expected = reference_updates(steps=3, alphas=[0.1] * 3, momentum=0.5,
+                               correct=dc_adaptive(0.1, 0.9, learners=learners, bias_correction=True))
+  got = run_updates(config, steps=3, stale=STALE_STEPS, learners=LEARNER_IDS, jit=jit)
+  assert_updates_close(got, expected)
+  # And it is not the uncorrected MeanSquare.
+  uncorrected = reference_updates(steps=3, alphas=[0.1] * 3, momentum=0.5,
+                                  correct=dc_adaptive(0.1, 0.9, learners=learners))
+  assert not np.allclose(got[0]["w"], uncorrected[0]["w"], rtol=1e-4)
+
+
+def test_delay_compensation_bias_correction_first_update_by_hand():
+  """Literal pin: at the first update MS / W = (1-m) mean g^2 / (1-m) = mean g^2, whatever m.
+
+  b, m = 0.75: mean g^2 = (0.04 + 0.16 + 0.81)/3 = 1.01/3, lambda = 0.1 / sqrt(1.01/3 + eps)
+  (uncorrected: 0.1 / sqrt(0.25 * 1.01/3 + eps), twice as large).
+  """
+  config = make_config(learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=0.1,
+                       dc_decay=0.75, dc_mean_square_bias_correction=True)
+  (got,) = run_updates(config, steps=1, stale=STALE_STEPS)
+  lam = 0.1 / math.sqrt(1.01 / 3 + 1e-7)
+  corrected = [0.2 + lam * 0.04 * 0.25, 0.4 - lam * 0.16 * 0.5, 0.9 + lam * 0.81 * 1.0]
+  np.testing.assert_allclose(got["b"], -0.1 * sum(corrected) / 3, rtol=RTOL)
 
 
 def test_per_learner_mean_square_is_off_by_default():

@@ -57,6 +57,13 @@ BAD_CONFIGS = {
     "per_learner_mean_square_without_dc_a": (
         dict(protocol="async", delay_compensation="constant", dc_per_learner_mean_square=True),
         r"config\.dc_per_learner_mean_square=True is not allowed: False unless delay_compensation='adaptive'"),
+    "mean_square_bias_correction_without_dc_a": (
+        dict(protocol="async", delay_compensation="constant", dc_mean_square_bias_correction=True),
+        r"config\.dc_mean_square_bias_correction=True is not allowed: False unless "
+        r"delay_compensation='adaptive'"),
+    "mean_square_bias_correction_with_dcs3gd": (
+        dict(protocol="dcs3gd", delay_compensation="adaptive", dc_mean_square_bias_correction=True),
+        r"config\.dc_mean_square_bias_correction=True is not allowed: False for protocol 'dcs3gd'"),
     "unknown_weight_decay_placement": (dict(weight_decay_placement="before_dc"),
                                        r"config\.weight_decay_placement='before_dc' is not allowed: one of "
                                        r"\('modulated', 'unmodulated'\)"),
@@ -120,3 +127,13 @@ def test_only_logging_and_checkpoint_cadences_may_change_on_resume():
   cadences = {field: 1 for field in RESUMABLE_CHANGES if field != "eval_batch_size"}
   assert config_changes(saved, tiny_config("hardsync", eval_batch_size=64, **cadences)) == []
   assert config_changes(saved, tiny_config("hardsync", seed=3)) == ["seed: 0 -> 3"]
+
+
+def test_a_field_added_after_the_run_was_saved_counts_as_its_default():
+  """A run saved before a field existed (config.json without it) resumes at that field's default only."""
+  saved = json.loads(tiny_config("hardsync").to_json())
+  del saved["dc_mean_square_bias_correction"]
+  assert config_changes(saved, tiny_config("hardsync")) == []
+  assert config_changes(saved, tiny_config("hardsync", delay_compensation="adaptive",
+                                           dc_mean_square_bias_correction=True)) == [
+      "dc_mean_square_bias_correction: False -> True", "delay_compensation: 'none' -> 'adaptive'"]

@@ -124,6 +124,109 @@ def test_dc_asgd_a_per_learner_three_steps_by_hand():
   np.testing.assert_allclose(state.mean_square, [[2.25, 3.0], [2.0, 2.0]], rtol=1e-7)
 
 
+def test_bias_corrected_dc_asgd_a_two_steps_by_hand():
+  transform = stalesgd.scale_by_delay_compensation(
+      dc_lambda=2.0, adaptive=True, decay=0.5, eps=0.0, bias_correction=True)
+  first, second, state = two_updates(transform)
+  # Step 1, g = (1, 2), g g D = (1, -4): MeanSquare = 0.5 * 0 + 0.5 * (1, 4) = (0.5, 2),
+  # W = 0.5 * 0 + 0.5 * 1 = 0.5, MeanSquare / W = (1, 4), lambda = 2 / sqrt(1, 4) = (2, 1):
+  # g~ = (1 + 2 * 1, 2 + 1 * -4) = (3, -2).
+  np.testing.assert_allclose(first, [3.0, -2.0], rtol=1e-6)
+  # Step 2, g = (2, 2), g g D = (4, -4): MeanSquare = 0.5 * (0.5, 2) + 0.5 * (4, 4) = (2.25, 3),
+  # W = 0.5 * 0.5 + 0.5 = 0.75, MeanSquare / W = (3, 4), lambda = (2 / sqrt(3), 1):
+  # g~ = (2 + 8 / sqrt(3), 2 - 4).
+  np.testing.assert_allclose(second, [2.0 + 8.0 / math.sqrt(3.0), -2.0], rtol=1e-6)
+  np.testing.assert_allclose(state.mean_square, [2.25, 3.0], rtol=1e-7)  # not divided in the state
+  np.testing.assert_allclose(state.mean_square_weight, 0.75, rtol=1e-7)
+
+
+def test_bias_corrected_decay_schedule_by_hand():
+  transform = stalesgd.scale_by_delay_compensation(
+      dc_lambda=2.0, adaptive=True, decay=lambda count: jnp.where(count == 0, 0.5, 0.25), eps=0.0,
+      bias_correction=True)
+  first, second, state = two_updates(transform)
+  # Step 1 at m = 0.5: as in the two-step test, W = 0.5 and g~ = (3, -2).
+  np.testing.assert_allclose(first, [3.0, -2.0], rtol=1e-6)
+  # Step 2 at m = 0.25: MeanSquare = 0.25 * (0.5, 2) + 0.75 * (4, 4) = (3.125, 3.5),
+  # W = 0.25 * 0.5 + 0.75 = 0.875, MeanSquare / W = (25 / 7, 4),
+  # lambda = (2 / sqrt(25 / 7), 1) = (0.4 sqrt(7), 1): g~ = (2 + 1.6 sqrt(7), 2 - 4).
+  np.testing.assert_allclose(second, [2.0 + 1.6 * math.sqrt(7.0), -2.0], rtol=1e-6)
+  np.testing.assert_allclose(state.mean_square_weight, 0.875, rtol=1e-7)
+
+
+def test_bias_corrected_per_learner_absent_learner_keeps_its_weight_by_hand():
+  transform = stalesgd.scale_by_delay_compensation(
+      dc_lambda=2.0, adaptive=True, decay=0.5, eps=0.0, num_learners=2, bias_correction=True)
+  state = transform.init(PARAMS)
+  np.testing.assert_array_equal(state.mean_square_weight, [0.0, 0.0])
+  # Learner 0, g = (1, 2): its MeanSquare (0.5, 2) and W 0.5, as in the global case: g~ = (3, -2).
+  first, state = transform.update(GRADS, state, PARAMS, stale_params=STALE, learner=0)
+  np.testing.assert_allclose(first, [3.0, -2.0], rtol=1e-6)
+  np.testing.assert_allclose(state.mean_square_weight, [0.5, 0.0], rtol=1e-7)
+  # Learner 1, g = (2, 2), g g D = (4, -4): MeanSquare 0.5 * (4, 4) = (2, 2), W 0.5, so
+  # MeanSquare / W = (4, 4), lambda = 1: g~ = (2 + 4, 2 - 4). Learner 0's W stays 0.5.
+  second, state = transform.update(GRADS_2, state, PARAMS_2, stale_params=STALE_2, learner=1)
+  np.testing.assert_allclose(second, [6.0, -2.0], rtol=1e-6)
+  np.testing.assert_allclose(state.mean_square_weight, [0.5, 0.5], rtol=1e-7)
+  # Learner 0 again, g = (2, 2): MeanSquare (2.25, 3), W 0.5 * 0.5 + 0.5 = 0.75 (0.875 had its W
+  # advanced while absent), MeanSquare / W = (3, 4): g~ = (2 + 8 / sqrt(3), -2).
+  third, state = transform.update(GRADS_2, state, PARAMS_2, stale_params=STALE_2, learner=0)
+  np.testing.assert_allclose(third, [2.0 + 8.0 / math.sqrt(3.0), -2.0], rtol=1e-6)
+  np.testing.assert_allclose(state.mean_square_weight, [0.75, 0.5], rtol=1e-7)
+  # A stack of two from learner 1, both g = (1, 2) with D = (1, -1): its MeanSquare blends once with
+  # the mean g^2 = (1, 4): 0.5 * (2, 2) + 0.5 * (1, 4) = (1.5, 3), and its W once: 0.75 (not 0.875);
+  # MeanSquare / W = (2, 4), lambda = (sqrt(2), 1): each g~ = (1 + sqrt(2), 2 - 4).
+  stacked, state = transform.update(jnp.stack([GRADS, GRADS]), state, PARAMS,
+                                    stale_params=jnp.stack([STALE, STALE]), learner=jnp.array([1, 1]))
+  np.testing.assert_allclose(stacked, [[1.0 + math.sqrt(2.0), -2.0]] * 2, rtol=1e-6)
+  np.testing.assert_allclose(state.mean_square_weight, [0.75, 0.75], rtol=1e-7)
+  np.testing.assert_allclose(state.mean_square, [[2.25, 3.0], [1.5, 3.0]], rtol=1e-7)
+
+
+@pytest.mark.parametrize("num_learners", [None, 3])
+def test_bias_correction_at_decay_zero_is_the_uncorrected_rule_bit_for_bit(num_learners):
+  """With m = 0, W = 0 * W + 1 = 1 after the first blend: MeanSquare / 1 is MeanSquare."""
+  options = {"dc_lambda": 2.0, "adaptive": True, "decay": 0.0, "num_learners": num_learners}
+  corrected = stalesgd.scale_by_delay_compensation(bias_correction=True, **options)
+  uncorrected = stalesgd.scale_by_delay_compensation(**options)
+  params = {"w": jnp.array([1.0, -2.0, 3.0]), "b": jnp.array(0.5)}
+  corrected_state, uncorrected_state = corrected.init(params), uncorrected.init(params)
+  # The other modes' state keeps its fields: orbax restores by the tree's keys, so an added field
+  # (even None) would make their earlier checkpoints unreadable.
+  assert type(uncorrected_state) is stalesgd.ScaleByDelayCompensationState
+  assert uncorrected_state._fields == ("count", "mean_square")
+  assert corrected_state._fields == ("count", "mean_square", "mean_square_weight")
+  for step in range(4):
+    grads = jax.tree.map(lambda leaf: jnp.cos(leaf * (step + 1)), params)
+    stale = jax.tree.map(lambda leaf: leaf - 0.3 * (step + 1), params)
+    ours, corrected_state = corrected.update(grads, corrected_state, params, stale_params=stale,
+                                             learner=step % 3)
+    theirs, uncorrected_state = uncorrected.update(grads, uncorrected_state, params,
+                                                   stale_params=stale, learner=step % 3)
+    jax.tree.map(np.testing.assert_array_equal, ours, theirs)
+    jax.tree.map(np.testing.assert_array_equal, corrected_state.mean_square,
+                 uncorrected_state.mean_square)
+    params = jax.tree.map(lambda param, update: param - 0.1 * update, params, ours)
+  np.testing.assert_array_equal(corrected_state.mean_square_weight, 1.0)  # every learner sent
+
+
+def test_bias_correction_at_decay_one_reads_the_zero_mean_square_not_zero_over_zero():
+  """m = 1 blends nothing in: W and MeanSquare stay 0, and lambda is lambda0 / sqrt(eps) as without W."""
+  options = {"dc_lambda": 2.0, "adaptive": True, "decay": 1.0}
+  first, _, state = two_updates(stalesgd.scale_by_delay_compensation(bias_correction=True, **options))
+  reference, _, _ = two_updates(stalesgd.scale_by_delay_compensation(**options))
+  np.testing.assert_array_equal(state.mean_square_weight, 0.0)
+  assert np.all(np.isfinite(first))
+  np.testing.assert_array_equal(first, reference)
+
+
+def test_bias_correction_needs_adaptive():
+  with pytest.raises(ValueError, match=r"bias_correction=True .* needs adaptive=True; got adaptive=False"):
+    stalesgd.scale_by_delay_compensation(bias_correction=True)
+  with pytest.raises(ValueError, match=r"bias_correction=True .* needs adaptive=True"):
+    stalesgd.scale_by_delay_compensation(layerwise=True, bias_correction=True)
+
+
 def test_layerwise_transform_by_hand():
   first, _, _ = two_updates(stalesgd.scale_by_delay_compensation(dc_lambda=0.2, layerwise=True))
   layer_lambda = 0.2 * math.sqrt(5.0) / math.sqrt(17.0)
@@ -268,10 +371,19 @@ def test_per_learner_stack_blends_each_learner_with_its_own_contributions():
   np.testing.assert_allclose(stacked, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("mode", MODES)
+# The transform's own options beyond dc_asgd's.
+TRANSFORM_MODES = {
+    **MODES,
+    "bias_corrected": {"dc_lambda": 2.0, "adaptive": True, "bias_correction": True},
+    "bias_corrected_per_learner": {"dc_lambda": 2.0, "adaptive": True, "num_learners": 3,
+                                   "bias_correction": True},
+}
+
+
+@pytest.mark.parametrize("mode", TRANSFORM_MODES)
 def test_stack_of_one_equals_the_unstacked_call_bit_for_bit(mode):
   grads, params, stale = stacked_inputs()
-  transform = stalesgd.scale_by_delay_compensation(**MODES[mode])
+  transform = stalesgd.scale_by_delay_compensation(**TRANSFORM_MODES[mode])
   state = transform.init(params)
   single, single_state = transform.update(grads[1], state, params, stale_params=stale[1],
                                           learner=2)
