@@ -21,9 +21,8 @@ Plus the moment just before the first checkpoint is whole (a long first save
 on a big model), emulated by removing the checkpoints of a finished run: the
 restart starts from scratch and its records must not follow the dead run's.
 
-Not here, for time: the same on two processes (``launch/local.sh 2``, about 15 s
-per launch on 2 cores); ``tests/train/test_train_multiprocess.py`` covers
-SIGTERM on two processes and the exact resume after it.
+Two processes: ``test_kill_two_processes.py`` (kill -9) and
+``tests/train/test_train_multiprocess.py`` (SIGTERM).
 """
 
 from __future__ import annotations
