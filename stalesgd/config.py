@@ -49,8 +49,12 @@ def default_config() -> ml_collections.ConfigDict:
   config.data_source = "embedded"  # tfds | npz | embedded
   config.data_dir = config_dict.placeholder(str)  # tfds data_dir, or the directory of <dataset>_{train,test}.npz
   config.normalization = "per_channel"  # per_pixel_mean (Caffe/Rudra) | per_channel | unit | raw
-  config.augment = False  # random crop + flip (off in Rudra and DC-ASGD Table 1)
+  # Training augmentation (off in Rudra and DC-ASGD Table 1), by the data set's kind: in memory (CIFAR-10,
+  # MNIST, npz) a pad-4 random crop + flip; tfds imagenet2012 (decoded lazily) the Inception random-resized
+  # crop of the original JPEG + flip (stalesgd.data.inception_crop). Either way a function of (seed, g, j).
+  config.augment = False
   config.image_size = 224  # ImageNet crop side
+  config.data_workers = 8  # threads decoding ImageNet's JPEGs (the pixels do not depend on it)
 
   # Model (stalesgd.models.get_model).
   config.model = "small_cnn"
@@ -128,6 +132,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 INT32_MAX = 2**31 - 1  # counts end up in int32 device arrays
 INT64_MAX = 2**63 - 1  # seeds (numpy and JAX take up to int64) and byte counts
+MAX_DATA_WORKERS = 256  # decoding threads: more only costs memory
 
 
 def _fail(field: str, value, allowed: str) -> None:
@@ -270,6 +275,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   _check_dataset(config)
   _require_int(config, "seed", minimum=0, maximum=INT64_MAX)
   _require_int(config, "image_size", minimum=1)
+  _require_int(config, "data_workers", minimum=1, maximum=MAX_DATA_WORKERS)
   for flag in ("augment", "model_multipliers", "eager_updates", "nesterov", "staleness_normalize",
                "dc_per_learner_mean_square", "dc_mean_square_bias_correction", "gap_aware"):
     _require_bool(config, flag)
@@ -406,9 +412,10 @@ def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> floa
   return num_train / (contributions_per_update(config) * config.batch_per_learner)
 
 
-# Fields a resumed run may change: they decide when to log, save or how to batch
-# evaluation, never the weights or the metrics' values.
-RESUMABLE_CHANGES = ("log_every_updates", "checkpoint_every_seconds", "keep_checkpoints", "eval_batch_size")
+# Fields a resumed run may change: they decide when to log, save, how to batch
+# evaluation or how many threads decode, never the weights or the metrics' values.
+RESUMABLE_CHANGES = ("log_every_updates", "checkpoint_every_seconds", "keep_checkpoints", "eval_batch_size",
+                     "data_workers")
 CONFIG_FILENAME = "config.json"
 
 

@@ -214,7 +214,8 @@ def build_run(config: ml_collections.ConfigDict) -> RunInputs:
   weights, mini-batches and schedule.
   """
   dataset = data_lib.load_dataset(config.dataset, source=config.data_source, data_dir=config.data_dir,
-                                  normalization=config.normalization, image_size=config.image_size)
+                                  normalization=config.normalization, image_size=config.image_size,
+                                  data_workers=config.data_workers)
   model = models.get_model(config.model, num_classes=dataset.num_classes, **config.model_options)
   batches = data_lib.LearnerBatches(dataset, batch_per_learner=config.batch_per_learner, learners=config.learners,
                                     seed=config.seed, augment=config.augment, dropout_seeds=model.uses_dropout)

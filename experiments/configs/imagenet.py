@@ -13,10 +13,12 @@ import ml_collections
 def use_imagenet(config: ml_collections.ConfigDict, *, model: str, image_size: int) -> ml_collections.ConfigDict:
   """Switches ``config`` (in place) to tfds ``imagenet2012`` and ``model``.
 
-  Centre crops of ``image_size`` (`stalesgd.data.LazyImageSource`), with
-  `stalesgd.data`'s pad-4 random crops and flips, and per-channel
-  normalisation: the per-pixel mean image of Caffe is not computed for a data
-  set read lazily (`stalesgd.data.fit_normalization` refuses it).
+  Training images are Inception random-resized crops of ``image_size`` with
+  flips (``augment=True`` on the lazily decoded tfds split,
+  `stalesgd.data.inception_crop`), evaluation images centre crops
+  (`stalesgd.data.LazyImageSource`), with per-channel normalisation: the
+  per-pixel mean image of Caffe is not computed for a data set read lazily
+  (`stalesgd.data.fit_normalization` refuses it).
 
   Args:
     config: a config from `stalesgd.config.default_config`.

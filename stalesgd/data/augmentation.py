@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from stalesgd.data.counter_hash import splitmix64
+from stalesgd.data.counter_hash import sample_hashes
 
 
 def random_crop_and_flip(images: np.ndarray, offsets: np.ndarray, flips: np.ndarray,
@@ -43,7 +43,7 @@ def draw_crop_and_flip(keys: np.ndarray, batch_size: int, padding: int) -> tuple
   """Crop offsets and flips of every sample of every batch, from the batches' keys.
 
   For sample j of a batch with key K (`stalesgd.data.counter_hash.batch_keys`),
-  h = mix(K ^ mix(j + 2^63)); the row and column offsets are 16-bit fields of h
+  h = mix(K ^ mix(j + 2^63)) (`sample_hashes`); the row and column offsets are 16-bit fields of h
   modulo 2 padding + 1 (uniform up to a 2^-16 bias) and the flip is one bit.
 
   Args:
@@ -54,8 +54,7 @@ def draw_crop_and_flip(keys: np.ndarray, batch_size: int, padding: int) -> tuple
   Returns:
     (offsets int64 [S * batch_size, 2], flips bool [S * batch_size]), batch-major.
   """
-  sample_keys = splitmix64(np.arange(batch_size, dtype=np.uint64) | np.uint64(1 << 63))
-  hashes = splitmix64(np.asarray(keys, np.uint64)[:, None] ^ sample_keys[None, :]).reshape(-1)
+  hashes = sample_hashes(keys, batch_size)
   choices = np.uint64(2 * padding + 1)
   rows = (hashes & np.uint64(0xFFFF)) % choices
   columns = ((hashes >> np.uint64(16)) & np.uint64(0xFFFF)) % choices

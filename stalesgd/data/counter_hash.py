@@ -33,3 +33,14 @@ def batch_keys(seed: int, stream: int, global_batches: np.ndarray) -> np.ndarray
   with np.errstate(over="ignore"):
     base = splitmix64(splitmix64(np.array([seed], np.uint64)) ^ np.uint64(stream))
     return splitmix64(base + np.asarray(global_batches, np.uint64))
+
+
+def sample_hashes(keys: np.ndarray, batch_size: int) -> np.ndarray:
+  """uint64 [S * batch_size]: h = mix(K ^ mix(j + 2^63)) for sample j of each batch key K, batch-major.
+
+  One independent 64-bit hash per sample of every batch: the per-sample draws
+  of the augmentations (`stalesgd.data.augmentation`,
+  `stalesgd.data.inception_crop`) are read from these.
+  """
+  sample_keys = splitmix64(np.arange(batch_size, dtype=np.uint64) | np.uint64(1 << 63))
+  return splitmix64(np.asarray(keys, np.uint64)[:, None] ^ sample_keys[None, :]).reshape(-1)

@@ -12,7 +12,10 @@ the data once per epoch, different learners never share a sample within an
 epoch, and the same (seed, learner, k) always gives the same batch, however the
 emulated cluster interleaves them. Optional augmentation draws each sample's
 crop and flip, and optional dropout seeds come, from counter-based hashes of
-(seed, g) (`stalesgd.data.counter_hash`).
+(seed, g) (`stalesgd.data.counter_hash`): sample j of global batch g gets the
+same pixels however many threads decode it. The augmentation is the data set's
+kind's (`LearnerBatches.augmentation`): pad-and-crop for splits in memory, the
+Inception crop for lazily decoded ImageNet.
 
 Fast on the host: a call is one fancy-indexing gather plus a vectorised
 normalisation; the permutations of the few most recent epochs are cached.
@@ -30,8 +33,12 @@ import numpy as np
 from stalesgd.data.augmentation import draw_crop_and_flip, random_crop_and_flip
 from stalesgd.data.counter_hash import AUGMENTATION_STREAM, DROPOUT_STREAM, batch_keys
 from stalesgd.data.dataset import Dataset
+from stalesgd.data.inception_crop import draw_inception_crops
+from stalesgd.data.sources import LazyImageSource
 
 _PERMUTATION_STREAM = 0
+# What ``augment=True`` does, by the kind of training split (`LearnerBatches.augmentation`).
+NO_AUGMENTATION, PAD_CROP, INCEPTION_CROP = "none", "pad_crop_flip", "inception_crop_flip"
 
 
 def _positive_int(value: int, name: str) -> int:
@@ -42,6 +49,10 @@ def _positive_int(value: int, name: str) -> int:
 
 class LearnerBatches:
   """Mini-batches of ``batch_per_learner`` (mu) samples for ``learners`` (lambda) learners.
+
+  ``augmentation`` says what the training batches get: ``"none"``,
+  ``"pad_crop_flip"`` (``augment`` on a split in memory) or
+  ``"inception_crop_flip"`` (``augment`` on a lazily decoded split).
 
   Example:
     >>> from stalesgd.data import LearnerBatches, load_dataset
@@ -60,8 +71,13 @@ class LearnerBatches:
       batch_per_learner: mu, samples per mini-batch.
       learners: lambda, number of learners sharing the data.
       seed: non-negative int; with (learner, k) it determines every batch.
-      augment: random crop (zero padding ``crop_padding``) and horizontal flip.
-      crop_padding: padding of the random crop, in pixels.
+      augment: the training augmentation of the data set's kind: for a split
+        held in memory (CIFAR-10, MNIST, npz) a random crop of the
+        zero-padded image (``crop_padding``) and a horizontal flip
+        (`stalesgd.data.augmentation`); for a lazily decoded split (tfds
+        ImageNet, a `LazyImageSource`) the Inception random-resized crop of
+        the original image and a flip (`stalesgd.data.inception_crop`).
+      crop_padding: padding of the in-memory random crop, in pixels.
       dropout_seeds: add ``"dropout_seed"`` (uint32 [S]) to every batch, for
         models whose `ModelSpec.uses_dropout`.
       cached_epochs: how many epoch permutations to keep.
@@ -77,6 +93,8 @@ class LearnerBatches:
       raise ValueError(f"dataset {dataset.name!r} has an empty training split")
     self.dataset, self.seed = dataset, int(seed)
     self.augment, self.crop_padding = bool(augment), int(crop_padding)
+    lazy = isinstance(dataset.train, LazyImageSource)
+    self.augmentation = NO_AUGMENTATION if not self.augment else INCEPTION_CROP if lazy else PAD_CROP
     self.dropout_seeds = bool(dropout_seeds)
     self._permutations: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
 
@@ -133,8 +151,13 @@ class LearnerBatches:
     """
     global_batches = self.global_batch(learner, k)
     indices = self._indices_of_global_batches(global_batches)
-    images, labels = self.dataset.train.read(indices.reshape(-1))
-    if self.augment:
+    if self.augmentation == INCEPTION_CROP:
+      draws = draw_inception_crops(batch_keys(self.seed, AUGMENTATION_STREAM, global_batches),
+                                   self.batch_per_learner)
+      images, labels = self.dataset.train.read_inception_crops(indices.reshape(-1), draws)
+    else:
+      images, labels = self.dataset.train.read(indices.reshape(-1))
+    if self.augmentation == PAD_CROP:
       offsets, flips = draw_crop_and_flip(batch_keys(self.seed, AUGMENTATION_STREAM, global_batches),
                                           self.batch_per_learner, self.crop_padding)
       images = random_crop_and_flip(images, offsets, flips, self.crop_padding)

@@ -41,7 +41,7 @@ def _check_arguments(name: str, source: str, normalization: str) -> None:
 
 
 def load_dataset(name: str, *, source: str = "tfds", data_dir: str | None = None,
-                 normalization: str = "per_channel", image_size: int = 224) -> Dataset:
+                 normalization: str = "per_channel", image_size: int = 224, data_workers: int = 1) -> Dataset:
   """Loads a data set and fits its input normalisation on the training split.
 
   Args:
@@ -51,6 +51,8 @@ def load_dataset(name: str, *, source: str = "tfds", data_dir: str | None = None
     normalization: ``"per_pixel_mean"`` (Caffe/Rudra), ``"per_channel"``
       (ResNets), ``"unit"`` or ``"raw"``; see `stalesgd.data.normalization`.
     image_size: crop side for ImageNet (ignored by the in-memory data sets).
+    data_workers: threads decoding ImageNet's JPEGs (ignored by the in-memory
+      data sets); the images do not depend on it.
 
   Returns:
     The `Dataset`.
@@ -61,7 +63,7 @@ def load_dataset(name: str, *, source: str = "tfds", data_dir: str | None = None
   """
   _check_arguments(name, source, normalization)
   if source == "tfds":
-    train, test, num_classes = load_tfds_splits(name, data_dir, image_size=image_size)
+    train, test, num_classes = load_tfds_splits(name, data_dir, image_size=image_size, data_workers=data_workers)
   elif source == "npz":
     train, test = load_npz_splits(name, data_dir)
     largest_label = int(max(np.max(train.labels, initial=0), np.max(test.labels, initial=0)))

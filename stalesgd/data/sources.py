@@ -3,18 +3,20 @@
 A source holds one split and answers ``read(indices) -> (images uint8 [n, H, W,
 C], labels int32 [n])`` for any integer index array, so mini-batches are built
 by numpy fancy indexing. Small data sets (CIFAR-10, MNIST, the embedded digits)
-live in memory as an `ArraySource`; ImageNet is a `LazyImageSource` that decodes,
-resizes and centre-crops each requested example and is never materialised.
+live in memory as an `ArraySource`; ImageNet is a `LazyImageSource` that decodes
+and crops each requested example (on a pool of threads) and is never materialised.
 """
 
 from __future__ import annotations
 
-import io
-from collections.abc import Mapping, Sequence
+import concurrent.futures
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from PIL import Image
+
+from stalesgd.data.center_crop import decode_and_center_crop
+from stalesgd.data.inception_crop import CropDraws, decode_inception_crop
 
 
 class ImageSource(Protocol):
@@ -72,60 +74,68 @@ class ArraySource:
     return self.images[indices], self.labels[indices]
 
 
-def decode_and_center_crop(image: Any, image_size: int, resize_size: int) -> np.ndarray:
-  """Encoded (JPEG/PNG bytes) or decoded image -> uint8 [image_size, image_size, 3].
-
-  Resizes the shorter side to ``resize_size`` (bilinear), then takes the
-  central ``image_size`` square: the standard ImageNet evaluation crop
-  (256 -> 224). JPEGs are decoded at a reduced DCT scale when that is still
-  larger than the target ("draft" mode), which is several times faster for
-  ImageNet's large photos.
-  """
-  if isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3:
-    picture = Image.fromarray(image)
-  else:
-    picture = Image.open(io.BytesIO(bytes(image)))
-    picture.draft("RGB", (resize_size, resize_size))
-  picture = picture.convert("RGB")
-  width, height = picture.size
-  scale = resize_size / min(width, height)
-  new_width, new_height = max(resize_size, round(width * scale)), max(resize_size, round(height * scale))
-  picture = picture.resize((new_width, new_height), Image.BILINEAR)
-  left, top = (new_width - image_size) // 2, (new_height - image_size) // 2
-  return np.asarray(picture.crop((left, top, left + image_size, top + image_size)), dtype=np.uint8)
-
-
 class LazyImageSource:
-  """A split read example by example from a random-access sequence (e.g. tfds).
+  """A split read example by example from a random-access sequence (e.g. tfds), decoded on ``workers`` threads.
 
   Each ``examples[i]`` is a mapping with ``"image"`` (encoded bytes or a uint8
-  array) and ``"label"``; `read` decodes only the requested examples with
-  `decode_and_center_crop`. Nothing is cached, so memory stays constant.
+  array) and ``"label"``. `read` gives the evaluation centre crop
+  (`decode_and_center_crop`); `read_inception_crops` the training crops of
+  `stalesgd.data.inception_crop`, from the original images. Records are read
+  in the calling thread; decoding and cropping run on a pool of ``workers``
+  threads (Pillow releases the GIL while it decodes and resizes), each image
+  written to its own row, so the arrays do not depend on ``workers``. Nothing is
+  cached, so memory stays constant.
 
   Attributes:
     examples: the random-access sequence.
     image_shape: (image_size, image_size, 3).
+    workers: decoding threads (1: the calling thread decodes).
   """
 
   def __init__(self, examples: Sequence[Mapping[str, Any]], *, image_size: int = 224,
-               resize_size: int | None = None):
+               resize_size: int | None = None, workers: int = 1):
     resize_size = resize_size if resize_size is not None else round(image_size * 256 / 224)
     if image_size < 1 or resize_size < image_size:
       raise ValueError(f"need 1 <= image_size <= resize_size; got image_size={image_size}, "
                        f"resize_size={resize_size}")
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+      raise ValueError(f"workers (decoding threads) must be a positive int; got {workers!r}")
     self.examples = examples
-    self.image_size, self.resize_size = image_size, resize_size
+    self.image_size, self.resize_size, self.workers = image_size, resize_size, int(workers)
     self.image_shape = (image_size, image_size, 3)
+    self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # started on first use
 
   def __len__(self) -> int:
     return len(self.examples)
 
   def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Centre crops (evaluation) and labels of the given examples."""
+    return self._decode(indices, lambda position, image: decode_and_center_crop(
+        image, self.image_size, self.resize_size))
+
+  def read_inception_crops(self, indices: np.ndarray, draws: CropDraws) -> tuple[np.ndarray, np.ndarray]:
+    """Training crops and labels: example ``indices[i]`` cropped and flipped as row i of ``draws`` says."""
+    if draws.uniforms.shape[0] != np.size(indices) or draws.flips.shape[0] != np.size(indices):
+      raise ValueError(f"need one draw per index; got {draws.uniforms.shape[0]} draws for {np.size(indices)} indices")
+    return self._decode(indices, lambda position, image: decode_inception_crop(
+        image, draws.uniforms[position], bool(draws.flips[position]), self.image_size, self.resize_size))
+
+  def _decode(self, indices: np.ndarray,
+              decode: Callable[[int, Any], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     indices = _check_indices(indices, len(self))
-    images = np.empty((indices.size, *self.image_shape), np.uint8)
-    labels = np.empty((indices.size,), np.int32)
-    for position, index in enumerate(indices):
-      example = self.examples[int(index)]
-      images[position] = decode_and_center_crop(example["image"], self.image_size, self.resize_size)
-      labels[position] = int(example["label"])
+    examples = [self.examples[int(index)] for index in indices]
+    images = np.empty((len(examples), *self.image_shape), np.uint8)
+    labels = np.array([int(example["label"]) for example in examples], np.int32)
+
+    def decode_into(position: int) -> None:
+      images[position] = decode(position, examples[position]["image"])
+
+    if self.workers == 1 or len(examples) < 2:
+      for position in range(len(examples)):
+        decode_into(position)
+    else:
+      if self._pool is None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="stalesgd-decode")
+      for _ in self._pool.map(decode_into, range(len(examples))):  # re-raises a decoding error here
+        pass
     return images, labels

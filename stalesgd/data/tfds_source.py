@@ -4,7 +4,7 @@ CIFAR-10, MNIST and Fashion-MNIST are read once into memory (`ArraySource`):
 decoding every PNG once is cheaper than decoding on every mini-batch, and the
 normalisation statistics need a full pass anyway. ImageNet (``imagenet2012``,
 whose ``validation`` split serves as the test split) stays a `LazyImageSource`
-whose JPEGs are decoded, resized and centre-cropped per requested example.
+whose JPEGs are decoded and cropped per requested example, on ``data_workers`` threads.
 
 Nothing here downloads: ``tfds.data_source(..., download=False)`` only opens a
 prepared data set, and when that fails the error says whether the data set is
@@ -58,14 +58,15 @@ def _materialise(examples: Any) -> ArraySource:
   return ArraySource(images, labels)
 
 
-def load_tfds_splits(name: str, data_dir: str | None, *,
-                     image_size: int = 224) -> tuple[ImageSource, ImageSource, int]:
+def load_tfds_splits(name: str, data_dir: str | None, *, image_size: int = 224,
+                     data_workers: int = 1) -> tuple[ImageSource, ImageSource, int]:
   """(train, test, num_classes) of a prepared tfds data set.
 
   Args:
     name: one of `TFDS_SPLITS`.
     data_dir: tfds data directory (None: tfds's default).
-    image_size: side of the centre crop for lazily read data sets (ImageNet).
+    image_size: side of the crops of lazily read data sets (ImageNet).
+    data_workers: decoding threads of lazily read data sets (`LazyImageSource`).
 
   Raises:
     DatasetNotPreparedError: when the data set is not prepared for random access.
@@ -83,6 +84,6 @@ def load_tfds_splits(name: str, data_dir: str | None, *,
     raise _not_prepared(name, data_dir, error) from error
   num_classes = tfds.builder(name, data_dir=data_dir).info.features["label"].num_classes
   if lazy:
-    return (LazyImageSource(train, image_size=image_size), LazyImageSource(test, image_size=image_size),
-            num_classes)
+    return (LazyImageSource(train, image_size=image_size, workers=data_workers),
+            LazyImageSource(test, image_size=image_size, workers=data_workers), num_classes)
   return _materialise(train), _materialise(test), num_classes

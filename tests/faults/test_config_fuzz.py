@@ -136,6 +136,7 @@ CASES = [
     Case("normalization", choice(NORMALIZATIONS), extra=NORMALIZATIONS + ("zca", "Per_channel")),
     Case("augment", flags),
     Case("image_size", ints(1)),
+    Case("data_workers", ints(1, 256), extra=(256, 257)),
     Case("model", choice(models.available_models()), extra=models.available_models() + ("resnet7",)),
     Case("model_options", mapping, extra=({}, {"hidden_sizes": (8,)}, "hidden_sizes=8", ("hidden_sizes", 8))),
     Case("model_multipliers", flags),
