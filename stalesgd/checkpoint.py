@@ -19,7 +19,10 @@ next `Checkpointer` opens the directory.
 Damage after the fact (a truncated, overwritten or deleted file) is caught on
 restore: orbax and tensorstore notice missing and truncated pieces, and a CRC-32
 of every array and of the metadata, stored in the metadata at save time, catches
-changed bytes that would otherwise be read back as wrong weights. `restore`
+changed bytes that would otherwise be read back as wrong weights. An array
+sharded over processes (no process holds it whole) gets one CRC-32 per process
+over the shards that process holds, gathered at save time and checked on
+restore by each process for its own shards. `restore`
 then warns, naming the step and why, and falls back to the next older step (so
 keep at least 2 checkpoints); the unreadable step directory is renamed to
 ``<step>.unreadable`` (kept for inspection, out of orbax's way). When no
@@ -76,11 +79,22 @@ class _UnreadableCheckpoint(Exception):
   """One step's checkpoint is damaged (raised and caught inside `Checkpointer.restore`)."""
 
 
+def _without_keys(leaf: Any) -> Any:
+  """A PRNG key array as its key data (checksums see the bits); any other leaf as it is."""
+  if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(leaf)
+  return leaf
+
+
+def _is_process_sharded(leaf: Any) -> bool:
+  """Whether ``leaf`` is split over several processes, so that none holds it whole."""
+  return isinstance(leaf, jax.Array) and not leaf.is_fully_addressable and not leaf.is_fully_replicated
+
+
 def _leaf_array(leaf: Any) -> np.ndarray | None:
   """A leaf as a host array (a PRNG key as its key data), or None when this process does not hold it whole."""
+  leaf = _without_keys(leaf)
   if isinstance(leaf, jax.Array):
-    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-      leaf = jax.random.key_data(leaf)
     if leaf.is_fully_addressable:
       leaf = jax.device_get(leaf)
     elif leaf.is_fully_replicated:
@@ -90,8 +104,46 @@ def _leaf_array(leaf: Any) -> np.ndarray | None:
   return np.ascontiguousarray(np.asarray(leaf))
 
 
-def _crc32(array: np.ndarray) -> int:
-  return zlib.crc32(array.reshape(-1).view(np.uint8))
+def _crc32(array: np.ndarray, start: int = 0) -> int:
+  return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8), start)
+
+
+def _local_shards_checksum(leaf: jax.Array) -> list[int]:
+  """[CRC-32 of this process's layout of ``leaf``, CRC-32 of the bytes of its distinct shards] for a leaf
+  sharded over processes.
+
+  The layout (dtype, global shape, the index ranges of the shards held) tells whether a restored leaf is laid
+  out as the saved one was, so that its bytes can be compared.
+  """
+  leaf = _without_keys(leaf)
+  shards = {}
+  for shard in leaf.addressable_shards:  # devices of one process may hold the same shard: count it once
+    ranges = tuple(tuple(piece.indices(size)[:2]) for piece, size in zip(shard.index, leaf.shape))
+    shards.setdefault(ranges, shard)
+  layout = json.dumps([str(leaf.dtype), list(leaf.shape), sorted(shards)])
+  crc = 0
+  for ranges in sorted(shards):
+    crc = _crc32(np.asarray(shards[ranges].data), crc)
+  return [zlib.crc32(layout.encode("utf-8")), crc]
+
+
+def _process_sharded_checksums(state: PyTree) -> dict[str, Any] | None:
+  """Every process's `_local_shards_checksum` of every leaf sharded over processes (a collective), or None.
+
+  Returns ``{"processes": P, "leaves": [None, or P x [layout CRC, bytes CRC], per leaf in tree order]}``.
+  Every process must call it, in the same order (the state has the same tree and shardings everywhere).
+  """
+  leaves = jax.tree_util.tree_leaves(state)
+  sharded = [index for index, leaf in enumerate(leaves) if _is_process_sharded(leaf)]
+  if not sharded:
+    return None
+  # As int32 bit patterns: JAX (without x64) would wrap int64 CRCs to 32 bits on the way.
+  local = np.asarray([_local_shards_checksum(leaves[index]) for index in sharded], np.uint32).view(np.int32)
+  gathered = np.asarray(multihost_utils.process_allgather(local)).view(np.uint32)  # [P, sharded leaves, 2]
+  table: list[Any] = [None] * len(leaves)
+  for position, index in enumerate(sharded):
+    table[index] = gathered[:, position].tolist()
+  return {"processes": jax.process_count(), "leaves": table}
 
 
 def _state_checksums(state: PyTree) -> list[dict[str, Any] | None]:
@@ -126,6 +178,30 @@ def _check_optional_positive_int(name: str, value: Any) -> None:
     return
   if isinstance(value, bool) or not isinstance(value, int) or value < 1:
     raise ValueError(f"{name} = {value!r}; allowed: None or an int >= 1")
+
+
+def _check_process_shards(leaves: Sequence[tuple[Any, Any]], saved: Any) -> None:
+  """Compares this process's shards of every process-sharded leaf with the checksums saved for this process.
+
+  Only where the run has as many processes as the one that saved, and this process holds the same shards of
+  the same dtype and shape (restoring into another layout reads other bytes by design). Any process raising
+  makes every process set the step aside (`Checkpointer.restore` agrees across processes).
+  """
+  if not isinstance(saved, Mapping) or saved.get("processes") != jax.process_count():
+    return
+  table = saved.get("leaves")
+  if not isinstance(table, list) or len(table) != len(leaves):
+    count = len(table) if isinstance(table, list) else table
+    raise _UnreadableCheckpoint(f"its process-sharded checksums list {count!r} arrays, the state has {len(leaves)}")
+  for (path, leaf), expected in zip(leaves, table):
+    if expected is None or not _is_process_sharded(leaf):
+      continue
+    layout, crc = _local_shards_checksum(leaf)
+    mine = expected[jax.process_index()] if isinstance(expected, list) else None
+    if isinstance(mine, list) and mine[0] == layout and mine[1] != crc:
+      raise _UnreadableCheckpoint(f"the shards of array {jax.tree_util.keystr(path)} held by process "
+                                  f"{jax.process_index()} do not match the checksum written with them (their bytes "
+                                  "changed on disk)")
 
 
 class Checkpointer:
@@ -243,10 +319,13 @@ class Checkpointer:
     with self._reporting_write_errors(f"while saving checkpoint {step}"):
       if not self._manager.should_save(step) and not force:
         return False
+      sharded_checksums = _process_sharded_checksums(state)  # a collective: before anything may raise
       self._check_writable()
       if jax.process_index() == 0:  # only the primary process writes the metadata
         json_metadata[CHECKSUMS_KEY] = {"state": _state_checksums(state),
                                         "metadata": _metadata_checksum(json_metadata)}
+        if sharded_checksums is not None:
+          json_metadata[CHECKSUMS_KEY]["process_sharded_state"] = sharded_checksums
       return self._manager.save(
           step,
           args=ocp.args.Composite(**{
@@ -351,6 +430,7 @@ class Checkpointer:
             and list(array.shape) == expected.get("shape") and _crc32(array) != expected.get("crc32")):
           raise _UnreadableCheckpoint(f"array {jax.tree_util.keystr(path)} does not match the checksum written "
                                       "with it (its bytes changed on disk)")
+      _check_process_shards(leaves, checksums.get("process_sharded_state"))
     return state, metadata
 
   def _set_aside(self, steps: Sequence[int]) -> list[str]:

@@ -1,11 +1,13 @@
 """One of two JAX processes for test_checkpoint.py's multi-process test.
 
-Run as ``python multiprocess_checkpoint_worker.py PROCESS_ID PORT DIRECTORY``.
+Run as ``python multiprocess_checkpoint_worker.py PROCESS_ID PORT DIRECTORY [restore]``.
 Each process owns 2 CPU devices of a 4-device ``learners`` mesh. It saves a
 state sharded across both processes, restores it, then lets process 1 receive
 SIGTERM twice, with JAX's preemption service on and then off: both times the
 guard's Python handlers catch it and their flags are OR-ed across processes,
-so both processes stop at the step of the signal.
+so both processes stop at the step of the signal (and save it).
+With ``restore``, it only restores the newest readable checkpoint of
+DIRECTORY (which the test may have damaged in between).
 It prints one JSON line with what it saw; the test compares the two processes.
 """
 
@@ -29,18 +31,23 @@ import numpy as np  # noqa: E402
 from stalesgd.checkpoint import Checkpointer, PreemptionGuard  # noqa: E402
 
 GLOBAL_SHAPE = (4, 3)
+WEIGHTS_SHAPE = (4, 4096)  # large enough that damage in the middle of a data file hits array bytes
 
 
 def _global_values() -> np.ndarray:
   return np.arange(np.prod(GLOBAL_SHAPE), dtype=np.float32).reshape(GLOBAL_SHAPE)
 
 
+def global_weights() -> np.ndarray:
+  return np.random.default_rng(0).standard_normal(WEIGHTS_SHAPE).astype(np.float32)
+
+
 def _sharded_state() -> dict[str, jax.Array]:
   mesh = jax.make_mesh((4,), ("learners",))
   sharding = jax.sharding.NamedSharding(mesh, jax.P("learners"))
-  values = _global_values()
-  ring = jax.make_array_from_callback(GLOBAL_SHAPE, sharding, lambda index: values[index])
-  return {"ring": ring}
+  arrays = {"ring": _global_values(), "weights": global_weights()}
+  return {name: jax.make_array_from_callback(values.shape, sharding, lambda index, values=values: values[index])
+          for name, values in arrays.items()}
 
 
 def _local_shards_match(array: jax.Array, expected: np.ndarray) -> bool:
@@ -63,6 +70,14 @@ def main() -> None:
                              process_id=process_id, initialization_timeout=60)
   state = _sharded_state()
   result: dict[str, object] = {"process_id": process_id}
+  if sys.argv[4:] == ["restore"]:
+    with Checkpointer(directory) as checkpointer:
+      restored_state, result["restored_metadata"] = checkpointer.restore(state)
+    result["restored_shards_equal"] = (_local_shards_match(restored_state["ring"], _global_values())
+                                       and _local_shards_match(restored_state["weights"], global_weights()))
+    print(json.dumps(result), flush=True)
+    jax.distributed.shutdown()
+    return
   with Checkpointer(directory) as checkpointer:
     checkpointer.save(1, state, {"next_update": 1})
     checkpointer.wait()

@@ -285,14 +285,14 @@ def _free_port() -> int:
     return probe.getsockname()[1]
 
 
-@pytest.mark.multiprocess
-def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
+def _run_checkpoint_workers(directory: pathlib.Path, *mode: str) -> tuple[list[dict], list[str]]:
+  """Both processes of ``multiprocess_checkpoint_worker.py``: their JSON results and their stderr."""
   port = _free_port()
   environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
   environment.pop("XLA_FLAGS", None)
   workers = [
       subprocess.Popen([sys.executable, str(WORKERS_DIR / "multiprocess_checkpoint_worker.py"),
-                        str(process_id), str(port), str(tmp_path)],
+                        str(process_id), str(port), str(directory), *mode],
                        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
       for process_id in (0, 1)
   ]
@@ -305,6 +305,13 @@ def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
   for worker, (stdout, stderr) in zip(workers, outputs):
     assert worker.returncode == 0, stderr[-3000:]
     results.append(json.loads(stdout.strip().splitlines()[-1]))
+  return results, [stderr for _, stderr in outputs]
+
+
+@pytest.mark.multiprocess
+def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
+  """Also: a bit flipped in a shard only process 1 holds makes both processes fall back to the older step."""
+  results, _ = _run_checkpoint_workers(tmp_path)
   for process_id, result in enumerate(results):
     assert result["process_id"] == process_id
     assert result["restored_metadata"] == {"next_update": 1}
@@ -317,5 +324,22 @@ def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
   # Shards written by the two processes form the whole array, readable by one process.
   with Checkpointer(tmp_path) as checkpointer:
     replicated = jax.sharding.NamedSharding(_learners_mesh(devices), jax.P())
-    state, _ = checkpointer.restore({"ring": jax.ShapeDtypeStruct((4, 3), jnp.float32, sharding=replicated)}, step=1)
+    state, _ = checkpointer.restore({"ring": jax.ShapeDtypeStruct((4, 3), jnp.float32, sharding=replicated),
+                                     "weights": jax.ShapeDtypeStruct((4, 4096), jnp.float32, sharding=replicated)},
+                                    step=1)
   np.testing.assert_array_equal(np.asarray(state["ring"]), np.arange(12, dtype=np.float32).reshape(4, 3))
+
+  # One bit flipped in the data process 1 wrote for the newest step: only process 1 can see it (its shards'
+  # checksum); both processes must fall back to step 1 together.
+  [data] = sorted((tmp_path / "4" / "state" / "ocdbt.process_1" / "d").iterdir(), key=lambda path: path.stat().st_size)[-1:]
+  with open(data, "r+b") as file:
+    file.seek(data.stat().st_size // 2)
+    byte = file.read(1)
+    file.seek(data.stat().st_size // 2)
+    file.write(bytes([byte[0] ^ 1]))
+  results, errors = _run_checkpoint_workers(tmp_path, "restore")
+  for result in results:
+    assert result["restored_metadata"] == {"next_update": 1} and result["restored_shards_equal"]
+  assert "held by process 1 do not match the checksum" in errors[1], errors[1][-3000:]
+  assert "another process could not read its part" in errors[0], errors[0][-3000:]
+  assert (tmp_path / "4.unreadable").is_dir()
