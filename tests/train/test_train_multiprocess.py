@@ -96,11 +96,12 @@ def process_pid(process_id: int, workdir: pathlib.Path) -> int:
   return int(found[0])
 
 
-@pytest.mark.parametrize("variant, signalled", [("async_dc", 1), ("dcs3gd", 0)])
-def test_sigterm_to_one_process_of_a_two_process_run_saves_exits_zero_and_the_restart_resumes_exactly(
+@pytest.mark.parametrize("variant, signalled", [("async_dc", 1), ("dcs3gd", None)])
+def test_sigterm_to_a_two_process_run_saves_exits_zero_and_the_restart_resumes_exactly(
     variant, signalled, devices, tmp_path, compilation_cache):
-  """SIGTERM to one process mid-run (a preemption notice may reach one host first): a checkpoint on every
-  process at the same update, exit 0 everywhere, exact resume.
+  """SIGTERM mid-run, to one process (``signalled``: a preemption notice may reach one host first) or to
+  ``launch/local.sh``, which passes it to both: a checkpoint on every process at the same update, exit 0
+  everywhere, exact resume.
 
   Timed checkpoints are off (one per hour, after the first), so the checkpoint
   at the preempted update can only come from the SIGTERM. A parameter-server run advances its
@@ -127,7 +128,10 @@ def test_sigterm_to_one_process_of_a_two_process_run_saves_exits_zero_and_the_re
       first.kill()
       pytest.fail(f"the run ended or stalled before training:\n{log_tail(log, lines=60)}")
     time.sleep(0.05)
-  os.kill(process_pid(signalled, workdir), signal.SIGTERM)  # that process alone; the other learns it in a collective
+  if signalled is None:
+    first.send_signal(signal.SIGTERM)  # local.sh passes it to both processes
+  else:  # that process alone; the other learns it in a collective
+    os.kill(process_pid(signalled, workdir), signal.SIGTERM)
   try:
     assert first.wait(timeout=TIMEOUT) == 0, log_tail(log, lines=60)
   except subprocess.TimeoutExpired:
