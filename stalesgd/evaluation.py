@@ -41,7 +41,11 @@ class Evaluator:
       size = min(precise_bn_batch_size, dataset.num_train)
       count = max(1, min(precise_bn_batches, dataset.num_train // size))
       self._precise_bn = data_lib.precise_bn_batches(dataset, batch_size=size, num_batches=count, seed=seed)
-    self._sums = jax.jit(self._batch_sums, out_shardings=self._replicated)
+    self._add_sums = jax.jit(self._add_batch_sums, out_shardings=self._replicated)
+
+  def _add_batch_sums(self, totals, variables, batch):
+    """``totals`` plus this batch's [correct, loss, count] sums: one program per batch, the addition included."""
+    return totals + self._batch_sums(variables, batch)
 
   def _batch_sums(self, variables, batch):
     logits = self.model.predict(variables, batch["image"])
@@ -51,11 +55,12 @@ class Evaluator:
     return jnp.stack([jnp.sum(correct * mask), jnp.sum(loss * mask), jnp.sum(mask)])
 
   def _accumulate(self, variables, split: str, num_examples: int | None) -> np.ndarray:
-    totals = jnp.zeros(3, jnp.float32)
+    totals = global_array(np.zeros(3, np.float32), self._replicated)
     for batch in data_lib.evaluation_batches(self.dataset, batch_size=self.batch_size, split=split,
                                              num_examples=num_examples):
       sharded = {key: global_array(np.asarray(value), self._split) for key, value in batch.items()}
-      totals = totals + self._sums(variables, sharded)
+      # One program in flight at a time (see `stalesgd.models.ModelSpec.batch_stats_for_eval`).
+      totals = jax.block_until_ready(self._add_sums(totals, variables, sharded))
     return np.asarray(jax.device_get(totals), np.float64)
 
   def variables(self, params: Any) -> dict:

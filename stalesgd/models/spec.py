@@ -57,6 +57,12 @@ def _validated_image_shape(image_shape: tuple[int, ...]) -> tuple[int, int, int]
   return shape  # type: ignore[return-value]
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _divide(tree: Any, count: int) -> Any:
+  """Every leaf of ``tree`` divided by ``count``, as one program."""
+  return jax.tree.map(lambda value: value / count, tree)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ModelSpec:
   """A classifier as the trainer and the engine see it.
@@ -162,12 +168,18 @@ class ModelSpec:
     return self.module.apply(used, images, train=False)
 
   @functools.cached_property
-  def _batch_moments(self) -> Callable[[Params, jax.Array], Any]:
-    def moments(params: Params, images: jax.Array) -> Any:
+  def _add_batch_moments(self) -> Callable[[Any, Params, jax.Array], Any]:
+    """jit of (running sum of moments or None, params, images) -> the sum with this batch's moments.
+
+    One program per batch, the addition included: eager additions of (possibly sharded) moments would queue
+    one small multi-device program per leaf, the XLA:CPU hazard `batch_stats_for_eval` avoids.
+    """
+    def add_moments(total: Any, params: Params, images: jax.Array) -> Any:
       _, state = self.module.apply({"params": params}, images, train=True,
                                    mutable=[MOMENTS_COLLECTION])
-      return state[MOMENTS_COLLECTION]
-    return jax.jit(moments)
+      moments = state[MOMENTS_COLLECTION]
+      return moments if total is None else jax.tree.map(jnp.add, total, moments)
+    return jax.jit(add_moments)
 
   def batch_stats_for_eval(self, params: Params, batches: Iterable[Batch]) -> Any:
     """Population batch-norm statistics at ``params`` ("precise BN").
@@ -188,16 +200,17 @@ class ModelSpec:
       return {}
     total, count = None, 0
     for batch in batches:
-      moments = self._batch_moments(params, jnp.asarray(batch["image"]))
-      total = moments if total is None else jax.tree.map(jnp.add, total, moments)
-      # One batch in flight at a time: with parameters sharded over several devices each call holds
+      total = self._add_batch_moments(total, params, jnp.asarray(batch["image"]))
+      # One program in flight at a time: with parameters sharded over several devices each call holds
       # collectives, and on XLA:CPU a queue of such programs can deadlock (a device's launch waits on its
-      # in-flight limit while the others wait for it in an all-gather), as the engine's waves did.
+      # in-flight limit while the others wait for it in an all-gather), as the engine's waves did. A
+      # ResNet-20 study aborted so ("Termination timeout for all gather") while the per-batch sums were
+      # still eager additions, one program per batch-norm leaf.
       jax.block_until_ready(total)
       count += 1
     if count == 0:
       raise ValueError("batches is empty: precise BN needs at least one training batch")
-    return jax.tree.map(lambda value: value / count, total)
+    return jax.block_until_ready(_divide(total, count))
 
   def learning_rate_multipliers(self, params: Params) -> Any:
     """Per-parameter learning-rate multipliers, a pytree of floats like ``params``."""
