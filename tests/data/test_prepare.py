@@ -11,6 +11,7 @@ the arrays ``source='npz'`` loads.
 from __future__ import annotations
 
 import gzip
+import json
 import io
 import os
 import pickle
@@ -316,3 +317,28 @@ def test_real_data_prepared_for_tfds_loads_as_the_npz_arrays(tmp_path, name):
   assert (from_tfds.num_classes, from_tfds.image_shape) == (from_npz.num_classes, from_npz.image_shape)
   np.testing.assert_array_equal(from_tfds.normalization.offset, from_npz.normalization.offset)
   np.testing.assert_array_equal(from_tfds.normalization.scale, from_npz.normalization.scale)
+
+
+@pytest.mark.slow
+def test_real_cifar10_from_tfds_trains_the_same_run_as_from_npz_bit_for_bit(tmp_path):
+  """The same short async run (an MLP, 40 updates of 8 learners x 16 images) on CIFAR-10 read through
+  ``tfds.data_source`` after `prepare`, and from the npz arrays: the same weights and records."""
+  from stalesgd.config import default_config  # pylint: disable=g-import-not-at-top
+  from stalesgd.train import train_and_evaluate  # pylint: disable=g-import-not-at-top
+
+  npz_dir = _real_npz_dir("cifar10")
+  prepare("cifar10", npz_dir, str(tmp_path / "tfds"), progress=None)
+  summaries, records = [], []
+  for source, data_dir in (("tfds", str(tmp_path / "tfds")), ("npz", npz_dir)):
+    config = default_config()
+    config.dataset, config.data_source, config.data_dir = "cifar10", source, data_dir
+    config.model, config.protocol = "mlp", "async"
+    config.num_epochs = 40 * 16 / 50_000  # 40 updates
+    config.eval_every_epochs = config.num_epochs
+    workdir = tmp_path / source
+    summaries.append(train_and_evaluate(config, str(workdir)))
+    records.append([{key: value for key, value in json.loads(line).items() if key not in ("wall_time", "images_per_s")}
+                    for line in (workdir / "metrics.jsonl").read_text().splitlines()])
+  assert summaries[0]["updates"] == summaries[1]["updates"] == 40
+  assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
+  assert records[0] == records[1]
