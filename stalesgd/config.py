@@ -1,8 +1,8 @@
 """The configuration of one training run: every field, its default, and its checks.
 
 `default_config()` is the one place where defaults live (big_vision's advice:
-no ``config.get(key, default)`` scattered through the trainer); every file in
-``experiments/configs/`` starts from it and overrides what its paper says.
+no ``config.get(key, default)`` scattered through the trainer); every config in
+`stalesgd.configs` starts from it and overrides what its paper says.
 `validate_config` runs before anything expensive (no data read, nothing
 compiled) and names the offending field with the allowed values.
 

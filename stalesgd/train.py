@@ -233,8 +233,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """Trains and evaluates one run; returns its summary (also written to ``summary.json``).
 
   Args:
-    config: the run's config (`stalesgd.config.default_config` and the files in
-      ``experiments/configs/``).
+    config: the run's config (`stalesgd.config.default_config` and the configs in
+      `stalesgd.configs`).
     workdir: where metrics, checkpoints, plots and the summary go; a run
       restarted with the same workdir resumes from its latest checkpoint.
 

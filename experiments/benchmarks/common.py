@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.configs import rudra_cifar10
+from stalesgd.configs import rudra_cifar10
 from stalesgd import engine as engine_lib
 from stalesgd.config import contributions_per_update
 from stalesgd.train import build_run

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.configs import dcasgd_cifar10_resnet20, rudra_cifar10
+from stalesgd.configs import dcasgd_cifar10_resnet20, rudra_cifar10
 from stalesgd import models
 from stalesgd.config import updates_per_epoch
 from stalesgd.optimizer import build_optimizer, learning_rate_schedule

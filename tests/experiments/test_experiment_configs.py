@@ -1,4 +1,4 @@
-"""Every file in experiments/configs/: its argument grammar, every variant validates and builds, the papers' settings."""
+"""Every config in stalesgd/configs/: its argument grammar, every variant validates and builds, the papers' settings."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from experiments.configs.arguments import ConfigArguments, parse_config_argument
+from stalesgd.configs.arguments import ConfigArguments, parse_config_argument
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
 from stalesgd.config import (DECENTRALIZED_PROTOCOLS, protocol_options, timing_model, updates_per_epoch,
                              validate_config)
 from stalesgd.optimizer import build_optimizer
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "configs"
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "stalesgd" / "configs"
 NUM_DEVICES = 8
 TRAIN_EXAMPLES = {"cifar10": 50_000, "digits": 1_497, "imagenet2012": 1_281_167}
 NUM_CLASSES = {"cifar10": 10, "digits": 10, "imagenet2012": 1000}
@@ -29,7 +29,7 @@ EXPECTED_CONFIG_FILES = {"demo", "rudra_cifar10", "zhang_imagenet", "dcasgd_cifa
 def _config_modules():
   modules = {}
   for path in sorted(CONFIG_DIR.glob("*.py")):
-    module = importlib.import_module(f"experiments.configs.{path.stem}")
+    module = importlib.import_module(f"stalesgd.configs.{path.stem}")
     if hasattr(module, "get_config"):
       modules[path.stem] = module
   return modules

@@ -1,4 +1,4 @@
-"""experiments/reproduce.py and the sweep: tables and plots written, divergence recorded, finished runs reused."""
+"""stalesgd.cli.reproduce (experiments/reproduce.py) and the sweep: tables and plots written, divergence recorded, finished runs reused."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from experiments.studies import Study, Variant, run_study
+from stalesgd.studies import Study, Variant, run_study
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

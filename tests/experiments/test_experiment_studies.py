@@ -1,4 +1,4 @@
-"""The study grids of experiments/studies/definitions.py: well-formed, buildable in every mode, the papers' numbers."""
+"""The study grids of stalesgd/studies/definitions.py: well-formed, buildable in every mode, the papers' numbers."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from experiments.studies import STUDIES, Study, Variant, study_config, study_run
-from experiments.studies.definitions import load_config_module
+from stalesgd.studies import STUDIES, Study, Variant, study_config, study_run
+from stalesgd.studies.definitions import load_config_module
 from stalesgd.config import default_config, validate_config
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "configs"
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "stalesgd" / "configs"
 NUM_DEVICES = 8
 RESULT_FIELDS = {"test_error", "test_accuracy", "sim_time"}
 MODES = {

@@ -19,8 +19,8 @@ import pytest
 
 from experiments.benchmarks.round_robin import RoundRobinEmulator, check_round_robin
 from experiments.benchmarks.common import parse_case
-from experiments.configs.quick import run_on_embedded_digits
-from experiments.configs import rudra_cifar10
+from stalesgd.configs.quick import run_on_embedded_digits
+from stalesgd.configs import rudra_cifar10
 from stalesgd import engine as engine_lib
 from stalesgd.train import build_run
 

@@ -1,4 +1,4 @@
-"""``experiments.main`` with a pause before every block, so a test can signal it mid-run.
+"""``stalesgd.cli.train`` (``experiments.main``) with a pause before every block, so a test can signal it mid-run.
 
 Run as ``python tests/train/paced_main.py SECONDS_PER_BLOCK <experiments.main flags>``, or with
 ``PACED_SECONDS_PER_BLOCK=SECONDS`` in the environment (for launchers that put their flags first).
@@ -47,10 +47,10 @@ def main() -> None:
     seconds_per_block = float(sys.argv.pop(1))
   if not seconds_per_block >= 0:
     raise SystemExit(f"SECONDS_PER_BLOCK={seconds_per_block!r}; allowed: a number >= 0")
-  from experiments import main as experiments_main  # pylint: disable=g-import-not-at-top  (defines the flags)
+  from stalesgd.cli import train as train_cli  # pylint: disable=g-import-not-at-top  (defines the flags)
 
   pace_runners(seconds_per_block)
-  app.run(experiments_main.main)
+  app.run(train_cli.main)
 
 
 if __name__ == "__main__":

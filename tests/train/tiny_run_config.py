@@ -1,6 +1,6 @@
 r"""The smallest real training runs, for the tests of `stalesgd.train` and ``experiments.main``.
 
-A config file like those in ``experiments/configs/`` (one ``get_config(arg)``),
+A config file like those in ``stalesgd/configs/`` (one ``get_config(arg)``),
 so the same runs can be started in-process (``get_config(arg)`` then
 `stalesgd.train.train_and_evaluate`) and on the command line::
 

@@ -56,8 +56,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from experiments.configs.arguments import parse_config_argument
-from experiments.configs.quick import run_on_embedded_digits
+from stalesgd.configs.arguments import parse_config_argument
+from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.config import default_config
 
 VARIANTS = ("sgd", "asgd", "ssgd", "dcasgd_c", "dcasgd_a", "dcasgd_a_bc")

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 
-from experiments.studies.definitions import Study, Variant, study_run
+from stalesgd.studies.definitions import Study, Variant, study_run
 from stalesgd import plots
 from stalesgd.config import check_same_run, protocol_options, validate_config
 from stalesgd.data.loading import KNOWN_NUM_CLASSES

@@ -1,9 +1,11 @@
 r"""Runs a reproduction study's grid and writes its table and plots.
 
-``python -m experiments.reproduce --study=STUDY [--quick] [--workdir=DIR]
+``stalesgd-reproduce --study=STUDY [--quick] [--workdir=DIR]
 [--data_source=tfds|npz --data_dir=DIR] [--epochs=E] [--variants=SLUG,...]``
+(also ``python -m stalesgd.cli.reproduce``, and ``python -m experiments.reproduce``
+from a clone: a thin script calling `run`).
 
-Studies (grids and published numbers in `experiments.studies.definitions`):
+Studies (grids and published numbers in `stalesgd.studies.definitions`):
 
 * ``demo``: the four `make demo` runs at lambda = 8 on the embedded digits
   (hardsync, 8-softsync with alpha_0 and with alpha_0/sigma, async with
@@ -48,8 +50,12 @@ from __future__ import annotations
 
 import os
 
-# Learners are emulated on 8 forced host devices on a CPU, as in experiments.main.
-os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+# Learners are emulated on 8 forced host devices on a CPU (all runs of a study on the same count) unless
+# JAX_NUM_CPU_DEVICES says otherwise. Read here, set in `main` before JAX starts: this module is imported
+# after `stalesgd` (and so JAX) is, whether run with -m or as a console script, so setting the environment
+# variable here would come too late.
+_DEVICES_CHOSEN = "JAX_NUM_CPU_DEVICES" in os.environ
+STUDY_CPU_DEVICES = 8
 
 import time  # noqa: E402
 
@@ -57,9 +63,10 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
-from experiments.studies import STUDIES, run_study  # noqa: E402
+import jax  # noqa: E402
 from stalesgd import compilation_cache  # noqa: E402
 from stalesgd.data import SOURCES  # noqa: E402
+from stalesgd.studies import STUDIES, run_study  # noqa: E402
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
 _QUICK = flags.DEFINE_bool("quick", False, "CPU-sized runs (embedded digits, or short runs with --data_source).")
@@ -83,6 +90,8 @@ def main(argv):
   if _EPOCHS.value is not None and _EPOCHS.value <= 0:
     raise app.UsageError(f"--epochs={_EPOCHS.value} must be > 0")
   compilation_cache.enable_compilation_cache(_COMPILATION_CACHE_DIR.value)
+  if not _DEVICES_CHOSEN:
+    jax.config.update("jax_num_cpu_devices", STUDY_CPU_DEVICES)  # ignored by GPU/TPU backends
   study = STUDIES[_STUDY.value]
   try:
     study.select(_VARIANTS.value)
@@ -103,5 +112,10 @@ def main(argv):
         f"{os.path.abspath(workdir)}")
 
 
-if __name__ == "__main__":
+def run() -> None:
+  """The ``stalesgd-reproduce`` console script: parses ``sys.argv`` and runs `main`."""
   app.run(main)
+
+
+if __name__ == "__main__":
+  run()

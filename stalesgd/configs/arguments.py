@@ -1,7 +1,8 @@
-"""The argument grammar of every ``experiments/configs/*.py`` file, parsed in one place.
+"""The argument grammar of every config in `stalesgd.configs`, parsed in one place.
 
-A config file is selected as ``--config=experiments/configs/FILE.py:ARG``
-(ml_collections passes ``ARG`` to ``get_config``). ``ARG`` is a comma-separated
+A config is selected as ``--config=NAME:ARG`` (or, from a clone,
+``--config=experiments/configs/NAME.py:ARG``; ml_collections passes ``ARG`` to
+``get_config``). ``ARG`` is a comma-separated
 list of tokens, in any order:
 
 * ``quick``: the variant that runs in minutes on a CPU with no download (what

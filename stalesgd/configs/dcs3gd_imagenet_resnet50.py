@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import ml_collections
 
-from experiments.configs.arguments import parse_config_argument
-from experiments.configs.imagenet import use_imagenet
-from experiments.configs.quick import run_a_few_imagenet_updates
+from stalesgd.configs.arguments import parse_config_argument
+from stalesgd.configs.imagenet import use_imagenet
+from stalesgd.configs.quick import run_a_few_imagenet_updates
 from stalesgd.config import default_config
 
 VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")

@@ -1,6 +1,6 @@
 r"""The demo: stale-gradient SGD on the embedded 8x8 digits, in seconds on a CPU.
 
-One run of the `make demo` comparison (`experiments/reproduce.py --study=demo`
+One run of the `make demo` comparison (``stalesgd-reproduce --study=demo``
 runs all four and prints the table). ``get_config(arg)`` with arg one of:
 
 * ``hardsync``: synchronous SGD, lambda = 8 learners, mu = 8;
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from experiments.configs.arguments import parse_config_argument
+from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.config import default_config
 
 VARIANTS = ("hardsync", "softsync_fixed", "softsync_inverse", "async_dc")

@@ -7,7 +7,7 @@ per-pixel training mean, SGD with momentum 0.9, alpha_0 = 0.001, weight decay
 0.004, learning rate x0.1 at epochs 120 and 130, 140 epochs, no augmentation.
 
 Variants (``get_config("[quick,]VARIANT")``, grammar in
-``experiments/configs/arguments.py``):
+`stalesgd.configs.arguments`):
 
 * ``baseline`` (default): one learner, mu = 128 (SGD); Rudra: about 18% test error.
 * ``hardsync``: lambda = 30 learners, mu = 4 (mu lambda = 120, Rudra's rule).
@@ -43,10 +43,10 @@ Hardware and time: the full runs want a GPU. On the 2-core CPU of the
 development machine (8 emulated devices) the lambda = 30 runs train at about
 400-800 images/s (README, *Results*), so one 140-epoch run (7M images) takes
 3-5 hours; the single-learner baseline runs fastest with one device (about
-400 images/s), which ``experiments.main`` picks for it unless
+400 images/s), which ``stalesgd-train`` (``experiments.main``) picks for it unless
 ``JAX_NUM_CPU_DEVICES`` says otherwise (`stalesgd.device_layout`; a study run by
-``experiments/reproduce.py`` keeps 8 for all its runs). ``experiments/reproduce.py``
-runs the studies' grids (``--epochs``, ``--variants`` for a subset); with
+``stalesgd-reproduce`` keeps 8 for all its runs). ``stalesgd-reproduce``
+(``experiments.reproduce``) runs the studies' grids (``--epochs``, ``--variants`` for a subset); with
 ``--quick --data_source=npz`` each run is one epoch of the real data.
 
 ``quick``: the embedded 8x8 digits (no download) with a small CNN
@@ -63,8 +63,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from experiments.configs.arguments import parse_config_argument
-from experiments.configs.quick import run_on_embedded_digits
+from stalesgd.configs.arguments import parse_config_argument
+from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.config import default_config
 
 LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 30, 4, 15

@@ -1,10 +1,16 @@
-r"""Runs one training job: ``python -m experiments.main --config=CONFIG[:ARG] --workdir=DIR``.
+r"""Runs one training job: ``stalesgd-train --config=CONFIG[:ARG] --workdir=DIR``.
 
-The only entry point that defines the run's flags (flax-examples style):
+The same program is ``python -m stalesgd.cli.train`` and, from a clone,
+``python -m experiments.main`` (a thin script calling `run`). The only entry
+point that defines the run's flags (flax-examples style):
 
-* ``--config``: an ``experiments/configs/*.py`` file whose ``get_config(arg)``
-  returns the run's `ml_collections.ConfigDict`; any field can be overridden on
-  the command line, e.g. ``--config.learners=30 --config.protocol=async``;
+* ``--config``: a config whose ``get_config(arg)`` returns the run's
+  `ml_collections.ConfigDict`: the name of a packaged config
+  (`stalesgd.configs`, e.g. ``--config=rudra_cifar10:quick``; ``.py`` optional)
+  or the path of any config file (e.g. ``experiments/configs/rudra_cifar10.py``
+  in a clone, or your own); an existing file wins over a name, and an unknown
+  name is refused with the list of names. Any field can be overridden on the
+  command line, e.g. ``--config.learners=30 --config.protocol=async``;
 * ``--workdir``: metrics, checkpoints, plots and the summary; a job restarted
   with the same workdir resumes from its latest checkpoint;
 * on a CPU, unless ``JAX_NUM_CPU_DEVICES`` is set, a single-process run
@@ -18,8 +24,10 @@ The only entry point that defines the run's flags (flax-examples style):
   detected from SLURM / Kubernetes / MPI environment variables, and a single
   host needs none (see launch/README.md).
 
-Example::
+Examples (the second from a clone's root)::
 
+  stalesgd-train --config=rudra_cifar10:quick \
+      --config.protocol=softsync --config.n=4 --workdir=runs/rudra_quick
   python -m experiments.main --config=experiments/configs/rudra_cifar10.py:quick \
       --config.protocol=softsync --config.n=4 --workdir=runs/rudra_quick
 """
@@ -42,7 +50,7 @@ from stalesgd import compilation_cache
 from stalesgd import device_layout
 from stalesgd import distributed
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to an experiments/configs file.",
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file (experiments/configs/*.py).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, checkpoints, plots and the summary.")
 _COORDINATOR_ADDRESS = flags.DEFINE_string("coordinator_address", None,
@@ -81,5 +89,10 @@ def main(argv):
   logging.info("summary: %s", summary)
 
 
-if __name__ == "__main__":
+def run() -> None:
+  """The ``stalesgd-train`` console script: parses ``sys.argv`` and runs `main`."""
   app.run(main)
+
+
+if __name__ == "__main__":
+  run()

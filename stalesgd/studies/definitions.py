@@ -1,10 +1,10 @@
 """The reproduction studies: each a grid of config variants and the numbers the papers report.
 
 A `Study` is a list of `Variant` rows; each row is one run, named by a config
-file of ``experiments/configs/``, the variant of that file, and field overrides
+config of `stalesgd.configs` (``stalesgd/configs/``), the variant of that file, and field overrides
 (so every row is one ``python -m experiments.main`` command, see
 `Variant.command`). `study_run` builds the run's config, and the command that
-rebuilds it, for the three ways a study runs (``experiments/reproduce.py``):
+rebuilds it, for the three ways a study runs (`stalesgd.cli.reproduce`):
 
 * the paper's setting (default): the config as the file defines it;
 * ``quick`` without a data source: the file's ``quick`` variant (embedded
@@ -30,9 +30,9 @@ from typing import Any
 
 import ml_collections
 
-from experiments.configs.arguments import QUICK
+from stalesgd.configs.arguments import QUICK
 
-CONFIG_PACKAGE = "experiments.configs"
+CONFIG_PACKAGE = "stalesgd.configs"
 EVALUATIONS_PER_SHORT_RUN = 4
 ZHANG_N = (1, 2, 4, 10, 15, 30)
 ZHANG_DIVERGED_ERROR = 90.0  # Zhang et al.: n = 15 and 30 with the fixed rate "do not converge (90% error)".
@@ -54,7 +54,7 @@ class Variant:
 
   Attributes:
     label: the row's name in tables and plot legends (unique in its study).
-    config_file: module name under ``experiments/configs/`` (e.g. ``"rudra_cifar10"``).
+    config_file: a config's name in `stalesgd.configs` (e.g. ``"rudra_cifar10"``).
     config_variant: the variant of that file (its ``get_config`` argument).
     overrides: config fields set after ``get_config`` (e.g. ``{"n": 15}``).
     published: the paper's numbers for this run, by result field
@@ -139,7 +139,7 @@ class Study:
 
 
 def load_config_module(config_file: str):
-  """The module ``experiments/configs/<config_file>.py``."""
+  """The module `stalesgd.configs`.<config_file>."""
   return importlib.import_module(f"{CONFIG_PACKAGE}.{config_file}")
 
 

@@ -1,0 +1,10 @@
+"""The command-line programs, installed as console scripts (``[project.scripts]`` in pyproject.toml).
+
+* ``stalesgd-train``: `stalesgd.cli.train` (one training run; ``python -m experiments.main`` in a clone);
+* ``stalesgd-reproduce``: `stalesgd.cli.reproduce` (a study's grid; ``python -m experiments.reproduce``);
+* ``stalesgd-prepare``: `stalesgd.data.prepare` (local data files -> a tfds data directory).
+
+Each module defines its absl flags at import and has a ``run()`` that parses
+``sys.argv``; importing this package imports none of them (flags are defined
+once, by the program that runs).
+"""
