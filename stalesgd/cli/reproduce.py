@@ -49,6 +49,7 @@ and the directory are printed at the end.
 from __future__ import annotations
 
 import os
+import sys
 
 # Learners are emulated on 8 forced host devices on a CPU (all runs of a study on the same count) unless
 # JAX_NUM_CPU_DEVICES says otherwise. Read here, set in `main` before JAX starts: this module is imported
@@ -64,6 +65,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 import jax  # noqa: E402
+from stalesgd import cli  # noqa: E402
 from stalesgd import compilation_cache  # noqa: E402
 from stalesgd.data import SOURCES  # noqa: E402
 from stalesgd.studies import STUDIES, run_study  # noqa: E402
@@ -114,7 +116,7 @@ def main(argv):
 
 def run() -> None:
   """The ``stalesgd-reproduce`` console script: parses ``sys.argv`` and runs `main`."""
-  app.run(main)
+  cli.run_main(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

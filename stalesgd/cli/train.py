@@ -35,6 +35,7 @@ Examples (the second from a clone's root)::
 from __future__ import annotations
 
 import os
+import sys
 
 # Whether the user chose the number of host CPU devices; if not, `main` picks the
 # fastest for the run (`stalesgd.device_layout`) before JAX starts.
@@ -43,15 +44,17 @@ _DEVICES_CHOSEN = "JAX_NUM_CPU_DEVICES" in os.environ
 from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
 import jax
+from stalesgd import cli
 from stalesgd import compilation_cache
 from stalesgd import device_layout
 from stalesgd import distributed
+from stalesgd.cli import config_flag
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file (experiments/configs/*.py).",
-                                          lock_config=True)
+_CONFIG = config_flag.define_config_flag(
+    "config", "A packaged config's name (one of " + ", ".join(config_flag.config_names()) + ") or a config "
+    "file's path, optionally followed by :ARG, the argument of its get_config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, checkpoints, plots and the summary.")
 _COORDINATOR_ADDRESS = flags.DEFINE_string("coordinator_address", None,
                                            "host:port of process 0 in a multi-process run.")
@@ -91,7 +94,7 @@ def main(argv):
 
 def run() -> None:
   """The ``stalesgd-train`` console script: parses ``sys.argv`` and runs `main`."""
-  app.run(main)
+  cli.run_main(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,69 @@
-"""Run configurations: one ``get_config(arg)`` per file, selected with ``--config=FILE.py:ARG``.
+"""Run configurations: one ``get_config(arg)`` per module, selected with ``--config=NAME[:ARG]``.
 
-Each file's docstring gives the command, the hardware and time it needs and
-the result it should reach; ``arguments.py`` defines the ``[quick,]VARIANT``
-argument grammar they share, ``quick.py`` what their ``quick`` variants share
-and ``imagenet.py`` the ImageNet files' input pipeline.
+Each config module's docstring gives the command, the hardware and time it
+needs and the result it should reach; ``arguments.py`` defines the
+``[quick,]VARIANT`` argument grammar they share, ``quick.py`` what their
+``quick`` variants share and ``imagenet.py`` the ImageNet configs' input
+pipeline (those three are helpers, not configs).
+
+The configs ship in the wheel, so ``stalesgd-train`` finds them by name from
+any directory (`resolve`, `names`): ``--config=rudra_cifar10:quick`` (or
+``rudra_cifar10.py:quick``) is this package's ``rudra_cifar10.py``. A clone
+also has ``experiments/configs/<name>.py``, one-line re-exports of these
+modules, so ``--config=experiments/configs/rudra_cifar10.py:quick`` (the form
+the README and the docstrings use) selects the same config from the clone's
+root.
 """
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+CONFIG_DIR = pathlib.Path(__file__).resolve().parent
+# Modules of this package that configs import, and that are no config themselves.
+HELPER_MODULES = ("arguments", "imagenet", "quick")
+
+
+def names() -> tuple[str, ...]:
+  """The packaged configs' names (module names, sorted), e.g. ``"demo"``, ``"rudra_cifar10"``."""
+  return tuple(sorted(path.stem for path in CONFIG_DIR.glob("*.py")
+                      if path.stem not in HELPER_MODULES and not path.stem.startswith("_")))
+
+
+def config_path(name: str) -> pathlib.Path:
+  """The file of the packaged config ``name`` (one of `names`; a ``.py`` suffix is allowed).
+
+  Raises:
+    ValueError: for a name that is not a packaged config, listing the names.
+  """
+  stem = name[:-len(".py")] if name.endswith(".py") else name
+  if stem not in names():
+    raise ValueError(f"no packaged config named {name!r}; allowed: one of {list(names())}")
+  return CONFIG_DIR / f"{stem}.py"
+
+
+def resolve(value: str) -> str:
+  """A ``--config`` value (``FILE_OR_NAME[:ARG]``) as ``FILE[:ARG]`` for ml_collections' config_flags.
+
+  * An existing file (a path relative to the working directory, or absolute)
+    is kept as it is: your own config files, and ``experiments/configs/*.py``
+    from a clone's root, work as they always did, and a file wins over a name.
+  * Otherwise a bare name, with or without ``.py`` (no directory part), is the
+    packaged config of that name (`config_path`).
+
+  Everything after the first ``:`` (the argument of ``get_config``) is kept.
+
+  Raises:
+    ValueError: for anything else, naming the packaged configs.
+  """
+  location, colon, argument = value.partition(":")
+  if os.path.isfile(location):
+    return value
+  if location and os.sep not in location and "/" not in location:
+    try:
+      return f"{config_path(location)}{colon}{argument}"
+    except ValueError:
+      pass
+  raise ValueError(f"{location!r} is neither a config file (from {os.getcwd()}) nor a packaged config's name; "
+                   f"allowed: a file's path or one of {list(names())} (optionally NAME.py), then optionally :ARG")
