@@ -2,8 +2,7 @@
 
 A `Study` is a list of `Variant` rows; each row is one run, named by a config
 config of `stalesgd.configs` (``stalesgd/configs/``), the variant of that file, and field overrides
-(so every row is one ``python -m experiments.main`` command, see
-`Variant.command`). `study_run` builds the run's config, and the command that
+(so every row is one training command, see `Variant.command`). `study_run` builds the run's config, and the command that
 rebuilds it, for the three ways a study runs (`stalesgd.cli.reproduce`):
 
 * the paper's setting (default): the config as the file defines it;
@@ -33,6 +32,7 @@ import ml_collections
 from stalesgd.configs.arguments import QUICK
 
 CONFIG_PACKAGE = "stalesgd.configs"
+TRAIN_MODULE = "stalesgd.cli.train"  # the program of `Variant.command`
 EVALUATIONS_PER_SHORT_RUN = 4
 ZHANG_N = (1, 2, 4, 10, 15, 30)
 ZHANG_DIVERGED_ERROR = 90.0  # Zhang et al.: n = 15 and 30 with the fixed rate "do not converge (90% error)".
@@ -75,11 +75,18 @@ class Variant:
     return "_".join(part for part in cleaned.split("_") if part)
 
   def command(self, *, quick: bool, extra: Mapping[str, Any] | None = None) -> str:
-    """The ``experiments.main`` command line that runs this variant alone (without ``--workdir``)."""
+    """The command line that runs this variant alone (without ``--workdir``), from any directory.
+
+    ``python -m stalesgd.cli.train`` (the program ``stalesgd-train`` and, in a
+    clone, ``python -m experiments.main`` run) with the config by name, so the
+    command recorded in a study's ``results.csv`` needs neither a clone nor
+    the console script on ``PATH``; from a clone's root,
+    ``--config=experiments/configs/<name>.py:...`` is the same config.
+    """
     argument = f"{QUICK},{self.config_variant}" if quick else self.config_variant
     overrides = {**self.overrides, **(extra or {})}
     flags = "".join(f" --config.{field}={_flag_value(value)}" for field, value in overrides.items())
-    return f"python -m experiments.main --config=experiments/configs/{self.config_file}.py:{argument}{flags}"
+    return f"python -m {TRAIN_MODULE} --config={self.config_file}:{argument}{flags}"
 
 
 def _flag_value(value: Any) -> str:
@@ -157,7 +164,7 @@ def study_run(study: Study, variant: Variant, *, quick: bool = False, data_sourc
     num_epochs: epochs per run, overriding everything else.
 
   Returns:
-    (the run's config, the ``experiments.main`` command whose config is the
+    (the run's config, the `Variant.command` whose config is the
     same: every field set here beyond the config file's is a flag of it).
 
   Raises:

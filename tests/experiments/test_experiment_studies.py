@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import pathlib
 import shlex
 
 import pytest
 from absl import flags
-from ml_collections import config_flags
 
+from stalesgd.cli import config_flag
 from stalesgd.studies import STUDIES, Study, Variant, study_config, study_run
 from stalesgd.studies.definitions import load_config_module
 from stalesgd.config import default_config, validate_config
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "stalesgd" / "configs"
 NUM_DEVICES = 8
 RESULT_FIELDS = {"test_error", "test_accuracy", "sim_time"}
 MODES = {
@@ -125,18 +123,18 @@ def test_dcasgd_table1_appends_the_ablation_after_the_papers_runs():
 
 
 def _config_of_command(command: str):
-  """The config ``command`` builds, parsed the way experiments.main parses it."""
+  """The config ``command`` builds, parsed the way stalesgd.cli.train parses it (the config by name)."""
   words = shlex.split(command)
-  assert words[:3] == ["python", "-m", "experiments.main"]
-  argv = ["main"] + [word.replace("=experiments/configs/", f"={CONFIG_DIR}/") for word in words[3:]]
+  assert words[:3] == ["python", "-m", "stalesgd.cli.train"]
+  argv = ["main"] + words[3:]
   flag_values = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "config file", flag_values=flag_values, sys_argv=argv)
+  config_flag.define_config_flag("config", "config", flag_values=flag_values, sys_argv=argv)
   flag_values(argv)
   return flag_values.config
 
 
 def test_variant_command_parsed_by_config_flags_gives_the_study_config():
-  # The printed command, parsed the way experiments.main parses it, gives the same config.
+  # The printed command, parsed the way stalesgd.cli.train parses it, gives the same config.
   study = STUDIES["zhang_cifar10"]
   variant = study.variants[5]
   command = variant.command(quick=True, extra={"data_dir": "/tmp/x", "lr_decay_epochs": (3.0,)})
