@@ -8,7 +8,7 @@ the 2-core development CPU). A cached executable is the very program a fresh
 compilation produces, so results do not change.
 
 The directory, in order: the caller's choice (``--compilation_cache_dir`` of
-`experiments.main` and `experiments.reproduce`), ``$JAX_COMPILATION_CACHE_DIR``,
+`stalesgd.cli.train` and `stalesgd.cli.reproduce`), ``$JAX_COMPILATION_CACHE_DIR``,
 then ``~/.cache/stalesgd/jax``. An empty string turns the cache off. Machines
 with different CPUs should not share one CPU cache directory.
 """
@@ -26,7 +26,7 @@ MIN_COMPILE_SECONDS = 1.0
 
 
 def define_flag():
-  """``--compilation_cache_dir`` for a command-line tool (`experiments.main`, `experiments.reproduce`)."""
+  """``--compilation_cache_dir`` for a command-line tool (`stalesgd.cli.train`, `stalesgd.cli.reproduce`)."""
   from absl import flags
   return flags.DEFINE_string(
       "compilation_cache_dir", None, "JAX's persistent compilation cache (default: $JAX_COMPILATION_CACHE_DIR, "

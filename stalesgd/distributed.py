@@ -2,7 +2,7 @@
 
 `initialize` wraps `jax.distributed.initialize` for stalesgd's entry points. It
 takes explicit arguments (the ``--coordinator_address``, ``--num_processes``,
-``--process_id`` flags of ``experiments.main``) or detects the cluster from the
+``--process_id`` flags of `stalesgd.cli.train`) or detects the cluster from the
 environment, and does nothing on a single host, so the same command line works
 on a laptop, on 8 forced host devices, under ``launch/local.sh``, SLURM,
 Kubernetes and MPI.

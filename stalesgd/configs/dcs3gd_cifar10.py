@@ -41,7 +41,7 @@ sharing the cores: useful for checking, not for speed.
 
 ``quick``: the embedded digits (no download), the small CNN, 16 images per
 worker, learning rate 0.05, no decay steps, 10 epochs, M = 8 (the forced host
-devices of experiments.main on a CPU). Measured on the 2-core CPU: about 10 s
+devices of stalesgd-train on a CPU). Measured on the 2-core CPU: about 10 s
 per run, compilation included; dcs3gd, s3gd and allreduce_sync all end at
 1.3% test error (4 of the 300 test images), too easy a problem to separate
 them.

@@ -46,7 +46,8 @@ development machine (8 emulated devices) the lambda = 30 runs train at about
 400 images/s), which ``stalesgd-train`` (``experiments.main``) picks for it unless
 ``JAX_NUM_CPU_DEVICES`` says otherwise (`stalesgd.device_layout`; a study run by
 ``stalesgd-reproduce`` keeps 8 for all its runs). ``stalesgd-reproduce``
-(``experiments.reproduce``) runs the studies' grids (``--epochs``, ``--variants`` for a subset); with
+(``experiments.reproduce``) runs the studies' grids (``--epochs``,
+``--variants`` for a subset); with
 ``--quick --data_source=npz`` each run is one epoch of the real data.
 
 ``quick``: the embedded 8x8 digits (no download) with a small CNN
