@@ -36,11 +36,10 @@ Data: tfds ``cifar10`` from a prepared ``--config.data_dir``, or the npz copy
 the layout of docs/data.md in ``/tmp/cifar10_npz``; a JPEG q75
 re-encoding, expect 2-3 points more error).
 
-Hardware and time: a GPU; 160 epochs are 8M images per run. On the 2-core CPU
-of the development machine (shared, 8 emulated devices) ResNet-20 trains at
-about 90 images/s, about 9 minutes per CIFAR-10 epoch: a full run would take a
-day there, and even ``dcasgd_table1 --quick --data_source=npz`` (one epoch per
-run) about 1.5 hours.
+Hardware and time: a GPU; 160 epochs are 8M images per run. On a 2-core CPU
+ResNet-20 trains at roughly a hundred images/s, several minutes per CIFAR-10
+epoch, so a full run takes days there; the README reports a one-epoch study
+(``--epochs=1``) and how long it took.
 
 ``quick``: the embedded 8x8 digits (no download) with ResNet-20 itself (its
 global pooling accepts 8x8 inputs), mini-batch 16 per worker (128 would leave
