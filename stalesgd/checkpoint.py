@@ -94,13 +94,10 @@ def _is_process_sharded(leaf: Any) -> bool:
 def _leaf_array(leaf: Any) -> np.ndarray | None:
   """A leaf as a host array (a PRNG key as its key data), or None when this process does not hold it whole."""
   leaf = _without_keys(leaf)
+  if _is_process_sharded(leaf):
+    return None  # each process holds only part of it: see `_local_shards_checksum`
   if isinstance(leaf, jax.Array):
-    if leaf.is_fully_addressable:
-      leaf = jax.device_get(leaf)
-    elif leaf.is_fully_replicated:
-      leaf = leaf.addressable_data(0)
-    else:
-      return None  # sharded over several processes: each holds only part of it
+    leaf = jax.device_get(leaf) if leaf.is_fully_addressable else leaf.addressable_data(0)
   return np.ascontiguousarray(np.asarray(leaf))
 
 

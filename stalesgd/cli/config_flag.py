@@ -39,11 +39,6 @@ class NamedConfigParser(flags.ArgumentParser):
     return self.file_parser.flag_type()
 
 
-def config_names() -> tuple[str, ...]:
-  """The names ``--config`` accepts besides file paths (`stalesgd.configs.names`)."""
-  return configs.names()
-
-
 def define_config_flag(name: str, help_string: str, flag_values: flags.FlagValues = flags.FLAGS,
                        sys_argv: list[str] | None = None) -> flags.FlagHolder:
   """Defines the locked config flag ``name`` (no default) that takes a config file's path or a packaged name.

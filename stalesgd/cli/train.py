@@ -48,12 +48,13 @@ from absl import logging
 import jax
 from stalesgd import cli
 from stalesgd import compilation_cache
+from stalesgd import configs
 from stalesgd import device_layout
 from stalesgd import distributed
 from stalesgd.cli import config_flag
 
 _CONFIG = config_flag.define_config_flag(
-    "config", "A packaged config's name (one of " + ", ".join(config_flag.config_names()) + ") or a config "
+    "config", "A packaged config's name (one of " + ", ".join(configs.names()) + ") or a config "
     "file's path, optionally followed by :ARG, the argument of its get_config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, checkpoints, plots and the summary.")
 _COORDINATOR_ADDRESS = flags.DEFINE_string("coordinator_address", None,

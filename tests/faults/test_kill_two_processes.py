@@ -35,8 +35,8 @@ import time
 import pytest
 
 from fault_helpers import npz_flags, without_wall_clock
-from train_helpers import (PHASE_TIMEOUT, REPOSITORY_ROOT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars,
-                           log_tail, main_command, multiprocess_harness, read_metrics, read_summary,
+from train_helpers import (REPOSITORY_ROOT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars, finish, log_tail,
+                           main_command, main_environment, multiprocess_harness, read_metrics, read_summary,
                            wait_for_checkpoint_after)
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
@@ -57,11 +57,7 @@ def launch_both(workdir: pathlib.Path, variant: str, digits_npz: pathlib.Path, l
                 compilation_cache: pathlib.Path, seconds_per_block: float) -> list[subprocess.Popen]:
   """Both processes of one launch, each logging to its own file."""
   port = multiprocess_harness.free_port()
-  environment = multiprocess_harness.process_environment(devices_per_process=8 // NUM_PROCESSES, extra_env={
-      "JAX_COMPILATION_CACHE_DIR": str(compilation_cache),
-      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-      "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-  })
+  environment = main_environment(compilation_cache, devices_per_process=8 // NUM_PROCESSES)
   command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1", f"--config.num_epochs={NUM_EPOCHS}",
                          *npz_flags(digits_npz), seconds_per_block=seconds_per_block)
   processes = []
@@ -74,15 +70,6 @@ def launch_both(workdir: pathlib.Path, variant: str, digits_npz: pathlib.Path, l
   return processes
 
 
-def wait_or_fail(process: subprocess.Popen, timeout: float, log: pathlib.Path, what: str) -> int:
-  try:
-    return process.wait(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    process.kill()
-    process.wait()
-    pytest.fail(f"{what} did not exit within {timeout:.0f} s:\n{log_tail(log, lines=60)}")
-
-
 def kill_round(processes: list[subprocess.Popen], victims: tuple[int, ...], logs: list[pathlib.Path]) -> None:
   """SIGKILL to ``victims``; every other process must then exit non-zero on its own, naming the cause."""
   for victim in victims:
@@ -90,9 +77,9 @@ def kill_round(processes: list[subprocess.Popen], victims: tuple[int, ...], logs
   killed_at = time.monotonic()
   for index, process in enumerate(processes):
     if index in victims:
-      assert wait_or_fail(process, PHASE_TIMEOUT, logs[index], f"killed process {index}") < 0
+      assert finish(process, logs[index], what=f"killed process {index}") < 0
       continue
-    status = wait_or_fail(process, HEARTBEAT_TIMEOUT + SURVIVOR_MARGIN, logs[index], f"survivor process {index}")
+    status = finish(process, logs[index], HEARTBEAT_TIMEOUT + SURVIVOR_MARGIN, f"survivor process {index}")
     survived_for = time.monotonic() - killed_at
     assert status != 0, f"survivor process {index} exited 0 after its peer died:\n{log_tail(logs[index])}"
     text = logs[index].read_text(errors="replace")
@@ -138,7 +125,7 @@ def test_killed_processes_of_a_two_process_run_then_relaunching_both_resumes_exa
       process.kill()
     raise
   for index, process in enumerate(processes):
-    assert wait_or_fail(process, PHASE_TIMEOUT, logs[index], f"process {index}") == 0, log_tail(logs[index])
+    assert finish(process, logs[index], what=f"process {index}") == 0, log_tail(logs[index])
   assert_resumed_from(last_checkpoint, workdir, logs[0])
   summary = read_summary(workdir)
   assert not summary["preempted"] and summary["updates"] == reference["updates"]

@@ -298,6 +298,11 @@ def _run_checkpoint_workers(directory: pathlib.Path, *mode: str) -> tuple[list[d
   ]
   try:
     outputs = [worker.communicate(timeout=180) for worker in workers]
+  except subprocess.TimeoutExpired:
+    for worker in workers:
+      worker.kill()
+    tails = [f"process {index}:\n{worker.communicate()[1][-3000:]}" for index, worker in enumerate(workers)]
+    pytest.fail(f"checkpoint workers {mode or ('save',)} did not end within 180 s:\n" + "\n".join(tails))
   finally:
     for worker in workers:  # all of them: a survivor of a failed peer would block in a collective
       worker.kill()

@@ -97,9 +97,9 @@ def complete_checkpoints(workdir: os.PathLike) -> list[int]:
   return sorted(int(path.name) for path in directory.iterdir() if path.name.isdigit())
 
 
-def main_environment(compilation_cache: os.PathLike) -> dict[str, str]:
-  """The environment of an ``experiments.main`` subprocess: 8 host CPU devices, a shared compilation cache."""
-  return multiprocess_harness.process_environment(devices_per_process=8, extra_env={
+def main_environment(compilation_cache: os.PathLike, devices_per_process: int = 8) -> dict[str, str]:
+  """The environment of an ``experiments.main`` subprocess: host CPU devices, a shared compilation cache."""
+  return multiprocess_harness.process_environment(devices_per_process=devices_per_process, extra_env={
       "JAX_COMPILATION_CACHE_DIR": str(compilation_cache),
       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
       "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
@@ -153,10 +153,12 @@ def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subproc
   pytest.fail(f"no checkpoint past update {step} within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
 
 
-def finish(process: subprocess.Popen, log: pathlib.Path) -> int:
-  """The exit status of a running process (killed, and the test failed, after `PHASE_TIMEOUT`)."""
+def finish(process: subprocess.Popen, log: pathlib.Path, timeout: float = PHASE_TIMEOUT,
+           what: str = "the run") -> int:
+  """The exit status of a running process (killed, and the test failed, after ``timeout`` seconds)."""
   try:
-    return process.wait(timeout=PHASE_TIMEOUT)
+    return process.wait(timeout=timeout)
   except subprocess.TimeoutExpired:
     process.kill()
-    pytest.fail(f"the run did not end within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
+    process.wait()
+    pytest.fail(f"{what} did not end within {timeout:.0f} s:\n{log_tail(log, lines=60)}")
