@@ -14,16 +14,13 @@ to server updates in one place, `updates_per_epoch`.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
-import pathlib
 from collections.abc import Mapping
 
 import ml_collections
 from ml_collections import config_dict
 
-from stalesgd import decentral
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
 from stalesgd import transforms
@@ -31,9 +28,10 @@ from stalesgd.data import NORMALIZATIONS, SOURCES
 from stalesgd.data.embedded import EMBEDDED_DATASETS
 from stalesgd.data.tfds_source import TFDS_SPLITS
 
-PARAMETER_SERVER_PROTOCOLS = tuple(schedule_lib.PARAMETER_SERVER_PROTOCOLS)
-DECENTRALIZED_PROTOCOLS = tuple(decentral.PROTOCOLS)
-PROTOCOLS = PARAMETER_SERVER_PROTOCOLS + DECENTRALIZED_PROTOCOLS
+# Every protocol's options, ranges and kind are its row of stalesgd.schedule.PROTOCOL_TABLE.
+PARAMETER_SERVER_PROTOCOLS = schedule_lib.PARAMETER_SERVER_PROTOCOLS
+DECENTRALIZED_PROTOCOLS = schedule_lib.DECENTRALIZED_PROTOCOLS
+PROTOCOLS = schedule_lib.PROTOCOLS
 STALENESS_RULES = ("none",) + tuple(transforms.STALENESS_RULES)
 DELAY_COMPENSATIONS = ("none", "constant", "adaptive", "layerwise")
 WEIGHT_DECAY_PLACEMENTS = ("modulated", "unmodulated")
@@ -310,25 +308,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
     _fail("lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
   _check_timing(config)  # timing.jitter is checked by TimingModel, with the other fields' combination
 
-  learners = config.learners
-  protocol = config.protocol
-  if protocol in ("softsync", "drop_stale"):
-    _require_int(config, "n", minimum=1, maximum=learners)
-  if protocol == "backup":
-    _require_int(config, "backup_workers", minimum=0, maximum=learners - 1)
-  if protocol in DECENTRALIZED_PROTOCOLS:
-    if learners != num_devices:
-      _fail("learners", learners, f"protocol {protocol!r} runs one worker per device: set it to the number of "
-                                  f"devices, {num_devices}")
-    if config.staleness_rule != "none" or config.gap_aware:
-      _fail("staleness_rule" if config.staleness_rule != "none" else "gap_aware",
-            config.staleness_rule if config.staleness_rule != "none" else config.gap_aware,
-            f"'none'/False: protocol {protocol!r} has no per-gradient staleness (every step is S stale)")
-    if protocol != "dcs3gd" and config.delay_compensation != "none":
-      _fail("delay_compensation", config.delay_compensation,
-            f"'none' for protocol {protocol!r}; use protocol='dcs3gd' for the corrected variant")
-  elif config.eager_updates:
-    _fail("eager_updates", True, "False for parameter-server protocols (only s3gd / dcs3gd have eager updates)")
+  _check_protocol(config, num_devices)
   if config.dc_per_learner_mean_square and config.delay_compensation != "adaptive":
     _fail("dc_per_learner_mean_square", True,
           f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
@@ -337,13 +317,39 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
     _fail("dc_mean_square_bias_correction", True,
           f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
           f"delay_compensation={config.delay_compensation!r})")
-  if config.dc_mean_square_bias_correction and protocol == "dcs3gd":
+  if config.dc_mean_square_bias_correction and schedule_lib.protocol_row(config.protocol).decentralized:
     _fail("dc_mean_square_bias_correction", True,
-          "False for protocol 'dcs3gd' (DC-S3GD's own adaptive lambda has no bias correction; it is "
+          f"False for protocol {config.protocol!r} (DC-S3GD's own adaptive lambda has no bias correction; it is "
           "the parameter server's DC-ASGD-a option)")
   if config.staleness_rule in ("threshold", "hinge") and config.staleness_threshold is None:
     _fail("staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}")
   timing_model(config)  # TimingModel checks the combination of its fields
+
+
+def _check_protocol(config, num_devices: int) -> None:
+  """The protocol's options and combinations, as its row of `stalesgd.schedule.PROTOCOL_TABLE` says."""
+  protocol = config.protocol
+  row = schedule_lib.protocol_row(protocol)
+  for option in row.options.values():
+    bound = option.upper_bound(config.learners)
+    if option.config_field is not None and bound is not None:
+      _require_int(config, option.config_field, minimum=option.low, maximum=bound)
+  if config.eager_updates and not row.eager:
+    eager = [name for name in PROTOCOLS if schedule_lib.protocol_row(name).eager]
+    _fail("eager_updates", True, f"False for protocol {protocol!r} (only {' / '.join(eager)} have eager updates)")
+  if not row.decentralized:
+    return
+  if config.learners != num_devices:
+    _fail("learners", config.learners, f"protocol {protocol!r} runs one worker per device: set it to the number "
+                                       f"of devices, {num_devices}")
+  if config.staleness_rule != "none" or config.gap_aware:
+    _fail("staleness_rule" if config.staleness_rule != "none" else "gap_aware",
+          config.staleness_rule if config.staleness_rule != "none" else config.gap_aware,
+          f"'none'/False: protocol {protocol!r} has no per-gradient staleness (every step is S stale)")
+  if not row.corrects and config.delay_compensation != "none":
+    corrected = [name for name in DECENTRALIZED_PROTOCOLS if schedule_lib.protocol_row(name).corrects]
+    _fail("delay_compensation", config.delay_compensation,
+          f"'none' for protocol {protocol!r}; use protocol={corrected[0]!r} for the corrected variant")
 
 
 def _check_dataset(config) -> None:
@@ -386,19 +392,8 @@ def timing_model(config: ml_collections.ConfigDict, *, parameter_bytes: int = 0)
 
 
 def protocol_options(config: ml_collections.ConfigDict) -> dict:
-  """The keyword options `stalesgd.schedule.simulate` takes for the run's protocol."""
-  protocol = config.protocol
-  if protocol == "softsync":
-    return {"n": config.n}
-  if protocol == "ssp":
-    return {"s": config.ssp_bound}
-  if protocol == "backup":
-    return {"backup": config.backup_workers}
-  if protocol == "drop_stale":
-    return {"max_staleness": config.max_staleness, "n": config.n}
-  if protocol in ("s3gd", "dcs3gd"):
-    return {"staleness": config.allreduce_staleness}
-  return {}
+  """The keyword options `stalesgd.schedule.simulate` takes for the run's protocol (its table row maps fields)."""
+  return schedule_lib.protocol_row(config.protocol).config_options(config)
 
 
 def contributions_per_update(config: ml_collections.ConfigDict) -> int:
@@ -410,42 +405,3 @@ def contributions_per_update(config: ml_collections.ConfigDict) -> int:
 def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:
   """Server updates (decentralized: steps) per epoch of applied samples."""
   return num_train / (contributions_per_update(config) * config.batch_per_learner)
-
-
-# Fields a resumed run may change: they decide when to log, save, how to batch
-# evaluation or how many threads decode, never the weights or the metrics' values.
-RESUMABLE_CHANGES = ("log_every_updates", "checkpoint_every_seconds", "keep_checkpoints", "eval_batch_size",
-                     "data_workers")
-CONFIG_FILENAME = "config.json"
-
-
-def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
-  """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_CHANGES`.
-
-  A field that ``saved`` lacks but `default_config` has was added after the run
-  was saved; it counts as its default there (a new field's default keeps the
-  behaviour from before it existed), so the run resumes unless it is set otherwise.
-  """
-  current = json.loads(config.to_json())
-  defaults = json.loads(default_config().to_json())
-  saved = {**{field: defaults[field] for field in defaults.keys() - saved.keys()}, **saved}
-  return [f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
-          for field in sorted(saved.keys() | current.keys())
-          if field not in RESUMABLE_CHANGES and saved.get(field) != current.get(field)]
-
-
-def check_same_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> None:
-  """Refuses a workdir that holds a run of another config, before anything is resumed or reused.
-
-  A checkpoint of one config restored into another would silently mix two runs.
-
-  Raises:
-    ValueError: naming the workdir and the fields that differ.
-  """
-  path = pathlib.Path(workdir) / CONFIG_FILENAME
-  if not path.exists():
-    return
-  changes = config_changes(json.loads(path.read_text()), config)
-  if changes:
-    raise ValueError(f"{workdir} holds a run of another config ({', '.join(changes)}); allowed: the same config "
-                     f"(only {', '.join(RESUMABLE_CHANGES)} may change on resume), or another workdir")

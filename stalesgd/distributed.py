@@ -51,18 +51,14 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import jax
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 _LOG = logging.getLogger(__name__)
 
 DEFAULT_KUBERNETES_PORT = 55527
 DEFAULT_INITIALIZATION_TIMEOUT = 600
 DEFAULT_HEARTBEAT_TIMEOUT = 100
-WORKERS_AXIS = "workers"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,99 +364,3 @@ def initialize(coordinator_address: str | None = None,
       heartbeat_timeout_seconds=heartbeat_timeout,
   )
   return cluster
-
-
-def worker_mesh(axis_name: str = WORKERS_AXIS, devices: Sequence[jax.Device] | None = None) -> Mesh:
-  """A 1-D mesh with one worker per device, over all processes' devices.
-
-  Devices are ordered by (process index, device id), so the workers of one
-  process are contiguous and worker ``w`` lives on the same device in every
-  run with the same topology (2 processes x 4 devices gives workers 0-3 on
-  process 0 and 4-7 on process 1).
-
-  Args:
-    axis_name: the mesh axis name (``"workers"`` for stalesgd.decentral).
-    devices: the devices to use; defaults to `jax.devices()` (all processes).
-
-  Returns:
-    A `jax.sharding.Mesh` of shape ``[len(devices)]``.
-  """
-  devices = list(jax.devices() if devices is None else devices)
-  if not devices:
-    raise ValueError("devices=[] must hold at least one device")
-  devices.sort(key=lambda device: (device.process_index, device.id))
-  return Mesh(np.array(devices), (axis_name,))
-
-
-def addressable_workers(mesh: Mesh, axis_name: str = WORKERS_AXIS) -> list[int]:
-  """The worker indices (positions along ``axis_name``) whose devices this process holds.
-
-  Args:
-    mesh: a 1-D mesh such as `worker_mesh` builds.
-    axis_name: the mesh axis.
-
-  Returns:
-    Sorted worker indices local to this process.
-  """
-  _check_one_dimensional(mesh, axis_name)
-  return [worker for worker, device in enumerate(mesh.devices.flat)
-          if device.process_index == jax.process_index()]
-
-
-def _check_one_dimensional(mesh: Mesh, axis_name: str) -> None:
-  if tuple(mesh.axis_names) != (axis_name,):
-    raise ValueError(f"mesh axes {tuple(mesh.axis_names)} must be exactly ({axis_name!r},)")
-
-
-def stack_workers(per_worker: Callable[[int], Any], mesh: Mesh, axis_name: str = WORKERS_AXIS) -> Any:
-  """Builds a global array ``[workers, ...]`` calling ``per_worker`` only for local workers.
-
-  Each process calls ``per_worker(worker)`` for the workers on its own devices
-  and nothing else, so with data that is a pure function of
-  (seed, worker, step) no process loads another's batches, and the result is
-  identical whatever the number of processes.
-
-  Args:
-    per_worker: worker index -> a pytree of numpy-compatible arrays, the same
-      structure, shapes and dtypes for every worker.
-    mesh: a 1-D mesh such as `worker_mesh` builds.
-    axis_name: the mesh axis the leading dimension is sharded along.
-
-  Returns:
-    The pytree with every leaf stacked to ``[workers, ...]`` as a global
-    `jax.Array` sharded along ``axis_name``.
-  """
-  _check_one_dimensional(mesh, axis_name)
-  devices = list(mesh.devices.flat)
-  local = {worker: per_worker(worker) for worker in addressable_workers(mesh, axis_name)}
-  if not local:
-    raise ValueError(f"mesh holds none of process {jax.process_index()}'s devices")
-  first = next(iter(local.values()))
-  leaves_per_worker = {worker: jax.tree.leaves(tree) for worker, tree in local.items()}
-  sharding = NamedSharding(mesh, PartitionSpec(axis_name))
-  stacked = []
-  for position, example in enumerate(jax.tree.leaves(first)):
-    example = np.asarray(example)
-    shards = [jax.device_put(np.asarray(leaves_per_worker[worker][position])[None], devices[worker])
-              for worker in local]
-    stacked.append(jax.make_array_from_single_device_arrays(
-        (len(devices),) + example.shape, sharding, shards))
-  return jax.tree.unflatten(jax.tree.structure(first), stacked)
-
-
-def local_worker_values(array: jax.Array) -> dict[int, np.ndarray]:
-  """This process's rows of a ``[workers, ...]`` array sharded one worker per device.
-
-  Args:
-    array: a global array whose leading axis is sharded along a 1-D mesh.
-
-  Returns:
-    worker index -> that worker's row as a numpy array, for local workers only.
-  """
-  values = {}
-  for shard in array.addressable_shards:
-    rows = range(*shard.index[0].indices(array.shape[0]))
-    data = np.asarray(shard.data)
-    for offset, worker in enumerate(rows):
-      values[worker] = data[offset]
-  return values

@@ -9,6 +9,11 @@
 
 A runner's state is a pytree of arrays (checkpointed as is); its blocks are
 fixed by the schedule, so a run stopped at a block boundary resumes exactly.
+
+Which runner a protocol gets, and how the run config sets its options, is the
+protocol's row of `stalesgd.schedule.PROTOCOL_TABLE`; this module also turns a
+config into the schedule it runs (`simulate_schedule`) and names the run
+(`run_label`), so the training loop needs no layer below this one.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from stalesgd import decentral
-from stalesgd import distributed
 from stalesgd import engine as engine_lib
+from stalesgd import schedule as schedule_lib
 from stalesgd import sharding as sharding_lib
-from stalesgd.config import DECENTRALIZED_PROTOCOLS
+from stalesgd.config import protocol_options, timing_model
 from stalesgd.dispatch import DispatchLimiter
 from stalesgd.models import ModelSpec
 from stalesgd.schedule import Schedule
@@ -43,7 +48,21 @@ class BlockMetrics(NamedTuple):
   lr_scale: jax.Array
 
 
-class ParameterServerRunner:
+class _Blocks:
+  """What both runners share: their blocks, given by ``block_starts``."""
+
+  block_starts: np.ndarray
+
+  def block_at(self, updates: int) -> int:
+    """The block that starts at update ``updates`` (the number of blocks once all are done).
+
+    Raises:
+      ValueError: ``updates`` is inside a block (the schedule differs from the saved run's).
+    """
+    return engine_lib.block_starting_at(self.block_starts, updates)
+
+
+class ParameterServerRunner(_Blocks):
   """Parameter-server protocols through the exact emulator."""
 
   def __init__(self, model: ModelSpec, optimizer: optax.GradientTransformation, schedule: Schedule,
@@ -73,19 +92,28 @@ class ParameterServerRunner:
     return int(state.step)
 
 
-class DecentralizedRunner:
-  """All-reduce protocols on real collectives, one worker per device."""
+def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDConfig:
+  """The `stalesgd.decentral.DCS3GDConfig` of a decentralized run: its protocol's row fixes some fields,
+  the config sets the staleness S, eager updates and (where the row allows one) the correction."""
+  row = schedule_lib.protocol_row(config.protocol)
+  overrides = {}
+  if "staleness" not in row.fixed_settings:
+    overrides.update(staleness=config.allreduce_staleness)
+  if row.eager:
+    overrides.update(eager=config.eager_updates)
+  if row.corrects and config.delay_compensation != "none":
+    overrides.update(dc_lambda=config.dc_lambda, lambda_mode=config.delay_compensation,
+                     mean_square_decay=config.dc_decay)
+  return decentral.config_for_protocol(config.protocol, **overrides)
+
+
+class DecentralizedRunner(_Blocks):
+  """All-reduce protocols on real collectives, one learner per device."""
 
   def __init__(self, config: ml_collections.ConfigDict, model: ModelSpec, optimizer: optax.GradientTransformation,
                num_updates: int, batches, mesh: jax.sharding.Mesh):
-    overrides = {"staleness": config.allreduce_staleness, "eager": config.eager_updates}
-    if config.protocol == "allreduce_sync":
-      overrides = {}
-    if config.protocol == "dcs3gd" and config.delay_compensation != "none":
-      overrides.update(dc_lambda=config.dc_lambda, lambda_mode=config.delay_compensation,
-                       mean_square_decay=config.dc_decay)
-    self.protocol_config = decentral.config_for_protocol(config.protocol, **overrides)
-    self.mesh = distributed.worker_mesh(self.protocol_config.axis_name, devices=list(mesh.devices.flat))
+    self.protocol_config = decentral_settings(config)
+    self.mesh = sharding_lib.learner_mesh(self.protocol_config.axis_name, devices=list(mesh.devices.flat))
     self.trainer = decentral.DCS3GD(model.loss_fn, optimizer, self.protocol_config, self.mesh)
     # Per-worker losses live on their workers' devices (possibly other
     # processes'); a separate small program replicates them for the host, so
@@ -122,7 +150,27 @@ class DecentralizedRunner:
 
 def make_runner(config: ml_collections.ConfigDict, model: ModelSpec, optimizer: optax.GradientTransformation,
                 schedule: Schedule, batches, mesh: jax.sharding.Mesh):
-  """The runner for the config's protocol."""
-  if config.protocol in DECENTRALIZED_PROTOCOLS:
+  """The runner for the config's protocol (its row of `stalesgd.schedule.PROTOCOL_TABLE` says which)."""
+  if schedule_lib.protocol_row(config.protocol).decentralized:
     return DecentralizedRunner(config, model, optimizer, schedule.num_updates, batches, mesh)
   return ParameterServerRunner(model, optimizer, schedule, batches, mesh)
+
+
+def simulate_schedule(config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int) -> Schedule:
+  """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config."""
+  return schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=num_updates,
+                               seed=config.seed, **protocol_options(config),
+                               timing=timing_model(config, parameter_bytes=parameter_bytes))
+
+
+def run_label(config: ml_collections.ConfigDict) -> str:
+  """A run's name in logs, plots and summaries, e.g. ``"4-softsync (lambda=30, mu=4, inverse)"``."""
+  row = schedule_lib.protocol_row(config.protocol)
+  protocol = (row.label or row.name).format(**config)
+  rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
+  correction = config.delay_compensation
+  if row.decentralized:  # DC-S3GD corrects even with delay_compensation="none" (its own default lambda)
+    settings = decentral_settings(config)
+    correction = settings.lambda_mode if settings.corrects else "none"
+  dc = "" if correction == "none" else f", DC-{correction}"
+  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"

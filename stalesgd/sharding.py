@@ -1,4 +1,8 @@
-"""Global arrays from host data, the same way on one process or many.
+"""The learners' mesh, and global arrays from host data, the same way on one process or many.
+
+Every protocol lays its learners out one per device along one mesh axis,
+``"learners"`` (`learner_mesh`): the engine's gradient slots and the
+decentralized protocols' per-learner state are split along it.
 
 In a multi-process run a `jax.Array` spans devices of several processes; each
 process may only provide the shards of its own devices. These helpers build
@@ -9,11 +13,36 @@ a leading axis (each process's own learners' mini-batches).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+LEARNERS_AXIS = "learners"
+
+
+def learner_mesh(axis_name: str = LEARNERS_AXIS, devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A 1-D mesh with one learner per device, over all processes' devices.
+
+  Devices are ordered by (process index, device id), so the learners of one
+  process are contiguous and learner ``l`` lives on the same device in every
+  run with the same topology (2 processes x 4 devices gives learners 0-3 on
+  process 0 and 4-7 on process 1).
+
+  Args:
+    axis_name: the mesh axis name.
+    devices: the devices to use; defaults to `jax.devices()` (all processes).
+
+  Returns:
+    A `jax.sharding.Mesh` of shape ``[len(devices)]``.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  if not devices:
+    raise ValueError("devices=[] must hold at least one device")
+  devices.sort(key=lambda device: (device.process_index, device.id))
+  return Mesh(np.array(devices), (axis_name,))
 
 
 def global_array(host: np.ndarray, sharding: NamedSharding) -> jax.Array:
@@ -64,3 +93,52 @@ def rows_from_batch_fn(batch_fn: Callable[[np.ndarray, np.ndarray], Any], learne
     return from_local_rows(leaf, low, rows, sharding)
 
   return jax.tree_util.tree_map(to_global, local)
+
+
+def _check_one_dimensional(mesh: Mesh, axis_name: str) -> None:
+  if tuple(mesh.axis_names) != (axis_name,):
+    raise ValueError(f"mesh axes {tuple(mesh.axis_names)} must be exactly ({axis_name!r},)")
+
+
+def addressable_learners(mesh: Mesh, axis_name: str = LEARNERS_AXIS) -> list[int]:
+  """The learners (positions along ``axis_name`` of a 1-D mesh) whose devices this process holds, sorted."""
+  _check_one_dimensional(mesh, axis_name)
+  return [learner for learner, device in enumerate(mesh.devices.flat)
+          if device.process_index == jax.process_index()]
+
+
+def stack_learners(per_learner: Callable[[int], Any], mesh: Mesh, axis_name: str = LEARNERS_AXIS) -> Any:
+  """A global array ``[learners, ...]``, calling ``per_learner`` only for this process's learners.
+
+  With data that is a pure function of (seed, learner, step), no process
+  loads another's batches, and the result is identical whatever the number
+  of processes.
+
+  Args:
+    per_learner: learner index -> a pytree of numpy-compatible arrays, the
+      same structure, shapes and dtypes for every learner.
+    mesh: a 1-D mesh such as `learner_mesh` builds.
+    axis_name: the mesh axis the leading dimension is split along.
+
+  Returns:
+    The pytree with every leaf stacked to ``[learners, ...]``, a global
+    `jax.Array` split along ``axis_name``.
+  """
+  local = addressable_learners(mesh, axis_name)
+  if not local:
+    raise ValueError(f"mesh holds none of process {jax.process_index()}'s devices")
+  learners = np.arange(mesh.size)
+  stack = lambda rows, _: jax.tree.map(lambda *leaves: np.stack([np.asarray(leaf) for leaf in leaves]),
+                                       *[per_learner(int(learner)) for learner in rows])
+  return rows_from_batch_fn(stack, learners, learners, NamedSharding(mesh, PartitionSpec(axis_name)))
+
+
+def local_learner_values(array: jax.Array) -> dict[int, np.ndarray]:
+  """This process's rows of a ``[learners, ...]`` array split one learner per device: learner -> numpy row."""
+  values = {}
+  for shard in array.addressable_shards:
+    rows = range(*shard.index[0].indices(array.shape[0]))
+    data = np.asarray(shard.data)
+    for offset, learner in enumerate(rows):
+      values[learner] = data[offset]
+  return values

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import pathlib
 import time
 from typing import Any, NamedTuple
@@ -43,117 +42,25 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from stalesgd import data as data_lib
-from stalesgd import decentral
-from stalesgd import engine as engine_lib
 from stalesgd import models
 from stalesgd import plots
-from stalesgd import schedule as schedule_lib
+from stalesgd import sharding as sharding_lib
 from stalesgd.checkpoint import Checkpointer, PreemptionGuard
-from stalesgd.config import (CONFIG_FILENAME, check_same_run, contributions_per_update, protocol_options,
-                             timing_model, updates_per_epoch, validate_config)
+from stalesgd.config import contributions_per_update, updates_per_epoch, validate_config
 from stalesgd.evaluation import Evaluator
 from stalesgd.metrics import METRICS_FILENAME, MetricWriter, read_jsonl
 from stalesgd.optimizer import build_optimizer
+from stalesgd.pending_metrics import PendingMetrics, TrainingDiverged  # noqa: F401  (TrainingDiverged: raised by the loop)
 from stalesgd.progress import ProgressReporter
 from stalesgd.provenance import provenance
-from stalesgd.runners import BlockMetrics, make_runner
+from stalesgd.runners import make_runner, run_label, simulate_schedule
+from stalesgd.schedule import Schedule
+from stalesgd.workdir import check_same_run, write_config
 
 
 SCHEDULE_FILENAME = "schedule.npz"
 SUMMARY_FILENAME = "summary.json"
 PENDING_METRICS_KEY = "pending_metrics"  # checkpoint metadata: per-update metrics not yet in a record
-
-
-class TrainingDiverged(FloatingPointError):
-  """The training loss became non-finite; ``update`` is the first update whose loss was."""
-
-  def __init__(self, message: str, update: int):
-    super().__init__(message)
-    self.update = update
-
-
-class PendingMetrics:
-  """Per-update metrics since the last log record, turned into one record on `flush`.
-
-  Reading device arrays waits for the computation, so blocks are only read at
-  log, evaluation and checkpoint points; in between the host runs ahead. A
-  checkpoint reads the pending blocks back and stores them (`snapshot`), so that
-  a resumed run writes the very records an uninterrupted one writes: a record
-  covers the updates between two log points, whatever checkpoints fell between.
-  """
-
-  def __init__(self, schedule: schedule_lib.Schedule, examples_per_update: int, per_epoch: float):
-    self.schedule, self.examples_per_update, self.per_epoch = schedule, examples_per_update, per_epoch
-    self._blocks: list[tuple[int, int, BlockMetrics]] = []
-    # Updates [first, stop) already on the host: (first, stop, float32 losses, float32 lr scales).
-    self._read: tuple[int, int, np.ndarray, np.ndarray] | None = None
-    self._since_update: int | None = None
-    self._since_wall: float | None = None
-
-  def add(self, first: int, stop: int, metrics: BlockMetrics) -> None:
-    self._blocks.append((first, stop, metrics))
-
-  def start(self, update: int, wall_time: float) -> None:
-    self._since_update, self._since_wall = update, wall_time
-
-  def _read_back(self) -> None:
-    """Moves the pending blocks to the host; raises `TrainingDiverged` on a non-finite loss."""
-    if not self._blocks:
-      return
-    losses, scales = ([self._read[2]], [self._read[3]]) if self._read else ([], [])
-    for first, stop, metrics in self._blocks:
-      count = stop - first
-      loss = np.asarray(jax.device_get(metrics.loss))[:count].mean(axis=1)
-      bad = np.flatnonzero(~np.isfinite(loss))
-      if bad.size:
-        update = first + int(bad[0])
-        raise TrainingDiverged(
-            f"the training loss became {loss[bad[0]]} at update {update} (epoch {update / self.per_epoch:.3f}); "
-            "stopping. Lower config.learning_rate or add a staleness rule; the last checkpoint in the workdir "
-            "holds the last good weights", update=update)
-      losses.append(loss)
-      scales.append(np.asarray(jax.device_get(metrics.lr_scale))[:count])
-    first = self._read[0] if self._read else self._blocks[0][0]
-    self._read = (first, self._blocks[-1][1], np.concatenate(losses), np.concatenate(scales))
-    self._blocks.clear()
-
-  def snapshot(self) -> dict[str, Any] | None:
-    """The pending updates' metrics as JSON for a checkpoint (None if there are none); checks the losses."""
-    self._read_back()
-    if self._read is None:
-      return None
-    first, stop, losses, scales = self._read
-    return {"first": first, "stop": stop, "losses": losses.tolist(), "lr_scales": scales.tolist()}
-
-  def restore(self, snapshot: dict[str, Any] | None) -> None:
-    """Takes back what `snapshot` saved (float32, as read from the device, so records are bit-identical)."""
-    self._blocks.clear()
-    self._read = None if snapshot is None else (
-        int(snapshot["first"]), int(snapshot["stop"]), np.asarray(snapshot["losses"], np.float32),
-        np.asarray(snapshot["lr_scales"], np.float32))
-
-  def flush(self, wall_time: float) -> dict[str, float]:
-    """The record of the updates since the last flush; raises on a non-finite loss."""
-    self._read_back()
-    if self._read is None:
-      return {}
-    first, stop, losses, scales = self._read
-    self._read = None
-    # Only this interval's rows (Schedule.staleness builds the whole [U, c] array).
-    staleness = np.arange(first, stop)[:, None] - self.schedule.timestamp[first:stop]
-    elapsed = max(wall_time - self._since_wall, 1e-9)
-    record = {
-        "train_loss": float(losses.mean()),
-        "lr_scale": float(scales.mean()),
-        "staleness_mean": float(staleness.mean()),
-        "staleness_max": int(staleness.max()),
-        "epoch": stop / self.per_epoch,
-        "sim_time": float(self.schedule.update_time[stop - 1]),
-        "wall_time": wall_time,
-        "images_per_s": (stop - self._since_update) * self.examples_per_update / elapsed,
-    }
-    self.start(stop, wall_time)
-    return record
 
 
 def _num_parameters(params: Any) -> int:
@@ -170,13 +77,6 @@ def params_digest(params: Any) -> str:
   for leaf in jax.tree_util.tree_leaves(multihost_utils.process_allgather(params, tiled=True)):
     digest.update(np.ascontiguousarray(leaf).tobytes())
   return digest.hexdigest()
-
-
-def _write_text_atomically(path: pathlib.Path, text: str) -> None:
-  """Readers see the old file or the new one, never a partly written one."""
-  temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  temporary.write_text(text)
-  os.replace(temporary, path)
 
 
 def _next_point(value: int, interval: float) -> float:
@@ -202,7 +102,7 @@ class RunInputs(NamedTuple):
   batches: data_lib.LearnerBatches
   params: Any
   optimizer: Any
-  schedule: schedule_lib.Schedule
+  schedule: Schedule
   updates_per_epoch: float
 
 
@@ -223,9 +123,7 @@ def build_run(config: ml_collections.ConfigDict) -> RunInputs:
   per_epoch = updates_per_epoch(config, dataset.num_train)
   total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
   optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
-  schedule = schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=total_updates,
-                                   seed=config.seed, **protocol_options(config),
-                                   timing=timing_model(config, parameter_bytes=4 * _num_parameters(params)))
+  schedule = simulate_schedule(config, total_updates, parameter_bytes=4 * _num_parameters(params))
   return RunInputs(dataset, model, batches, params, optimizer, schedule, per_epoch)
 
 
@@ -252,15 +150,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   """`train_and_evaluate` with its preemption guard active."""
   entered = time.monotonic()
   # ----------------------------------------------------------------- checks and mesh
-  mesh = engine_lib.learner_mesh()
+  mesh = sharding_lib.learner_mesh()
   validate_config(config, num_devices=mesh.size)
   workdir = pathlib.Path(workdir)
   check_same_run(config, workdir)
   primary = jax.process_index() == 0
   if primary:
     workdir.mkdir(parents=True, exist_ok=True)
-    # Atomically: the other processes of a restarted run read this file (check_same_run) while it is rewritten.
-    _write_text_atomically(workdir / CONFIG_FILENAME, config.to_json(indent=2))
+    write_config(config, workdir)
 
   # ----------------------------------------------------------------- input, model, optimizer, schedule
   run = build_run(config)
@@ -270,8 +167,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   if primary and not (workdir / SCHEDULE_FILENAME).exists():
     schedule.save(workdir / SCHEDULE_FILENAME)
   examples_per_update = contributions_per_update(config) * config.batch_per_learner
-  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update, description=_run_label(config))
-  progress.write(f"{_run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
+  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update, description=run_label(config))
+  progress.write(f"{run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
                  f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
                  f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s")
   if config.protocol == "drop_stale" and schedule.num_dropped == 0:
@@ -298,7 +195,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     writer.truncate_after(0)
   block_starts = runner.block_starts
   updates = runner.updates_done(state)
-  block = engine_lib.block_starting_at(block_starts, updates)
+  block = runner.block_at(updates)
   updates_at_start = updates
 
   # ----------------------------------------------------------------- loop
@@ -369,20 +266,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     (workdir / SUMMARY_FILENAME).write_text(json.dumps(summary, indent=2))
     if not preempted:
       records = read_jsonl(workdir / METRICS_FILENAME)
-      label = _run_label(config)
+      label = run_label(config)
       plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
       plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
   return summary
-
-
-def _run_label(config: ml_collections.ConfigDict) -> str:
-  protocol = f"{config.n}-softsync" if config.protocol == "softsync" else config.protocol
-  rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
-  correction = config.delay_compensation
-  if config.protocol == "dcs3gd" and correction == "none":
-    correction = decentral.config_for_protocol("dcs3gd").lambda_mode  # DC-S3GD always corrects
-  dc = "" if correction == "none" else f", DC-{correction}"
-  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"
 
 
 def _summary(config, schedule, params, updates, per_epoch, wall_time, workdir, preempted) -> dict[str, Any]:
@@ -391,7 +278,7 @@ def _summary(config, schedule, params, updates, per_epoch, wall_time, workdir, p
   last = evaluated[-1] if evaluated else {}
   staleness = schedule.staleness[:updates]
   return {
-      "label": _run_label(config),
+      "label": run_label(config),
       "protocol": config.protocol,
       "learners": config.learners,
       "batch_per_learner": config.batch_per_learner,

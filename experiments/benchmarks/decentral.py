@@ -58,7 +58,7 @@ import optax
 from jax.sharding import PartitionSpec
 
 from experiments.benchmarks.common import machine_description, paired_ratio, time_interleaved
-from stalesgd import distributed
+from stalesgd import sharding as sharding_lib
 from stalesgd import models
 from stalesgd.decentral import DCS3GD, config_for_protocol
 
@@ -75,7 +75,7 @@ IMAGE_SHAPE = (32, 32, 3)
 
 def compute_only_step(loss_fn, optimizer, mesh):
   """Each worker's forward/backward and local update, with no collective: the floor."""
-  worker = PartitionSpec("workers")
+  worker = PartitionSpec(sharding_lib.LEARNERS_AXIS)
 
   def local_step(params, opt_state, batch):
     unstack = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)
@@ -103,7 +103,7 @@ def build_programs(spec, params, optimizer, mesh, batch):
 
     programs[protocol] = run
   local = compute_only_step(spec.loss_fn, optimizer, mesh)
-  per_worker = lambda tree: distributed.stack_workers(lambda worker: tree, mesh)
+  per_worker = lambda tree: sharding_lib.stack_learners(lambda worker: tree, mesh)
   carry = {"params": per_worker(params), "opt_state": per_worker(optimizer.init(params))}
 
   def run_local():
@@ -129,14 +129,14 @@ def overlap_sentence(report: dict) -> str:
 def main(argv):
   del argv
   steps_per_round, rounds = _STEPS_PER_ROUND.value, 8 if _QUICK.value else _ROUNDS.value
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   spec = models.get_model(_MODEL.value, num_classes=10)
   params = jax.device_get(spec.init(jax.random.key(0), IMAGE_SHAPE)["params"])
   optimizer = optax.sgd(0.01, momentum=0.9)
   rng = np.random.default_rng(0)
   images = rng.normal(size=(mesh.size, _BATCH_PER_WORKER.value) + IMAGE_SHAPE).astype(np.float32)
   labels = rng.integers(0, 10, size=(mesh.size, _BATCH_PER_WORKER.value)).astype(np.int32)
-  batch = distributed.stack_workers(lambda worker: {"image": images[worker], "label": labels[worker]}, mesh)
+  batch = sharding_lib.stack_learners(lambda worker: {"image": images[worker], "label": labels[worker]}, mesh)
 
   programs, reports = build_programs(spec, params, optimizer, mesh, batch)
   samples = time_interleaved(programs, steps_per_round, rounds)

@@ -58,6 +58,7 @@ from experiments.benchmarks.common import machine_description, paired_ratio, tim
 from stalesgd import engine as engine_lib
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
+from stalesgd import sharding as sharding_lib
 
 _QUICK = flags.DEFINE_bool("quick", False, "Small version (lambda in {8, 32}, fewer gradients), < 1 minute.")
 _LEARNERS = flags.DEFINE_list("learners", None, "Override the list of learner counts.")
@@ -123,7 +124,7 @@ def engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk: 
 def sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk: int):
   """Synchronous data-parallel SGD: lambda x mu samples per step over all devices,
   one gradient call per device (the strictest baseline: no per-learner split)."""
-  mesh = engine_lib.learner_mesh()
+  mesh = sharding_lib.learner_mesh()
   devices = mesh.size
   split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("learners"))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())

@@ -14,8 +14,11 @@ from typing import Any
 
 import optax
 
+from stalesgd import schedule
+from stalesgd import sharding
+
 LAMBDA_MODES = ("constant", "adaptive", "layerwise")
-PROTOCOLS = ("dcs3gd", "s3gd", "allreduce_sync")
+PROTOCOLS = schedule.DECENTRALIZED_PROTOCOLS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +51,7 @@ class DCS3GDConfig:
   mean_square_decay: float = 0.95
   eps: float = 1e-7
   eager: bool = False
-  axis_name: str = "workers"
+  axis_name: str = sharding.LEARNERS_AXIS
 
   def __post_init__(self):
     if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
@@ -84,6 +87,10 @@ def _is_nonnegative_number(value: Any) -> bool:
 def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
   """The configuration of a named all-reduce protocol.
 
+  The protocol's row of `stalesgd.schedule.PROTOCOL_TABLE` fixes some fields
+  (``fixed_settings``); the others keep `DCS3GDConfig`'s defaults unless
+  overridden:
+
   * ``"dcs3gd"``: DC-S3GD, staleness 1, layer-wise lambda with lambda_0 = 0.2.
   * ``"s3gd"``: stale-synchronous SGD without correction (dc_lambda = 0),
     staleness 1.
@@ -102,25 +109,23 @@ def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
       contradicts the protocol (a correction for ``s3gd``, staleness for
       ``allreduce_sync``).
   """
-  defaults = {
-      "dcs3gd": {},
-      "s3gd": {"dc_lambda": 0.0, "lambda_mode": "constant"},
-      "allreduce_sync": {"staleness": 0, "dc_lambda": 0.0, "lambda_mode": "constant"},
-  }
-  if protocol not in defaults:
+  if protocol not in PROTOCOLS:
     raise ValueError(f"protocol={protocol!r} must be one of {PROTOCOLS}")
   fields = {field.name for field in dataclasses.fields(DCS3GDConfig)}
   unknown = sorted(set(overrides) - fields)
   if unknown:
     raise ValueError(f"unknown DCS3GDConfig fields {unknown}; allowed: {sorted(fields)}")
-  config = DCS3GDConfig(**{**defaults[protocol], **overrides})
-  if protocol != "dcs3gd" and config.corrects:
+  row = schedule.protocol_row(protocol)
+  config = DCS3GDConfig(**{**row.fixed_settings, **overrides})
+  corrected = [name for name in PROTOCOLS if schedule.protocol_row(name).corrects]
+  if not row.corrects and config.corrects:
     raise ValueError(f"protocol={protocol!r} has no correction; got dc_lambda={config.dc_lambda!r} "
-                     "(use protocol='dcs3gd')")
-  if protocol == "allreduce_sync" and config.staleness != 0:
-    raise ValueError(f"protocol='allreduce_sync' is synchronous; got staleness={config.staleness} "
+                     f"(use protocol={corrected[0]!r})")
+  fixed_staleness = row.fixed_settings.get("staleness")
+  if fixed_staleness is not None and config.staleness != fixed_staleness:
+    raise ValueError(f"protocol={protocol!r} is synchronous; got staleness={config.staleness} "
                      "(use protocol='s3gd' or 'dcs3gd')")
-  if protocol == "s3gd" and config.staleness == 0:
-    raise ValueError("protocol='s3gd' is stale-synchronous and needs staleness >= 1; got staleness=0 "
+  if fixed_staleness is None and not row.corrects and config.staleness == 0:  # that is allreduce_sync
+    raise ValueError(f"protocol={protocol!r} is stale-synchronous and needs staleness >= 1; got staleness=0 "
                      "(use protocol='allreduce_sync')")
   return config

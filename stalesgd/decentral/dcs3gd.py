@@ -82,11 +82,11 @@ class DCS3GD:
 
   Example::
 
-    mesh = stalesgd.distributed.worker_mesh()             # one worker per device
+    mesh = stalesgd.sharding.learner_mesh()             # one worker per device
     trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDConfig(), mesh)
     state = trainer.init(params)
     for step in range(num_steps):
-      batch = stalesgd.distributed.stack_workers(lambda w: batch_for(seed, w, step), mesh)
+      batch = stalesgd.sharding.stack_learners(lambda w: batch_for(seed, w, step), mesh)
       state, metrics = trainer.step(state, batch)          # batch leaves are [M, mu, ...]
     final = trainer.consensus_params(state)
 
@@ -188,7 +188,7 @@ class DCS3GD:
     Args:
       state: the current state (donated: do not use it afterwards).
       batch: a pytree whose leaves are ``[M, mu, ...]``, sharded along the
-        workers axis (see `stalesgd.distributed.stack_workers`).
+        workers axis (see `stalesgd.sharding.stack_learners`).
 
     Returns:
       ``(new_state, metrics)``. ``metrics`` (every leaf ``[M, ...]``, per

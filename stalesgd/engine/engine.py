@@ -49,7 +49,6 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from stalesgd import distributed
 from stalesgd import sharding as sharding_lib
 from stalesgd.dispatch import DispatchLimiter
 from stalesgd.engine import ring_buffer
@@ -106,11 +105,6 @@ def default_gradient_strategy(backend: str) -> str:
   return "unroll" if backend == "cpu" else "vmap"
 
 
-def learner_mesh(axis_name: str = "learners", devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
-  """A 1-D mesh over all devices of all processes, each process's devices contiguous."""
-  return distributed.worker_mesh(axis_name, devices=devices)
-
-
 def _applied_scale(opt_state: PyTree) -> jax.Array:
   """Product of every ``applied_scale`` field in the optimizer state (1 if none)."""
   scale = jnp.float32(1.0)
@@ -154,7 +148,7 @@ class Engine:
     self.loss_fn = loss_fn
     self.optimizer = optimizer
     self.has_aux = has_aux
-    self.mesh = learner_mesh() if mesh is None else mesh
+    self.mesh = sharding_lib.learner_mesh() if mesh is None else mesh
     if axis_name is None:
       if len(self.mesh.axis_names) != 1:
         raise ValueError(f"mesh has axes {self.mesh.axis_names}: pass axis_name")

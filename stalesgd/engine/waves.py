@@ -120,8 +120,8 @@ class WavePlan:
     learner[:count] = schedule.learner[first:stop]
     batch_index = np.zeros((rows, contributions), dtype=np.int64)
     batch_index[:count] = schedule.batch_index[first:stop]
-    updates = first + np.arange(rows, dtype=np.int64)[:, None]
-    staleness = np.where(row_valid[:, None], updates - timestamp, 0).astype(np.int32)
+    staleness = np.zeros((rows, contributions), dtype=np.int32)
+    staleness[:count] = schedule.staleness_of(first, stop)
 
     padding = self.slots_per_wave - rows * contributions
     slot_timestamp = np.concatenate([timestamp.reshape(-1), np.full(padding, first, np.int32)])

@@ -13,8 +13,12 @@ from stalesgd.schedule.events import EventTrace
 from stalesgd.schedule.schedule import Schedule
 from stalesgd.schedule.protocols import DECENTRALIZED_PROTOCOLS
 from stalesgd.schedule.protocols import PARAMETER_SERVER_PROTOCOLS
+from stalesgd.schedule.protocols import PROTOCOL_TABLE
 from stalesgd.schedule.protocols import PROTOCOLS
+from stalesgd.schedule.protocols import Option
+from stalesgd.schedule.protocols import Protocol
 from stalesgd.schedule.protocols import contributions_per_update
+from stalesgd.schedule.protocols import protocol_row
 from stalesgd.schedule.protocols import simulate
 from stalesgd.schedule.timing import JITTERS
 from stalesgd.schedule.timing import TimingModel
@@ -25,8 +29,12 @@ __all__ = [
     "JITTERS",
     "PARAMETER_SERVER_PROTOCOLS",
     "PROTOCOLS",
+    "PROTOCOL_TABLE",
+    "Option",
+    "Protocol",
     "Schedule",
     "TimingModel",
     "contributions_per_update",
+    "protocol_row",
     "simulate",
 ]

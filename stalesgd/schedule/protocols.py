@@ -1,32 +1,45 @@
-"""The protocol registry and `simulate`, which turns a protocol and a timing model into a `Schedule`.
+"""The protocol table, and `simulate`, which turns a protocol and a timing model into a `Schedule`.
+
+Every protocol is one row of `PROTOCOL_TABLE` (a `Protocol`): its options with
+their ranges, defaults and the run-config field that sets each, its server
+rule (parameter-server protocols) or the DC-S3GD settings it fixes
+(decentralized all-reduce protocols), and its label. The simulator, the run
+config's validation (`stalesgd.config`), the training loop's runners
+(`stalesgd.runners`) and the decentralized configuration
+(`stalesgd.decentral.config_for_protocol`) all read that row; adding a protocol
+is one row plus, for a parameter-server protocol, one `ServerRule`
+(docs/protocols.md shows an example).
 
 Parameter-server protocols (lambda = ``learners``; docs/algorithms.md §1, §4):
 
 =============  ==========================  ===================================
-protocol       options                     server
+protocol       options (config field)      server
 =============  ==========================  ===================================
 hardsync       (none)                      one gradient per learner, sigma = 0
-softsync       n in [1, learners]          c = floor(lambda / n), no barrier
+softsync       n in [1, learners] (n)      c = floor(lambda / n), no barrier
 async          (none)                      c = 1 (softsync with n = lambda)
-ssp            s >= 0                      one update per clock, lead <= s
+ssp            s >= 0 (ssp_bound)          one update per clock, lead <= s
 backup         backup in [0, learners-1]   hardsync that waits for lambda - b
+               (backup_workers)
 drop_stale     max_staleness >= 0,         softsync that drops sigma >
                n (default learners)        max_staleness
 =============  ==========================  ===================================
 
-Decentralized all-reduce protocols (M = ``learners`` workers; §3):
-``allreduce_sync`` (S = 0), ``s3gd`` and ``dcs3gd`` (``staleness`` S >= 0,
-default 1; ``overlap`` of communication and computation, default True).
+Decentralized all-reduce protocols (M = ``learners``; §3):
+``dcs3gd`` and ``s3gd`` (``staleness`` S >= 0, default 1, config field
+``allreduce_staleness``; ``overlap`` of communication and computation, default
+True) and ``allreduce_sync`` (S = 0).
 
-Each protocol's rules live in their own module (`softsync`, `ssp`, `backup`,
-`decentralized`); this module validates arguments and dispatches.
+Each parameter-server rule lives in its own module (`softsync`, `ssp`,
+`backup`), the all-reduce simulation in `decentralized`; this module holds the
+table, validates arguments and dispatches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from stalesgd.schedule import validation
@@ -38,80 +51,139 @@ from stalesgd.schedule.softsync import ArrivalOrderServer
 from stalesgd.schedule.ssp import StaleSynchronousServer
 from stalesgd.schedule.timing import TimingModel
 
-_REQUIRED = object()
-_LEARNERS = object()  # default that resolves to the number of learners
-
-
-def _check_n(value: Any, learners: int) -> int:
-  return validation.check_integer("n", value, 1, learners, high_label="learners")
-
-
-def _check_nonnegative(name: str) -> Callable[[Any, int], int]:
-  return lambda value, learners: validation.check_integer(name, value, 0)
-
-
-def _check_backup(value: Any, learners: int) -> int:
-  return validation.check_integer("backup", value, 0, learners - 1, high_label="learners - 1")
-
-
-def _check_overlap(value: Any, learners: int) -> bool:
-  return validation.check_bool("overlap", value)
+REQUIRED = object()
+"""`Option.default` of an option the caller must give."""
+LEARNERS = object()
+"""`Option.default` that resolves to the number of learners."""
 
 
 @dataclasses.dataclass(frozen=True)
-class _Protocol:
-  """A protocol's options (name -> (default, checker)) and how to run it."""
+class Option:
+  """One option of a protocol: its range and default, and the run-config field that sets it.
 
-  options: dict[str, tuple[Any, Callable[[Any, int], Any]]]
-  server: Callable[..., ServerRule] | None = None  # None: decentralized
+  Attributes:
+    config_field: the field of `stalesgd.config.default_config` that sets the
+      option in a training run, or None if a run leaves it at its default.
+    low: the smallest allowed integer, or None for a True/False option.
+    high: the largest allowed integer as a function of the learners, or None
+      for no upper bound.
+    high_label: how an error message names ``high``, e.g. ``"learners"``.
+    default: a value, `REQUIRED` or `LEARNERS`.
+  """
 
-  def resolve(self, name: str, learners: int, given: dict[str, Any]) -> dict[str, Any]:
+  config_field: str | None
+  low: int | None = 0
+  high: Callable[[int], int] | None = None
+  high_label: str = ""
+  default: Any = REQUIRED
+
+  def upper_bound(self, learners: int) -> int | None:
+    return None if self.high is None else self.high(learners)
+
+  def check(self, name: str, value: Any, learners: int) -> Any:
+    """``value`` after checking it (``ValueError`` naming ``name`` if it is out of range)."""
+    if self.low is None:
+      return validation.check_bool(name, value)
+    return validation.check_integer(name, value, self.low, self.upper_bound(learners), high_label=self.high_label)
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  """One row of `PROTOCOL_TABLE`: everything the library knows about a protocol.
+
+  Attributes:
+    name: the protocol's name (``config.protocol``).
+    options: simulator option name -> `Option`.
+    server: parameter-server protocols: learners, **options -> the
+      `ServerRule` the simulator runs; None for decentralized protocols.
+    label: a run's label, formatted with the run config's fields
+      (``"{n}-softsync"``); the name if empty.
+    fixed_settings: decentralized protocols: the `stalesgd.decentral.DCS3GDConfig`
+      fields the protocol fixes (e.g. ``dc_lambda=0`` for S3GD).
+    eager: decentralized protocols: whether the protocol takes eager updates
+      (``config.eager_updates``).
+  """
+
+  name: str
+  options: Mapping[str, Option] = dataclasses.field(default_factory=dict)
+  server: Callable[..., ServerRule] | None = None
+  label: str = ""
+  fixed_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  eager: bool = False
+
+  @property
+  def decentralized(self) -> bool:
+    """Whether it runs on real all-reduce collectives (one worker per device) instead of a parameter server."""
+    return self.server is None
+
+  @property
+  def corrects(self) -> bool:
+    """Whether a run may choose its delay compensation: every parameter-server protocol, and the
+    decentralized protocols that do not fix DC-S3GD's ``dc_lambda``."""
+    return "dc_lambda" not in self.fixed_settings
+
+  def config_options(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The simulator options a run config sets: ``{option: config[option.config_field]}``."""
+    return {name: config[option.config_field] for name, option in self.options.items()
+            if option.config_field is not None}
+
+  def resolve(self, learners: int, given: Mapping[str, Any]) -> dict[str, Any]:
     """Checks ``given`` against the options and fills in defaults."""
     unknown = sorted(set(given) - set(self.options))
     if unknown:
       allowed = ", ".join(self.options) or "none"
-      raise ValueError(f"protocol {name!r} does not take option(s) {unknown}; allowed options: {allowed}")
+      raise ValueError(f"protocol {self.name!r} does not take option(s) {unknown}; allowed options: {allowed}")
     resolved = {}
-    for option, (default, check) in self.options.items():
-      if option in given:
-        value = given[option]
-      elif default is _REQUIRED:
-        raise ValueError(f"protocol {name!r} needs the option {option!r}")
+    for name, option in self.options.items():
+      if name in given:
+        value = given[name]
+      elif option.default is REQUIRED:
+        raise ValueError(f"protocol {self.name!r} needs the option {name!r}")
       else:
-        value = learners if default is _LEARNERS else default
-      resolved[option] = check(value, learners)
+        value = learners if option.default is LEARNERS else option.default
+      resolved[name] = option.check(name, value, learners)
     return resolved
 
 
-_DECENTRALIZED_OPTIONS = {"staleness": (1, _check_nonnegative("staleness")), "overlap": (True, _check_overlap)}
+_N = Option("n", low=1, high=lambda learners: learners, high_label="learners")
+_ALLREDUCE_STALENESS = {"staleness": Option("allreduce_staleness", default=1),
+                        "overlap": Option(None, low=None, default=True)}
+_UNCORRECTED = {"dc_lambda": 0.0, "lambda_mode": "constant"}
 
-_PROTOCOLS: dict[str, _Protocol] = {
-    "hardsync": _Protocol({}, lambda learners: StaleSynchronousServer(learners, s=0)),
-    "softsync": _Protocol({"n": (_REQUIRED, _check_n)}, ArrivalOrderServer),
-    "async": _Protocol({}, lambda learners: ArrivalOrderServer(learners, n=learners)),
-    "ssp": _Protocol({"s": (_REQUIRED, _check_nonnegative("s"))}, StaleSynchronousServer),
-    "backup": _Protocol({"backup": (_REQUIRED, _check_backup)}, BackupWorkerServer),
-    "drop_stale": _Protocol(
-        {"max_staleness": (_REQUIRED, _check_nonnegative("max_staleness")), "n": (_LEARNERS, _check_n)},
-        ArrivalOrderServer),
-    "allreduce_sync": _Protocol({}),
-    "s3gd": _Protocol(_DECENTRALIZED_OPTIONS),
-    "dcs3gd": _Protocol(_DECENTRALIZED_OPTIONS),
-}
+PROTOCOL_TABLE: dict[str, Protocol] = {row.name: row for row in (
+    Protocol("hardsync", server=lambda learners: StaleSynchronousServer(learners, s=0)),
+    Protocol("softsync", {"n": _N}, ArrivalOrderServer, label="{n}-softsync"),
+    Protocol("async", server=lambda learners: ArrivalOrderServer(learners, n=learners)),
+    Protocol("ssp", {"s": Option("ssp_bound")}, StaleSynchronousServer),
+    Protocol("backup", {"backup": Option("backup_workers", high=lambda learners: learners - 1,
+                                         high_label="learners - 1")}, BackupWorkerServer),
+    Protocol("drop_stale", {"max_staleness": Option("max_staleness"), "n": dataclasses.replace(_N, default=LEARNERS)},
+             ArrivalOrderServer),
+    Protocol("allreduce_sync", fixed_settings={"staleness": 0, **_UNCORRECTED}),
+    Protocol("s3gd", _ALLREDUCE_STALENESS, fixed_settings=_UNCORRECTED, eager=True),
+    Protocol("dcs3gd", _ALLREDUCE_STALENESS, eager=True),
+)}
+"""Every protocol, by name (see the module docstring)."""
 
-PROTOCOLS = tuple(_PROTOCOLS)
+PROTOCOLS = tuple(PROTOCOL_TABLE)
 """Names `simulate` accepts."""
-PARAMETER_SERVER_PROTOCOLS = tuple(name for name, spec in _PROTOCOLS.items() if spec.server is not None)
-DECENTRALIZED_PROTOCOLS = tuple(name for name, spec in _PROTOCOLS.items() if spec.server is None)
+PARAMETER_SERVER_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if not row.decentralized)
+DECENTRALIZED_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if row.decentralized)
 
 
-def _resolve(protocol: str, learners: int, protocol_options: dict[str, Any]) -> tuple[_Protocol, dict[str, Any]]:
+def protocol_row(name: str) -> Protocol:
+  """The table row of protocol ``name``; ``ValueError`` listing the protocols if there is none."""
+  row = PROTOCOL_TABLE.get(name) if isinstance(name, str) else None
+  if row is None:
+    raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}; got {name!r}")
+  return row
+
+
+def _resolve(name: str, learners: int, protocol_options: dict[str, Any]) -> tuple[Protocol, dict[str, Any]]:
   """Validates the protocol name, learners and options; fills in defaults."""
-  spec = _PROTOCOLS.get(protocol)
-  if spec is None:
-    raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}; got {protocol!r}")
+  row = protocol_row(name)
   learners = validation.check_integer("learners", learners, 1)
-  return spec, spec.resolve(protocol, learners, protocol_options)
+  return row, row.resolve(learners, protocol_options)
 
 
 def contributions_per_update(protocol: str, *, learners: int, **protocol_options: Any) -> int:
@@ -123,8 +195,8 @@ def contributions_per_update(protocol: str, *, learners: int, **protocol_options
   Raises:
     ValueError: as `simulate` does for bad arguments.
   """
-  spec, options = _resolve(protocol, learners, protocol_options)
-  return learners if spec.server is None else spec.server(learners, **options).contributions
+  row, options = _resolve(protocol, learners, protocol_options)
+  return learners if row.decentralized else row.server(learners, **options).contributions
 
 
 def simulate(
@@ -169,7 +241,7 @@ def simulate(
     >>> run.learner.shape
     (10000, 2)
   """
-  spec, options = _resolve(protocol, learners, protocol_options)
+  row, options = _resolve(protocol, learners, protocol_options)
   num_updates = validation.check_integer("num_updates", num_updates, 1)
   seed = validation.check_integer("seed", seed, 0)
   validation.check_bool("record_events", record_events)
@@ -179,9 +251,9 @@ def simulate(
   timing.check_learners(learners)
   provenance = json.loads(json.dumps(
       {"protocol_options": options, "seed": seed, "timing": timing.to_dict()}))
-  if spec.server is not None:
+  if not row.decentralized:
     return run_parameter_server(
-        spec.server(learners, **options), protocol=protocol, num_updates=num_updates, timing=timing, seed=seed,
+        row.server(learners, **options), protocol=protocol, num_updates=num_updates, timing=timing, seed=seed,
         options=provenance, record_events=record_events, progress=progress)
   if record_events:
     raise ValueError(f"record_events is only available for {', '.join(PARAMETER_SERVER_PROTOCOLS)}; "

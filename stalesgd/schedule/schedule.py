@@ -153,10 +153,18 @@ class Schedule:
   def contributions_per_update(self) -> int:
     return int(self.learner.shape[1])
 
+  def staleness_of(self, first: int, stop: int) -> np.ndarray:
+    """int64 [stop - first, c]: sigma = u - j of each contribution applied by updates u in [first, stop).
+
+    The one place sigma is computed from the schedule (`staleness`, the
+    engine's waves and the training loop's records all read it).
+    """
+    return np.arange(first, stop, dtype=np.int64)[:, None] - self.timestamp[first:stop]
+
   @property
   def staleness(self) -> np.ndarray:
     """int64 [U, c]: sigma of each applied contribution."""
-    return np.arange(self.num_updates, dtype=np.int64)[:, None] - self.timestamp
+    return self.staleness_of(0, self.num_updates)
 
   @property
   def gradient_staleness(self) -> np.ndarray:

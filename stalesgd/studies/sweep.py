@@ -34,7 +34,8 @@ import ml_collections
 
 from stalesgd.studies.definitions import Study, Variant, study_run
 from stalesgd import plots
-from stalesgd.config import check_same_run, protocol_options, validate_config
+from stalesgd.config import protocol_options, validate_config
+from stalesgd.workdir import check_same_run
 from stalesgd.data.loading import KNOWN_NUM_CLASSES
 from stalesgd.metrics import METRICS_FILENAME, read_jsonl
 from stalesgd import train

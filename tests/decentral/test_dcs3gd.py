@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import Mesh
 
 import dcs3gd_reference
-from stalesgd import distributed
+from stalesgd import sharding as sharding_lib
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 
 LEARNING_RATE, MOMENTUM = 0.1, 0.9
@@ -48,12 +48,12 @@ def make_batches(workers, steps=STEPS, seed=1, identical_workers=False):
 
 
 def run(config, batches, mesh=None, optimizer=None):
-  mesh = mesh or distributed.worker_mesh()
+  mesh = mesh or sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optimizer or optax.sgd(LEARNING_RATE, momentum=MOMENTUM), config, mesh)
   state = trainer.init(initial_params())
   metrics = []
   for row in batches:
-    state, step_metrics = trainer.step(state, distributed.stack_workers(lambda worker: row[worker], mesh))
+    state, step_metrics = trainer.step(state, sharding_lib.stack_learners(lambda worker: row[worker], mesh))
     metrics.append(jax.device_get(step_metrics))
   return trainer, state, metrics
 
@@ -132,7 +132,7 @@ def test_one_worker_is_sgd(options, devices):
   # follows SGD S steps behind. The trajectories are compared to 1e-6: the two
   # programs are compiled separately and XLA fuses (and FMA-contracts) the
   # update differently, which moves the last bit of a few elements.
-  mesh = Mesh(np.array(devices[:1]), ("workers",))
+  mesh = Mesh(np.array(devices[:1]), ("learners",))
   batches = make_batches(1)
   trainer, state, metrics = run(DCS3GDConfig(**options), batches, mesh=mesh)
   assert all(step["displacement_norm"][0] == 0 and step["correction_ratio"][0] == 0 for step in metrics)
@@ -157,7 +157,7 @@ def _sgd_step(optimizer, params, opt_state, batch):
 
 def test_averaged_local_momentum_is_global_momentum_on_averaged_gradients(devices):
   # Momentum is linear: mean_i(-lr m_i) follows m <- beta m + mean_i g_i.
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(LEARNING_RATE, momentum=MOMENTUM), config_for_protocol("s3gd"), mesh)
   state = trainer.init(initial_params())
   gradient = jax.jit(jax.vmap(jax.grad(lambda weights, batch: loss_fn(weights, batch)[0])))
@@ -170,7 +170,7 @@ def test_averaged_local_momentum_is_global_momentum_on_averaged_gradients(device
     global_momentum = mean_grads if global_momentum is None else {
         name: mean_grads[name] + MOMENTUM * global_momentum[name] for name in mean_grads}
     expected_averages.append({name: -LEARNING_RATE * leaf for name, leaf in global_momentum.items()})
-    state, _ = trainer.step(state, distributed.stack_workers(lambda worker: row[worker], mesh))
+    state, _ = trainer.step(state, sharding_lib.stack_learners(lambda worker: row[worker], mesh))
     consensus = as_numpy(trainer.consensus_params(state))
     actual_averages.append({name: consensus[name].astype(np.float64) - previous_consensus[name]
                             for name in consensus})
@@ -226,7 +226,7 @@ def test_dc_lambda_accepts_a_schedule(devices):
 # ------------------------------------------------------------------ the program
 
 def test_state_lives_on_the_workers_devices(devices):
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDConfig(staleness=2), mesh)
   state = trainer.init(initial_params())
   assert state.in_flight["hidden"].shape == (len(devices), 2, 3, 5)
@@ -247,26 +247,26 @@ def test_step_compiles_once_and_metrics_are_per_worker(devices):
     traces.append(1)
     return loss_fn(params, batch)
 
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(counting_loss, optax.sgd(0.1), DCS3GDConfig(), mesh)
   state = trainer.init(initial_params())
   for row in make_batches(len(devices), steps=3):
-    state, metrics = trainer.step(state, distributed.stack_workers(lambda worker: row[worker], mesh))
+    state, metrics = trainer.step(state, sharding_lib.stack_learners(lambda worker: row[worker], mesh))
   assert len(traces) == 1
   assert metrics["loss"].shape == (len(devices),)
   assert metrics["aux"]["predictions"].shape == (len(devices), BATCH_PER_WORKER)
-  assert metrics["loss"].sharding.spec == jax.sharding.PartitionSpec("workers")
+  assert metrics["loss"].sharding.spec == jax.sharding.PartitionSpec("learners")
   mean = trainer.mean_metrics(metrics)
   np.testing.assert_allclose(mean["loss"], np.mean(np.asarray(metrics["loss"])), rtol=1e-6)
 
 
 def test_rejects_a_mesh_without_the_workers_axis(devices):
-  with pytest.raises(ValueError, match="config.axis_name='workers'"):
+  with pytest.raises(ValueError, match="config.axis_name='learners'"):
     DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), jax.make_mesh((8,), ("data",)))
 
 
 def test_rejects_a_batch_without_a_leading_workers_axis(devices):
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
   state = trainer.init(initial_params())
   batch = make_batches(len(devices), steps=1)[0][0]  # one worker's [mu, ...] batch

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd import distributed
+from stalesgd import sharding as sharding_lib
 from stalesgd.checkpoint import Checkpointer
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 from test_dcs3gd import initial_params, loss_fn, make_batches
@@ -18,10 +18,10 @@ from test_dcs3gd import initial_params, loss_fn, make_batches
     config_for_protocol("allreduce_sync"),  # no queue, no MeanSquare (None fields)
 ], ids=["adaptive-S2", "allreduce_sync"])
 def test_resume_from_checkpoint_is_bit_identical(config, devices, tmp_path):
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), config, mesh)
   batches = make_batches(len(devices), steps=4)
-  feed = lambda row: distributed.stack_workers(lambda worker: row[worker], mesh)
+  feed = lambda row: sharding_lib.stack_learners(lambda worker: row[worker], mesh)
 
   uninterrupted = trainer.init(initial_params())
   for row in batches:

@@ -26,7 +26,7 @@ def test_bad_config_raises_value_error_naming_the_field(kwargs, message):
 
 
 def test_named_protocols():
-  assert PROTOCOLS == ("dcs3gd", "s3gd", "allreduce_sync")
+  assert PROTOCOLS == ("allreduce_sync", "s3gd", "dcs3gd")  # the table's order (stalesgd.schedule.PROTOCOL_TABLE)
   dcs3gd = config_for_protocol("dcs3gd")
   assert (dcs3gd.staleness, dcs3gd.dc_lambda, dcs3gd.lambda_mode, dcs3gd.corrects) == (1, 0.2, "layerwise", True)
   s3gd = config_for_protocol("s3gd", staleness=2)

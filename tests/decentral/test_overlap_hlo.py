@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd import distributed
+from stalesgd import sharding as sharding_lib
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 from stalesgd.decentral import hlo
 
@@ -27,9 +27,9 @@ def conv_setup(config):
   params = {"conv": rng.normal(size=(3, 3, 3, 8)).astype(np.float32) * 0.2,
             "conv_bias": np.zeros(8, np.float32),
             "dense": rng.normal(size=(8, 10)).astype(np.float32) * 0.2}
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(conv_loss, optax.sgd(0.1, momentum=0.9), config, mesh)
-  batch = distributed.stack_workers(
+  batch = sharding_lib.stack_learners(
       lambda worker: {"images": np.random.default_rng(worker).normal(size=(4, 8, 8, 3)).astype(np.float32),
                       "labels": np.arange(4, dtype=np.int32) + worker}, mesh)
   return trainer, trainer.init(params), batch
@@ -63,17 +63,17 @@ def test_a_metric_reduced_inside_the_step_would_be_caught(devices):
   # What the design avoids: a loss pmean in the same program as the weight
   # all-reduce. The walker counts it (XLA may even merge the two into one
   # all-reduce that then waits for the backward pass).
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
 
   def step(queue, local, batch):
-    averaged = jax.lax.pmean(queue, "workers")
+    averaged = jax.lax.pmean(queue, "learners")
     loss, grads = jax.value_and_grad(lambda weights: jnp.sum(jnp.tanh(batch * weights)))(local)
-    return local + averaged - 0.1 * grads, jax.lax.pmean(loss, "workers")
+    return local + averaged - 0.1 * grads, jax.lax.pmean(loss, "learners")
 
-  spec = jax.sharding.PartitionSpec("workers")
+  spec = jax.sharding.PartitionSpec("learners")
   stepper = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(spec, spec, spec),
                                   out_specs=(spec, jax.sharding.PartitionSpec())))
-  ones = distributed.stack_workers(lambda worker: np.ones(3, np.float32), mesh)
+  ones = sharding_lib.stack_learners(lambda worker: np.ones(3, np.float32), mesh)
   found = hlo.all_reduces(stepper.lower(ones, ones, ones).compile().as_text())
   # Not "exactly one all-reduce reading only the queue (parameter 0)". With
   # jaxlib 0.10.2 on CPU the two are merged into one that reads {0, 1, 2}.

@@ -53,10 +53,10 @@ def loss_fn(params, batch):
 def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None = None):
   """Runs `steps` steps on all devices; returns (trainer, final state)."""
   import optax
-  from stalesgd import distributed
+  from stalesgd import sharding as sharding_lib
   from stalesgd.decentral import DCS3GD, config_for_protocol
 
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   options = dict(PROTOCOL_CONFIGS[protocol_name])
   config = config_for_protocol(options.pop("protocol"), **options)
   trainer = DCS3GD(loss_fn, optax.sgd(0.05, momentum=0.9), config, mesh)
@@ -65,7 +65,7 @@ def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None 
     if die_at_step is not None and step == die_at_step:
       print(f"killing myself at step {step} at {time.time():.3f}", flush=True)
       os.kill(os.getpid(), signal.SIGKILL)
-    batch = distributed.stack_workers(lambda worker: batch_for(seed, worker, step), mesh)
+    batch = sharding_lib.stack_learners(lambda worker: batch_for(seed, worker, step), mesh)
     state, _ = trainer.step(state, batch)
   return trainer, state
 
@@ -73,13 +73,13 @@ def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None 
 def flatten_result(protocol_name: str, trainer, state) -> dict[str, np.ndarray]:
   """The consensus weights and this process's workers' local weights, as named arrays."""
   import jax
-  from stalesgd import distributed
+  from stalesgd import sharding as sharding_lib
 
   arrays = {}
   for name, leaf in trainer.consensus_params(state).items():
     arrays[f"{protocol_name}/consensus/{name}"] = np.asarray(leaf.addressable_data(0))
   for name, leaf in state.local_params.items():
-    for worker, value in distributed.local_worker_values(leaf).items():
+    for worker, value in sharding_lib.local_learner_values(leaf).items():
       arrays[f"{protocol_name}/local/{name}/worker{worker}"] = value
   arrays[f"{protocol_name}/process_count"] = np.asarray(jax.process_count())
   return arrays

@@ -6,41 +6,41 @@ import jax
 import numpy as np
 import pytest
 
-from stalesgd import distributed
+from stalesgd import sharding as sharding_lib
 
 
 def test_worker_mesh_spans_all_devices_in_process_then_id_order(devices):
-  mesh = distributed.worker_mesh()
-  assert mesh.axis_names == ("workers",)
+  mesh = sharding_lib.learner_mesh()
+  assert mesh.axis_names == ("learners",)
   assert list(mesh.devices.flat) == sorted(devices, key=lambda device: (device.process_index, device.id))
-  assert distributed.addressable_workers(mesh) == list(range(len(devices)))
+  assert sharding_lib.addressable_learners(mesh) == list(range(len(devices)))
 
 
 def test_worker_mesh_rejects_no_devices():
   with pytest.raises(ValueError, match="devices=\\[\\]"):
-    distributed.worker_mesh(devices=[])
+    sharding_lib.learner_mesh(devices=[])
 
 
 def test_stack_workers_places_each_workers_data_on_its_device(devices):
-  mesh = distributed.worker_mesh()
+  mesh = sharding_lib.learner_mesh()
   called = []
 
   def per_worker(worker):
     called.append(worker)
     return {"x": np.full((2, 3), worker, np.float32), "label": np.array([worker, -worker], np.int32)}
 
-  stacked = distributed.stack_workers(per_worker, mesh)
+  stacked = sharding_lib.stack_learners(per_worker, mesh)
   assert sorted(called) == list(range(len(devices)))
   assert stacked["x"].shape == (len(devices), 2, 3) and stacked["label"].dtype == np.int32
   for worker, device in enumerate(mesh.devices.flat):
     [shard] = [shard for shard in stacked["x"].addressable_shards if shard.device == device]
     np.testing.assert_array_equal(np.asarray(shard.data), np.full((1, 2, 3), worker, np.float32))
-  rows = distributed.local_worker_values(stacked["label"])
+  rows = sharding_lib.local_learner_values(stacked["label"])
   assert sorted(rows) == list(range(len(devices)))
   np.testing.assert_array_equal(rows[3], [3, -3])
 
 
 def test_stack_workers_requires_a_one_dimensional_mesh_on_the_axis():
-  mesh = jax.make_mesh((4, 2), ("workers", "model"))
-  with pytest.raises(ValueError, match="must be exactly \\('workers',\\)"):
-    distributed.stack_workers(lambda worker: np.zeros(1), mesh)
+  mesh = jax.make_mesh((4, 2), ("learners", "model"))
+  with pytest.raises(ValueError, match="must be exactly \\('learners',\\)"):
+    sharding_lib.stack_learners(lambda worker: np.zeros(1), mesh)

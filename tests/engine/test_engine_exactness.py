@@ -15,6 +15,7 @@ import pytest
 import stalesgd
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
+from stalesgd import sharding as sharding_lib
 
 from engine_oracle import MODELS, Data, max_relative_error, run_oracle
 
@@ -55,7 +56,7 @@ def simulate(protocol_name: str, learners: int, seed: int = 0):
 
 def run_engine(model: str, optimizer_kind: str, schedule, *, devices=None, **engine_options):
   loss_fn, init_params, input_shape = MODELS[model]
-  mesh = engine_lib.learner_mesh(devices=devices)
+  mesh = sharding_lib.learner_mesh(devices=devices)
   engine = engine_lib.Engine(loss_fn, make_optimizer(optimizer_kind), mesh=mesh, **engine_options)
   plan = engine.plan(schedule)
   state = engine.run(engine.init(init_params(), plan), plan, Data(input_shape))

@@ -17,7 +17,7 @@ import ml_collections
 import pytest
 
 from stalesgd import train as train_lib
-from stalesgd.config import RESUMABLE_CHANGES, config_changes
+from stalesgd.workdir import RESUMABLE_CHANGES, config_changes
 from stalesgd.data import DatasetNotPreparedError
 from stalesgd.train import train_and_evaluate
 
