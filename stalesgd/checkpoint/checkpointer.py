@@ -1,4 +1,4 @@
-"""Checkpoints for exact resumption, and a SIGTERM guard for preemptible jobs.
+"""`Checkpointer`: saves and restores (state pytree, JSON metadata) pairs with orbax-checkpoint.
 
 `Checkpointer` wraps orbax-checkpoint's `CheckpointManager`. A checkpoint holds
 two items:
@@ -17,40 +17,27 @@ complete step. Leftover temporary directories are ignored and deleted when the
 next `Checkpointer` opens the directory.
 
 Damage after the fact (a truncated, overwritten or deleted file) is caught on
-restore: orbax and tensorstore notice missing and truncated pieces, and a CRC-32
-of every array and of the metadata, stored in the metadata at save time, catches
-changed bytes that would otherwise be read back as wrong weights. An array
-sharded over processes (no process holds it whole) gets one CRC-32 per process
-over the shards that process holds, gathered at save time and checked on
-restore by each process for its own shards. `restore`
-then warns, naming the step and why, and falls back to the next older step (so
-keep at least 2 checkpoints); the unreadable step directory is renamed to
-``<step>.unreadable`` (kept for inspection, out of orbax's way). When no
-checkpoint can be read, it raises `CheckpointError` rather than letting a run
-start again from scratch. A save that fails (disk full, directory read-only)
-raises `CheckpointError` naming the directory and the newest intact step.
+restore: orbax and tensorstore notice missing and truncated pieces, and the
+CRC-32s of `stalesgd.checkpoint.integrity`, stored in the metadata at save
+time, catch changed bytes that would otherwise be read back as wrong weights.
+`restore` then warns, naming the step and why, and falls back to the next
+older step (so keep at least 2 checkpoints); the unreadable step directory is
+renamed to ``<step>.unreadable`` (kept for inspection, out of orbax's way).
+When no checkpoint can be read, it raises `CheckpointError` rather than letting
+a run start again from scratch. A save that fails (disk full, directory
+read-only) raises `CheckpointError` naming the directory and the newest intact
+step.
 
-`PreemptionGuard` turns SIGTERM (what SLURM, Kubernetes and cloud schedulers
-send before killing a job) into a flag the training loop polls at its "is it
-time?" checks; the loop then saves and exits with status 0. On several
-processes the decision to stop must be the same everywhere, or one process
-would wait forever in a collective save the others never start; see
-`PreemptionGuard` for how that is agreed.
-
-Every method of `Checkpointer` (and `PreemptionGuard.should_stop`) must be
-called by all processes, in the same order, with the same step.
+Every method of `Checkpointer` must be called by all processes, in the same
+order, with the same step.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import signal
-import types
-import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -59,102 +46,19 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
+from stalesgd.checkpoint.agreement import all_processes
+from stalesgd.checkpoint.errors import CheckpointError, _UnreadableCheckpoint
+from stalesgd.checkpoint.integrity import (CHECKSUMS_KEY, check_checksums, metadata_checksum,
+                                           process_sharded_checksums, state_checksums)
 from stalesgd.metrics import to_json_value
 
 PyTree = Any
 _STATE = "state"
 _METADATA = "metadata"
-# Metadata key of the CRC-32s written by `Checkpointer.save` (removed from what `restore` returns).
-CHECKSUMS_KEY = "_checksums"
 UNREADABLE_SUFFIX = ".unreadable"
 
-_LOG = logging.getLogger(__name__)
-
-
-class CheckpointError(RuntimeError):
-  """A checkpoint could not be written, or no checkpoint in a directory can be read back."""
-
-
-class _UnreadableCheckpoint(Exception):
-  """One step's checkpoint is damaged (raised and caught inside `Checkpointer.restore`)."""
-
-
-def _without_keys(leaf: Any) -> Any:
-  """A PRNG key array as its key data (checksums see the bits); any other leaf as it is."""
-  if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-    return jax.random.key_data(leaf)
-  return leaf
-
-
-def _is_process_sharded(leaf: Any) -> bool:
-  """Whether ``leaf`` is split over several processes, so that none holds it whole."""
-  return isinstance(leaf, jax.Array) and not leaf.is_fully_addressable and not leaf.is_fully_replicated
-
-
-def _leaf_array(leaf: Any) -> np.ndarray | None:
-  """A leaf as a host array (a PRNG key as its key data), or None when this process does not hold it whole."""
-  leaf = _without_keys(leaf)
-  if _is_process_sharded(leaf):
-    return None  # each process holds only part of it: see `_local_shards_checksum`
-  if isinstance(leaf, jax.Array):
-    leaf = jax.device_get(leaf) if leaf.is_fully_addressable else leaf.addressable_data(0)
-  return np.ascontiguousarray(np.asarray(leaf))
-
-
-def _crc32(array: np.ndarray, start: int = 0) -> int:
-  return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8), start)
-
-
-def _local_shards_checksum(leaf: jax.Array) -> list[int]:
-  """[CRC-32 of this process's layout of ``leaf``, CRC-32 of the bytes of its distinct shards] for a leaf
-  sharded over processes.
-
-  The layout (dtype, global shape, the index ranges of the shards held) tells whether a restored leaf is laid
-  out as the saved one was, so that its bytes can be compared.
-  """
-  leaf = _without_keys(leaf)
-  shards = {}
-  for shard in leaf.addressable_shards:  # devices of one process may hold the same shard: count it once
-    ranges = tuple(tuple(piece.indices(size)[:2]) for piece, size in zip(shard.index, leaf.shape))
-    shards.setdefault(ranges, shard)
-  layout = json.dumps([str(leaf.dtype), list(leaf.shape), sorted(shards)])
-  crc = 0
-  for ranges in sorted(shards):
-    crc = _crc32(np.asarray(shards[ranges].data), crc)
-  return [zlib.crc32(layout.encode("utf-8")), crc]
-
-
-def _process_sharded_checksums(state: PyTree) -> dict[str, Any] | None:
-  """Every process's `_local_shards_checksum` of every leaf sharded over processes (a collective), or None.
-
-  Returns ``{"processes": P, "leaves": [None, or P x [layout CRC, bytes CRC], per leaf in tree order]}``.
-  Every process must call it, in the same order (the state has the same tree and shardings everywhere).
-  """
-  leaves = jax.tree_util.tree_leaves(state)
-  sharded = [index for index, leaf in enumerate(leaves) if _is_process_sharded(leaf)]
-  if not sharded:
-    return None
-  # As int32 bit patterns: JAX (without x64) would wrap int64 CRCs to 32 bits on the way.
-  local = np.asarray([_local_shards_checksum(leaves[index]) for index in sharded], np.uint32).view(np.int32)
-  gathered = np.asarray(multihost_utils.process_allgather(local)).view(np.uint32)  # [P, sharded leaves, 2]
-  table: list[Any] = [None] * len(leaves)
-  for position, index in enumerate(sharded):
-    table[index] = gathered[:, position].tolist()
-  return {"processes": jax.process_count(), "leaves": table}
-
-
-def _state_checksums(state: PyTree) -> list[dict[str, Any] | None]:
-  """CRC-32, dtype and shape of every leaf, in tree order (None for a leaf this process does not hold whole)."""
-  checksums = []
-  for leaf in jax.tree_util.tree_leaves(state):
-    array = _leaf_array(leaf)
-    checksums.append(None if array is None else
-                     {"crc32": _crc32(array), "dtype": str(array.dtype), "shape": list(array.shape)})
-  return checksums
-
-
-def _metadata_checksum(metadata: Mapping[str, Any]) -> int:
-  return zlib.crc32(json.dumps(metadata, sort_keys=True).encode("utf-8"))
+# The package's name, as before the module was split out of it: warnings are filtered by this name.
+_LOG = logging.getLogger("stalesgd.checkpoint")
 
 
 def _first_line(error: BaseException) -> str:
@@ -163,42 +67,11 @@ def _first_line(error: BaseException) -> str:
   return text.splitlines()[0] if text else repr(error)
 
 
-def _all_processes(flag: bool) -> bool:
-  """Whether ``flag`` holds on every process (one small collective when there are several)."""
-  if jax.process_count() == 1:
-    return flag
-  return bool(np.all(multihost_utils.process_allgather(np.int32(flag))))
-
-
 def _check_optional_positive_int(name: str, value: Any) -> None:
   if value is None:
     return
   if isinstance(value, bool) or not isinstance(value, int) or value < 1:
     raise ValueError(f"{name} = {value!r}; allowed: None or an int >= 1")
-
-
-def _check_process_shards(leaves: Sequence[tuple[Any, Any]], saved: Any) -> None:
-  """Compares this process's shards of every process-sharded leaf with the checksums saved for this process.
-
-  Only where the run has as many processes as the one that saved, and this process holds the same shards of
-  the same dtype and shape (restoring into another layout reads other bytes by design). Any process raising
-  makes every process set the step aside (`Checkpointer.restore` agrees across processes).
-  """
-  if not isinstance(saved, Mapping) or saved.get("processes") != jax.process_count():
-    return
-  table = saved.get("leaves")
-  if not isinstance(table, list) or len(table) != len(leaves):
-    count = len(table) if isinstance(table, list) else table
-    raise _UnreadableCheckpoint(f"its process-sharded checksums list {count!r} arrays, the state has {len(leaves)}")
-  for (path, leaf), expected in zip(leaves, table):
-    if expected is None or not _is_process_sharded(leaf):
-      continue
-    layout, crc = _local_shards_checksum(leaf)
-    mine = expected[jax.process_index()] if isinstance(expected, list) else None
-    if isinstance(mine, list) and mine[0] == layout and mine[1] != crc:
-      raise _UnreadableCheckpoint(f"the shards of array {jax.tree_util.keystr(path)} held by process "
-                                  f"{jax.process_index()} do not match the checksum written with them (their bytes "
-                                  "changed on disk)")
 
 
 class Checkpointer:
@@ -316,11 +189,11 @@ class Checkpointer:
     with self._reporting_write_errors(f"while saving checkpoint {step}"):
       if not self._manager.should_save(step) and not force:
         return False
-      sharded_checksums = _process_sharded_checksums(state)  # a collective: before anything may raise
+      sharded_checksums = process_sharded_checksums(state)  # a collective: before anything may raise
       self._check_writable()
       if jax.process_index() == 0:  # only the primary process writes the metadata
-        json_metadata[CHECKSUMS_KEY] = {"state": _state_checksums(state),
-                                        "metadata": _metadata_checksum(json_metadata)}
+        json_metadata[CHECKSUMS_KEY] = {"state": state_checksums(state),
+                                        "metadata": metadata_checksum(json_metadata)}
         if sharded_checksums is not None:
           json_metadata[CHECKSUMS_KEY]["process_sharded_state"] = sharded_checksums
       return self._manager.save(
@@ -377,7 +250,7 @@ class Checkpointer:
       except _UnreadableCheckpoint as caught:
         error = caught
       # Every process must resume from the same step: one that cannot read its part rules the step out.
-      if not _all_processes(error is None):
+      if not all_processes(error is None):
         reason = str(error) if error is not None else "another process could not read its part"
         _LOG.warning("checkpoint %d in %s is unreadable (%s); %s", candidate, self.directory, reason,
                      "falling back to the previous checkpoint" if candidate != steps[-1] else "no older one is left")
@@ -412,22 +285,7 @@ class Checkpointer:
     metadata = dict(metadata)
     checksums = metadata.pop(CHECKSUMS_KEY, None)
     if checksums is not None:  # checkpoints written before checksums existed are taken as they are
-      if not isinstance(checksums, Mapping) or checksums.get("metadata") != _metadata_checksum(metadata):
-        raise _UnreadableCheckpoint("its metadata does not match the checksum written with it")
-      saved = checksums.get("state")
-      leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-      if not isinstance(saved, list) or len(saved) != len(leaves):
-        raise _UnreadableCheckpoint(f"its checksums list {len(saved) if isinstance(saved, list) else saved!r} "
-                                    f"arrays, the state has {len(leaves)}")
-      for (path, leaf), expected in zip(leaves, saved):
-        array = None if not isinstance(expected, Mapping) else _leaf_array(leaf)
-        # A leaf restored into another dtype or shape than it was saved with (a cast the target asked for)
-        # has other bytes by design; only a leaf read back as written is compared.
-        if (array is not None and str(array.dtype) == expected.get("dtype")
-            and list(array.shape) == expected.get("shape") and _crc32(array) != expected.get("crc32")):
-          raise _UnreadableCheckpoint(f"array {jax.tree_util.keystr(path)} does not match the checksum written "
-                                      "with it (its bytes changed on disk)")
-      _check_process_shards(leaves, checksums.get("process_sharded_state"))
+      check_checksums(state, metadata, checksums)
     return state, metadata
 
   def _set_aside(self, steps: Sequence[int]) -> list[str]:
@@ -527,107 +385,3 @@ def _save_decision_policy(save_interval_steps: int | None,
   if save_interval_steps is None and save_interval_seconds is None:
     policies.append(checkpoint_managers.FixedIntervalPolicy(1))
   return checkpoint_managers.AnySavePolicy(policies)
-
-
-SignalHandler = Callable[[int, types.FrameType | None], Any] | int | None
-
-
-class PreemptionGuard:
-  """Context manager that turns termination signals into a flag the loop polls.
-
-  Example::
-
-    with PreemptionGuard() as guard:
-      for step in range(first_step, num_steps):
-        state = train_step(state)
-        if guard.should_stop(step):
-          checkpointer.save(step, state, metadata, force=True)
-          checkpointer.wait()
-          return  # and the process exits with status 0
-
-  How the stop decision is made: Python handlers for ``signals`` set a flag
-  on the process that receives one; ``should_stop`` returns it, OR-ed over all
-  processes with a `process_allgather` when there are several (one small
-  collective per call, so every process must call it at the same steps). The
-  previous handlers are restored on exit.
-
-  JAX's own preemption service (on by default in `jax.distributed.initialize`)
-  is deliberately not used: it agrees on one sync step and answers True only
-  when ``should_stop`` is called with exactly that step, but orbax's
-  checkpoint manager queries the same service with its own step numbers (the
-  server's update count, which jumps by a whole wave per call in the engine),
-  so the two sequences mixed and the sync point was missed: a SIGTERM'd
-  multi-process parameter-server run trained on to the end. The guard's
-  handlers replace JAX's for as long as the guard is active, so JAX never sees
-  the notice and orbax never reports a preemption of its own.
-  """
-
-  def __init__(self, signals: Sequence[int] = (signal.SIGTERM,)):
-    """Prepares the guard; handlers are installed by ``__enter__``.
-
-    Args:
-      signals: the signals that request a stop, e.g. also ``signal.SIGUSR1``
-        for SLURM's ``--signal=USR1@120`` early warning.
-
-    Raises:
-      ValueError: if ``signals`` is empty or holds something that is not a
-        catchable signal.
-    """
-    signals = tuple(signals)
-    if not signals:
-      raise ValueError("signals = (); allowed: a non-empty sequence of signal numbers")
-    catchable = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
-    for signal_number in signals:
-      if signal_number not in catchable:
-        raise ValueError(f"signals contains {signal_number!r}; allowed: catchable signals such as "
-                         "signal.SIGTERM, signal.SIGUSR1 (not SIGKILL or SIGSTOP)")
-    self._signals = signals
-    self._received: int | None = None
-    self._previous_handlers: dict[int, SignalHandler] = {}
-    self._active = False
-
-  @property
-  def received_signal(self) -> int | None:
-    """The signal this process received (None if none)."""
-    return self._received
-
-  def __enter__(self) -> PreemptionGuard:
-    if self._active:
-      raise RuntimeError("PreemptionGuard is already active; it cannot be entered twice")
-    for signal_number in self._signals:
-      self._previous_handlers[signal_number] = signal.signal(signal_number, self._handle)
-    self._active = True
-    return self
-
-  def __exit__(self, *exc_info: object) -> None:
-    for signal_number, handler in self._previous_handlers.items():
-      # getsignal returns None for a handler installed outside Python; the
-      # closest Python can restore is the default action.
-      signal.signal(signal_number, signal.SIG_DFL if handler is None else handler)
-    self._previous_handlers.clear()
-    self._active = False
-
-  def should_stop(self, step: int) -> bool:
-    """Whether the loop should save and exit now.
-
-    Args:
-      step: the current step; all processes must call this at the same
-        steps (it is part of the call's contract, not used to decide).
-
-    Returns:
-      True if a stop was requested (on any process, when there are several).
-
-    Raises:
-      RuntimeError: if the guard is not active (use it as a context manager).
-    """
-    if not self._active:
-      raise RuntimeError("PreemptionGuard.should_stop called outside its `with` block")
-    del step
-    if jax.process_count() > 1:
-      flags = multihost_utils.process_allgather(np.int32(self._received is not None))
-      return bool(np.any(flags))
-    return self._received is not None
-
-  def _handle(self, signal_number: int, frame: types.FrameType | None) -> None:
-    del frame  # The loop reacts at its next check; nothing to do here.
-    self._received = signal_number
