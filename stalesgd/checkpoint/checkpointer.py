@@ -43,10 +43,9 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
-from stalesgd.checkpoint.agreement import all_processes
+from stalesgd.checkpoint.agreement import all_processes, barrier
 from stalesgd.checkpoint.errors import CheckpointError, _UnreadableCheckpoint
 from stalesgd.checkpoint.integrity import (CHECKSUMS_KEY, check_checksums, metadata_checksum,
                                            process_sharded_checksums, state_checksums)
@@ -65,6 +64,11 @@ def _first_line(error: BaseException) -> str:
   """An exception's message, cut at its first line (tensorstore appends long source locations)."""
   text = str(error).strip()
   return text.splitlines()[0] if text else repr(error)
+
+
+def _is_url(directory: str) -> bool:
+  """Whether a checkpoint directory is a URL such as ``gs://...`` rather than a local path."""
+  return "://" in directory
 
 
 def _check_optional_positive_int(name: str, value: Any) -> None:
@@ -119,7 +123,7 @@ class Checkpointer:
     _check_optional_positive_int("save_interval_steps", save_interval_steps)
     _check_optional_positive_int("save_interval_seconds", save_interval_seconds)
     directory = os.fspath(directory)
-    if "://" not in directory:
+    if not _is_url(directory):
       directory = os.path.abspath(directory)
     options = ocp.CheckpointManagerOptions(
         preservation_policy=checkpoint_managers.LatestN(max_to_keep),
@@ -298,14 +302,12 @@ class Checkpointer:
         copies += 1
         target = source.parent / f"{step}{UNREADABLE_SUFFIX}.{copies}"
       targets.append((source, target))
-    if jax.process_count() > 1:  # every process has chosen the names before any is taken
-      multihost_utils.sync_global_devices("stalesgd_checkpoint_set_aside_names")
+    barrier("stalesgd_checkpoint_set_aside_names")  # every process has chosen the names before any is taken
     if jax.process_index() == 0:
       for source, target in targets:
         if source.exists():
           source.rename(target)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices("stalesgd_checkpoint_set_aside")
+    barrier("stalesgd_checkpoint_set_aside")
     self._manager.reload()
     return [os.fspath(target) for _, target in targets]
 
@@ -335,7 +337,7 @@ class Checkpointer:
     at exit; this check fails first, before any of them is started.
     """
     directory = os.fspath(self._manager.directory)
-    if "://" in directory:
+    if _is_url(directory):
       return
     probe = os.path.join(directory, f".write_check.{os.getpid()}")
     with open(probe, "wb"):

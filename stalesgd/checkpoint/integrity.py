@@ -111,6 +111,13 @@ def metadata_checksum(metadata: Mapping[str, Any]) -> int:
   return zlib.crc32(json.dumps(metadata, sort_keys=True).encode("utf-8"))
 
 
+def _check_length(what: str, table: Any, leaves: Sequence[Any]) -> None:
+  """Raises `_UnreadableCheckpoint` unless ``table`` (``what``, as saved) is a list with one entry per leaf."""
+  if not isinstance(table, list) or len(table) != len(leaves):
+    count = len(table) if isinstance(table, list) else table
+    raise _UnreadableCheckpoint(f"its {what} list {count!r} arrays, the state has {len(leaves)}")
+
+
 def check_checksums(state: PyTree, metadata: Mapping[str, Any], checksums: Any) -> None:
   """Compares a restored step (``metadata`` without `CHECKSUMS_KEY`) with the ``checksums`` saved with it.
 
@@ -121,9 +128,7 @@ def check_checksums(state: PyTree, metadata: Mapping[str, Any], checksums: Any) 
     raise _UnreadableCheckpoint("its metadata does not match the checksum written with it")
   saved = checksums.get("state")
   leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-  if not isinstance(saved, list) or len(saved) != len(leaves):
-    raise _UnreadableCheckpoint(f"its checksums list {len(saved) if isinstance(saved, list) else saved!r} "
-                                f"arrays, the state has {len(leaves)}")
+  _check_length("checksums", saved, leaves)
   for (path, leaf), expected in zip(leaves, saved):
     array = None if not isinstance(expected, Mapping) else _leaf_array(leaf)
     # A leaf restored into another dtype or shape than it was saved with (a cast the target asked for)
@@ -145,9 +150,7 @@ def _check_process_shards(leaves: Sequence[tuple[Any, Any]], saved: Any) -> None
   if not isinstance(saved, Mapping) or saved.get("processes") != jax.process_count():
     return
   table = saved.get("leaves")
-  if not isinstance(table, list) or len(table) != len(leaves):
-    count = len(table) if isinstance(table, list) else table
-    raise _UnreadableCheckpoint(f"its process-sharded checksums list {count!r} arrays, the state has {len(leaves)}")
+  _check_length("process-sharded checksums", table, leaves)
   for (path, leaf), expected in zip(leaves, table):
     if expected is None or not _is_process_sharded(leaf):
       continue

@@ -13,9 +13,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
-import numpy as np
-from jax.experimental import multihost_utils
+from stalesgd.checkpoint.agreement import any_process
 
 SignalHandler = Callable[[int, types.FrameType | None], Any] | int | None
 
@@ -35,9 +33,9 @@ class PreemptionGuard:
 
   How the stop decision is made: Python handlers for ``signals`` set a flag
   on the process that receives one; ``should_stop`` returns it, OR-ed over all
-  processes with a `process_allgather` when there are several (one small
-  collective per call, so every process must call it at the same steps). The
-  previous handlers are restored on exit.
+  processes (`stalesgd.checkpoint.agreement.any_process`: one small collective
+  per call when there are several, so every process must call it at the same
+  steps). The previous handlers are restored on exit.
 
   JAX's own preemption service (on by default in `jax.distributed.initialize`)
   is deliberately not used: it agrees on one sync step and answers True only
@@ -111,10 +109,7 @@ class PreemptionGuard:
     if not self._active:
       raise RuntimeError("PreemptionGuard.should_stop called outside its `with` block")
     del step
-    if jax.process_count() > 1:
-      flags = multihost_utils.process_allgather(np.int32(self._received is not None))
-      return bool(np.any(flags))
-    return self._received is not None
+    return any_process(self._received is not None)
 
   def _handle(self, signal_number: int, frame: types.FrameType | None) -> None:
     del frame  # The loop reacts at its next check; nothing to do here.
