@@ -333,8 +333,8 @@ class Checkpointer:
     """Creates and removes a file in a local checkpoint directory; raises OSError if it cannot.
 
     A save that orbax cannot even start (a read-only directory) leaves its
-    background threads waiting for minutes, which would hold the dying process
-    at exit; this check fails first, before any of them is started.
+    background threads waiting, which would hold the dying process at exit;
+    this check fails first, before any of them is started.
     """
     directory = os.fspath(self._manager.directory)
     if _is_url(directory):
