@@ -9,7 +9,7 @@ import optax
 import pytest
 from jax.sharding import Mesh
 
-import dcs3gd_reference
+from tests.helpers import dcs3gd_reference
 from stalesgd import sharding as sharding_lib
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import pathlib
 import re
 import subprocess
 
 import numpy as np
 import pytest
 
-import dcs3gd_worker
-import multiprocess_harness
+from tests.helpers import multiprocess_harness
+from tests.helpers.workers import dcs3gd_worker
 
 pytestmark = pytest.mark.multiprocess
 
@@ -27,7 +26,7 @@ STEPS = 4
 RTOL, ATOL = 1e-6, 1e-7
 HEARTBEAT_TIMEOUT = 5
 LOCAL_SH = multiprocess_harness.REPOSITORY_ROOT / "launch" / "local.sh"
-WORKER = str(pathlib.Path(dcs3gd_worker.__file__).resolve())
+WORKER = dcs3gd_worker.__name__  # run as ``python -m`` (by the harness and by local.sh)
 
 
 def single_process_reference(protocols):

@@ -17,7 +17,7 @@ from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
 from stalesgd import sharding as sharding_lib
 
-from engine_oracle import MODELS, Data, max_relative_error, run_oracle
+from tests.helpers.engine_oracle import MODELS, Data, max_relative_error, run_oracle
 
 NUM_UPDATES = 200
 TOLERANCE = 1e-5

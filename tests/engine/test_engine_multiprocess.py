@@ -13,21 +13,16 @@ all-gather) and updated element-wise, never summed in a different order.
 from __future__ import annotations
 
 import concurrent.futures
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-import engine_multiprocess_worker
-import engine_oracle
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "distributed"))
-import multiprocess_harness  # noqa: E402  (found through the path set just above)
+from tests.helpers import engine_oracle, multiprocess_harness
+from tests.helpers.workers import engine_multiprocess_worker
 
 pytestmark = pytest.mark.multiprocess
 
-WORKER = str(pathlib.Path(engine_multiprocess_worker.__file__).resolve())
+WORKER = engine_multiprocess_worker.__name__  # run as ``python -m`` by the harness
 TIMEOUT = 180.0  # seconds for both processes; about 20 s on 2 idle cores
 
 

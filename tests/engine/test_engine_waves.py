@@ -13,7 +13,7 @@ from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
 from stalesgd.engine import ring_buffer
 
-from engine_oracle import MODELS, Data
+from tests.helpers.engine_oracle import MODELS, Data
 
 
 def _check_plan(plan):

@@ -1,10 +1,5 @@
 """Fixtures of the fault-injection tests: the training-loop tests' helpers, the digits as npz files, reference runs.
 
-The helpers of ``tests/train`` (``train_helpers``, ``tiny_run_config``,
-``paced_main.py``) are imported from there: pytest puts only each test file's
-own directory on ``sys.path``, so this conftest adds ``tests/train`` (as
-``train_helpers`` adds ``tests/distributed``).
-
 Every run here trains `tiny_run_config` on the embedded digits written once to
 npz files (`fault_helpers.fault_config`): the same images and labels as the
 embedded source, so the same weights, but a command-line run starts about two
@@ -15,13 +10,10 @@ and restarts per test affordable.
 from __future__ import annotations
 
 import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "train"))
+import pytest
 
-import pytest  # noqa: E402
-
-import fault_helpers  # noqa: E402  (beside this file)
+from tests.helpers import fault_helpers
 
 
 @pytest.fixture(scope="session")

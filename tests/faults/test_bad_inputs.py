@@ -22,8 +22,8 @@ import pytest
 from stalesgd.data import DatasetNotPreparedError, load_dataset
 from stalesgd.schedule import TimingModel, simulate
 
-from fault_helpers import fault_config, train_in_process
-from train_helpers import complete_checkpoints, read_metrics
+from tests.helpers.fault_helpers import fault_config, train_in_process
+from tests.helpers.train_helpers import complete_checkpoints, read_metrics
 
 
 

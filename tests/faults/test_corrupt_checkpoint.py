@@ -37,8 +37,8 @@ import pytest
 
 from stalesgd.checkpoint import CheckpointError, Checkpointer
 
-from fault_helpers import assert_same_run, fault_config, flip_one_bit, state_files, train_in_process
-from train_helpers import complete_checkpoints, read_metrics
+from tests.helpers.fault_helpers import assert_same_run, fault_config, flip_one_bit, state_files, train_in_process
+from tests.helpers.train_helpers import complete_checkpoints, read_metrics
 
 CHECKPOINT_LOGGER = "stalesgd.checkpoint"
 

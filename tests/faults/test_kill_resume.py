@@ -33,9 +33,9 @@ import time
 
 import pytest
 
-from fault_helpers import (assert_same_run, fault_config, finish, npz_flags, train_in_process,
-                           wait_for_checkpoint_after)
-from train_helpers import complete_checkpoints, log_tail, main_command, start_main
+from tests.helpers.fault_helpers import (assert_same_run, fault_config, finish, npz_flags, train_in_process,
+                                         wait_for_checkpoint_after)
+from tests.helpers.train_helpers import complete_checkpoints, log_tail, main_command, start_main
 
 SECONDS_PER_BLOCK = 0.08
 # Seconds after a launch's first checkpoint. The seeds below draw delays of 0.39-1.03 s. A launch waits for a

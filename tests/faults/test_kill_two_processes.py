@@ -34,10 +34,10 @@ import time
 
 import pytest
 
-from fault_helpers import npz_flags, without_wall_clock
-from train_helpers import (REPOSITORY_ROOT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars, finish, log_tail,
-                           main_command, main_environment, multiprocess_harness, read_metrics, read_summary,
-                           wait_for_checkpoint_after)
+from tests.helpers.fault_helpers import npz_flags, without_wall_clock
+from tests.helpers.train_helpers import (REPOSITORY_ROOT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars,
+                                         finish, log_tail, main_command, main_environment, multiprocess_harness,
+                                         read_metrics, read_summary, wait_for_checkpoint_after)
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 

@@ -31,8 +31,8 @@ from stalesgd import runners
 from stalesgd.schedule import Schedule
 from stalesgd.train import TrainingDiverged
 
-from fault_helpers import assert_same_run, fault_config, train_in_process
-from train_helpers import complete_checkpoints, read_metrics
+from tests.helpers.fault_helpers import assert_same_run, fault_config, train_in_process
+from tests.helpers.train_helpers import complete_checkpoints, read_metrics
 
 SECONDS_PER_BLOCK = 0.05  # so that a timed checkpoint (every second) falls between the first block's and u
 

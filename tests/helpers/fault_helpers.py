@@ -18,8 +18,8 @@ import numpy as np
 from stalesgd.data.embedded import load_digits_splits
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import (PHASE_TIMEOUT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars, finish, log_tail,
-                           read_metrics, read_summary, tiny_config, wait_for_checkpoint_after)
+from tests.helpers.train_helpers import (PHASE_TIMEOUT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars, finish,
+                                        log_tail, read_metrics, read_summary, tiny_config, wait_for_checkpoint_after)
 
 
 

@@ -10,10 +10,9 @@ The program is expected to join the run with those flags (`add_process_flags`
 and `initialize_process` do both) and to write its results (e.g. final
 weights) to the ``--output`` file with `numpy.savez`.
 
-Test files elsewhere can import it with::
+Test files import it by full name::
 
-  sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "distributed"))
-  import multiprocess_harness
+  from tests.helpers import multiprocess_harness
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/helpers/ -> the repository
 
 
 @dataclasses.dataclass

@@ -5,7 +5,7 @@ A run's outputs are read back the way a user would: ``metrics.jsonl`` with
 files record by record (the TFRecord framing, without TensorFlow).
 
 Command-line runs are subprocesses of ``python -m experiments.main`` (or of
-``paced_main.py``, the same program with a pause per block) in the repository
+`workers.paced_main`, the same program with a pause per block) in the repository
 root, with the environment of the multi-process harness (CPU, repository on
 ``PYTHONPATH``, no launcher variables leaking in) and a persistent compilation
 cache shared by the test session: the same program compiled by several
@@ -29,15 +29,12 @@ from tensorboardX.proto import event_pb2
 
 from stalesgd.metrics import read_jsonl
 
-import tiny_run_config
-
-TESTS_ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS_ROOT / "distributed"))
-import multiprocess_harness  # noqa: E402  (found through the path set just above)
+from tests.helpers import multiprocess_harness, tiny_run_config
+from tests.helpers.workers import paced_main
 
 REPOSITORY_ROOT = multiprocess_harness.REPOSITORY_ROOT
 CONFIG_FILE = pathlib.Path(tiny_run_config.__file__).resolve()
-PACED_MAIN = CONFIG_FILE.with_name("paced_main.py")
+PACED_MAIN = paced_main.__name__  # a module: ``python -m``, or launch/local.sh's LAUNCH_MODULE
 SUMMARY_FIELDS = {
     "label", "protocol", "learners", "batch_per_learner", "updates", "epochs", "test_accuracy", "test_error",
     "train_accuracy", "sim_time", "wall_time", "staleness_mean", "staleness_max", "dropped_gradients",
@@ -108,10 +105,10 @@ def main_environment(compilation_cache: os.PathLike, devices_per_process: int = 
 
 def main_command(workdir: os.PathLike, variant: str, *overrides: str,
                  seconds_per_block: float | None = None) -> list[str]:
-  """``experiments.main`` on a `tiny_run_config` variant, optionally paced (see ``paced_main.py``)."""
+  """``experiments.main`` on a `tiny_run_config` variant, optionally paced (see `workers.paced_main`)."""
   program = [sys.executable, "-m", "experiments.main"]
   if seconds_per_block is not None:
-    program = [sys.executable, str(PACED_MAIN), str(seconds_per_block)]
+    program = [sys.executable, "-m", PACED_MAIN, str(seconds_per_block)]
   return program + [f"--config={CONFIG_FILE}:{variant}", f"--workdir={workdir}", *overrides]
 
 

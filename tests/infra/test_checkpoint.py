@@ -19,11 +19,13 @@ import pytest
 
 from stalesgd.checkpoint import Checkpointer, PreemptionGuard
 from stalesgd.metrics import METRICS_FILENAME, read_jsonl
-from resume_loop_worker import train
-from sigkill_during_save_worker import state_at
+from tests.helpers.workers import resume_loop_worker, sigkill_during_save_worker
+from tests.helpers.workers.resume_loop_worker import train
+from tests.helpers.workers.sigkill_during_save_worker import state_at
 
 REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
-WORKERS_DIR = pathlib.Path(__file__).resolve().parent
+# By name, not imported: importing it would set this process's JAX to 2 devices and gloo.
+MULTIPROCESS_CHECKPOINT_WORKER = "tests.helpers.workers.multiprocess_checkpoint_worker"
 
 
 def _learners_mesh(devices):
@@ -178,7 +180,7 @@ def test_leftover_temporary_directory_is_ignored_and_removed(tmp_path):
 
 def test_a_save_killed_by_sigkill_is_never_restored(tmp_path):
   environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
-  completed = subprocess.run([sys.executable, str(WORKERS_DIR / "sigkill_during_save_worker.py"), str(tmp_path)],
+  completed = subprocess.run([sys.executable, "-m", sigkill_during_save_worker.__name__, str(tmp_path)],
                              env=environment, capture_output=True, text=True, timeout=120, check=False)
   assert completed.returncode == -signal.SIGKILL, completed.stderr[-3000:]
   # The kill really hit the second save half-way: its temporary directory is there.
@@ -198,7 +200,7 @@ def test_a_save_killed_by_sigkill_is_never_restored(tmp_path):
 def _run_resume_loop(workdir, num_steps, *signal_arguments):
   environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
   completed = subprocess.run(
-      [sys.executable, str(WORKERS_DIR / "resume_loop_worker.py"), str(workdir), str(num_steps), *signal_arguments],
+      [sys.executable, "-m", resume_loop_worker.__name__, str(workdir), str(num_steps), *signal_arguments],
       env=environment, capture_output=True, text=True, timeout=120, check=False)
   outcome = json.loads(completed.stdout.strip().splitlines()[-1]) if completed.stdout.strip() else None
   return completed.returncode, outcome, completed.stderr[-3000:]
@@ -286,12 +288,12 @@ def _free_port() -> int:
 
 
 def _run_checkpoint_workers(directory: pathlib.Path, *mode: str) -> tuple[list[dict], list[str]]:
-  """Both processes of ``multiprocess_checkpoint_worker.py``: their JSON results and their stderr."""
+  """Both processes of `multiprocess_checkpoint_worker`: their JSON results and their stderr."""
   port = _free_port()
   environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
   environment.pop("XLA_FLAGS", None)
   workers = [
-      subprocess.Popen([sys.executable, str(WORKERS_DIR / "multiprocess_checkpoint_worker.py"),
+      subprocess.Popen([sys.executable, "-m", MULTIPROCESS_CHECKPOINT_WORKER,
                         str(process_id), str(port), str(directory), *mode],
                        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
       for process_id in (0, 1)

@@ -16,8 +16,8 @@ import pytest
 
 from stalesgd import schedule as schedule_lib
 
-from train_helpers import (REPOSITORY_ROOT, complete_checkpoints, main_command, main_environment, read_summary,
-                           run_main)
+from tests.helpers.train_helpers import (REPOSITORY_ROOT, complete_checkpoints, main_command, main_environment,
+                                         read_summary, run_main)
 
 RUN_TIMEOUT = 180.0
 FAILURE_TIMEOUT = 60.0

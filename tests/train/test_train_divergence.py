@@ -19,7 +19,7 @@ import pytest
 
 from stalesgd.train import TrainingDiverged, train_and_evaluate
 
-from train_helpers import complete_checkpoints, read_metrics, tiny_config
+from tests.helpers.train_helpers import complete_checkpoints, read_metrics, tiny_config
 
 DIVERGING_LEARNING_RATE = 1e4
 

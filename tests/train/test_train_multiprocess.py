@@ -21,8 +21,9 @@ import pytest
 
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import (CONFIG_FILE, WALL_CLOCK_FIELDS, PACED_MAIN, REPOSITORY_ROOT, complete_checkpoints, log_tail,
-                           main_environment, read_metrics, read_summary, tiny_config)
+from tests.helpers.train_helpers import (CONFIG_FILE, WALL_CLOCK_FIELDS, PACED_MAIN, REPOSITORY_ROOT,
+                                         complete_checkpoints, log_tail, main_environment, read_metrics, read_summary,
+                                         tiny_config)
 
 pytestmark = pytest.mark.multiprocess
 

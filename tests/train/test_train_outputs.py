@@ -27,7 +27,8 @@ from stalesgd.checkpoint import Checkpointer
 from stalesgd.config import updates_per_epoch
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import SUMMARY_FIELDS, evaluation_records, event_scalars, read_metrics, read_summary, tiny_config
+from tests.helpers.train_helpers import (SUMMARY_FIELDS, evaluation_records, event_scalars, read_metrics, read_summary,
+                                         tiny_config)
 
 MOCK_EXAMPLES = 48
 TRAINING_FIELDS = ("train_loss", "lr_scale", "staleness_mean", "staleness_max", "epoch", "sim_time", "wall_time",

@@ -18,7 +18,7 @@ from stalesgd.config import updates_per_epoch
 from stalesgd.data import load_dataset
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import evaluation_records, read_metrics, tiny_config
+from tests.helpers.train_helpers import evaluation_records, read_metrics, tiny_config
 
 EPOCHS = 0.1  # 3 synchronous updates of 64 images, 19 asynchronous ones of 8
 CASES = {

@@ -31,9 +31,9 @@ import pytest
 
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import (WALL_CLOCK_FIELDS, complete_checkpoints, evaluation_records, event_scalars, finish,
-                           log_tail, main_command, read_metrics, read_summary, start_main, tiny_config,
-                           wait_for_checkpoint_after)
+from tests.helpers.train_helpers import (WALL_CLOCK_FIELDS, complete_checkpoints, evaluation_records, event_scalars,
+                                         finish, log_tail, main_command, read_metrics, read_summary, start_main,
+                                         tiny_config, wait_for_checkpoint_after)
 
 SECONDS_PER_BLOCK = 0.1
 EVALUATION_FIELDS = ("test_accuracy", "test_loss", "train_accuracy")

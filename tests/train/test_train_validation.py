@@ -21,7 +21,7 @@ from stalesgd.workdir import RESUMABLE_CHANGES, config_changes
 from stalesgd.data import DatasetNotPreparedError
 from stalesgd.train import train_and_evaluate
 
-from train_helpers import tiny_config
+from tests.helpers.train_helpers import tiny_config
 
 # Reading an unprepared tfds directory must fail at once; a download attempt
 # (which the test conftest's socket guard would also stop) retries for minutes.

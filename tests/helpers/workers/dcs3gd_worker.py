@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-import multiprocess_harness  # beside this file: on sys.path when run as a script or under pytest
+from tests.helpers import multiprocess_harness
 
 PROTOCOL_CONFIGS = {
     "dcs3gd": {"protocol": "dcs3gd", "dc_lambda": 0.5, "lambda_mode": "constant"},

@@ -13,14 +13,12 @@ processes and written whole, one array per leaf.
 from __future__ import annotations
 
 import argparse
-import pathlib
 import sys
 
 import numpy as np
 
 # The shared N-process harness: the flags it passes and how a child joins the run.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "distributed"))
-from multiprocess_harness import add_process_flags, initialize_process  # noqa: E402
+from tests.helpers.multiprocess_harness import add_process_flags, initialize_process
 
 MODEL = "cnn"  # engine_oracle's 3x3 conv, 2x2 max-pool and dense classifier
 LEARNERS = 8
@@ -49,7 +47,7 @@ def train(schedule_name: str, *, seed: int = 0):
   from stalesgd import engine as engine_lib
   from stalesgd import schedule as schedule_lib
 
-  from engine_oracle import MODELS, Data
+  from tests.helpers.engine_oracle import MODELS, Data
 
   protocol, options = SCHEDULES[schedule_name]
   schedule = schedule_lib.simulate(protocol, learners=LEARNERS, num_updates=NUM_UPDATES, seed=seed, **options)

@@ -1,6 +1,6 @@
 """One of two JAX processes for test_checkpoint.py's multi-process test.
 
-Run as ``python multiprocess_checkpoint_worker.py PROCESS_ID PORT DIRECTORY [restore]``.
+Run as ``python -m tests.helpers.workers.multiprocess_checkpoint_worker PROCESS_ID PORT DIRECTORY [restore]``.
 Each process owns 2 CPU devices of a 4-device ``learners`` mesh. It saves a
 state sharded across both processes, restores it, then lets process 1 receive
 SIGTERM twice, with JAX's preemption service on and then off: both times the

@@ -1,6 +1,6 @@
 """``stalesgd.cli.train`` (``experiments.main``) with a pause before every block, so a test can signal it mid-run.
 
-Run as ``python tests/train/paced_main.py SECONDS_PER_BLOCK <experiments.main flags>``, or with
+Run as ``python -m tests.helpers.workers.paced_main SECONDS_PER_BLOCK <experiments.main flags>``, or with
 ``PACED_SECONDS_PER_BLOCK=SECONDS`` in the environment (for launchers that put their flags first).
 
 The tiny test runs execute a block (a wave, or a decentralized step) in a few

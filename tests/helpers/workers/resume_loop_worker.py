@@ -1,6 +1,6 @@
 """A miniature training loop wired the way stalesgd's trainer uses checkpoints and metrics.
 
-Run as ``python resume_loop_worker.py WORKDIR NUM_STEPS [SIGNAL_NAME STEP]``: it
+Run as ``python -m tests.helpers.workers.resume_loop_worker WORKDIR NUM_STEPS [SIGNAL_NAME STEP]``: it
 resumes from WORKDIR if there is a checkpoint, trains to NUM_STEPS, and (when
 asked) sends itself SIGNAL_NAME right after finishing STEP. On SIGTERM it saves
 and exits with status 0; SIGKILL kills it wherever it is. It prints one JSON

@@ -1,6 +1,6 @@
 """A process that dies by SIGKILL in the middle of an asynchronous save.
 
-Run as ``python sigkill_during_save_worker.py DIRECTORY``. It completes
+Run as ``python -m tests.helpers.workers.sigkill_during_save_worker DIRECTORY``. It completes
 checkpoint 1, starts checkpoint 2 (16 MB of random floats, so the background
 write is still going) and kills itself before the save can finish. The test then
 checks that checkpoint 1, not a half-written 2, is what gets restored.
