@@ -10,7 +10,7 @@ own) or a packaged config's name (``rudra_cifar10:quick``); ``--helpfull``
 lists every flag.
 """
 
-from stalesgd.cli.train import main, run  # noqa: F401  (main: for wrappers such as tests/train/paced_main.py)
+from stalesgd.cli.train import main, run  # noqa: F401  (main: for wrappers such as tests/helpers/workers/paced_main.py)
 
 if __name__ == "__main__":
   run()
