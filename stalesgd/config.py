@@ -27,6 +27,8 @@ from stalesgd import transforms
 from stalesgd.data import NORMALIZATIONS, SOURCES
 from stalesgd.data.embedded import EMBEDDED_DATASETS
 from stalesgd.data.tfds_source import TFDS_SPLITS
+from stalesgd.field_checks import (INT64_MAX, fail, is_number, require_bool, require_choice, require_int,
+                                   require_number)
 
 # Every protocol's options, ranges and kind are its row of stalesgd.schedule.PROTOCOL_TABLE.
 PARAMETER_SERVER_PROTOCOLS = schedule_lib.PARAMETER_SERVER_PROTOCOLS
@@ -128,66 +130,7 @@ def default_config() -> ml_collections.ConfigDict:
   return config
 
 
-INT32_MAX = 2**31 - 1  # counts end up in int32 device arrays
-INT64_MAX = 2**63 - 1  # seeds (numpy and JAX take up to int64) and byte counts
 MAX_DATA_WORKERS = 256  # decoding threads: more only costs memory
-
-
-def _fail(field: str, value, allowed: str) -> None:
-  raise ValueError(f"config.{field}={value!r} is not allowed: {allowed}")
-
-
-def _value(config, field: str):
-  """``config.a.b`` for ``field = "a.b"``."""
-  for name in field.split("."):
-    config = config[name]
-  return config
-
-
-def _is_int(value) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-  """A Python int or float (numpy float64 is a float; bools and other numpy scalars are not)."""
-  return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _require_int(config, field: str, *, minimum: int, maximum: int = INT32_MAX, optional: bool = False) -> None:
-  value = _value(config, field)
-  if optional and value is None:
-    return
-  if not _is_int(value) or value < minimum or value > maximum:
-    prefix = "None or " if optional else ""
-    _fail(field, value, f"{prefix}an integer >= {minimum} and <= {maximum}")
-
-
-def _require_number(config, field: str, *, minimum: float, strict: bool = False, maximum: float | None = None,
-                    maximum_inclusive: bool = False, optional: bool = False, allow_inf: bool = False,
-                    because: str = "") -> None:
-  value = _value(config, field)
-  if optional and value is None:
-    return
-  ok = _is_number(value) and (isinstance(value, int) or math.isfinite(value) or (allow_inf and value == math.inf))
-  ok = ok and (value > minimum if strict else value >= minimum)
-  ok = ok and (maximum is None or (value <= maximum if maximum_inclusive else value < maximum))
-  if not ok:
-    upper = "" if maximum is None else f" and {'<=' if maximum_inclusive else '<'} {maximum}"
-    kind = "a number (inf allowed)" if allow_inf else "a finite number"
-    _fail(field, value, f"{'None or ' if optional else ''}{kind} {'>' if strict else '>='} {minimum}{upper}"
-                        + (f" {because}" if because else ""))
-
-
-def _require_bool(config, field: str) -> None:
-  value = _value(config, field)
-  if not isinstance(value, bool):
-    _fail(field, value, "True or False")
-
-
-def _require_choice(config, field: str, choices) -> None:
-  value = _value(config, field)
-  if not isinstance(value, str) or value not in choices:
-    _fail(field, value, f"one of {tuple(choices)}")
 
 
 @functools.cache
@@ -206,7 +149,7 @@ def _require_known_fields(config) -> None:
     given = config if parent is None else config[parent]
     prefix = "" if parent is None else f"{parent}."
     if parent is not None and not isinstance(given, ml_collections.ConfigDict):
-      _fail(parent, given, "an ml_collections.ConfigDict with the fields of default_config().timing")
+      fail(parent, given, "an ml_collections.ConfigDict with the fields of default_config().timing")
     missing = sorted(set(expected) - set(given.keys()))
     if missing:
       raise ValueError(f"config.{prefix}{missing[0]} is missing; allowed: a config built from "
@@ -216,33 +159,33 @@ def _require_known_fields(config) -> None:
       raise ValueError(f"config.{prefix}{unknown[0]} is not a field; allowed: one of {expected}")
   options = config.model_options
   if not isinstance(options, (ml_collections.ConfigDict, Mapping)) or not all(isinstance(k, str) for k in options):
-    _fail("model_options", options, "a mapping of the model's option names to values (e.g. "
+    fail("model_options", options, "a mapping of the model's option names to values (e.g. "
                                     "ml_collections.ConfigDict(hidden_sizes=(32,)) for model='mlp')")
 
 
 def _check_timing(config) -> None:
   """The simulated cluster's fields, named as config fields (`TimingModel` checks their combination)."""
-  _require_number(config, "timing.compute_time_per_example", minimum=0, strict=True)
+  require_number(config, "timing.compute_time_per_example", minimum=0, strict=True)
   if not math.isfinite(config.timing.compute_time_per_example * config.batch_per_learner):
-    _fail("timing.compute_time_per_example", config.timing.compute_time_per_example,
+    fail("timing.compute_time_per_example", config.timing.compute_time_per_example,
           f"a number whose product with batch_per_learner={config.batch_per_learner} is finite")
-  _require_number(config, "timing.jitter_sigma", minimum=0)
+  require_number(config, "timing.jitter_sigma", minimum=0)
   if config.timing.jitter == "straggler":
-    _require_number(config, "timing.straggler_prob", minimum=0, strict=True, maximum=1, maximum_inclusive=True,
+    require_number(config, "timing.straggler_prob", minimum=0, strict=True, maximum=1, maximum_inclusive=True,
                     because="with timing.jitter='straggler' (the share of steps that straggle)")
-    _require_number(config, "timing.straggler_factor", minimum=1,
+    require_number(config, "timing.straggler_factor", minimum=1,
                     because="with timing.jitter='straggler' (the slowdown of a straggling step)")
   else:  # straggler settings without straggler jitter would silently measure nothing
-    if not _is_number(config.timing.straggler_prob) or config.timing.straggler_prob != 0:
-      _fail("timing.straggler_prob", config.timing.straggler_prob, "0.0 unless timing.jitter='straggler'")
-    if not _is_number(config.timing.straggler_factor) or config.timing.straggler_factor != 1:
-      _fail("timing.straggler_factor", config.timing.straggler_factor, "1.0 unless timing.jitter='straggler'")
-  _require_number(config, "timing.speed_factor_sigma", minimum=0)
-  _require_number(config, "timing.latency", minimum=0)
-  _require_number(config, "timing.bandwidth", minimum=0, allow_inf=True)  # 0 means infinite
-  _require_int(config, "timing.model_bytes", minimum=0, maximum=INT64_MAX)  # 0: the model's float32 weights
-  _require_int(config, "timing.server_shards", minimum=1)
-  _require_number(config, "timing.apply_time", minimum=0)
+    if not is_number(config.timing.straggler_prob) or config.timing.straggler_prob != 0:
+      fail("timing.straggler_prob", config.timing.straggler_prob, "0.0 unless timing.jitter='straggler'")
+    if not is_number(config.timing.straggler_factor) or config.timing.straggler_factor != 1:
+      fail("timing.straggler_factor", config.timing.straggler_factor, "1.0 unless timing.jitter='straggler'")
+  require_number(config, "timing.speed_factor_sigma", minimum=0)
+  require_number(config, "timing.latency", minimum=0)
+  require_number(config, "timing.bandwidth", minimum=0, allow_inf=True)  # 0 means infinite
+  require_int(config, "timing.model_bytes", minimum=0, maximum=INT64_MAX)  # 0: the model's float32 weights
+  require_int(config, "timing.server_shards", minimum=1)
+  require_number(config, "timing.apply_time", minimum=0)
 
 
 def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> None:
@@ -263,66 +206,66 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
       is allowed.
   """
   _require_known_fields(config)
-  _require_choice(config, "protocol", PROTOCOLS)
-  _require_choice(config, "data_source", SOURCES)
-  _require_choice(config, "normalization", NORMALIZATIONS)
-  _require_choice(config, "model", models.available_models())
-  _require_choice(config, "staleness_rule", STALENESS_RULES)
-  _require_choice(config, "delay_compensation", DELAY_COMPENSATIONS)
-  _require_choice(config, "weight_decay_placement", WEIGHT_DECAY_PLACEMENTS)
+  require_choice(config, "protocol", PROTOCOLS)
+  require_choice(config, "data_source", SOURCES)
+  require_choice(config, "normalization", NORMALIZATIONS)
+  require_choice(config, "model", models.available_models())
+  require_choice(config, "staleness_rule", STALENESS_RULES)
+  require_choice(config, "delay_compensation", DELAY_COMPENSATIONS)
+  require_choice(config, "weight_decay_placement", WEIGHT_DECAY_PLACEMENTS)
   _check_dataset(config)
-  _require_int(config, "seed", minimum=0, maximum=INT64_MAX)
-  _require_int(config, "image_size", minimum=1)
-  _require_int(config, "data_workers", minimum=1, maximum=MAX_DATA_WORKERS)
+  require_int(config, "seed", minimum=0, maximum=INT64_MAX)
+  require_int(config, "image_size", minimum=1)
+  require_int(config, "data_workers", minimum=1, maximum=MAX_DATA_WORKERS)
   for flag in ("augment", "model_multipliers", "eager_updates", "nesterov", "staleness_normalize",
                "dc_per_learner_mean_square", "dc_mean_square_bias_correction", "gap_aware"):
-    _require_bool(config, flag)
-  _require_int(config, "learners", minimum=1)
-  _require_int(config, "batch_per_learner", minimum=1)
-  _require_int(config, "n", minimum=1)
-  _require_int(config, "ssp_bound", minimum=0)
-  _require_int(config, "backup_workers", minimum=0)
-  _require_int(config, "max_staleness", minimum=0)
-  _require_int(config, "allreduce_staleness", minimum=1)
-  _require_number(config, "num_epochs", minimum=0, strict=True)
-  _require_number(config, "learning_rate", minimum=0, strict=True)
-  _require_number(config, "momentum", minimum=0, maximum=1)
-  _require_number(config, "weight_decay", minimum=0)
-  _require_number(config, "lr_decay_factor", minimum=0, strict=True)
-  _require_number(config, "staleness_mean", minimum=0, optional=True)
-  _require_number(config, "staleness_exponent", minimum=0)
-  _require_number(config, "staleness_decay", minimum=0)
-  _require_int(config, "staleness_threshold", minimum=0, optional=True)
-  _require_number(config, "dc_lambda", minimum=0)
-  _require_number(config, "dc_decay", minimum=0, maximum=1)
-  _require_number(config, "eval_every_epochs", minimum=0, strict=True)
-  _require_int(config, "eval_batch_size", minimum=1)
-  _require_int(config, "train_eval_examples", minimum=0)
-  _require_int(config, "precise_bn_batches", minimum=1)
-  _require_int(config, "log_every_updates", minimum=1)
-  _require_int(config, "checkpoint_every_seconds", minimum=1)
-  _require_int(config, "keep_checkpoints", minimum=1)
+    require_bool(config, flag)
+  require_int(config, "learners", minimum=1)
+  require_int(config, "batch_per_learner", minimum=1)
+  require_int(config, "n", minimum=1)
+  require_int(config, "ssp_bound", minimum=0)
+  require_int(config, "backup_workers", minimum=0)
+  require_int(config, "max_staleness", minimum=0)
+  require_int(config, "allreduce_staleness", minimum=1)
+  require_number(config, "num_epochs", minimum=0, strict=True)
+  require_number(config, "learning_rate", minimum=0, strict=True)
+  require_number(config, "momentum", minimum=0, maximum=1)
+  require_number(config, "weight_decay", minimum=0)
+  require_number(config, "lr_decay_factor", minimum=0, strict=True)
+  require_number(config, "staleness_mean", minimum=0, optional=True)
+  require_number(config, "staleness_exponent", minimum=0)
+  require_number(config, "staleness_decay", minimum=0)
+  require_int(config, "staleness_threshold", minimum=0, optional=True)
+  require_number(config, "dc_lambda", minimum=0)
+  require_number(config, "dc_decay", minimum=0, maximum=1)
+  require_number(config, "eval_every_epochs", minimum=0, strict=True)
+  require_int(config, "eval_batch_size", minimum=1)
+  require_int(config, "train_eval_examples", minimum=0)
+  require_int(config, "precise_bn_batches", minimum=1)
+  require_int(config, "log_every_updates", minimum=1)
+  require_int(config, "checkpoint_every_seconds", minimum=1)
+  require_int(config, "keep_checkpoints", minimum=1)
   epochs = config.lr_decay_epochs
   if not isinstance(epochs, (tuple, list)) or any(
-      not _is_number(epoch) or not math.isfinite(epoch) or epoch <= 0 for epoch in epochs):
-    _fail("lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
+      not is_number(epoch) or not math.isfinite(epoch) or epoch <= 0 for epoch in epochs):
+    fail("lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
   _check_timing(config)  # timing.jitter is checked by TimingModel, with the other fields' combination
 
   _check_protocol(config, num_devices)
   if config.dc_per_learner_mean_square and config.delay_compensation != "adaptive":
-    _fail("dc_per_learner_mean_square", True,
+    fail("dc_per_learner_mean_square", True,
           f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
           f"delay_compensation={config.delay_compensation!r})")
   if config.dc_mean_square_bias_correction and config.delay_compensation != "adaptive":
-    _fail("dc_mean_square_bias_correction", True,
+    fail("dc_mean_square_bias_correction", True,
           f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
           f"delay_compensation={config.delay_compensation!r})")
   if config.dc_mean_square_bias_correction and schedule_lib.protocol_row(config.protocol).decentralized:
-    _fail("dc_mean_square_bias_correction", True,
+    fail("dc_mean_square_bias_correction", True,
           f"False for protocol {config.protocol!r} (DC-S3GD's own adaptive lambda has no bias correction; it is "
           "the parameter server's DC-ASGD-a option)")
   if config.staleness_rule in ("threshold", "hinge") and config.staleness_threshold is None:
-    _fail("staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}")
+    fail("staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}")
   timing_model(config)  # TimingModel checks the combination of its fields
 
 
@@ -333,22 +276,22 @@ def _check_protocol(config, num_devices: int) -> None:
   for option in row.options.values():
     bound = option.upper_bound(config.learners)
     if option.config_field is not None and bound is not None:
-      _require_int(config, option.config_field, minimum=option.low, maximum=bound)
+      require_int(config, option.config_field, minimum=option.low, maximum=bound)
   if config.eager_updates and not row.eager:
     eager = [name for name in PROTOCOLS if schedule_lib.protocol_row(name).eager]
-    _fail("eager_updates", True, f"False for protocol {protocol!r} (only {' / '.join(eager)} have eager updates)")
+    fail("eager_updates", True, f"False for protocol {protocol!r} (only {' / '.join(eager)} have eager updates)")
   if not row.decentralized:
     return
   if config.learners != num_devices:
-    _fail("learners", config.learners, f"protocol {protocol!r} runs one worker per device: set it to the number "
+    fail("learners", config.learners, f"protocol {protocol!r} runs one worker per device: set it to the number "
                                        f"of devices, {num_devices}")
   if config.staleness_rule != "none" or config.gap_aware:
-    _fail("staleness_rule" if config.staleness_rule != "none" else "gap_aware",
+    fail("staleness_rule" if config.staleness_rule != "none" else "gap_aware",
           config.staleness_rule if config.staleness_rule != "none" else config.gap_aware,
           f"'none'/False: protocol {protocol!r} has no per-gradient staleness (every step is S stale)")
   if not row.corrects and config.delay_compensation != "none":
     corrected = [name for name in DECENTRALIZED_PROTOCOLS if schedule_lib.protocol_row(name).corrects]
-    _fail("delay_compensation", config.delay_compensation,
+    fail("delay_compensation", config.delay_compensation,
           f"'none' for protocol {protocol!r}; use protocol={corrected[0]!r} for the corrected variant")
 
 
@@ -356,17 +299,17 @@ def _check_dataset(config) -> None:
   """The data set's name and directory, for the config's source (nothing is read)."""
   name, data_dir, source = config.dataset, config.data_dir, config.data_source
   if data_dir is not None and not isinstance(data_dir, str):
-    _fail("data_dir", data_dir, "None or the path of a directory (a str)")
+    fail("data_dir", data_dir, "None or the path of a directory (a str)")
   if source == "embedded" and (not isinstance(name, str) or name not in EMBEDDED_DATASETS):
-    _fail("dataset", name, f"one of {EMBEDDED_DATASETS} for data_source='embedded'")
+    fail("dataset", name, f"one of {EMBEDDED_DATASETS} for data_source='embedded'")
   if source == "tfds" and (not isinstance(name, str) or name not in TFDS_SPLITS):
-    _fail("dataset", name, f"one of {tuple(sorted(TFDS_SPLITS))} for data_source='tfds' (data_source='npz' reads "
+    fail("dataset", name, f"one of {tuple(sorted(TFDS_SPLITS))} for data_source='tfds' (data_source='npz' reads "
                            "any name from local files)")
   if source == "npz":
     if not isinstance(name, str) or not name or os.sep in name:
-      _fail("dataset", name, "a file-name prefix for data_source='npz' (<data_dir>/<dataset>_train.npz)")
+      fail("dataset", name, "a file-name prefix for data_source='npz' (<data_dir>/<dataset>_train.npz)")
     if not data_dir:
-      _fail("data_dir", data_dir, "the directory holding <dataset>_train.npz and <dataset>_test.npz, for "
+      fail("data_dir", data_dir, "the directory holding <dataset>_train.npz and <dataset>_test.npz, for "
                                   "data_source='npz'")
 
 
