@@ -13,6 +13,10 @@ import numpy as np
 from stalesgd.data.normalization import Normalization
 from stalesgd.data.sources import ImageSource
 
+# Class counts of well-known names, so that a small npz file missing a class is
+# still read with the right number of outputs; other names infer max label + 1.
+KNOWN_NUM_CLASSES = {"cifar10": 10, "mnist": 10, "fashion_mnist": 10, "digits": 10, "imagenet2012": 1000}
+
 
 class DatasetNotPreparedError(ValueError):
   """The requested data is not on this machine; the message says what to do."""

@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from stalesgd.data.dataset import Dataset
+from stalesgd.data.dataset import KNOWN_NUM_CLASSES, Dataset
 from stalesgd.data.embedded import EMBEDDED_DATASETS, load_digits_splits
 from stalesgd.data.normalization import NORMALIZATIONS, fit_normalization
 from stalesgd.data.npz_source import load_npz_splits
 from stalesgd.data.tfds_source import TFDS_SPLITS, load_tfds_splits
 
 SOURCES = ("tfds", "npz", "embedded")
-# Class counts of well-known names, so that a small npz file missing a class is
-# still read with the right number of outputs; other names infer max label + 1.
-KNOWN_NUM_CLASSES = {"cifar10": 10, "mnist": 10, "fashion_mnist": 10, "digits": 10, "imagenet2012": 1000}
 
 
 def _check_arguments(name: str, source: str, normalization: str) -> None:

@@ -19,7 +19,7 @@ import zlib
 
 import numpy as np
 
-from stalesgd.data.dataset import DatasetNotPreparedError
+from stalesgd.data.dataset import KNOWN_NUM_CLASSES, DatasetNotPreparedError
 from stalesgd.data.sources import ArraySource
 
 NPZ_SPLITS = ("train", "test")
@@ -90,8 +90,6 @@ def load_npz_splits(name: str, data_dir: str | None) -> tuple[ArraySource, Array
       labels negative or beyond the data set's known class count), or when
       the two files' images differ in shape.
   """
-  from stalesgd.data.loading import KNOWN_NUM_CLASSES  # pylint: disable=g-import-not-at-top  (loading imports this)
-
   if not data_dir:
     raise DatasetNotPreparedError(
         f"data_dir is required for source='npz': the directory holding {name}_train.npz and "

@@ -36,7 +36,7 @@ from stalesgd.studies.definitions import Study, Variant, study_run
 from stalesgd import plots
 from stalesgd.config import protocol_options, validate_config
 from stalesgd.workdir import check_same_run
-from stalesgd.data.loading import KNOWN_NUM_CLASSES
+from stalesgd.data.dataset import KNOWN_NUM_CLASSES
 from stalesgd.metrics import METRICS_FILENAME, read_jsonl
 from stalesgd import train
 from stalesgd.train import SCHEDULE_FILENAME, SUMMARY_FILENAME
