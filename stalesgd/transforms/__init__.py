@@ -14,9 +14,9 @@ from stalesgd.transforms.contributions import contributions_in_stack
 from stalesgd.transforms.delay_compensation import delay_compensated_gradient
 from stalesgd.transforms.delay_compensation import scale_by_delay_compensation
 from stalesgd.transforms.delay_compensation import ScaleByDelayCompensationState
-from stalesgd.transforms.delay_compensation import update_mean_square
 from stalesgd.transforms.gap_aware import scale_by_gap_aware
 from stalesgd.transforms.gap_aware import ScaleByGapAwareState
+from stalesgd.transforms.mean_square import update_mean_square
 from stalesgd.transforms.staleness import RULES as STALENESS_RULES
 from stalesgd.transforms.staleness import scale_by_staleness
 from stalesgd.transforms.staleness import ScaleByStalenessState

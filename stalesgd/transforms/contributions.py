@@ -20,7 +20,8 @@ the whole stack. The staleness and Gap-Aware statistics they read are those
 from before the update; DC-ASGD-a's MeanSquare alone is blended with the
 stack first and then read (the paper's order, see
 `scale_by_delay_compensation`). They treat an
-unstacked call as a stack of one, so a stack of one gives bit-for-bit the
+unstacked call as a stack of one (`Stack` does the stacking, the mapping over
+contributions and the unstacking), so a stack of one gives bit-for-bit the
 unstacked result. `average_contributions` then reduces the stack to its mean;
 transforms after it in a chain (momentum, learning rate) see one gradient.
 
@@ -31,7 +32,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +47,17 @@ def check_tree_structure(reference: Any, other: Any, *, name: str, reference_nam
     raise ValueError(
         f"{name} must have the tree structure of {reference_name}; got {other_structure}, "
         f"expected {reference_structure}.")
+
+
+def check_same_tree(reference: Any, other: Any, *, name: str, reference_name: str) -> None:
+  """Raises ValueError unless `other` has the structure and leaf shapes of `reference`."""
+  check_tree_structure(reference, other, name=name, reference_name=reference_name)
+  for (path, reference_leaf), other_leaf in zip(
+      jax.tree_util.tree_leaves_with_path(reference), jax.tree.leaves(other)):
+    if jnp.shape(reference_leaf) != jnp.shape(other_leaf):
+      raise ValueError(
+          f"{name}{jax.tree_util.keystr(path)} has shape {jnp.shape(other_leaf)}; it must have the "
+          f"shape of {reference_name}{jax.tree_util.keystr(path)}, {jnp.shape(reference_leaf)}.")
 
 
 def _stack_size_of_vector(name: str, value: Any) -> int | None:
@@ -149,18 +161,57 @@ def _check_updates_shapes(updates: Any, params: Any, stack_size: int | None) -> 
             f"{stack_size} contributions needs a leading axis of size {stack_size}.")
 
 
-def as_stack(tree: Any, stack_size: int | None) -> Any:
-  """Adds a leading axis of size one when `stack_size` is None (an unstacked call)."""
-  if stack_size is not None:
-    return tree
-  return jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 0), tree)
+class Stack(NamedTuple):
+  """The contributions of one call: ``size`` = c for a stack, None for a single gradient.
 
+  A single gradient is handled as a stack of one, so a transform writes its
+  equation once, for contribution k, and gets the unstacked result bit for bit
+  from a stack of one:
 
-def from_stack(tree: Any, stack_size: int | None) -> Any:
-  """Undoes `as_stack`: drops the leading axis of size one when `stack_size` is None."""
-  if stack_size is not None:
-    return tree
-  return jax.tree.map(lambda leaf: jnp.squeeze(leaf, 0), tree)
+  * `Stack.of` reads c from the call's arguments (`contributions_in_stack`);
+  * `Stack.stacked` gives an argument its leading axis of size c (adds one of
+    size 1 to an unstacked argument); statistics of the whole stack (a state
+    update) are computed on it, and `Stack.displacements` on ``stale_params``;
+  * `Stack.map` applies the per-contribution equation to each k and returns
+    the result in the call's layout (stacked for a stack, unstacked otherwise).
+  """
+
+  size: int | None
+
+  @classmethod
+  def of(cls, updates: Any, params: Any = None, *, staleness: Any = None, stale_params: Any = None,
+         learner: Any = None) -> Stack:
+    """The stack of a call; see `contributions_in_stack` for the arguments and the checks."""
+    return cls(contributions_in_stack(
+        updates, params, staleness=staleness, stale_params=stale_params, learner=learner))
+
+  def stacked(self, tree: Any) -> Any:
+    """`tree` with a leading contributions axis (one of size 1 is added for an unstacked call)."""
+    if self.size is not None:
+      return tree
+    return jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 0), tree)
+
+  def displacements(self, params: Any, stale_params: Any) -> Any:
+    """w - w_stale,k, stacked: how far the weights moved since gradient k was computed."""
+    return jax.tree.map(lambda param, stale: param - stale, params, self.stacked(stale_params))
+
+  def map(self, fn: Callable[..., Any], *stacked: Any) -> Any:
+    """``fn`` applied to each contribution, in the call's layout.
+
+    Args:
+      fn: The equation for one contribution k; called (under `jax.vmap`) with
+        the k-th slice of each of ``stacked``. Values it closes over are shared
+        by every contribution (the current params, a global statistic).
+      *stacked: Pytrees with a leading contributions axis (see `stacked`), or None.
+
+    Returns:
+      ``fn``'s results stacked along a leading axis of size c, or, for an
+      unstacked call, its single result without that axis.
+    """
+    mapped = jax.vmap(fn)(*stacked)
+    if self.size is not None:
+      return mapped
+    return jax.tree.map(lambda leaf: jnp.squeeze(leaf, 0), mapped)
 
 
 def average_contributions() -> optax.GradientTransformationExtraArgs:
@@ -201,9 +252,9 @@ def average_contributions() -> optax.GradientTransformationExtraArgs:
   def update_fn(updates, state, params=None, *, staleness=None, stale_params=None, learner=None,
                 **extra_args):
     del extra_args
-    stack_size = contributions_in_stack(
+    stack = Stack.of(
         updates, params, staleness=staleness, stale_params=stale_params, learner=learner)
-    if stack_size is None:
+    if stack.size is None:
       return updates, state
     averaged = jax.tree.map(lambda leaf: jnp.mean(leaf, axis=0).astype(leaf.dtype), updates)
     return averaged, state

@@ -7,10 +7,11 @@ for the cross-entropy loss):
 
   g~ = g + lambda * g * g * (w - w_bak).
 
-This module holds the pure functions (also used by `stalesgd.decentral`, where
+This module holds the pure correction (also used by `stalesgd.decentral`, where
 the displacement is the consensus correction of DC-S3GD rather than
 ``w - w_bak``) and the optax transform `scale_by_delay_compensation` that a
-parameter server applies.
+parameter server applies; DC-ASGD-a's MeanSquare is in
+`stalesgd.transforms.mean_square`.
 
 References:
   Zheng et al., `Asynchronous Stochastic Gradient Descent with Delay
@@ -23,23 +24,13 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from stalesgd.transforms import contributions
 from stalesgd.transforms import hyperparameters
-from stalesgd.transforms.moving_average import exponential_moving_average
-
-
-def _check_same_tree(reference: Any, other: Any, *, name: str, reference_name: str) -> None:
-  """Raises ValueError unless `other` has the structure and leaf shapes of `reference`."""
-  contributions.check_tree_structure(reference, other, name=name, reference_name=reference_name)
-  for (path, reference_leaf), other_leaf in zip(
-      jax.tree_util.tree_leaves_with_path(reference), jax.tree.leaves(other)):
-    if jnp.shape(reference_leaf) != jnp.shape(other_leaf):
-      raise ValueError(
-          f"{name}{jax.tree_util.keystr(path)} has shape {jnp.shape(other_leaf)}; it must have the "
-          f"shape of {reference_name}{jax.tree_util.keystr(path)}, {jnp.shape(reference_leaf)}.")
+from stalesgd.transforms import mean_square as mean_square_lib
+# Re-exported: stalesgd.transforms.delay_compensation.update_mean_square was its path before the split.
+from stalesgd.transforms.mean_square import update_mean_square  # pylint: disable=unused-import
 
 
 def _at_least_float32(leaf: jax.Array) -> jax.Array:
@@ -122,9 +113,9 @@ def delay_compensated_gradient(
     raise ValueError(
         "layerwise=True and mean_square are exclusive lambda modes (constant, adaptive with "
         "mean_square, or layerwise); got both.")
-  _check_same_tree(grads, displacement, name="displacement", reference_name="grads")
+  contributions.check_same_tree(grads, displacement, name="displacement", reference_name="grads")
   if mean_square is not None:
-    _check_same_tree(grads, mean_square, name="mean_square", reference_name="grads")
+    contributions.check_same_tree(grads, mean_square, name="mean_square", reference_name="grads")
 
   def compensate(grad, leaf_displacement, leaf_mean_square=None):
     correction = grad * grad * leaf_displacement
@@ -142,36 +133,6 @@ def delay_compensated_gradient(
   if mean_square is None:
     return jax.tree.map(compensate, grads, displacement)
   return jax.tree.map(compensate, grads, displacement, mean_square)
-
-
-def update_mean_square(mean_square: Any, grads: Any, decay: Any) -> Any:
-  r"""DC-ASGD-a's running mean square of the gradients.
-
-  .. math::
-    \mathrm{MeanSquare} \leftarrow m \cdot \mathrm{MeanSquare} + (1 - m) \, g \odot g
-
-  Args:
-    mean_square: Pytree of the current mean squares (keeps its dtype).
-    grads: Gradient pytree of the same structure and shapes.
-    decay: :math:`m` (the paper uses 0.95 on CIFAR-10 and 0 on ImageNet).
-
-  Returns:
-    The updated mean-square pytree, in the dtype of ``mean_square``.
-
-  Example:
-    >>> import jax.numpy as jnp
-    >>> from stalesgd.transforms import update_mean_square
-    >>> update_mean_square(jnp.array([1., 0.]), jnp.array([2., 3.]), 0.5)
-    Array([2.5, 4.5], dtype=float32)
-
-  References:
-    Zheng et al., `Asynchronous Stochastic Gradient Descent with Delay
-    Compensation <https://arxiv.org/abs/1609.08326>`_, ICML 2017.
-  """
-  _check_same_tree(mean_square, grads, name="grads", reference_name="mean_square")
-  return jax.tree.map(
-      lambda moment, grad: exponential_moving_average(moment, grad * grad, decay),
-      mean_square, grads)
 
 
 class ScaleByDelayCompensationState(NamedTuple):
@@ -193,94 +154,6 @@ class ScaleByDelayCompensationBiasCorrectedState(NamedTuple):
   count: jax.Array  # Updates seen (int32); the argument of schedules.
   mean_square: Any  # As in ScaleByDelayCompensationState.
   mean_square_weight: jax.Array  # The MeanSquare's blend weight W (float32, [] or [num_learners]).
-
-
-def _broadcast_rows(rows: jax.Array, leaf: jax.Array) -> jax.Array:
-  """``rows`` (shape [] or [k]) reshaped to broadcast along the leading axis of ``leaf``."""
-  return jnp.reshape(rows, jnp.shape(rows) + (1,) * (leaf.ndim - jnp.ndim(rows)))
-
-
-def _per_learner_mean_square(mean_square, grads_stack, learners, arrivals, decay):
-  """Blends each learner's MeanSquare with the mean g*g of its contributions in the stack.
-
-  ``learners`` is int32 [c], ``arrivals`` float32 [num_learners] (contributions
-  per learner in the stack). Learners absent from the stack keep their MeanSquare.
-  """
-  num_learners = arrivals.shape[0]
-
-  def blend_leaf(moment, grads):
-    squares = jax.ops.segment_sum(grads * grads, learners, num_learners)
-    mean_squares = squares / _broadcast_rows(jnp.maximum(arrivals, 1.0), moment)
-    present = _broadcast_rows(arrivals > 0, moment)
-    return jnp.where(present, exponential_moving_average(moment, mean_squares, decay), moment)
-
-  return jax.tree.map(blend_leaf, mean_square, grads_stack)
-
-
-def _blended_weight(weight, decay, present=None):
-  """The bias correction's W <- m W + (1 - m) * 1: the MeanSquare's blend applied to a 1.
-
-  Per learner (``present``, bool [num_learners]) only the learners in the stack advance.
-  """
-  blended = exponential_moving_average(weight, jnp.ones_like(weight), decay)
-  return blended if present is None else jnp.where(present, blended, weight)
-
-
-def _bias_corrected(mean_square, weight):
-  """MeanSquare / W, in MeanSquare's dtype (``weight`` [] or one per leading row); as it is for None.
-
-  Where W = 0 (decay 1 from the start, nothing blended in yet) MeanSquare is 0
-  as well and is returned as it is, not 0 / 0.
-  """
-  if weight is None:
-    return mean_square
-
-  def correct(moment):
-    rows = _broadcast_rows(weight, moment)
-    positive = rows > 0
-    return jnp.where(positive, moment / jnp.where(positive, rows, 1.0), moment).astype(moment.dtype)
-
-  return jax.tree.map(correct, mean_square)
-
-
-def _updated_mean_square(mean_square, weight, grads_stack, learner, num_learners, decay):
-  """The MeanSquare and its weight W after this stack, what each contribution's lambda reads, and its vmap axis.
-
-  Global: blended with the mean g*g over the stack, shared by every contribution
-  (vmap axis None). Per learner: each contribution reads its learner's row (axis 0).
-  With bias correction (``weight`` not None) W is blended alongside and the
-  contributions read MeanSquare / W.
-  """
-  if num_learners is None:
-    updated = jax.tree.map(
-        lambda moment, grads: exponential_moving_average(
-            moment, jnp.mean(grads * grads, axis=0), decay),
-        mean_square, grads_stack)
-    if weight is not None:
-      weight = _blended_weight(weight, decay)
-    return updated, weight, _bias_corrected(updated, weight), None
-  learners = jnp.reshape(jnp.asarray(learner, jnp.int32), (-1,))
-  arrivals = jax.ops.segment_sum(jnp.ones(learners.shape, jnp.float32), learners, num_learners)
-  updated = _per_learner_mean_square(mean_square, grads_stack, learners, arrivals, decay)
-  rows = jax.tree.map(lambda moment: moment[learners], updated)
-  if weight is None:
-    return updated, None, rows, 0
-  weight = _blended_weight(weight, decay, present=arrivals > 0)
-  return updated, weight, _bias_corrected(rows, weight[learners]), 0
-
-
-def _check_learner_indices(learner: Any, num_learners: int) -> None:
-  """Raises ValueError for a concrete ``learner`` outside [0, num_learners).
-
-  A traced index cannot be checked; out of range, JAX would clamp the MeanSquare
-  read and drop the write, silently.
-  """
-  if isinstance(learner, jax.core.Tracer):
-    return
-  indices = np.asarray(learner)
-  if indices.size and (indices.min() < 0 or indices.max() >= num_learners):
-    raise ValueError(
-        f"learner must lie in [0, num_learners={num_learners}); got {indices.tolist()!r}.")
 
 
 def scale_by_delay_compensation(
@@ -327,8 +200,9 @@ def scale_by_delay_compensation(
 
     Why: with the zero start the first :math:`\lambda_t` is :math:`1/\sqrt{1-m}`
     times the value it settles to for gradients of a steady size (about 4.5 at
-    :math:`m = 0.95`), and on CIFAR-10 with ResNet-20 at the paper's
-    :math:`\eta = 0.5` the loss explodes within tens of updates. MeanSquare / W
+    :math:`m = 0.95`), so the first corrections are several times the gradient
+    (the README's DC-ASGD Table 1 section has the CIFAR-10 runs, where the
+    uncorrected rule diverges and this one trains at M = 4). MeanSquare / W
     is a weighted mean of the :math:`g^2` seen so far (weights summing to 1)
     from the first update on. W follows a ``decay`` schedule (it gets the
     MeanSquare's :math:`m`); with ``num_learners`` it has shape [num_learners]
@@ -424,39 +298,27 @@ def scale_by_delay_compensation(
     count = optax.safe_increment(state.count)
     if stale_params is None:
       return updates, state._replace(count=count)
-    if num_learners is not None:
-      if learner is None:
-        raise ValueError(
-            f"num_learners={num_learners} keeps a MeanSquare per learner: pass the extra argument "
-            "learner (int, or shape [c] for a stack); got None.")
-      _check_learner_indices(learner, num_learners)
-    stack_size = contributions.contributions_in_stack(
-        updates, params, staleness=extra_args.get("staleness"), stale_params=stale_params,
-        learner=learner if num_learners is not None else None)
+    if num_learners is None:
+      learner = None
+    else:
+      mean_square_lib.check_learner(learner, num_learners)
+    stack = contributions.Stack.of(updates, params, staleness=extra_args.get("staleness"),
+                                   stale_params=stale_params, learner=learner)
     del extra_args
-    grads_stack = contributions.as_stack(updates, stack_size)
-    stale_stack = contributions.as_stack(stale_params, stack_size)
-    displacements = jax.tree.map(lambda param, stale: param - stale, params, stale_stack)
+    grads = stack.stacked(updates)
+    displacements = stack.displacements(params, stale_params)
     dc_lambda_now = hyperparameters.value_at(dc_lambda, state.count)
     eps_now = hyperparameters.value_at(eps, state.count)
-    new_state = state._replace(count=count)
-    contribution_mean_square, mean_square_axis = None, None
+    new_state, read_mean_square = state._replace(count=count), lambda learner: None
     if adaptive:
-      weight = state.mean_square_weight if bias_correction else None
-      mean_square, weight, contribution_mean_square, mean_square_axis = _updated_mean_square(
-          state.mean_square, weight, grads_stack, learner, num_learners,
-          hyperparameters.value_at(decay, state.count))
-      new_state = new_state._replace(mean_square=mean_square)
-      if bias_correction:
-        new_state = new_state._replace(mean_square_weight=weight)
+      new_state, read_mean_square = mean_square_lib.blend(
+          new_state, grads, learner, num_learners, hyperparameters.value_at(decay, state.count))
 
-    def correct(grads, displacement, leaf_mean_square):
+    def correct(grads, displacement, learner):  # g~_k = g_k + lambda_t g_k * g_k * (w - w_bak,k)
       return delay_compensated_gradient(
-          grads, displacement, dc_lambda_now, mean_square=leaf_mean_square, eps=eps_now,
+          grads, displacement, dc_lambda_now, mean_square=read_mean_square(learner), eps=eps_now,
           layerwise=layerwise)
 
-    corrected = jax.vmap(correct, in_axes=(0, 0, mean_square_axis))(
-        grads_stack, displacements, contribution_mean_square)
-    return contributions.from_stack(corrected, stack_size), new_state
+    return stack.map(correct, grads, displacements, stack.stacked(learner)), new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

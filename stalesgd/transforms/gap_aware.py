@@ -48,6 +48,16 @@ def _typical_step(step_size: Any, observed_steps: jax.Array, decay: Any, min_ste
   return jax.tree.map(corrected, step_size)
 
 
+def _penalise(grad: jax.Array, displacement: jax.Array, step: jax.Array) -> jax.Array:
+  """g / (1 + Gap) for one leaf, Gap = |w - w_stale| / C.
+
+  The Gap is formed in float32 at least, so that the floor of C does not underflow in half precision.
+  """
+  wide = jnp.promote_types(step.dtype, jnp.float32)
+  gap = jnp.abs(displacement).astype(wide) / step.astype(wide)
+  return (grad / (1 + gap)).astype(grad.dtype)
+
+
 def scale_by_gap_aware(
     decay: optax.ScalarOrSchedule = 0.99,
     min_step_size: optax.ScalarOrSchedule = 1e-12,
@@ -122,7 +132,7 @@ def scale_by_gap_aware(
 
   def update_fn(updates, state, params=None, *, stale_params=None, **extra_args):
     count = optax.safe_increment(state.count)
-    stack_size = contributions.contributions_in_stack(
+    stack = contributions.Stack.of(
         updates, params, staleness=extra_args.get("staleness"), stale_params=stale_params)
     del extra_args
     if params is None:
@@ -146,15 +156,11 @@ def scale_by_gap_aware(
     typical_step = _typical_step(
         step_size, observed_steps, decay_now, hyperparameters.value_at(min_step_size, state.count))
 
-    def penalise(grads, stale, param, step):
-      # float32 at least, so that the floor of C does not underflow in half precision.
-      wide = jnp.promote_types(step.dtype, jnp.float32)
-      gap = jnp.abs(param - stale).astype(wide) / step.astype(wide)
-      return (grads / (1 + gap)).astype(grads.dtype)
+    def penalise(grads, displacement):  # g~_k = g_k / (1 + |w - w_stale,k| / C)
+      return jax.tree.map(_penalise, grads, displacement, typical_step)
 
-    penalised = jax.tree.map(
-        penalise, contributions.as_stack(updates, stack_size),
-        contributions.as_stack(stale_params, stack_size), params, typical_step)
-    return contributions.from_stack(penalised, stack_size), new_state
+    penalised = stack.map(
+        penalise, stack.stacked(updates), stack.displacements(params, stale_params))
+    return penalised, new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

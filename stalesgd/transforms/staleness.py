@@ -236,35 +236,33 @@ def scale_by_staleness(
     count = optax.safe_increment(state.count)
     if staleness is None:
       return updates, state._replace(count=count, applied_scale=jnp.ones([], jnp.float32))
-    stack_size = contributions.contributions_in_stack(updates, params, staleness=staleness)
-    stalenesses = jnp.reshape(jnp.asarray(staleness, jnp.float32), (-1,))
+    stack = contributions.Stack.of(updates, params, staleness=staleness)
+    sigma = stack.stacked(jnp.asarray(staleness, jnp.float32))
     options = {name: hyperparameters.value_at(value, state.count) for name, value in (
         ("exponent", exponent), ("decay", decay), ("max_staleness", max_staleness),
         ("hinge_slope", hinge_slope))}
     mean = state.mean_staleness if mean_staleness is None else hyperparameters.value_at(
         mean_staleness, state.count)
-    weights = staleness_weight(
-        rule, stalenesses, mean_staleness=mean, normalize=normalize, **options)
-
-    def scale(leaf):
-      per_contribution = jnp.reshape(weights, (-1,) + (1,) * (leaf.ndim - 1))
-      # where, not a product, so that a dropped inf/NaN gradient becomes 0.
-      return jnp.where(per_contribution == 0, 0, leaf * per_contribution).astype(leaf.dtype)
-
-    scaled = contributions.from_stack(
-        jax.tree.map(scale, contributions.as_stack(updates, stack_size)), stack_size)
-    observed = state.contributions + stalenesses.size
+    weights = staleness_weight(rule, sigma, mean_staleness=mean, normalize=normalize, **options)
+    scaled = stack.map(_scale, stack.stacked(updates), weights)  # u_k = s(sigma_k) g_k
+    observed = state.contributions + sigma.size
     new_state = ScaleByStalenessState(
         count=count,
         mean_staleness=state.mean_staleness
-        + (jnp.sum(stalenesses) - stalenesses.size * state.mean_staleness) / observed,
+        + (jnp.sum(sigma) - sigma.size * state.mean_staleness) / observed,
         contributions=observed,
-        dropped=state.dropped + _drops(rule, stalenesses, options["max_staleness"]),
+        dropped=state.dropped + _drops(rule, sigma, options["max_staleness"]),
         applied_scale=jnp.mean(weights),
     )
     return scaled, new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def _scale(grads: Any, weight: jax.Array) -> Any:
+  """s(sigma) g for one contribution (where, not a product: a dropped inf/NaN gradient becomes 0)."""
+  return jax.tree.map(
+      lambda leaf: jnp.where(weight == 0, 0, leaf * weight).astype(leaf.dtype), grads)
 
 
 def _drops(rule: str, stalenesses: jax.Array, max_staleness: Any) -> jax.Array:
