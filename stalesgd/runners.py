@@ -81,7 +81,7 @@ class ParameterServerRunner(_Blocks):
 
   def step(self, state: engine_lib.EngineState, block: int) -> tuple[engine_lib.EngineState, BlockMetrics]:
     state, metrics = self.engine.step(state, self.plan, block, self.batches)
-    return state, BlockMetrics(metrics.loss, metrics.applied_scale)
+    return state, BlockMetrics(metrics.loss, metrics.lr_scale)
 
   @staticmethod
   def params(state: engine_lib.EngineState) -> Any:

@@ -50,6 +50,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from stalesgd import sharding as sharding_lib
+from stalesgd import transforms
 from stalesgd.dispatch import DispatchLimiter
 from stalesgd.engine import ring_buffer
 from stalesgd.engine.waves import Wave, WavePlan, plan_waves
@@ -85,12 +86,12 @@ class WaveMetrics(NamedTuple):
 
   Attributes:
     loss: float32 [R, c], loss of each contribution at its own weights and batch.
-    applied_scale: float32 [R], learning-rate scale the staleness transform
-      applied to the update (mean over its contributions; 1 without one).
+    lr_scale: float32 [R], learning-rate scale the staleness transform
+      applied to the update (`stalesgd.transforms.lr_scale`; 1 without one).
   """
 
   loss: jax.Array
-  applied_scale: jax.Array
+  lr_scale: jax.Array
 
 
 def default_gradient_strategy(backend: str) -> str:
@@ -103,16 +104,6 @@ def default_gradient_strategy(backend: str) -> str:
   smaller program to compile); that is not measured yet.
   """
   return "unroll" if backend == "cpu" else "vmap"
-
-
-def _applied_scale(opt_state: PyTree) -> jax.Array:
-  """Product of every ``applied_scale`` field in the optimizer state (1 if none)."""
-  scale = jnp.float32(1.0)
-  for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]:
-    last = path[-1] if path else None
-    if isinstance(last, jax.tree_util.GetAttrKey) and last.name == "applied_scale":
-      scale = scale * jnp.asarray(leaf, jnp.float32)
-  return scale
 
 
 class Engine:
@@ -324,7 +315,7 @@ class Engine:
       step = step + 1
       ring = ring_buffer.ring_write(ring, step, params)
       new = self._constrain(EngineState(params, opt_state, ring, step))
-      return (*new, applied.at[row].set(_applied_scale(opt_state)))
+      return (*new, applied.at[row].set(transforms.lr_scale(opt_state)))
 
     carry = (state.params, state.opt_state, state.ring, state.step, jnp.ones((rows,), jnp.float32))
     params, opt_state, ring, step, applied = jax.lax.fori_loop(0, num_updates, apply_update, carry)
@@ -348,7 +339,7 @@ class Engine:
                    for host in (np.int32(wave.num_updates), wave.timestamp, wave.staleness, wave.learner)]
     slot_timestamp = sharding_lib.global_array(wave.slot_timestamp, self._split)
     state, metrics = self._wave_step(state, *wave_inputs, slot_timestamp, batch)
-    self._dispatch.dispatched(metrics.applied_scale)
+    self._dispatch.dispatched(metrics.lr_scale)
     return state, metrics
 
   def iterate(self, state: EngineState, plan: WavePlan, batch_fn: BatchFn, *, start_wave: int = 0,

@@ -5,6 +5,8 @@ the reduction of a stack of contributions, and ready-made chains. Each is an
 optax ``GradientTransformationExtraArgs`` whose per-step inputs (``staleness``,
 ``stale_params``, ``learner``) arrive as keyword-only extra arguments; see
 `stalesgd.transforms.contributions` for how a stack of c gradients is passed.
+`lr_scale` reads from an optimizer state the learning-rate scale the staleness
+rules applied.
 """
 
 from stalesgd.transforms.aliases import dc_asgd
@@ -17,6 +19,7 @@ from stalesgd.transforms.delay_compensation import ScaleByDelayCompensationState
 from stalesgd.transforms.gap_aware import scale_by_gap_aware
 from stalesgd.transforms.gap_aware import ScaleByGapAwareState
 from stalesgd.transforms.mean_square import update_mean_square
+from stalesgd.transforms.staleness import lr_scale
 from stalesgd.transforms.staleness import RULES as STALENESS_RULES
 from stalesgd.transforms.staleness import scale_by_staleness
 from stalesgd.transforms.staleness import ScaleByStalenessState
@@ -31,6 +34,7 @@ __all__ = [
     "contributions_in_stack",
     "dc_asgd",
     "delay_compensated_gradient",
+    "lr_scale",
     "scale_by_delay_compensation",
     "scale_by_gap_aware",
     "scale_by_staleness",

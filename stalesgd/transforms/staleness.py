@@ -141,7 +141,7 @@ class ScaleByStalenessState(NamedTuple):
   mean_staleness: jax.Array  # Running mean of every staleness observed so far (float32).
   contributions: jax.Array  # Number of staleness values in that mean (int32).
   dropped: jax.Array  # Gradients dropped by the threshold rule so far (int32).
-  applied_scale: jax.Array  # Mean weight applied at the last update (float32).
+  lr_scale: jax.Array  # Mean weight applied at the last update (float32); see `lr_scale`.
 
 
 def scale_by_staleness(
@@ -170,12 +170,12 @@ def scale_by_staleness(
   observed before this update (0, hence weight 1, at the first update). The
   state is updated once per call: the running mean absorbs all c stalenesses,
   ``dropped`` counts the contributions the threshold rule zeroed, and
-  ``applied_scale`` is the mean weight applied (the engine reports it as the
-  applied learning-rate scale).
+  ``lr_scale`` is the mean weight applied, :math:`\frac{1}{c}\sum_k s(\sigma_k)`
+  (read it with `lr_scale`).
 
   The per-step input is the keyword-only extra argument ``staleness`` (an int
   scalar, or shape [c] for a stack). Without it the gradients pass unchanged
-  (bit-for-bit) and ``applied_scale`` is 1. A dropped gradient becomes exactly
+  (bit-for-bit) and ``lr_scale`` is 1. A dropped gradient becomes exactly
   0 even if it holds inf or NaN.
 
   Args:
@@ -228,14 +228,14 @@ def scale_by_staleness(
         mean_staleness=jnp.zeros([], jnp.float32),
         contributions=jnp.zeros([], jnp.int32),
         dropped=jnp.zeros([], jnp.int32),
-        applied_scale=jnp.ones([], jnp.float32),
+        lr_scale=jnp.ones([], jnp.float32),
     )
 
   def update_fn(updates, state, params=None, *, staleness=None, **extra_args):
     del extra_args
     count = optax.safe_increment(state.count)
     if staleness is None:
-      return updates, state._replace(count=count, applied_scale=jnp.ones([], jnp.float32))
+      return updates, state._replace(count=count, lr_scale=jnp.ones([], jnp.float32))
     stack = contributions.Stack.of(updates, params, staleness=staleness)
     sigma = stack.stacked(jnp.asarray(staleness, jnp.float32))
     options = {name: hyperparameters.value_at(value, state.count) for name, value in (
@@ -252,7 +252,7 @@ def scale_by_staleness(
         + (jnp.sum(sigma) - sigma.size * state.mean_staleness) / observed,
         contributions=observed,
         dropped=state.dropped + _drops(rule, sigma, options["max_staleness"]),
-        applied_scale=jnp.mean(weights),
+        lr_scale=jnp.mean(weights),
     )
     return scaled, new_state
 
@@ -270,3 +270,40 @@ def _drops(rule: str, stalenesses: jax.Array, max_staleness: Any) -> jax.Array:
   if rule != "threshold":
     return jnp.zeros([], jnp.int32)
   return jnp.sum(stalenesses > max_staleness).astype(jnp.int32)
+
+
+def lr_scale(opt_state: Any) -> jax.Array:
+  r"""The learning-rate scale that the staleness transforms in ``opt_state`` last applied.
+
+  .. math::
+    \mathrm{lr\_scale} = \prod_{j} \frac{1}{c} \sum_{k=1}^{c} s_j(\sigma_k),
+
+  the product, over every `scale_by_staleness` state j in the tree, of the mean
+  weight it applied to the c contributions of the last update (1 for a
+  transform called without ``staleness``). With equal gradients
+  :math:`g_k = g` it is the factor by which the staleness rules scaled the
+  update :math:`\frac{1}{c}\sum_k s(\sigma_k) g_k`. The engine reports it
+  per update as the ``lr_scale`` metric.
+
+  Args:
+    opt_state: An optimizer state (any pytree, e.g. of `optax.chain` or
+      `optax.inject_hyperparams`).
+
+  Returns:
+    A float32 scalar; 1 if the state holds no `ScaleByStalenessState`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> import stalesgd
+    >>> tx = stalesgd.staleness_aware_sgd(learning_rate=0.1)
+    >>> state = tx.init(jnp.zeros(2))
+    >>> _, state = tx.update(jnp.ones((2, 2)), state, staleness=jnp.array([1, 4]))
+    >>> stalesgd.lr_scale(state)  # (1/1 + 1/4) / 2
+    Array(0.625, dtype=float32)
+  """
+  scale = jnp.float32(1.0)
+  is_state = lambda node: isinstance(node, ScaleByStalenessState)
+  for state in jax.tree.leaves(opt_state, is_leaf=is_state):
+    if is_state(state):
+      scale = scale * jnp.asarray(state.lr_scale, jnp.float32)
+  return scale

@@ -133,7 +133,7 @@ def test_metrics_report_losses_and_the_applied_learning_rate_scale():
     wave = plan.wave(index)
     sigma = wave.staleness[:wave.num_updates, 0]
     expected = np.where(sigma > 0, 1.0 / np.maximum(sigma, 1), 1.0)
-    np.testing.assert_allclose(np.asarray(metrics.applied_scale)[:wave.num_updates], expected, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(metrics.lr_scale)[:wave.num_updates], expected, rtol=1e-6)
     assert np.all(np.isfinite(np.asarray(metrics.loss)))
 
 

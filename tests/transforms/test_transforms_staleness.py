@@ -53,7 +53,7 @@ def test_hand_computed_weights_over_three_steps(rule, options, stalenesses, weig
   updates, state = run_steps(stalesgd.scale_by_staleness(rule, **options), stalenesses)
   np.testing.assert_allclose(updates, np.outer(weights, GRADS), rtol=1e-6)
   assert int(state.count) == len(stalenesses)
-  np.testing.assert_allclose(float(state.applied_scale), weights[-1], rtol=1e-6)
+  np.testing.assert_allclose(float(state.lr_scale), weights[-1], rtol=1e-6)
 
 
 def test_staleness_weight_is_the_same_rule_as_the_transform():
@@ -75,7 +75,7 @@ def test_threshold_counts_drops_and_zeroes_non_finite_dropped_gradients():
   updates, state = transform.update(stack, state, staleness=jnp.array([1, 5, 2]))
   np.testing.assert_array_equal(updates, [[1.0, 1.0], [0.0, 0.0], [3.0, 3.0]])
   assert int(state.dropped) == 2
-  np.testing.assert_allclose(float(state.applied_scale), 2 / 3, rtol=1e-6)
+  np.testing.assert_allclose(float(state.lr_scale), 2 / 3, rtol=1e-6)
 
 
 def test_running_mean_absorbs_every_staleness_of_a_stack():
@@ -102,7 +102,7 @@ def test_without_staleness_it_is_the_identity_bit_for_bit():
   grads = jnp.array([0.1, -3.3e-8, 7.0], jnp.bfloat16)
   updates, state = transform.update(grads, transform.init(grads))
   assert updates is grads
-  assert float(state.applied_scale) == 1.0
+  assert float(state.lr_scale) == 1.0
 
 
 @pytest.mark.parametrize("rule", stalesgd.STALENESS_RULES)
