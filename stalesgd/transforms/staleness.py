@@ -206,14 +206,7 @@ def scale_by_staleness(
     Array([1., 2.], dtype=float32)
 
   References:
-    Zhang et al., `Staleness-aware Async-SGD for Distributed Deep Learning
-    <https://arxiv.org/abs/1511.05950>`_, IJCAI 2016.
-    Gupta et al., `Model Accuracy and Runtime Tradeoff in Distributed Deep
-    Learning: A Systematic Study <https://arxiv.org/abs/1509.04210>`_, ICDM 2016.
-    Nguyen et al., `Federated Learning with Buffered Asynchronous Aggregation
-    <https://arxiv.org/abs/2106.06639>`_, AISTATS 2022.
-    Xie et al., `Asynchronous Federated Optimization
-    <https://arxiv.org/abs/1903.03934>`_, 2019.
+    Zhang et al. (eq. 2) and the sources of the rules, listed in `staleness_weight`.
   """
   _check_rule(rule, max_staleness)
   for name, value in (("mean_staleness", mean_staleness), ("exponent", exponent),
