@@ -78,6 +78,10 @@ def _check_optional_positive_int(name: str, value: Any) -> None:
     raise ValueError(f"{name} = {value!r}; allowed: None or an int >= 1")
 
 
+# What orbax says when a checkpoint's tree differs from the state to restore into.
+_STRUCTURE_MISMATCH = "tree structures do not match"
+
+
 class Checkpointer:
   """Saves and restores (state pytree, JSON metadata) pairs under a directory.
 
@@ -266,6 +270,12 @@ class Checkpointer:
                      "renamed to %s", candidate, self.directory, [bad for bad, _ in unreadable], moved)
       return restored
     details = "; ".join(f"step {bad}: {reason}" for bad, reason in unreadable)
+    if all(_STRUCTURE_MISMATCH in reason for _, reason in unreadable):
+      raise CheckpointError(
+          f"the checkpoints in {self.directory} hold a state of another structure than this run's ({details}): "
+          "they were written by another version of stalesgd (e.g. one before the staleness transform's state "
+          "field applied_scale became lr_scale). Resume them with the version that wrote them (its "
+          "summary.json records it under provenance), or start this version in another workdir")
     raise CheckpointError(
         f"no checkpoint in {self.directory} can be read ({details}). Refusing to start again from scratch: "
         "move the directory away to do that (config.keep_checkpoints >= 2 keeps an older checkpoint to fall "

@@ -17,7 +17,7 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd.checkpoint import Checkpointer, PreemptionGuard
+from stalesgd.checkpoint import CheckpointError, Checkpointer, PreemptionGuard
 from stalesgd.metrics import METRICS_FILENAME, read_jsonl
 from tests.helpers.workers import resume_loop_worker, sigkill_during_save_worker
 from tests.helpers.workers.resume_loop_worker import train
@@ -136,6 +136,19 @@ def test_a_reopened_directory_resumes_where_it_stopped(tmp_path):
     state, metadata = reopened.restore({"weights": jnp.zeros(3)})
   np.testing.assert_array_equal(np.asarray(state["weights"]), [0.0, 1.0, 2.0])
   assert metadata == {"next_update": 5}
+
+
+def test_a_state_of_another_structure_is_refused_as_another_version_and_kept(tmp_path):
+  """A checkpoint whose tree differs from the run's (a renamed optimizer-state field: another version of
+  stalesgd) is neither restored nor set aside as damaged: the error says so, and the files stay."""
+  with Checkpointer(tmp_path) as checkpointer:
+    for step in (5, 10):
+      checkpointer.save(step, {"weights": jnp.arange(3.0), "applied_scale": jnp.ones(())}, {"next_update": step})
+  with Checkpointer(tmp_path) as reopened:
+    with pytest.raises(CheckpointError, match=r"hold a state of another structure than this run's .*another "
+                                              r"version of stalesgd"):
+      reopened.restore({"weights": jnp.zeros(3), "lr_scale": jnp.ones(())})
+  assert sorted(entry.name for entry in tmp_path.iterdir()) == ["10", "5"]
 
 
 def test_save_interval_steps_and_force(tmp_path):

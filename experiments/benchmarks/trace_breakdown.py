@@ -1,0 +1,218 @@
+r"""Where a gradient's time goes, engine against the specialised emulator, from `jax.profiler` traces.
+
+The training benchmark (`experiments.benchmarks.training`) gives one ratio,
+``engine_over_emulator``. This script says what makes it: it runs the
+engine (the training benchmark's `EngineChunks`, on the host device count a
+user's run gets) and the round-robin emulator (`round_robin.RoundRobinEmulator`,
+one process on one core) on the same case, traces a few steady-state chunks of
+each with `jax.profiler` (host tracer at level 3, which records every XLA:CPU
+thunk with its device, HLO op and module; no Python tracer), and splits each
+device's wall clock per gradient into
+
+* ``convolution``: YNNPACK/oneDNN fusions, convolutions, dots and pooling
+  (``reduce-window``): the work the emulator does too;
+* ``elementwise``: every other fused or single op (the optimizer, ring reads
+  and writes, slicing, copies);
+* ``collective``: all-to-all, all-gather, all-reduce, reduce-scatter and
+  collective-permute, their wait for the other devices included;
+* ``idle``: the rest of the device's wall clock, inside a program (a thunk
+  waiting on another) or between two programs (dispatch, the host preparing
+  inputs).
+
+Per gradient means: the devices' summed wall clock divided by the gradients
+applied, so the engine on P devices and the emulator on one core are in the
+same unit (device-seconds per gradient; the emulator's P processes on P cores
+have P times one process's throughput when they do not compete).
+
+Usage::
+
+  python -m experiments.benchmarks.trace_breakdown --case=async:8
+
+Writes ``results/trace_breakdown.json`` (``--output``); the traces themselves
+stay in a temporary directory (``--trace_dir`` keeps them for TensorBoard or
+Perfetto).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+_CASE = flags.DEFINE_string("case", "async:8", "protocol:learners, as in experiments.benchmarks.training.")
+_CHUNKS = flags.DEFINE_integer("chunks", 4, "Traced chunks per program (after one untraced warm-up chunk).")
+_GRADIENTS_PER_CHUNK = flags.DEFINE_integer("gradients_per_chunk", 256, "Gradients per chunk.")
+_TRAIN_EXAMPLES = flags.DEFINE_integer("train_examples", 6_250, "Size of the generated training split.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "cifar10_{train,test}.npz; default: random images.")
+_TRACE_DIR = flags.DEFINE_string("trace_dir", None, "Keep the traces here (default: a temporary directory).")
+_OUTPUT = flags.DEFINE_string("output", "results/trace_breakdown.json", "Where to write the JSON.")
+_WORKER = flags.DEFINE_string("worker", None, "Internal: PROGRAM,CASE,DATA_DIR,TRACE_DIR,OUT in this process.")
+
+PROGRAMS = {"engine": "jit__wave_step_impl", "emulator": "jit_call"}  # program -> its traced HLO module
+CATEGORIES = ("convolution", "elementwise", "collective", "idle")
+_COLLECTIVE = re.compile(r"^(all-to-all|all-gather|all-reduce|reduce-scatter|collective-permute)")
+_CONVOLUTION = re.compile(r"^(ynn_fusion|onednn|convolution|dot|wrapped_reduce-window|reduce-window)")
+
+
+def category(op_name: str) -> str:
+  """The category of one HLO op's thunk (see the module docstring)."""
+  if _COLLECTIVE.match(op_name):
+    return "collective"
+  if _CONVOLUTION.match(op_name):
+    return "convolution"
+  return "elementwise"
+
+
+def _exclusive(events: list[dict]) -> list[tuple[dict, float]]:
+  """Each event with its duration minus that of the events nested in it (same thread), in microseconds."""
+  result = []
+  for thread_events in _by(events, "tid").values():
+    stack: list[list] = []  # [event, end, exclusive]
+    for event in sorted(thread_events, key=lambda e: (e["ts"], -e["dur"])):
+      while stack and event["ts"] >= stack[-1][1]:
+        result.append((stack[-1][0], stack.pop()[2]))
+      if stack:
+        stack[-1][2] -= event["dur"]
+      stack.append([event, event["ts"] + event["dur"], event["dur"]])
+    result.extend((entry[0], entry[2]) for entry in stack)
+  return result
+
+
+def _by(events: list[dict], key: str) -> dict:
+  grouped = collections.defaultdict(list)
+  for event in events:
+    grouped[event[key] if key in event else event["args"][key]].append(event)
+  return grouped
+
+
+def breakdown(events: list[dict], module: str, gradients: int) -> dict:
+  """Microseconds per gradient by category, from a trace's complete ("X") events.
+
+  Only the thunks of ``module`` count; a device's wall clock runs from its
+  first traced thunk of the module to its last, and what its thunks do not
+  cover is ``idle``.
+
+  Args:
+    events: the trace's ``traceEvents``.
+    module: the HLO module of the program (`PROGRAMS`).
+    gradients: gradients the traced executions applied.
+
+  Returns:
+    ``{category: microseconds per gradient}`` plus ``wall_us_per_gradient``
+    (one device's wall clock over the gradients) and ``devices``.
+  """
+  ops = [event for event in events if event.get("ph") == "X" and event.get("args", {}).get("hlo_module") == module
+         and "hlo_op" in event["args"] and "device_ordinal" in event["args"]]
+  if not ops:
+    raise ValueError(f"the trace holds no thunk of module {module!r}")
+  totals = dict.fromkeys(CATEGORIES, 0.0)
+  walls = []
+  for device_ops in _by(ops, "device_ordinal").values():
+    start = min(event["ts"] for event in device_ops)
+    wall = max(event["ts"] + event["dur"] for event in device_ops) - start
+    busy = 0.0
+    for event, exclusive in _exclusive(device_ops):
+      totals[category(event["args"]["hlo_op"])] += exclusive
+      busy += exclusive
+    totals["idle"] += wall - busy
+    walls.append(wall)
+  result = {name: seconds / gradients for name, seconds in totals.items()}
+  result["wall_us_per_gradient"] = max(walls) / gradients
+  result["devices"] = len(walls)
+  return result
+
+
+def _trace_events(trace_dir: str) -> list[dict]:
+  (path,) = glob.glob(os.path.join(trace_dir, "plugins", "profile", "*", "*.trace.json.gz"))
+  with gzip.open(path) as f:
+    return json.load(f)["traceEvents"]
+
+
+def _worker(program: str, case: str, data_dir: str, trace_dir: str, output: str) -> None:
+  """Builds one program, runs a warm-up chunk, traces ``--chunks`` chunks, writes its breakdown."""
+  import jax  # pylint: disable=g-import-not-at-top  (after the device count is set)
+  from experiments.benchmarks.common import EngineChunks, benchmark_config, parse_case  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarks.round_robin import build_from_config  # pylint: disable=g-import-not-at-top
+  from stalesgd.config import contributions_per_update  # pylint: disable=g-import-not-at-top
+
+  protocol, n, learners = parse_case(case)
+  config = benchmark_config(protocol, n, learners, data_dir, _TRAIN_EXAMPLES.value)
+  gradients = _GRADIENTS_PER_CHUNK.value
+  if program == "engine":
+    chunks = EngineChunks(config, gradients)
+    run_chunk = chunks
+  else:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    contributions = contributions_per_update(config)
+    emulator = build_from_config(config, max(1, gradients // contributions))
+
+    def run_chunk() -> int:
+      emulator.run_chunk()
+      emulator.wait()
+      return emulator.updates_per_chunk * contributions
+  run_chunk()  # compiles
+  options = jax.profiler.ProfileOptions()
+  options.python_tracer_level = 0
+  options.host_tracer_level = 3
+  jax.profiler.start_trace(trace_dir, profiler_options=options)
+  start = time.perf_counter()
+  applied = sum(run_chunk() for _ in range(_CHUNKS.value))
+  seconds = time.perf_counter() - start
+  jax.profiler.stop_trace()
+  row = breakdown(_trace_events(trace_dir), PROGRAMS[program], applied)
+  row.update(program=program, case=case, gradients=applied, traced_grads_per_s=applied / seconds)
+  with open(output, "w") as f:
+    json.dump(row, f)
+
+
+def main(argv):
+  del argv
+  if _WORKER.value:
+    _worker(*_WORKER.value.split(","))
+    return
+  from experiments.benchmarks.common import benchmark_config, cifar10_data_dir, machine_description, parse_case  # pylint: disable=g-import-not-at-top
+  from stalesgd import device_layout  # pylint: disable=g-import-not-at-top
+
+  protocol, n, learners = parse_case(_CASE.value)
+  rows = []
+  with tempfile.TemporaryDirectory(prefix="stalesgd_trace_breakdown_") as scratch:
+    scratch = pathlib.Path(scratch)
+    traces = pathlib.Path(_TRACE_DIR.value) if _TRACE_DIR.value else scratch / "traces"
+    data_dir = cifar10_data_dir(_DATA_DIR.value, scratch, _TRAIN_EXAMPLES.value)
+    engine_devices = os.environ.get("JAX_NUM_CPU_DEVICES") or str(device_layout.cpu_device_count(
+        benchmark_config(protocol, n, learners, data_dir, _TRAIN_EXAMPLES.value)))
+    for program, devices in (("engine", engine_devices), ("emulator", "1")):
+      output = scratch / f"{program}.json"
+      command = [sys.executable, "-m", "experiments.benchmarks.trace_breakdown",
+                 f"--worker={program},{_CASE.value},{data_dir},{traces / program},{output}",
+                 f"--chunks={_CHUNKS.value}", f"--gradients_per_chunk={_GRADIENTS_PER_CHUNK.value}",
+                 f"--train_examples={_TRAIN_EXAMPLES.value}"]
+      subprocess.run(command, env={**os.environ, "JAX_NUM_CPU_DEVICES": devices}, check=True)
+      rows.append(json.loads(output.read_text()))
+    machine = machine_description()
+  print(f"machine: {machine}")
+  print(f"{'program':>9} {'devices':>7} " + " ".join(f"{name:>11}" for name in CATEGORIES)
+        + f" {'sum':>8}  (device-microseconds per gradient)")
+  for row in rows:
+    total = sum(row[name] for name in CATEGORIES)
+    print(f"{row['program']:>9} {row['devices']:>7} " + " ".join(f"{row[name]:11.0f}" for name in CATEGORIES)
+          + f" {total:8.0f}")
+  os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
+  with open(_OUTPUT.value, "w") as f:
+    json.dump({"machine": machine, "case": _CASE.value, "rows": rows}, f, indent=2)
+  print(f"wrote {_OUTPUT.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)
