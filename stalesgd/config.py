@@ -63,7 +63,7 @@ def default_config() -> ml_collections.ConfigDict:
 
   # Protocol (stalesgd.schedule.simulate / stalesgd.decentral).
   config.protocol = "hardsync"
-  config.learners = 8  # lambda (parameter server) or M (decentralized workers)
+  config.learners = 8  # lambda (parameter server) or M (decentralized)
   config.batch_per_learner = 16  # mu
   config.n = 1  # n of n-softsync and of drop_stale's underlying softsync
   config.ssp_bound = 1  # s of SSP
@@ -87,7 +87,7 @@ def default_config() -> ml_collections.ConfigDict:
   config.timing.server_shards = 1
   config.timing.apply_time = 0.0
 
-  # Optimizer: the server's for parameter-server protocols, each worker's for
+  # Optimizer: the server's for parameter-server protocols, each learner's for
   # decentralized ones.
   config.learning_rate = 0.05  # alpha_0
   config.lr_decay_epochs = ()  # multiply the learning rate by lr_decay_factor at these epochs
@@ -198,7 +198,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   Args:
     config: the run's config (see `default_config`).
     num_devices: devices in the mesh (all processes); decentralized protocols
-      run one worker per device.
+      run one learner per device.
 
   Raises:
     ValueError: naming the first bad field (``config.<field>=<value>``, or
@@ -283,7 +283,7 @@ def _check_protocol(config, num_devices: int) -> None:
   if not row.decentralized:
     return
   if config.learners != num_devices:
-    fail("learners", config.learners, f"protocol {protocol!r} runs one worker per device: set it to the number "
+    fail("learners", config.learners, f"protocol {protocol!r} runs one learner per device: set it to the number "
                                        f"of devices, {num_devices}")
   if config.staleness_rule != "none" or config.gap_aware:
     fail("staleness_rule" if config.staleness_rule != "none" else "gap_aware",

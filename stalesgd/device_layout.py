@@ -13,7 +13,7 @@ against 122 on 2. Fewer learners than that per device leave devices idle in
 every collective; more make each device's program slower per gradient.
 
 Decentralized protocols (all-reduce SGD, S3GD, DC-S3GD) need one device per
-worker, so they get ``learners`` devices.
+learner, so they get ``learners`` devices.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ modulates per gradient (docs/semantics.md, "What the learning rate covers"):
 weight decay is added once after the staleness-weighted average, at the full
 rate :math:`\alpha_t` (this library's behaviour before docs/semantics.md).
 
-For decentralized protocols the same solver is each worker's local optimizer,
+For decentralized protocols the same solver is each learner's local optimizer,
 without the per-contribution part: DC-S3GD applies its correction itself.
 """
 

@@ -5,7 +5,7 @@
   a block is one wave (one or more server updates).
 * `DecentralizedRunner`: synchronous all-reduce SGD, S3GD and DC-S3GD, run for
   real on the mesh by `stalesgd.decentral`; a block is one step (one update,
-  to which every worker contributes).
+  to which every learner contributes).
 
 A runner's state is a pytree of arrays (checkpointed as is); its blocks are
 fixed by the schedule, so a run stopped at a block boundary resumes exactly.
@@ -115,7 +115,7 @@ class DecentralizedRunner(_Blocks):
     self.protocol_config = decentral_settings(config)
     self.mesh = sharding_lib.learner_mesh(self.protocol_config.axis_name, devices=list(mesh.devices.flat))
     self.trainer = decentral.DCS3GD(model.loss_fn, optimizer, self.protocol_config, self.mesh)
-    # Per-worker losses live on their workers' devices (possibly other
+    # Per-learner losses live on their learners' devices (possibly other
     # processes'); a separate small program replicates them for the host, so
     # the step's only collective stays the weight all-reduce.
     self._replicate_loss = jax.jit(lambda loss: loss.reshape(1, -1),
@@ -133,11 +133,11 @@ class DecentralizedRunner(_Blocks):
     return self.trainer.init(params)
 
   def step(self, state: decentral.DCS3GDState, block: int) -> tuple[decentral.DCS3GDState, BlockMetrics]:
-    workers = np.arange(self.trainer.num_workers)
-    batch = sharding_lib.rows_from_batch_fn(self.batches, workers, np.full_like(workers, block), self._split)
+    learners = np.arange(self.trainer.num_learners)
+    batch = sharding_lib.rows_from_batch_fn(self.batches, learners, np.full_like(learners, block), self._split)
     state, metrics = self.trainer.step(state, batch)
     self._dispatch.dispatched(metrics["loss"])
-    loss = self._replicate_loss(metrics["loss"])  # one update, one contribution per worker
+    loss = self._replicate_loss(metrics["loss"])  # one update, one contribution per learner
     return state, BlockMetrics(loss, np.ones(1, np.float32))
 
   def params(self, state: decentral.DCS3GDState) -> Any:

@@ -2,7 +2,7 @@
 
 Unlike the parameter-server protocols (emulated by `stalesgd.engine`), these are
 synchronous SPMD programs: they run for real on many devices and hosts, one
-worker per device along a ``workers`` mesh axis.
+learner per device along a ``learners`` mesh axis.
 """
 
 from __future__ import annotations

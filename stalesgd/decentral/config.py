@@ -35,14 +35,14 @@ class DCS3GDConfig:
       schedule of the step); 0 disables the correction (plain S3GD).
     lambda_mode: ``"constant"`` (lambda = lambda_0), ``"adaptive"``
       (lambda_0 / sqrt(MeanSquare + eps), DC-ASGD-a's normalisation, with one
-      MeanSquare per worker) or ``"layerwise"`` (lambda_0 ||g|| / ||g g D|| per
+      MeanSquare per learner) or ``"layerwise"`` (lambda_0 ||g|| / ||g g D|| per
       parameter leaf; reconstructed, see `stalesgd.decentral.dcs3gd`).
     mean_square_decay: m of the adaptive mode's MeanSquare.
     eps: epsilon of the adaptive mode.
-    eager: eager updates (Kale et al., arXiv 2502.12996): a worker's own
+    eager: eager updates (Kale et al., arXiv 2502.12996): a learner's own
       pending updates enter its local weights with weight 1/M, as they will in
       the consensus, instead of 1. Needs staleness >= 1.
-    axis_name: the mesh axis the workers are laid out along.
+    axis_name: the mesh axis the learners are laid out along.
   """
 
   staleness: int = 1

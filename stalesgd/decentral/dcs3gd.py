@@ -1,6 +1,6 @@
 """DC-S3GD: decentralized stale-synchronous SGD with delay compensation, on real collectives.
 
-M workers, one per device along a ``workers`` mesh axis, each keep local
+M learners, one per device along a ``learners`` mesh axis, each keep local
 weights, a local optimizer state and a queue of the last S updates whose
 all-reduce has not completed. There is no parameter server: every step
 all-reduces (averages) a weight update, and the all-reduce of the update
@@ -8,7 +8,7 @@ carried in the queue is issued in the same jitted step as the next
 forward/backward with no data dependency on it, so XLA can overlap
 communication with computation.
 
-Per-worker step t (Rigazzi, arXiv 1911.02516; **reconstructed**: the paper's
+Per-learner step t (Rigazzi, arXiv 1911.02516; **reconstructed**: the paper's
 text could not be read, this is the simplest algorithm consistent with its
 abstract and with secondary sources, docs/algorithms.md section 3)::
 
@@ -27,7 +27,7 @@ the same local weights for S = 1). The first S steps average zero updates
 
 * ``constant``: lambda = lambda_0;
 * ``adaptive``: lambda = lambda_0 / sqrt(MeanSquare + eps) elementwise with
-  MeanSquare <- m MeanSquare + (1-m) g*g kept per worker (DC-ASGD-a, Zheng et
+  MeanSquare <- m MeanSquare + (1-m) g*g kept per learner (DC-ASGD-a, Zheng et
   al., arXiv 1609.08326); MeanSquare includes the current g;
 * ``layerwise`` (**reconstructed**, attributed to the DC-S3GD paper by a
   secondary source, lambda_0 = 0.2): lambda = lambda_0 ||g|| / ||g*g*D|| per
@@ -65,16 +65,16 @@ LossFn = Callable[[Any, Any], tuple[jax.Array, Any]]
 class DCS3GDState(NamedTuple):
   """Everything DC-S3GD carries between steps (a pytree of arrays: checkpoint it as is).
 
-  Per-worker fields have a leading axis of size M sharded along the workers
-  axis, so each worker's slice lives on its device.
+  Per-learner fields have a leading axis of size M sharded along the learners
+  axis, so each learner's slice lives on its device.
   """
 
   step: jax.Array  # int32 [], replicated: steps taken (t).
   consensus_params: Any  # replicated: initial weights plus every averaged update applied so far.
-  local_params: Any  # [M, ...]: the weights each worker computes its gradient at.
-  opt_state: Any  # [M, ...]: each worker's optimizer state.
+  local_params: Any  # [M, ...]: the weights each learner computes its gradient at.
+  opt_state: Any  # [M, ...]: each learner's optimizer state.
   in_flight: Any  # [M, S, ...]: own updates Delta_i(t-S..t-1) not yet averaged, oldest first; None if S = 0.
-  mean_square: Any  # [M, ...]: per-worker MeanSquare of the adaptive lambda; None otherwise.
+  mean_square: Any  # [M, ...]: per-learner MeanSquare of the adaptive lambda; None otherwise.
 
 
 class DCS3GD:
@@ -82,7 +82,7 @@ class DCS3GD:
 
   Example::
 
-    mesh = stalesgd.sharding.learner_mesh()             # one worker per device
+    mesh = stalesgd.sharding.learner_mesh()             # one learner per device
     trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDConfig(), mesh)
     state = trainer.init(params)
     for step in range(num_steps):
@@ -90,7 +90,7 @@ class DCS3GD:
       state, metrics = trainer.step(state, batch)          # batch leaves are [M, mu, ...]
     final = trainer.consensus_params(state)
 
-  ``metrics`` are per worker (leading axis M, sharded) and are never reduced
+  ``metrics`` are per learner (leading axis M, sharded) and are never reduced
   inside the step, because a metric all-reduce would be merged with the weight
   all-reduce and serialize it behind the backward pass; `mean_metrics` reduces
   them in a separate program.
@@ -101,13 +101,13 @@ class DCS3GD:
     """Builds the trainer; nothing is compiled until the first step.
 
     Args:
-      loss_fn: ``loss_fn(params, batch) -> (loss, aux)`` for one worker's
+      loss_fn: ``loss_fn(params, batch) -> (loss, aux)`` for one learner's
         batch (leaves ``[mu, ...]``); ``aux`` is any pytree of arrays (or None),
-        returned per worker in the metrics.
+        returned per learner in the metrics.
       optimizer: the local optimizer (any optax transform, e.g.
         ``optax.sgd(lr, momentum=0.9)``); its updates are what is averaged.
       config: the protocol's hyperparameters.
-      mesh: a mesh with ``config.axis_name`` among its axes; one worker per
+      mesh: a mesh with ``config.axis_name`` among its axes; one learner per
         device along it.
 
     Raises:
@@ -120,7 +120,7 @@ class DCS3GD:
     self.optimizer = optimizer
     self.config = config
     self.mesh = mesh
-    self.num_workers = int(mesh.shape[config.axis_name])
+    self.num_learners = int(mesh.shape[config.axis_name])
     self._replicated = NamedSharding(mesh, PartitionSpec())
     # keep_unused fixes the entry parameters to the flattened (state, batch)
     # leaves, which `overlap_report` relies on; donation updates state in place.
@@ -130,27 +130,27 @@ class DCS3GD:
   # ---------------------------------------------------------------- state
 
   def _state_specs(self, state: DCS3GDState) -> DCS3GDState:
-    worker = PartitionSpec(self.config.axis_name)
-    per_worker = lambda tree: jax.tree.map(lambda _: worker, tree)
+    learner = PartitionSpec(self.config.axis_name)
+    per_learner = lambda tree: jax.tree.map(lambda _: learner, tree)
     return DCS3GDState(step=PartitionSpec(), consensus_params=jax.tree.map(lambda _: PartitionSpec(),
                                                                            state.consensus_params),
-                       local_params=per_worker(state.local_params), opt_state=per_worker(state.opt_state),
-                       in_flight=per_worker(state.in_flight), mean_square=per_worker(state.mean_square))
+                       local_params=per_learner(state.local_params), opt_state=per_learner(state.opt_state),
+                       in_flight=per_learner(state.in_flight), mean_square=per_learner(state.mean_square))
 
   def _build_state(self, params: Any) -> DCS3GDState:
-    workers, staleness = self.num_workers, self.config.staleness
-    per_worker = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (workers,) + leaf.shape),
+    learners, staleness = self.num_learners, self.config.staleness
+    per_learner = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (learners,) + leaf.shape),
                                            tree)
     update_shapes = jax.eval_shape(self.optimizer.update, params, self.optimizer.init(params), params)[0]
     in_flight = None
     if staleness > 0:
-      in_flight = jax.tree.map(lambda leaf: jnp.zeros((workers, staleness) + leaf.shape, leaf.dtype),
+      in_flight = jax.tree.map(lambda leaf: jnp.zeros((learners, staleness) + leaf.shape, leaf.dtype),
                                update_shapes)
     mean_square = None
     if self.config.lambda_mode == "adaptive" and self.config.corrects:
-      mean_square = jax.tree.map(lambda leaf: jnp.zeros((workers,) + leaf.shape, leaf.dtype), params)
+      mean_square = jax.tree.map(lambda leaf: jnp.zeros((learners,) + leaf.shape, leaf.dtype), params)
     return DCS3GDState(step=jnp.zeros([], jnp.int32), consensus_params=params,
-                       local_params=per_worker(params), opt_state=per_worker(self.optimizer.init(params)),
+                       local_params=per_learner(params), opt_state=per_learner(self.optimizer.init(params)),
                        in_flight=in_flight, mean_square=mean_square)
 
   def _shardings(self, state: DCS3GDState) -> DCS3GDState:
@@ -168,7 +168,7 @@ class DCS3GD:
                         abstract, self._shardings(abstract))
 
   def init(self, params: Any) -> DCS3GDState:
-    """The state before step 0: every worker's local weights and the consensus equal ``params``.
+    """The state before step 0: every learner's local weights and the consensus equal ``params``.
 
     Args:
       params: the initial weights, identical on every process (host arrays or
@@ -183,26 +183,26 @@ class DCS3GD:
   # ---------------------------------------------------------------- step
 
   def step(self, state: DCS3GDState, batch: Any) -> tuple[DCS3GDState, dict[str, Any]]:
-    """One synchronous step of every worker (jitted once per batch shape).
+    """One synchronous step of every learner (jitted once per batch shape).
 
     Args:
       state: the current state (donated: do not use it afterwards).
       batch: a pytree whose leaves are ``[M, mu, ...]``, sharded along the
-        workers axis (see `stalesgd.sharding.stack_learners`).
+        learners axis (see `stalesgd.sharding.stack_learners`).
 
     Returns:
       ``(new_state, metrics)``. ``metrics`` (every leaf ``[M, ...]``, per
-      worker): ``loss``, ``aux`` (the loss function's), ``correction_ratio``
+      learner): ``loss``, ``aux`` (the loss function's), ``correction_ratio``
       (||g~ - g|| / ||g||, 0 without correction) and ``displacement_norm``
       (||D||, how far the consensus moved the local weights).
 
     Raises:
-      ValueError: a batch leaf's leading axis is not the number of workers.
+      ValueError: a batch leaf's leading axis is not the number of learners.
     """
     for path, leaf in jax.tree_util.tree_flatten_with_path(batch)[0]:
-      if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != self.num_workers:
+      if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != self.num_learners:
         raise ValueError(f"batch{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; its leading axis "
-                         f"must be the number of workers, {self.num_workers} ([workers, mu, ...])")
+                         f"must be the number of learners, {self.num_learners} ([learners, mu, ...])")
     return self._step(state, batch)
 
   def lower(self, state: DCS3GDState, batch: Any) -> jax.stages.Lowered:
@@ -211,15 +211,15 @@ class DCS3GD:
 
   def _sharded_step(self, state: DCS3GDState, batch: Any) -> tuple[DCS3GDState, dict[str, Any]]:
     state_specs = self._state_specs(state)
-    worker = PartitionSpec(self.config.axis_name)
+    learner = PartitionSpec(self.config.axis_name)
     step_fn = jax.shard_map(
-        self._worker_step, mesh=self.mesh,
-        in_specs=(state_specs, jax.tree.map(lambda _: worker, batch)),
-        out_specs=(state_specs, worker))
+        self._learner_step, mesh=self.mesh,
+        in_specs=(state_specs, jax.tree.map(lambda _: learner, batch)),
+        out_specs=(state_specs, learner))
     return step_fn(state, batch)
 
-  def _worker_step(self, state: DCS3GDState, batch: Any) -> tuple[DCS3GDState, dict[str, Any]]:
-    """One worker's step, inside shard_map (per-worker leaves have a leading axis of 1)."""
+  def _learner_step(self, state: DCS3GDState, batch: Any) -> tuple[DCS3GDState, dict[str, Any]]:
+    """One learner's step, inside shard_map (per-learner leaves have a leading axis of 1)."""
     unstack = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)
     restack = lambda tree: jax.tree.map(lambda leaf: leaf[None], tree)
     local = state._replace(local_params=unstack(state.local_params), opt_state=unstack(state.opt_state),
@@ -239,8 +239,8 @@ class DCS3GD:
     return new_state, restack(metrics)
 
   def _gradient(self, params: Any, batch: Any) -> tuple[tuple[jax.Array, Any], Any]:
-    # Local weights are sharded per worker (device-varying), so this gradient is
-    # the worker's own, not already summed over the axis as it would be for
+    # Local weights are sharded per learner (device-varying), so this gradient is
+    # the learner's own, not already summed over the axis as it would be for
     # replicated weights.
     return jax.value_and_grad(self.loss_fn, has_aux=True)(params, batch)
 
@@ -261,7 +261,7 @@ class DCS3GD:
     oldest = jax.tree.map(lambda queue: queue[0], local.in_flight)
     averaged = jax.lax.pmean(oldest, axis_name)
     loss_and_aux, grads = self._gradient(local.local_params, batch)
-    own_weight = 1.0 / self.num_workers if self.config.eager else 1.0
+    own_weight = 1.0 / self.num_learners if self.config.eager else 1.0
     displacement = jax.tree.map(lambda mean, own: mean - own_weight * own, averaged, oldest)
     corrected, mean_square = self._correct(grads, displacement, local.mean_square, local.step)
     updates, opt_state = self.optimizer.update(corrected, local.opt_state, local.local_params)
@@ -295,13 +295,13 @@ class DCS3GD:
     """The consensus weights (replicated): the initial weights plus all averaged updates so far.
 
     With S >= 1 the last S steps' updates are still in flight; the consensus
-    excludes them, and every worker's local weights equal it plus the worker's
+    excludes them, and every learner's local weights equal it plus the learner's
     own pending updates.
     """
     return state.consensus_params
 
   def mean_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
-    """Averages per-worker metrics over workers, in a program separate from the step."""
+    """Averages per-learner metrics over learners, in a program separate from the step."""
     return self._mean_metrics(metrics)
 
   def overlap_report(self, state: DCS3GDState, batch: Any) -> dict[str, Any]:

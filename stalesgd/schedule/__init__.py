@@ -2,7 +2,7 @@
 
 ``simulate(protocol, *, learners, num_updates, seed, timing=None, **options)``
 runs a discrete-event simulation of learners and a parameter server (hardsync,
-n-softsync, async, SSP, backup workers, drop-stale) or of all-reduce workers
+n-softsync, async, SSP, backup workers, drop-stale) or of all-reduce learners
 (synchronous, S3GD, DC-S3GD) under a `TimingModel`, and returns a `Schedule`
 of plain numpy arrays saying, for every update, which learners contribute,
 at which weights their gradients were computed, which mini-batch each

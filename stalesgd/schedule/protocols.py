@@ -113,7 +113,7 @@ class Protocol:
 
   @property
   def decentralized(self) -> bool:
-    """Whether it runs on real all-reduce collectives (one worker per device) instead of a parameter server."""
+    """Whether it runs on real all-reduce collectives (one learner per device) instead of a parameter server."""
     return self.server is None
 
   @property
@@ -213,13 +213,13 @@ def simulate(
   """Simulates a synchronization protocol and returns who computed what, when.
 
   A seeded discrete-event simulation of ``learners`` learners and a parameter
-  server (or of M all-reduce workers) under ``timing``
+  server (or of M all-reduce learners) under ``timing``
   (docs/algorithms.md §1, §4, §5). Same arguments, same schedule; the
   options, seed and timing model are recorded in ``Schedule.options``.
 
   Args:
     protocol: one of `PROTOCOLS` (see the module docstring).
-    learners: lambda learners (M workers for decentralized protocols), >= 1.
+    learners: lambda learners (M for decentralized protocols), >= 1.
     num_updates: server updates (steps) to simulate, >= 1.
     seed: non-negative integer seeding every draw.
     timing: the `TimingModel`; default: homogeneous learners with light
@@ -259,6 +259,6 @@ def simulate(
     raise ValueError(f"record_events is only available for {', '.join(PARAMETER_SERVER_PROTOCOLS)}; "
                      f"got protocol={protocol!r}")
   return simulate_allreduce(
-      protocol=protocol, workers=learners, num_updates=num_updates, timing=timing, seed=seed,
+      protocol=protocol, learners=learners, num_updates=num_updates, timing=timing, seed=seed,
       staleness=options.get("staleness", 0), overlap=options.get("overlap", False), options=provenance,
       progress=progress)

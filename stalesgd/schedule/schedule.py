@@ -62,7 +62,7 @@ class Schedule:
 
   Attributes:
     protocol: protocol name, e.g. ``"softsync"``.
-    learners: number of learners (lambda) or decentralized workers (M).
+    learners: number of learners: lambda (parameter server) or M (decentralized).
     learner: int32 [U, c], the learner that produced each contribution.
     timestamp: int64 [U, c], server timestamp j of the weights each
       contribution's gradient was computed at (0 <= j <= u).

@@ -33,7 +33,7 @@ def single_learner_step_time(timing: TimingModel, learners: int, seed: int, *, p
 
       compute_time * mean_factor * E[jitter] + 2 (latency + transfer) + apply_time,
 
-  and only computes without one (a single all-reduce worker communicates
+  and only computes without one (a single all-reduce learner communicates
   nothing).
 
   Args:

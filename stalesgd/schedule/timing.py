@@ -275,7 +275,7 @@ class TimingModel:
     return np.ones(learners, dtype=np.float64)
 
   def step_generator(self, learner: int, seed: int) -> np.random.Generator:
-    """The seeded generator of learner (or worker) ``learner``'s step jitter.
+    """The seeded generator of learner ``learner``'s step jitter.
 
     Each learner has its own stream, so learner p's k-th step time is the same
     under every protocol for a given seed (common random numbers make protocol
@@ -308,15 +308,15 @@ class TimingModel:
     """Seconds one message occupies each server shard's link."""
     return self.transfer_time / self.server_shards
 
-  def allreduce_time(self, workers: int) -> float:
-    """Ring all-reduce of ``model_bytes`` over ``workers`` workers (seconds).
+  def allreduce_time(self, learners: int) -> float:
+    """Ring all-reduce of ``model_bytes`` over ``learners`` learners (seconds).
 
     ``2 (M-1)/M * model_bytes / bandwidth + 2 (M-1) * latency``: a
     reduce-scatter and an all-gather, each of M-1 steps moving 1/M of the
     model (Patarasuk & Yuan 2009; Thakur et al., IJHPCA 2005).
     """
-    validation.check_integer("workers", workers, 1)
-    return 2 * (workers - 1) / workers * self.transfer_time + 2 * (workers - 1) * self.latency
+    validation.check_integer("learners", learners, 1)
+    return 2 * (learners - 1) / learners * self.transfer_time + 2 * (learners - 1) * self.latency
 
   # -- provenance ------------------------------------------------------------
 

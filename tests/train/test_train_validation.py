@@ -43,7 +43,7 @@ BAD_CONFIGS = {
     "backup_workers_equal_learners": (dict(protocol="backup", backup_workers=8),
                                       r"config\.backup_workers=8 is not allowed: an integer >= 0 and <= 7"),
     "decentral_learners_not_devices": (dict(protocol="dcs3gd", learners=4),
-                                       r"config\.learners=4 is not allowed: .*one worker per device.* 8"),
+                                       r"config\.learners=4 is not allowed: .*one learner per device.* 8"),
     "decentral_staleness_rule": (dict(protocol="s3gd", staleness_rule="inverse"),
                                  r"config\.staleness_rule='inverse' is not allowed: 'none'"),
     "npz_without_data_dir": (dict(data_source="npz"), r"config\.data_dir=None is not allowed: the directory"),
