@@ -5,7 +5,7 @@ One protocol (prints a table row, writes a staleness histogram)::
   python -m experiments.schedule_stats --protocol=softsync --learners=30 --n=4 \
       --updates=20000 --output_dir=runs/schedule_stats
 
-The sweep (about 15 s on one core): Zhang et al.'s setting (arXiv
+The sweep (timing model only, no training; its figures: the README, *Results*): Zhang et al.'s setting (arXiv
 1511.05950, Fig. 1: lambda = 30, n in {1, 2, 4, 10, 15, 30}; <sigma> ~ n and
 P(sigma > 2n) ~ 0) and a runtime comparison of every protocol with and
 without stragglers (speedup over one learner; Zhang et al. report 22-28x at

@@ -3,8 +3,7 @@
 A run compiles its wave step, its initialisation and its evaluation once per
 process; a study compiles the same programs for run after run, and a resumed
 run compiles them again. With the cache, those programs are read back from disk
-instead (cifar10_full's initialisation: 2.6 s compiled, 0.3 s read back, on
-the 2-core development CPU). A cached executable is the very program a fresh
+instead (how much faster that is: docs/performance.md). A cached executable is the very program a fresh
 compilation produces, so results do not change.
 
 The directory, in order: the caller's choice (``--compilation_cache_dir`` of

@@ -4,13 +4,12 @@ On a CPU backend JAX's device count is a knob (``JAX_NUM_CPU_DEVICES``): every
 device is a share of the same cores, and the engine's results do not depend on
 it (the same weights bit for bit on 1 or 8 devices; `tests/engine`). What it
 changes is speed. A wave computes about lambda gradients (one per learner of
-the emulated cluster); measured on the 2-core development machine
-(`experiments.benchmarks.layout`, `results/layout_benchmark.json`, cifar10_full,
-mu = 4) the engine is fastest when each device unrolls about
-`SLOTS_PER_DEVICE` = 4 of them: async at lambda = 8 ran at 155 gradients/s on 2
-devices against 132 on 8, and at lambda = 32 and 128 at 157 and 138 on 8
-against 122 on 2. Fewer learners than that per device leave devices idle in
-every collective; more make each device's program slower per gradient.
+the emulated cluster), and this module gives each device about
+`SLOTS_PER_DEVICE` of them, the count that ran fastest in
+`experiments.benchmarks.layout` (its figures, per protocol, lambda and device
+count: `results/layout_benchmark.json`). Fewer learners than that per device
+leave devices idle in every collective; more make each device's program
+slower per gradient.
 
 Decentralized protocols (all-reduce SGD, S3GD, DC-S3GD) need one device per
 learner, so they get ``learners`` devices.
@@ -23,7 +22,7 @@ import ml_collections
 from stalesgd.config import DECENTRALIZED_PROTOCOLS
 
 SLOTS_PER_DEVICE = 4
-MAX_CPU_DEVICES = 8  # the most this layout was measured with (2 cores); more cores may want more
+MAX_CPU_DEVICES = 8  # the most results/layout_benchmark.json tries; more cores may want more
 
 
 def cpu_device_count(config: ml_collections.ConfigDict) -> int:

@@ -1,4 +1,4 @@
-r"""The accelerator suite: one command, one JSON, under 8 minutes on one GPU.
+r"""The accelerator suite: one command, one JSON, sized for one GPU (each part stops after ``--part_timeout``).
 
 Runs, each in its own process (so a crash or a memory error in one part still
 leaves the others' figures):
@@ -18,7 +18,7 @@ leaves the others' figures):
 Usage::
 
   python -m experiments.benchmarks.gpu_suite                  # on the GPU machine
-  python -m experiments.benchmarks.gpu_suite --tiny           # any machine, about 2 minutes on 2 CPU cores
+  python -m experiments.benchmarks.gpu_suite --tiny           # any machine, small sizes (a CPU check of the suite)
 
 Writes ``results/gpu_suite.json`` (``--output``): the machine, every part's
 rows or error, its wall seconds, and a ``targets`` block saying which targets

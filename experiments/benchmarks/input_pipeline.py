@@ -57,7 +57,7 @@ _WORKERS = flags.DEFINE_list("workers", ["1", "2", "4", "8"], "Thread (and grain
 _GRAIN = flags.DEFINE_bool("grain", True, "Also time grain, if it is installed.")
 _IMAGE_SIZE = flags.DEFINE_integer("image_size", 224, "Crop side.")
 _QUICK = flags.DEFINE_bool("quick", False, "128 images, 3 rounds of 2 batches of 16, no grain (each grain loader "
-                           "starts its worker processes in some 10 s on 2 cores).")
+                           "starts worker processes, slow to start on few cores).")
 _OUTPUT = flags.DEFINE_string("output", "results/input_pipeline_benchmark.json", "Where to write the JSON.")
 
 SEED = 0

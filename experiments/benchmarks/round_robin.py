@@ -13,9 +13,9 @@ devices); it can be the obvious sequential program, compiled whole:
   (no cross-device traffic at all);
 * the last sigma_max + 1 weight versions in a ring, one stacked array per
   parameter, read and written in place by dynamic index;
-* 8 updates per compiled call, as straight-line code (a ``lax.scan`` over
-  the updates is about 10x slower on XLA:CPU, which runs convolutions inside a
-  while loop badly; 4 per call was slower, 16 no faster and twice as long to
+* 8 updates per compiled call, as straight-line code (XLA:CPU runs
+  convolutions inside a ``lax.scan`` over the updates badly: the figure is in
+  docs/performance.md; 4 per call ran slower, 16 no faster and took longer to
   compile): per update, the c gradients at their ring versions, then
   the server optimizer, then the ring write;
 * the next call's mini-batches prepared on the host while the device runs the
@@ -97,8 +97,7 @@ class RoundRobinEmulator:
 
     def call(carry, timestamp, staleness, learner, batch):
       # Straight-line code, not lax.scan: XLA:CPU runs convolutions inside a
-      # while loop about 10x slower (cifar10_full, mu = 4, one core: 10 updates/s
-      # in a scan, 95-140 straight-line).
+      # while loop much slower (docs/performance.md has the figure).
       for row in range(timestamp.shape[0]):
         carry = update(carry, timestamp[row], staleness[row], learner[row],
                        jax.tree_util.tree_map(lambda leaf: leaf[row], batch))

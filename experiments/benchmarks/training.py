@@ -28,8 +28,8 @@ user's run sits between the two halves of the rounds.
 
 Usage::
 
-  python -m experiments.benchmarks.training            # 4 cases, one epoch each: ~12 minutes on 2 cores
-  python -m experiments.benchmarks.training --quick    # async at lambda = 8 on 1/8 of the data: about a minute
+  python -m experiments.benchmarks.training            # 4 cases, one epoch each
+  python -m experiments.benchmarks.training --quick    # async at lambda = 8 on 1/8 of the data
 
 Writes ``results/training_benchmark.json``. Compilation caches are left cold,
 as on a first run.

@@ -9,7 +9,7 @@ Studies (grids and published numbers in `stalesgd.studies.definitions`):
 
 * ``demo``: the four `make demo` runs at lambda = 8 on the embedded digits
   (hardsync, 8-softsync with alpha_0 and with alpha_0/sigma, async with
-  DC-ASGD-a); about 30 s on 2 CPU cores from a cold start, compilation included.
+  DC-ASGD-a), on a CPU in seconds (how long: the README, *Results*, *The demo*).
 * ``zhang_cifar10``: Zhang et al.: the single learner (mu = 128), hardsync and
   n-softsync for n in {1, 2, 4, 10, 15, 30} with alpha_0 and alpha_0/sigma,
   and Rudra's alpha_0/<sigma> at n = 30; lambda = 30, mu = 4 (15 runs of

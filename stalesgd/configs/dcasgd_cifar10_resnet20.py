@@ -2,14 +2,16 @@ r"""DC-ASGD on CIFAR-10 with ResNet-20: Zheng et al. (arXiv 1609.08326), Table 1
 
 Setting (docs/algorithms.md §2, §6): ResNet-20 (He et al., option-A
 shortcuts), no augmentation, per-channel input normalisation, mini-batch 128
-per worker, eta = 0.5, x0.1 at epochs 80 and 120, 160 epochs. Methods, with M
-workers (``--config.learners=M``, default 4):
+per learner, eta = 0.5, x0.1 at epochs 80 and 120, 160 epochs. Methods, with M
+learners (``--config.learners=M``, default 4); Table 1's test error of each, by
+method and M, is in the study ``dcasgd_table1`` (`stalesgd.studies.definitions`),
+which the reproduction compares against:
 
-* ``sgd``: one worker (M = 1): sequential SGD; Table 1: 8.65% test error.
-* ``asgd``: async (every gradient applied on arrival); 9.27% (M = 4), 10.26% (M = 8).
-* ``ssgd``: hardsync (SGD with batch 128 M); 9.17%, 10.10%.
-* ``dcasgd_c``: async with DC-ASGD-c, lambda_0 = 0.04; 8.67%, 9.27%.
-* ``dcasgd_a`` (default): async with DC-ASGD-a, lambda_0 = 2, m = 0.95; 8.19%, 8.57%.
+* ``sgd``: one learner (M = 1): sequential SGD.
+* ``asgd``: async (every gradient applied on arrival).
+* ``ssgd``: hardsync (SGD with batch 128 M).
+* ``dcasgd_c``: async with DC-ASGD-c, lambda_0 = 0.04.
+* ``dcasgd_a`` (default): async with DC-ASGD-a, lambda_0 = 2, m = 0.95.
 * ``dcasgd_a_bc``: an ablation, not in the paper: ``dcasgd_a`` with the
   MeanSquare bias-corrected (``dc_mean_square_bias_correction``: divided by
   its blend weight W <- m W + (1 - m), W_0 = 0, as Adam does). The paper's
@@ -22,7 +24,7 @@ Not stated in docs/algorithms.md, chosen here and flagged as such: momentum 0
 (the paper's update rule is plain SGD, w <- w - eta (g + lambda g g (w - w_bak)),
 and eta = 0.5 is a plain-SGD rate for this network); weight decay 1e-4 (He et
 al.'s value for the CIFAR ResNets); one MeanSquare on the server for DC-ASGD-a
-(``--config.dc_per_learner_mean_square=True`` keeps one per worker, as
+(``--config.dc_per_learner_mean_square=True`` keeps one per learner, as
 Microsoft's implementation does).
 
 Commands::
@@ -36,19 +38,16 @@ Data: tfds ``cifar10`` from a prepared ``--config.data_dir``, or the npz copy
 the layout of docs/data.md in ``/tmp/cifar10_npz``; a JPEG q75
 re-encoding, expect 2-3 points more error).
 
-Hardware and time: a GPU; 160 epochs are 8M images per run. On a 2-core CPU
-ResNet-20 trains at roughly a hundred images/s, several minutes per CIFAR-10
-epoch, so a full run takes days there; the README reports a one-epoch study
-(``--epochs=1``) and how long it took.
+Hardware and time: a GPU; 160 epochs are 8M images per run. The README
+(*Results*, *DC-ASGD Table 1*) reports a one-epoch study (``--epochs=1``) on a
+CPU and how long it took.
 
 ``quick``: the embedded 8x8 digits (no download) with ResNet-20 itself (its
-global pooling accepts 8x8 inputs), mini-batch 16 per worker (128 would leave
+global pooling accepts 8x8 inputs), mini-batch 16 per learner (128 would leave
 about one update per epoch at M = 8 on 1,497 images) with eta scaled with it,
 0.5 x 16 / 128 = 0.0625, no decay steps, 3 epochs (after 10 every method is
-at 1-4% error, a few of the 300 test images). About 15-45 s per run on the
-2-core CPU (``dcasgd_table1 --quick``: under 4 minutes). Measured there: SGD 3.0%;
-M = 4: ASGD 2.7, SSGD 2.0, DC-ASGD-c 2.3, DC-ASGD-a 1.7; M = 8: ASGD 7.0,
-SSGD 4.0, DC-ASGD-c 4.3, DC-ASGD-a 2.7 (each 0.33 points is one test image).
+at 1-4% error, a few of the 300 test images). Its results and run time
+(``dcasgd_table1 --quick``): the README, *Results*, *DC-ASGD Table 1*.
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.config import default_config
 
 VARIANTS = ("sgd", "asgd", "ssgd", "dcasgd_c", "dcasgd_a", "dcasgd_a_bc")
-DEFAULT_WORKERS = 4
+DEFAULT_LEARNERS = 4
 PAPER_BATCH_PER_LEARNER, PAPER_LEARNING_RATE = 128, 0.5
 QUICK_BATCH_PER_LEARNER = 16
 
@@ -73,7 +72,7 @@ def paper_config() -> ml_collections.ConfigDict:
   config.augment = False
   config.model = "resnet20"
   config.batch_per_learner = PAPER_BATCH_PER_LEARNER
-  config.learners = DEFAULT_WORKERS
+  config.learners = DEFAULT_LEARNERS
   config.learning_rate = PAPER_LEARNING_RATE
   config.momentum = 0.0
   config.weight_decay = 1e-4

@@ -1,9 +1,9 @@
 r"""DC-ASGD on ImageNet with ResNet-50: Zheng et al. (arXiv 1609.08326), Table 2.
 
-Setting (docs/algorithms.md §2, §6): ResNet-50, M = 16 workers, mini-batch 32
-per worker, eta = 0.1, 120 epochs; DC-ASGD-a with lambda_0 = 2 and m = 0
-(MeanSquare is the last g*g). Table 2, top-1 error: ASGD 25.64%, SSGD 25.30%,
-DC-ASGD-a 25.18%.
+Setting (docs/algorithms.md §2, §6): ResNet-50, M = 16 learners, mini-batch 32
+per learner, eta = 0.1, 120 epochs; DC-ASGD-a with lambda_0 = 2 and m = 0
+(MeanSquare is the last g*g). Table 2's top-1 errors: docs/algorithms.md §6
+(no study runs this config).
 
 Not stated in docs/algorithms.md, chosen here and flagged as such: momentum 0
 (as in dcasgd_cifar10_resnet20.py: the paper's rule is plain SGD), weight decay
@@ -40,7 +40,7 @@ from stalesgd.configs.quick import run_a_few_imagenet_updates
 from stalesgd.config import default_config
 
 VARIANTS = ("asgd", "ssgd", "dcasgd_a")
-WORKERS, BATCH_PER_WORKER = 16, 32
+LEARNERS, BATCH_PER_LEARNER = 16, 32
 QUICK_IMAGE_SIZE = 64
 
 
@@ -48,7 +48,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The run selected by ``arg`` (``"[quick,]METHOD"``; see the module docstring)."""
   arguments = parse_config_argument(arg, variants=VARIANTS, default="dcasgd_a")
   config = use_imagenet(default_config(), model="resnet50", image_size=224)
-  config.learners, config.batch_per_learner = WORKERS, BATCH_PER_WORKER
+  config.learners, config.batch_per_learner = LEARNERS, BATCH_PER_LEARNER
   config.protocol = "hardsync" if arguments.variant == "ssgd" else "async"
   if arguments.variant == "dcasgd_a":
     config.delay_compensation, config.dc_lambda, config.dc_decay = "adaptive", 2.0, 0.0

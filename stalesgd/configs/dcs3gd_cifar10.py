@@ -1,10 +1,10 @@
 r"""DC-S3GD on CIFAR-10: large-batch decentralized training of a ResNet (Rigazzi, arXiv 1911.02516).
 
-One worker per device (M = ``learners`` = the number of devices in the job,
+One learner per device (M = ``learners`` = the number of devices in the job,
 default 8: set ``--config.learners=<devices>``), each with its own mini-batch
 and optimizer state; the weight update of step t is all-reduced while step t+1
 computes and is applied S = 1 step later, with DC-S3GD's first-order
-correction towards the consensus (docs/algorithms.md §3; the per-worker step is
+correction towards the consensus (docs/algorithms.md §3; the per-learner step is
 *reconstructed*, the paper's text was not available).
 
 Variants:
@@ -40,11 +40,10 @@ Hardware and time: one host with 8 GPUs (or several hosts, launch/README.md);
 sharing the cores: useful for checking, not for speed.
 
 ``quick``: the embedded digits (no download), the small CNN, 16 images per
-worker, learning rate 0.05, no decay steps, 10 epochs, M = 8 (the forced host
-devices of stalesgd-train on a CPU). Measured on the 2-core CPU: about 10 s
-per run, compilation included; dcs3gd, s3gd and allreduce_sync all end at
-1.3% test error (4 of the 300 test images), too easy a problem to separate
-them.
+learner, learning rate 0.05, no decay steps, 10 epochs, M = 8 (the forced host
+devices of stalesgd-train on a CPU). Its results and run time: the README,
+*Results*, the DC-S3GD paragraph after *The demo* (too easy a problem to
+separate the variants).
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.config import default_config
 
 VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")
-DEFAULT_WORKERS = 8
+DEFAULT_LEARNERS = 8
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -68,7 +67,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.augment = True
   config.model = "resnet20"
   config.protocol = arguments.variant
-  config.learners = DEFAULT_WORKERS
+  config.learners = DEFAULT_LEARNERS
   config.batch_per_learner = 128
   config.allreduce_staleness = 1
   if arguments.variant == "dcs3gd":

@@ -1,6 +1,6 @@
 r"""DC-S3GD on ImageNet with ResNet-50: large-batch decentralized training (Rigazzi, arXiv 1911.02516).
 
-One worker per device (M = ``learners`` = the number of devices in the job;
+One learner per device (M = ``learners`` = the number of devices in the job;
 default 8, one 8-GPU host: set ``--config.learners=<devices>``), staleness
 S = 1 (the all-reduce of step t overlaps step t+1), the reconstructed DC-S3GD
 step of docs/algorithms.md §3.
@@ -11,7 +11,7 @@ Variants: ``dcs3gd`` (default; layer-wise lambda, lambda_0 = 0.2), ``s3gd``
 Setting, "as far as known": the paper trains ResNet-50 on ImageNet with large
 batches, but its hyperparameters and numbers are not available here. This
 file uses Goyal et al.'s large-batch recipe (arXiv 1706.02677) at 128 images
-per worker: learning rate 0.1 x (global batch / 256) (0.4 at M = 8; scale
+per learner: learning rate 0.1 x (global batch / 256) (0.4 at M = 8; scale
 ``--config.learning_rate`` with M), momentum 0.9, weight decay 1e-4, 90 epochs,
 x0.1 at 30, 60 and 80; without Goyal's 5-epoch warm-up (the step schedule has
 none). 224x224 crops with flips and pad-4 crops, per-channel normalisation.
@@ -44,7 +44,7 @@ from stalesgd.configs.quick import run_a_few_imagenet_updates
 from stalesgd.config import default_config
 
 VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")
-DEFAULT_WORKERS, BATCH_PER_WORKER = 8, 128
+DEFAULT_LEARNERS, BATCH_PER_LEARNER = 8, 128
 QUICK_IMAGE_SIZE = 64
 
 
@@ -53,11 +53,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arguments = parse_config_argument(arg, variants=VARIANTS, default="dcs3gd")
   config = use_imagenet(default_config(), model="resnet50", image_size=224)
   config.protocol = arguments.variant
-  config.learners, config.batch_per_learner = DEFAULT_WORKERS, BATCH_PER_WORKER
+  config.learners, config.batch_per_learner = DEFAULT_LEARNERS, BATCH_PER_LEARNER
   config.allreduce_staleness = 1
   if arguments.variant == "dcs3gd":
     config.delay_compensation, config.dc_lambda = "layerwise", 0.2
-  config.learning_rate = 0.1 * DEFAULT_WORKERS * BATCH_PER_WORKER / 256
+  config.learning_rate = 0.1 * DEFAULT_LEARNERS * BATCH_PER_LEARNER / 256
   config.momentum = 0.9
   config.weight_decay = 1e-4
   config.lr_decay_epochs = (30.0, 60.0, 80.0)

@@ -9,20 +9,24 @@ per-pixel training mean, SGD with momentum 0.9, alpha_0 = 0.001, weight decay
 Variants (``get_config("[quick,]VARIANT")``, grammar in
 `stalesgd.configs.arguments`):
 
-* ``baseline`` (default): one learner, mu = 128 (SGD); Rudra: about 18% test error.
+* ``baseline`` (default): one learner, mu = 128 (SGD).
 * ``hardsync``: lambda = 30 learners, mu = 4 (mu lambda = 120, Rudra's rule).
 * ``softsync_fixed`` / ``softsync_inverse`` / ``softsync_inverse_mean``:
   n-softsync at lambda = 30, mu = 4, n = 15 (``--config.n=N`` for another n),
   with the fixed alpha_0, Zhang et al.'s per-gradient alpha_0 / sigma, or
   Rudra's protocol-level alpha_0 / <sigma>. Zhang et al.: with the fixed rate
-  n = 15 and 30 do not converge (90% error); with alpha_0 / sigma every n
-  reaches about 18%, like hardsync.
+  n = 15 and 30 do not converge; with alpha_0 / sigma every n does as well as
+  hardsync.
 * ``async_fixed`` / ``async_inverse`` / ``async_inverse_mean``: the same three
   rates with async (c = 1, the same as 30-softsync).
 * ``mu_lambda_120`` ... ``mu_lambda_3840``: Rudra's mu lambda study: 1-softsync
   at lambda = 30 with the fixed alpha_0 and mu = (mu lambda) / 30 in
   {4, 8, 16, 32, 64, 128}; larger mu lambda is worse at a fixed number of
   epochs (mu lambda = 120 matches the baseline's 128).
+
+The published test errors of these runs are in the studies ``zhang_cifar10``
+and ``rudra_mu_lambda`` (`stalesgd.studies.definitions`), which the
+reproduction compares against.
 
 Commands::
 
@@ -39,13 +43,12 @@ the layout of docs/data.md in ``/tmp/cifar10_npz`` (or any
 The copy the README's results used is a JPEG (q75) re-encoding: expect 2-3 points more
 error than on the original images.
 
-Hardware and time: the full runs want a GPU. On the 2-core CPU of the
-development machine (8 emulated devices) the lambda = 30 runs train at about
-400-800 images/s (README, *Results*), so one 140-epoch run (7M images) takes
-3-5 hours; the single-learner baseline runs fastest with one device (about
-400 images/s), which ``stalesgd-train`` (``experiments.main``) picks for it unless
-``JAX_NUM_CPU_DEVICES`` says otherwise (`stalesgd.device_layout`; a study run by
-``stalesgd-reproduce`` keeps 8 for all its runs). ``stalesgd-reproduce``
+Hardware and time: the full runs want a GPU; one 140-epoch run is 7M images.
+The README (*Results*) reports shortened CPU runs of both studies and how long
+they took. On a CPU ``stalesgd-train`` (``experiments.main``) gives the
+single-learner baseline one device unless ``JAX_NUM_CPU_DEVICES`` says
+otherwise (`stalesgd.device_layout`; a study run by ``stalesgd-reproduce``
+keeps 8 for all its runs). ``stalesgd-reproduce``
 (``experiments.reproduce``) runs the studies' grids (``--epochs``,
 ``--variants`` for a subset); with
 ``--quick --data_source=npz`` each run is one epoch of the real data.
@@ -53,11 +56,8 @@ development machine (8 emulated devices) the lambda = 30 runs train at about
 ``quick``: the embedded 8x8 digits (no download) with a small CNN
 (``cifar10_full`` needs 32x32 inputs), alpha_0 = 0.01, no weight decay, no
 decay steps, 10 epochs; the protocol settings (lambda, mu, n, the rates) stay
-the paper's. About 10 s per run on the 2-core CPU, compilation included
-(``reproduce.py --study=zhang_cifar10 --quick``: 13 of its 15 runs in 2.2
-minutes; ``--study=rudra_mu_lambda --quick``: 7 runs in 1.4 minutes). Measured there:
-hardsync 1.7% test error; 15-softsync with the fixed alpha_0 91.7% (chance),
-with alpha_0 / sigma 2.7%; mu lambda = 120 4.0% up to 80.0% at 3840.
+the paper's. Results and run time of ``--study=zhang_cifar10 --quick``: the
+README, *Results*, *Zhang et al. CIFAR-10*.
 """
 
 from __future__ import annotations

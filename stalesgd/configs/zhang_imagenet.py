@@ -3,9 +3,10 @@ r"""Zhang et al.'s ImageNet runs: AlexNet-style network, lambda = 18, mu = 16 (a
 Zhang et al. train "an AlexNet-style model, 5 conv + 3 fc layers, about 72M
 parameters" on ImageNet (ILSVRC-2012) with lambda = 18 learners and mu = 16
 images each, comparing n-softsync with the fixed alpha_0 and with alpha_0 /
-sigma. Published (docs/algorithms.md §6): the fixed rate fails for 9- and
-18-softsync; alpha_0 / sigma is nearly identical for every n; the
-single-learner baseline (mu = 256, 35 epochs) reaches 42.56% top-1 error.
+sigma. Published: the fixed rate fails for 9- and 18-softsync; alpha_0 /
+sigma is nearly identical for every n; the single-learner baseline (mu = 256,
+35 epochs): its top-1 error is in docs/algorithms.md §6 (no study runs this
+config).
 
 The exact layer widths of their variant are not available here, so the model
 is Caffe's ``bvlc_alexnet`` (60,965,224 parameters, `stalesgd.models.alexnet`),

@@ -19,9 +19,6 @@ Inception crop for lazily decoded ImageNet.
 
 Fast on the host: a call is one fancy-indexing gather plus a vectorised
 normalisation; the permutations of the few most recent epochs are cached.
-Measured on the shared 2-core development CPU, 50,000 CIFAR-sized images,
-S = 32 mini-batches of mu = 4 per call: 1,500-3,800 calls/s (0.3-0.7 ms),
-440-1,050 calls/s with augmentation.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ A shortened run (``quick`` with a data source, or ``num_epochs`` given) is
 evaluated at least `EVALUATIONS_PER_SHORT_RUN` times, so it has a curve.
 
 Published numbers (docs/algorithms.md §6) sit in ``published`` and end up in
-``published_<name>`` columns beside ours (`stalesgd.plots.table_columns`).
+``published_<name>`` columns beside ours (`stalesgd.plots.table_columns`);
+this module is their one place in the code (the config docstrings name the
+study instead of repeating them).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ EVALUATIONS_PER_SHORT_RUN = 4
 ZHANG_N = (1, 2, 4, 10, 15, 30)
 ZHANG_DIVERGED_ERROR = 90.0  # Zhang et al.: n = 15 and 30 with the fixed rate "do not converge (90% error)".
 RUDRA_TEST_ERROR = 18.0
-DCASGD_WORKERS = (4, 8)
+DCASGD_LEARNERS = (4, 8)
 # Zheng et al. (arXiv 1609.08326) Table 1: CIFAR-10 ResNet-20 test error (%), by method and M.
 DCASGD_TABLE1 = {
     ("sgd", 1): 8.65,
@@ -248,14 +250,14 @@ def dcasgd_table1() -> Study:
   """
   variants = [Variant("SGD, M=1", "dcasgd_cifar10_resnet20", "sgd", overrides={"learners": 1},
                       published={"test_error": DCASGD_TABLE1["sgd", 1]})]
-  for workers in DCASGD_WORKERS:
+  for learners in DCASGD_LEARNERS:
     for method in ("asgd", "ssgd", "dcasgd_c", "dcasgd_a"):
-      variants.append(Variant(f"{DCASGD_METHOD_NAMES[method]}, M={workers}", "dcasgd_cifar10_resnet20", method,
-                              overrides={"learners": workers},
-                              published={"test_error": DCASGD_TABLE1[method, workers]}))
-  for workers in DCASGD_WORKERS:
-    variants.append(Variant(f"{DCASGD_METHOD_NAMES['dcasgd_a_bc']}, M={workers}", "dcasgd_cifar10_resnet20",
-                            "dcasgd_a_bc", overrides={"learners": workers}))
+      variants.append(Variant(f"{DCASGD_METHOD_NAMES[method]}, M={learners}", "dcasgd_cifar10_resnet20", method,
+                              overrides={"learners": learners},
+                              published={"test_error": DCASGD_TABLE1[method, learners]}))
+  for learners in DCASGD_LEARNERS:
+    variants.append(Variant(f"{DCASGD_METHOD_NAMES['dcasgd_a_bc']}, M={learners}", "dcasgd_cifar10_resnet20",
+                            "dcasgd_a_bc", overrides={"learners": learners}))
   return Study(name="dcasgd_table1", title="Zheng et al. Table 1: ResNet-20, CIFAR-10",
                finding="DC-ASGD-a <= DC-ASGD-c <= ASGD in test error at M = 4 and 8",
                variants=tuple(variants), short_epochs=1.0)
