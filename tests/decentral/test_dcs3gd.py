@@ -14,7 +14,7 @@ from stalesgd import sharding as sharding_lib
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 
 LEARNING_RATE, MOMENTUM = 0.1, 0.9
-BATCH_PER_WORKER, STEPS = 4, 5
+BATCH_PER_LEARNER, STEPS = 4, 5
 # float32 implementation vs float64 oracle (different summation orders) over 5 steps.
 RTOL, ATOL = 2e-5, 2e-6
 
@@ -32,15 +32,15 @@ def initial_params(seed=0):
           "output": rng.normal(size=(5, 2)).astype(np.float32) / 2}
 
 
-def make_batches(workers, steps=STEPS, seed=1, identical_workers=False):
-  """batches[t][i]: worker i's batch at step t (different data per worker unless identical_workers)."""
+def make_batches(learners, steps=STEPS, seed=1, identical_learners=False):
+  """batches[t][i]: learner i's batch at step t (different data per learner unless identical_learners)."""
   batches = []
   for step in range(steps):
     row = []
-    for worker in range(workers):
-      source = 0 if identical_workers else worker
+    for learner in range(learners):
+      source = 0 if identical_learners else learner
       rng = np.random.default_rng((seed, source, step))
-      inputs = rng.normal(size=(BATCH_PER_WORKER, 3)).astype(np.float32)
+      inputs = rng.normal(size=(BATCH_PER_LEARNER, 3)).astype(np.float32)
       targets = np.stack([np.sin(2 * inputs[:, 0] + source), inputs[:, 1]], axis=1).astype(np.float32)
       row.append({"inputs": inputs, "targets": targets})
     batches.append(row)
@@ -53,7 +53,7 @@ def run(config, batches, mesh=None, optimizer=None):
   state = trainer.init(initial_params())
   metrics = []
   for row in batches:
-    state, step_metrics = trainer.step(state, sharding_lib.stack_learners(lambda worker: row[worker], mesh))
+    state, step_metrics = trainer.step(state, sharding_lib.stack_learners(lambda learner: row[learner], mesh))
     metrics.append(jax.device_get(step_metrics))
   return trainer, state, metrics
 
@@ -85,8 +85,8 @@ def test_matches_independent_reference(options, devices):
       loss_fn, initial_params(), batches, learning_rate=LEARNING_RATE, momentum=MOMENTUM, **options)
   assert_trees_close(as_numpy(trainer.consensus_params(state)), consensus)
   local_params = as_numpy(state.local_params)
-  for worker in range(len(devices)):
-    assert_trees_close({name: leaf[worker] for name, leaf in local_params.items()}, local[worker])
+  for learner in range(len(devices)):
+    assert_trees_close({name: leaf[learner] for name, leaf in local_params.items()}, local[learner])
 
 
 def test_local_weights_are_consensus_plus_own_pending_updates(devices):
@@ -101,7 +101,7 @@ def test_local_weights_are_consensus_plus_own_pending_updates(devices):
 
 # ------------------------------------------------------------------ exact reductions
 
-def test_staleness_zero_is_sgd_with_batch_of_all_workers(devices):
+def test_staleness_zero_is_sgd_with_batch_of_all_learners(devices):
   batches = make_batches(len(devices))
   trainer, state, metrics = run(config_for_protocol("allreduce_sync"), batches)
   optimizer = optax.sgd(LEARNING_RATE, momentum=MOMENTUM)
@@ -112,7 +112,7 @@ def test_staleness_zero_is_sgd_with_batch_of_all_workers(devices):
     grads = jax.grad(lambda weights: loss_fn(weights, big_batch)[0])(params)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-  # Mean of per-worker mean gradients vs one mean over M*mu samples: float32 rounding only.
+  # Mean of per-learner mean gradients vs one mean over M*mu samples: float32 rounding only.
   assert_trees_close(as_numpy(trainer.consensus_params(state)), as_numpy(params), rtol=1e-5, atol=1e-6)
   local = as_numpy(state.local_params)
   for name, leaf in as_numpy(trainer.consensus_params(state)).items():
@@ -126,8 +126,8 @@ def test_staleness_zero_is_sgd_with_batch_of_all_workers(devices):
     dict(staleness=2, dc_lambda=0.2, lambda_mode="layerwise"),
     dict(staleness=3, dc_lambda=2.0, lambda_mode="adaptive"),
 ], ids=lambda options: f"S={options['staleness']}-{options.get('lambda_mode', 'none')}")
-def test_one_worker_is_sgd(options, devices):
-  # With M = 1 the average is the worker's own update, so D = 0 exactly and the
+def test_one_learner_is_sgd(options, devices):
+  # With M = 1 the average is the learner's own update, so D = 0 exactly and the
   # correction vanishes exactly; the local weights follow SGD and the consensus
   # follows SGD S steps behind. The trajectories are compared to 1e-6: the two
   # programs are compiled separately and XLA fuses (and FMA-contracts) the
@@ -170,7 +170,7 @@ def test_averaged_local_momentum_is_global_momentum_on_averaged_gradients(device
     global_momentum = mean_grads if global_momentum is None else {
         name: mean_grads[name] + MOMENTUM * global_momentum[name] for name in mean_grads}
     expected_averages.append({name: -LEARNING_RATE * leaf for name, leaf in global_momentum.items()})
-    state, _ = trainer.step(state, sharding_lib.stack_learners(lambda worker: row[worker], mesh))
+    state, _ = trainer.step(state, sharding_lib.stack_learners(lambda learner: row[learner], mesh))
     consensus = as_numpy(trainer.consensus_params(state))
     actual_averages.append({name: consensus[name].astype(np.float64) - previous_consensus[name]
                             for name in consensus})
@@ -183,7 +183,7 @@ def test_averaged_local_momentum_is_global_momentum_on_averaged_gradients(device
 
 # ------------------------------------------------------------------ the correction
 
-def test_correction_is_nonzero_when_workers_disagree(devices):
+def test_correction_is_nonzero_when_learners_disagree(devices):
   batches = make_batches(len(devices))
   config = DCS3GDConfig(staleness=1, dc_lambda=0.5, lambda_mode="constant")
   corrected_trainer, corrected, metrics = run(config, batches)
@@ -196,11 +196,11 @@ def test_correction_is_nonzero_when_workers_disagree(devices):
   assert max(jax.tree.leaves(difference)) > 1e-6
 
 
-def test_correction_vanishes_when_workers_agree(devices):
-  # Identical data on every worker: the consensus equals each worker's own
+def test_correction_vanishes_when_learners_agree(devices):
+  # Identical data on every learner: the consensus equals each learner's own
   # update, so D = 0 up to the rounding of the mean of M equal numbers, and
   # DC-S3GD equals S3GD.
-  batches = make_batches(len(devices), identical_workers=True)
+  batches = make_batches(len(devices), identical_learners=True)
   _, corrected, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.5, lambda_mode="constant"), batches)
   _, plain, _ = run(config_for_protocol("s3gd"), batches)
   assert all(np.all(step["correction_ratio"] < 1e-6) for step in metrics)
@@ -225,7 +225,7 @@ def test_dc_lambda_accepts_a_schedule(devices):
 
 # ------------------------------------------------------------------ the program
 
-def test_state_lives_on_the_workers_devices(devices):
+def test_state_lives_on_the_learners_devices(devices):
   mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDConfig(staleness=2), mesh)
   state = trainer.init(initial_params())
@@ -240,7 +240,7 @@ def test_state_lives_on_the_workers_devices(devices):
       lambda leaf: (leaf.shape, leaf.dtype, leaf.sharding), state)
 
 
-def test_step_compiles_once_and_metrics_are_per_worker(devices):
+def test_step_compiles_once_and_metrics_are_per_learner(devices):
   traces = []
 
   def counting_loss(params, batch):
@@ -251,24 +251,24 @@ def test_step_compiles_once_and_metrics_are_per_worker(devices):
   trainer = DCS3GD(counting_loss, optax.sgd(0.1), DCS3GDConfig(), mesh)
   state = trainer.init(initial_params())
   for row in make_batches(len(devices), steps=3):
-    state, metrics = trainer.step(state, sharding_lib.stack_learners(lambda worker: row[worker], mesh))
+    state, metrics = trainer.step(state, sharding_lib.stack_learners(lambda learner: row[learner], mesh))
   assert len(traces) == 1
   assert metrics["loss"].shape == (len(devices),)
-  assert metrics["aux"]["predictions"].shape == (len(devices), BATCH_PER_WORKER)
+  assert metrics["aux"]["predictions"].shape == (len(devices), BATCH_PER_LEARNER)
   assert metrics["loss"].sharding.spec == jax.sharding.PartitionSpec("learners")
   mean = trainer.mean_metrics(metrics)
   np.testing.assert_allclose(mean["loss"], np.mean(np.asarray(metrics["loss"])), rtol=1e-6)
 
 
-def test_rejects_a_mesh_without_the_workers_axis(devices):
+def test_rejects_a_mesh_without_the_learners_axis(devices):
   with pytest.raises(ValueError, match="config.axis_name='learners'"):
     DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), jax.make_mesh((8,), ("data",)))
 
 
-def test_rejects_a_batch_without_a_leading_workers_axis(devices):
+def test_rejects_a_batch_without_a_leading_learners_axis(devices):
   mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
   state = trainer.init(initial_params())
-  batch = make_batches(len(devices), steps=1)[0][0]  # one worker's [mu, ...] batch
+  batch = make_batches(len(devices), steps=1)[0][0]  # one learner's [mu, ...] batch
   with pytest.raises(ValueError, match=r"batch\['inputs'\] has shape \(4, 3\); its leading axis must be"):
     trainer.step(state, batch)

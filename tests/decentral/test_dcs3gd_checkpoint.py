@@ -21,7 +21,7 @@ def test_resume_from_checkpoint_is_bit_identical(config, devices, tmp_path):
   mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), config, mesh)
   batches = make_batches(len(devices), steps=4)
-  feed = lambda row: sharding_lib.stack_learners(lambda worker: row[worker], mesh)
+  feed = lambda row: sharding_lib.stack_learners(lambda learner: row[learner], mesh)
 
   uninterrupted = trainer.init(initial_params())
   for row in batches:

@@ -30,8 +30,8 @@ def conv_setup(config):
   mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(conv_loss, optax.sgd(0.1, momentum=0.9), config, mesh)
   batch = sharding_lib.stack_learners(
-      lambda worker: {"images": np.random.default_rng(worker).normal(size=(4, 8, 8, 3)).astype(np.float32),
-                      "labels": np.arange(4, dtype=np.int32) + worker}, mesh)
+      lambda learner: {"images": np.random.default_rng(learner).normal(size=(4, 8, 8, 3)).astype(np.float32),
+                       "labels": np.arange(4, dtype=np.int32) + learner}, mesh)
   return trainer, trainer.init(params), batch
 
 
@@ -73,7 +73,7 @@ def test_a_metric_reduced_inside_the_step_would_be_caught(devices):
   spec = jax.sharding.PartitionSpec("learners")
   stepper = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(spec, spec, spec),
                                   out_specs=(spec, jax.sharding.PartitionSpec())))
-  ones = sharding_lib.stack_learners(lambda worker: np.ones(3, np.float32), mesh)
+  ones = sharding_lib.stack_learners(lambda learner: np.ones(3, np.float32), mesh)
   found = hlo.all_reduces(stepper.lower(ones, ones, ones).compile().as_text())
   # Not "exactly one all-reduce reading only the queue (parameter 0)". With
   # jaxlib 0.10.2 on CPU the two are merged into one that reads {0, 1, 2}.

@@ -106,10 +106,10 @@ def test_dcasgd_table1_carries_the_published_numbers():
              for variant in STUDIES["dcasgd_table1"].variants}
   assert configs["DC-ASGD-a, M=8"].learners == 8 and configs["DC-ASGD-a, M=8"].delay_compensation == "adaptive"
   assert configs["SSGD, M=4"].protocol == "hardsync" and configs["SGD, M=1"].learners == 1
-  for workers in (4, 8):
-    corrected, paper = configs[f"DC-ASGD-a bias-corrected, M={workers}"], configs[f"DC-ASGD-a, M={workers}"]
+  for learners in (4, 8):
+    corrected, paper = configs[f"DC-ASGD-a bias-corrected, M={learners}"], configs[f"DC-ASGD-a, M={learners}"]
     assert corrected.dc_mean_square_bias_correction and not paper.dc_mean_square_bias_correction
-    assert corrected.learners == workers
+    assert corrected.learners == learners
     # Otherwise the paper's DC-ASGD-a run.
     assert {**corrected.to_dict(), "dc_mean_square_bias_correction": False} == paper.to_dict()
 

@@ -15,7 +15,7 @@ reference run; every relaunch must say which checkpoint it resumed from.
 
 Two protocol families: async with DC-ASGD-a (a parameter-server run: ring
 buffer, MeanSquare, momentum in the state) and DC-S3GD (decentralized: the
-in-flight update queue and per-worker weights).
+in-flight update queue and per-learner weights).
 
 Plus the moment just before the first checkpoint is whole (a long first save
 on a big model), emulated by removing the checkpoints of a finished run: the

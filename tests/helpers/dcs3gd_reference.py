@@ -1,4 +1,4 @@
-"""An independent DC-S3GD oracle: plain Python loops over workers, numpy arithmetic.
+"""An independent DC-S3GD oracle: plain Python loops over learners, numpy arithmetic.
 
 It shares no code with `stalesgd.decentral` and is written in the closed form
 rather than the implementation's recursive updates: after t steps,
@@ -12,7 +12,7 @@ adds to w_i(t) besides the step's own update:
   D_i(t) = consensus(t+1) + omega * sum_{t-S < k < t} Delta_i(k) - w_i(t).
 
 Gradients come from `jax.grad` of the test's loss at float32 weights, one
-worker at a time; sums and the optimizer (SGD with momentum, as optax.sgd) run
+learner at a time; sums and the optimizer (SGD with momentum, as optax.sgd) run
 in float64, so comparisons with the float32 implementation use a tolerance.
 """
 
@@ -37,48 +37,48 @@ def run_reference(loss_fn: Callable, params: dict[str, np.ndarray], batches: lis
                   staleness: int, dc_lambda: float, lambda_mode: str = "constant", eager: bool = False,
                   learning_rate: float, momentum: float, mean_square_decay: float = 0.95,
                   eps: float = 1e-7) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
-  """Runs DC-S3GD for len(batches) steps; batches[t][i] is worker i's batch at step t.
+  """Runs DC-S3GD for len(batches) steps; batches[t][i] is learner i's batch at step t.
 
   Returns:
-    (consensus weights, [local weights of each worker]) after the last step.
+    (consensus weights, [local weights of each learner]) after the last step.
   """
-  workers = len(batches[0])
-  omega = 1.0 / workers if eager else 1.0
+  learners = len(batches[0])
+  omega = 1.0 / learners if eager else 1.0
   initial = {name: np.asarray(value, np.float64) for name, value in params.items()}
   history: list[list[dict[str, np.ndarray]]] = []  # history[k][i] = Delta_i(k)
-  momenta = [{name: np.zeros_like(value) for name, value in initial.items()} for _ in range(workers)]
-  mean_squares = [{name: np.zeros_like(value) for name, value in initial.items()} for _ in range(workers)]
+  momenta = [{name: np.zeros_like(value) for name, value in initial.items()} for _ in range(learners)]
+  mean_squares = [{name: np.zeros_like(value) for name, value in initial.items()} for _ in range(learners)]
   gradient = jax.grad(lambda weights, batch: loss_fn(weights, batch)[0])
 
   def consensus(step):
     averaged = [_tree_sum(history[k], initial) for k in range(max(step - staleness, 0))]
     total = _tree_sum(averaged, initial)
-    return {name: initial[name] + total[name] / workers for name in initial}
+    return {name: initial[name] + total[name] / learners for name in initial}
 
-  def own_pending(worker, first, last):
-    return _tree_sum([history[k][worker] for k in range(max(first, 0), last)], initial)
+  def own_pending(learner, first, last):
+    return _tree_sum([history[k][learner] for k in range(max(first, 0), last)], initial)
 
-  def local(step, worker):
-    base, pending = consensus(step), own_pending(worker, step - staleness, step)
+  def local(step, learner):
+    base, pending = consensus(step), own_pending(learner, step - staleness, step)
     return {name: base[name] + omega * pending[name] for name in initial}
 
   for step, step_batches in enumerate(batches):
     updates = []
-    for worker in range(workers):
-      weights = local(step, worker)
+    for learner in range(learners):
+      weights = local(step, learner)
       grads = gradient({name: value.astype(np.float32) for name, value in weights.items()},
-                       step_batches[worker])
+                       step_batches[learner])
       grads = {name: np.asarray(value, np.float64) for name, value in grads.items()}
       if staleness > 0 and dc_lambda != 0:
-        base, pending = consensus(step + 1), own_pending(worker, step - staleness + 1, step)
+        base, pending = consensus(step + 1), own_pending(learner, step - staleness + 1, step)
         displacement = {name: base[name] + omega * pending[name] - weights[name] for name in initial}
-        grads = _corrected(grads, displacement, dc_lambda, lambda_mode, mean_squares[worker],
+        grads = _corrected(grads, displacement, dc_lambda, lambda_mode, mean_squares[learner],
                            mean_square_decay, eps)
-      momenta[worker] = {name: grads[name] + momentum * momenta[worker][name] for name in initial}
-      updates.append({name: -learning_rate * momenta[worker][name] for name in initial})
+      momenta[learner] = {name: grads[name] + momentum * momenta[learner][name] for name in initial}
+      updates.append({name: -learning_rate * momenta[learner][name] for name in initial})
     history.append(updates)
   steps = len(batches)
-  return consensus(steps), [local(steps, worker) for worker in range(workers)]
+  return consensus(steps), [local(steps, learner) for learner in range(learners)]
 
 
 def _corrected(grads, displacement, dc_lambda, lambda_mode, mean_square, decay, eps):

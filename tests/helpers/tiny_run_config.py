@@ -15,7 +15,7 @@ evaluating every quarter epoch; ``arg`` picks the protocol:
   about 28 waves, so the ring buffer, the MeanSquare and the momentum are all
   part of the state a resume must restore;
 * ``dcs3gd``: DC-S3GD with S = 1 and the adaptive correction on the 8 devices
-  (one worker each), 23 steps, so the in-flight update queue is part of it.
+  (one learner each), 23 steps, so the in-flight update queue is part of it.
 
 Hardware and time: a CPU; 5-10 s per run, most of it compilation.
 """

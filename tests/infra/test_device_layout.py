@@ -17,7 +17,7 @@ def test_parameter_server_runs_get_about_four_learners_per_device(learners, devi
 
 
 @pytest.mark.parametrize("protocol", ["allreduce_sync", "dcs3gd"])
-def test_decentralized_runs_get_one_device_per_worker(protocol):
+def test_decentralized_runs_get_one_device_per_learner(protocol):
   config = default_config()
   config.protocol, config.learners = protocol, 6
   assert cpu_device_count(config) == 6

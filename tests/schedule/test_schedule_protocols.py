@@ -170,11 +170,11 @@ def test_drop_stale_applies_nothing_staler_than_the_bound_and_counts_every_drop(
     ("s3gd", {"staleness": 2}),
     ("dcs3gd", {"staleness": 1, "overlap": False}),
 ])
-def test_decentralized_schedules_have_every_worker_every_step(protocol, options):
-  workers, steps = 4, 50
-  schedule = simulate(protocol, learners=workers, num_updates=steps, seed=0, **options)
+def test_decentralized_schedules_have_every_learner_every_step(protocol, options):
+  learners, steps = 4, 50
+  schedule = simulate(protocol, learners=learners, num_updates=steps, seed=0, **options)
   staleness = options.get("staleness", 0)
-  np.testing.assert_array_equal(schedule.learner, np.broadcast_to(np.arange(workers), (steps, workers)))
+  np.testing.assert_array_equal(schedule.learner, np.broadcast_to(np.arange(learners), (steps, learners)))
   np.testing.assert_array_equal(schedule.batch_index[:, 0], np.arange(steps))
   np.testing.assert_array_equal(schedule.timestamp[:, 0], np.maximum(np.arange(steps) - staleness, 0))
 
@@ -185,15 +185,15 @@ def _step_period(schedule) -> float:
 
 @pytest.mark.parametrize("compute_time,allreduce_bytes", [(1.0, 0.5), (1.0, 2.0)])
 def test_decentralized_step_cost_with_and_without_overlap(compute_time, allreduce_bytes):
-  workers = 4
+  learners = 4
   # bandwidth chosen so the ring all-reduce takes `allreduce_bytes` seconds.
   timing = TimingModel(compute_time=compute_time, jitter="deterministic", model_bytes=1_000,
-                       bandwidth=1_000 * 2 * (workers - 1) / workers / allreduce_bytes)
-  allreduce = timing.allreduce_time(workers)
+                       bandwidth=1_000 * 2 * (learners - 1) / learners / allreduce_bytes)
+  allreduce = timing.allreduce_time(learners)
   assert allreduce == pytest.approx(allreduce_bytes)
-  sync = simulate("allreduce_sync", learners=workers, num_updates=40, seed=0, timing=timing)
-  overlapped = simulate("s3gd", learners=workers, num_updates=40, seed=0, timing=timing, staleness=1)
-  serial = simulate("s3gd", learners=workers, num_updates=40, seed=0, timing=timing, staleness=1, overlap=False)
+  sync = simulate("allreduce_sync", learners=learners, num_updates=40, seed=0, timing=timing)
+  overlapped = simulate("s3gd", learners=learners, num_updates=40, seed=0, timing=timing, staleness=1)
+  serial = simulate("s3gd", learners=learners, num_updates=40, seed=0, timing=timing, staleness=1, overlap=False)
   assert _step_period(sync) == pytest.approx(compute_time + allreduce)
   assert _step_period(serial) == pytest.approx(compute_time + allreduce)
   assert _step_period(overlapped) == pytest.approx(max(compute_time, allreduce))

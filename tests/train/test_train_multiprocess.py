@@ -75,7 +75,7 @@ def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path
 
 
 def test_two_processes_run_dcs3gd_like_one(devices, tmp_path, compilation_cache):
-  """DC-S3GD's per-worker losses live on both processes: the loop must still log them.
+  """DC-S3GD's per-learner losses live on both processes: the loop must still log them.
 
   Not bit-identical: gloo's cross-process all-reduce adds in another order than
   the in-process one, so the losses agree to float32 rounding.

@@ -1,7 +1,7 @@
 """Every protocol through `train_and_evaluate`, on the embedded digits, for a few updates.
 
 Parameter-server protocols (emulated exactly) and decentralized ones (real
-collectives, one worker per each of the 8 devices), with the staleness rules
+collectives, one learner per each of the 8 devices), with the staleness rules
 and delay compensations selected by the config: each run finishes, its losses
 are finite, and what the config selected visibly reaches the optimizer (a
 staleness rule scales stale gradients down; a correction changes the weights).

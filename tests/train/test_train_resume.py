@@ -17,7 +17,7 @@ step the uninterrupted run logged, and identical evaluations.
 
 Two protocols: async with DC-ASGD-a (the state holds the ring buffer of past
 weights, DC's MeanSquare and the momentum) and DC-S3GD (the state holds the
-queue of in-flight updates and per-worker weights). The runs go through
+queue of in-flight updates and per-learner weights). The runs go through
 ``paced_main.py`` (a pause before every block) so each phase is still running
 when its signal is sent.
 """
