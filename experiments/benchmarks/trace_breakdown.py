@@ -20,9 +20,14 @@ device's wall clock per gradient into
   inputs).
 
 Per gradient means: the devices' summed wall clock divided by the gradients
-applied, so the engine on P devices and the emulator on one core are in the
-same unit (device-seconds per gradient; the emulator's P processes on P cores
-have P times one process's throughput when they do not compete).
+applied, so the engine on P devices and the emulator's P processes (one per
+core, run side by side as the training benchmark runs them, each tracing
+itself) are in the same unit, device-microseconds per gradient.
+
+The profiler costs time per traced thunk, and the engine runs more thunks per
+gradient than the emulator (``thunks_per_gradient``), so the traced ratio of
+the two is lower than the untraced one (`experiments.benchmarks.training`);
+the split, not the sum, is what this script is for.
 
 Usage::
 
@@ -51,13 +56,14 @@ from absl import app
 from absl import flags
 
 _CASE = flags.DEFINE_string("case", "async:8", "protocol:learners, as in experiments.benchmarks.training.")
-_CHUNKS = flags.DEFINE_integer("chunks", 4, "Traced chunks per program (after one untraced warm-up chunk).")
+_CHUNKS = flags.DEFINE_integer("chunks", 6, "Traced chunks per program (after one untraced warm-up chunk).")
 _GRADIENTS_PER_CHUNK = flags.DEFINE_integer("gradients_per_chunk", 256, "Gradients per chunk.")
-_TRAIN_EXAMPLES = flags.DEFINE_integer("train_examples", 6_250, "Size of the generated training split.")
+_TRAIN_EXAMPLES = flags.DEFINE_integer("train_examples", None, "Size of the generated training split (default: "
+                                       "enough one-gradient-per-example updates for the chunks, at least 6,250).")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "cifar10_{train,test}.npz; default: random images.")
 _TRACE_DIR = flags.DEFINE_string("trace_dir", None, "Keep the traces here (default: a temporary directory).")
 _OUTPUT = flags.DEFINE_string("output", "results/trace_breakdown.json", "Where to write the JSON.")
-_WORKER = flags.DEFINE_string("worker", None, "Internal: PROGRAM,CASE,DATA_DIR,TRACE_DIR,OUT in this process.")
+_WORKER = flags.DEFINE_string("worker", None, "Internal: PROGRAM,CASE,DATA_DIR,TRACE_DIR,OUT,CORE in this process.")
 
 PROGRAMS = {"engine": "jit__wave_step_impl", "emulator": "jit_call"}  # program -> its traced HLO module
 CATEGORIES = ("convolution", "elementwise", "collective", "idle")
@@ -96,8 +102,8 @@ def _by(events: list[dict], key: str) -> dict:
   return grouped
 
 
-def breakdown(events: list[dict], module: str, gradients: int) -> dict:
-  """Microseconds per gradient by category, from a trace's complete ("X") events.
+def device_seconds(events: list[dict], module: str) -> dict:
+  """Microseconds by category, summed over the devices, from a trace's complete ("X") events.
 
   Only the thunks of ``module`` count; a device's wall clock runs from its
   first traced thunk of the module to its last, and what its thunks do not
@@ -106,11 +112,10 @@ def breakdown(events: list[dict], module: str, gradients: int) -> dict:
   Args:
     events: the trace's ``traceEvents``.
     module: the HLO module of the program (`PROGRAMS`).
-    gradients: gradients the traced executions applied.
 
   Returns:
-    ``{category: microseconds per gradient}`` plus ``wall_us_per_gradient``
-    (one device's wall clock over the gradients) and ``devices``.
+    ``{category: microseconds}``, ``wall_us`` (the longest device's wall
+    clock), ``devices`` and ``thunks`` (how many op executions were traced).
   """
   ops = [event for event in events if event.get("ph") == "X" and event.get("args", {}).get("hlo_module") == module
          and "hlo_op" in event["args"] and "device_ordinal" in event["args"]]
@@ -127,10 +132,19 @@ def breakdown(events: list[dict], module: str, gradients: int) -> dict:
       busy += exclusive
     totals["idle"] += wall - busy
     walls.append(wall)
-  result = {name: seconds / gradients for name, seconds in totals.items()}
-  result["wall_us_per_gradient"] = max(walls) / gradients
-  result["devices"] = len(walls)
-  return result
+  return {**totals, "wall_us": max(walls), "devices": len(walls), "thunks": len(ops)}
+
+
+def per_gradient(parts: list[dict]) -> dict:
+  """Device-microseconds per gradient by category over programs that ran side by side (one or several
+  processes: `device_seconds` of each plus its ``gradients``), and their summed gradients per second."""
+  gradients = sum(part["gradients"] for part in parts)
+  row = {name: sum(part[name] for part in parts) / gradients for name in CATEGORIES}
+  row["devices"] = sum(part["devices"] for part in parts)
+  row["thunks_per_gradient"] = sum(part["thunks"] for part in parts) / gradients
+  row["gradients"] = gradients
+  row["traced_grads_per_s"] = sum(part["gradients"] / part["seconds"] for part in parts)
+  return row
 
 
 def _trace_events(trace_dir: str) -> list[dict]:
@@ -139,7 +153,7 @@ def _trace_events(trace_dir: str) -> list[dict]:
     return json.load(f)["traceEvents"]
 
 
-def _worker(program: str, case: str, data_dir: str, trace_dir: str, output: str) -> None:
+def _worker(program: str, case: str, data_dir: str, trace_dir: str, output: str, core: str = "") -> None:
   """Builds one program, runs a warm-up chunk, traces ``--chunks`` chunks, writes its breakdown."""
   import jax  # pylint: disable=g-import-not-at-top  (after the device count is set)
   from experiments.benchmarks.common import EngineChunks, benchmark_config, parse_case  # pylint: disable=g-import-not-at-top
@@ -153,7 +167,7 @@ def _worker(program: str, case: str, data_dir: str, trace_dir: str, output: str)
     chunks = EngineChunks(config, gradients)
     run_chunk = chunks
   else:
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    os.sched_setaffinity(0, {int(core)})
     contributions = contributions_per_update(config)
     emulator = build_from_config(config, max(1, gradients // contributions))
 
@@ -170,10 +184,10 @@ def _worker(program: str, case: str, data_dir: str, trace_dir: str, output: str)
   applied = sum(run_chunk() for _ in range(_CHUNKS.value))
   seconds = time.perf_counter() - start
   jax.profiler.stop_trace()
-  row = breakdown(_trace_events(trace_dir), PROGRAMS[program], applied)
-  row.update(program=program, case=case, gradients=applied, traced_grads_per_s=applied / seconds)
+  part = device_seconds(_trace_events(trace_dir), PROGRAMS[program])
+  part.update(gradients=applied, seconds=seconds)
   with open(output, "w") as f:
-    json.dump(row, f)
+    json.dump(part, f)
 
 
 def main(argv):
@@ -181,33 +195,50 @@ def main(argv):
   if _WORKER.value:
     _worker(*_WORKER.value.split(","))
     return
-  from experiments.benchmarks.common import benchmark_config, cifar10_data_dir, machine_description, parse_case  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarks.common import (BATCH_PER_LEARNER, benchmark_config, cifar10_data_dir,  # pylint: disable=g-import-not-at-top
+                                             machine_description, parse_case)
   from stalesgd import device_layout  # pylint: disable=g-import-not-at-top
 
   protocol, n, learners = parse_case(_CASE.value)
+  # Every gradient consumes batch_per_learner examples of a one-epoch schedule: the warm-up and traced chunks,
+  # with a chunk to spare, must fit in it.
+  needed = (_CHUNKS.value + 2) * _GRADIENTS_PER_CHUNK.value * BATCH_PER_LEARNER
+  train_examples = _TRAIN_EXAMPLES.value or max(6_250, needed)
   rows = []
   with tempfile.TemporaryDirectory(prefix="stalesgd_trace_breakdown_") as scratch:
     scratch = pathlib.Path(scratch)
     traces = pathlib.Path(_TRACE_DIR.value) if _TRACE_DIR.value else scratch / "traces"
-    data_dir = cifar10_data_dir(_DATA_DIR.value, scratch, _TRAIN_EXAMPLES.value)
+    data_dir = cifar10_data_dir(_DATA_DIR.value, scratch, train_examples)
     engine_devices = os.environ.get("JAX_NUM_CPU_DEVICES") or str(device_layout.cpu_device_count(
-        benchmark_config(protocol, n, learners, data_dir, _TRAIN_EXAMPLES.value)))
-    for program, devices in (("engine", engine_devices), ("emulator", "1")):
-      output = scratch / f"{program}.json"
-      command = [sys.executable, "-m", "experiments.benchmarks.trace_breakdown",
-                 f"--worker={program},{_CASE.value},{data_dir},{traces / program},{output}",
-                 f"--chunks={_CHUNKS.value}", f"--gradients_per_chunk={_GRADIENTS_PER_CHUNK.value}",
-                 f"--train_examples={_TRAIN_EXAMPLES.value}"]
-      subprocess.run(command, env={**os.environ, "JAX_NUM_CPU_DEVICES": devices}, check=True)
-      rows.append(json.loads(output.read_text()))
+        benchmark_config(protocol, n, learners, data_dir, train_examples)))
+    cores = sorted(os.sched_getaffinity(0))
+    for program, devices, processes in (("engine", engine_devices, [""]), ("emulator", "1", cores)):
+      # The emulator runs as the training benchmark runs it: one process per core, side by side.
+      running = []
+      for index, core in enumerate(processes):
+        output = scratch / f"{program}{index}.json"
+        command = [sys.executable, "-m", "experiments.benchmarks.trace_breakdown",
+                   f"--worker={program},{_CASE.value},{data_dir},{traces / f'{program}{index}'},{output},{core}",
+                   f"--chunks={_CHUNKS.value}", f"--gradients_per_chunk={_GRADIENTS_PER_CHUNK.value}",
+                   f"--train_examples={train_examples}"]
+        running.append((subprocess.Popen(command, env={**os.environ, "JAX_NUM_CPU_DEVICES": devices}), output))
+      parts = []
+      for process, output in running:
+        if process.wait() != 0:
+          raise RuntimeError(f"the {program} worker failed (exit status {process.returncode}); its output is above")
+        parts.append(json.loads(output.read_text()))
+      rows.append({"program": program, "processes": len(parts), **per_gradient(parts)})
     machine = machine_description()
   print(f"machine: {machine}")
   print(f"{'program':>9} {'devices':>7} " + " ".join(f"{name:>11}" for name in CATEGORIES)
-        + f" {'sum':>8}  (device-microseconds per gradient)")
+        + f" {'sum':>8} {'grads/s':>8} {'thunks':>7}  (device-microseconds per gradient; grads/s while traced;"
+        " thunks per gradient)")
   for row in rows:
     total = sum(row[name] for name in CATEGORIES)
     print(f"{row['program']:>9} {row['devices']:>7} " + " ".join(f"{row[name]:11.0f}" for name in CATEGORIES)
-          + f" {total:8.0f}")
+          + f" {total:8.0f} {row['traced_grads_per_s']:8.1f} {row['thunks_per_gradient']:7.1f}")
+  engine, emulator = rows
+  print(f"engine / emulator, gradients per second: {engine['traced_grads_per_s'] / emulator['traced_grads_per_s']:.2f}")
   os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
   with open(_OUTPUT.value, "w") as f:
     json.dump({"machine": machine, "case": _CASE.value, "rows": rows}, f, indent=2)
