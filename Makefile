@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	$(PY) -m pip install -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
+# Two pytest workers, one test file each at a time (pytest-xdist): the suite's multi-process and compile-bound
+# tests leave a core idle when run one by one.
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n 2 --dist loadfile
 
 demo: $(STAMP)
 	$(PY) -m experiments.reproduce --study=demo --workdir=$(DEMO_DIR)

@@ -8,13 +8,15 @@ back checks the losses: a non-finite one stops the run with `TrainingDiverged`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 
 from stalesgd.runners import BlockMetrics
-from stalesgd.schedule import Schedule
+
+if TYPE_CHECKING:  # annotations only: the loop reaches the schedule through the runner layer
+  from stalesgd.schedule import Schedule
 
 
 class TrainingDiverged(FloatingPointError):

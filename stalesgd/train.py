@@ -34,7 +34,7 @@ import json
 import math
 import pathlib
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import ml_collections
@@ -54,7 +54,9 @@ from stalesgd.pending_metrics import PendingMetrics, TrainingDiverged  # noqa: F
 from stalesgd.progress import ProgressReporter
 from stalesgd.provenance import provenance
 from stalesgd.runners import make_runner, run_label, simulate_schedule
-from stalesgd.schedule import Schedule
+
+if TYPE_CHECKING:  # annotations only: the loop reaches the schedule through the runner layer
+  from stalesgd.schedule import Schedule
 from stalesgd.workdir import check_same_run, write_config
 
 

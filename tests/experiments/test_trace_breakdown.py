@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.benchmarks.trace_breakdown import category, device_seconds, per_gradient
+from experiments.benchmarks.trace_analysis import category, device_seconds, per_gradient
 
 MODULE = "jit__wave_step_impl"
 
