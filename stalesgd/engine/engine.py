@@ -98,17 +98,18 @@ def default_gradient_strategy(backend: str) -> str:
   """How one device computes its several gradient slots.
 
   On CPU, unrolled calls are fast while `vmap` over weights turns convolutions
-  into grouped convolutions, measured 1.9x slower here (cifar10_full, lambda =
-  32) and 3.5x in docs/design.md. On accelerators vmap is assumed to be the
+  into grouped convolutions, which XLA:CPU runs slower (docs/performance.md,
+  *Traps measured on XLA:CPU*). On accelerators vmap is assumed to be the
   better choice (one batched kernel instead of many small launches, and a
-  smaller program to compile); that is not measured yet.
+  smaller program to compile); the GPU suite (experiments/benchmarks/gpu_suite.py)
+  measures both, and has not run on a GPU yet.
   """
   return "unroll" if backend == "cpu" else "vmap"
 
 
 class Engine:
   """Executes schedules exactly, at close to the cost of synchronous training
-  (1.1-1.2x on 8 host devices: experiments/benchmarks/engine.py).
+  (the README's *Performance* section; experiments/benchmarks/engine.py).
 
   Example::
 
@@ -190,10 +191,8 @@ class Engine:
 
     Unless ``max_slots_per_device`` is given, on a CPU backend unrolled gradients
     are capped at `UNROLLED_SLOTS_PER_DEVICE` per device and wave: on XLA:CPU a device's
-    gradients run slower per gradient the more of them one program unrolls
-    (cifar10_full, mu = 4, async at lambda = 128 on 8 host devices of 2 cores:
-    159 gradients/s with 4 per device, 127 with 8, 140 with 16) and compile
-    longer (6.6 s vs 14.1 s). `vmap` batches its slots into one kernel, and an
+    gradients run slower per gradient the more of them one program unrolls, and
+    compile longer (docs/performance.md, *What was changed*). `vmap` batches its slots into one kernel, and an
     accelerator runs many small kernels in one program well, so both keep
     `plan_waves`'s wider default.
     """
