@@ -8,15 +8,12 @@ back checks the losses: a non-finite one stops the run with `TrainingDiverged`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
 
-from stalesgd.runners import BlockMetrics
-
-if TYPE_CHECKING:  # annotations only: the loop reaches the schedule through the runner layer
-  from stalesgd.schedule import Schedule
+from stalesgd.runners import BlockMetrics, Schedule  # the schedule a runner runs
 
 
 class TrainingDiverged(FloatingPointError):

@@ -33,7 +33,7 @@ from stalesgd import sharding as sharding_lib
 from stalesgd.config import protocol_options, timing_model
 from stalesgd.dispatch import DispatchLimiter
 from stalesgd.models import ModelSpec
-from stalesgd.schedule import Schedule
+from stalesgd.schedule import Schedule  # also the type the training loop names, through this layer
 
 
 class BlockMetrics(NamedTuple):

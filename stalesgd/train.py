@@ -34,7 +34,7 @@ import json
 import math
 import pathlib
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
@@ -53,10 +53,7 @@ from stalesgd.optimizer import build_optimizer
 from stalesgd.pending_metrics import PendingMetrics, TrainingDiverged  # noqa: F401  (TrainingDiverged: raised by the loop)
 from stalesgd.progress import ProgressReporter
 from stalesgd.provenance import provenance
-from stalesgd.runners import make_runner, run_label, simulate_schedule
-
-if TYPE_CHECKING:  # annotations only: the loop reaches the schedule through the runner layer
-  from stalesgd.schedule import Schedule
+from stalesgd.runners import Schedule, make_runner, run_label, simulate_schedule
 from stalesgd.workdir import check_same_run, write_config
 
 
