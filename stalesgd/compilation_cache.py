@@ -1,6 +1,6 @@
 """JAX's persistent compilation cache, on by default for the command-line tools.
 
-A run compiles its wave step, its initialisation and its evaluation once per
+A run compiles its block step, its initialisation and its evaluation once per
 process; a study compiles the same programs for run after run, and a resumed
 run compiles them again. With the cache, those programs are read back from disk
 instead (how much faster that is: docs/performance.md). A cached executable is the very program a fresh

@@ -3,7 +3,7 @@
 On a CPU backend JAX's device count is a knob (``JAX_NUM_CPU_DEVICES``): every
 device is a share of the same cores, and the engine's results do not depend on
 it (the same weights bit for bit on 1 or 8 devices; `tests/engine`). What it
-changes is speed. A wave computes about lambda gradients (one per learner of
+changes is speed. A block computes about lambda gradients (one per learner of
 the emulated cluster), and this module gives each device about
 `SLOTS_PER_DEVICE` of them, the count that ran fastest in
 `experiments.benchmarks.layout` (its figures, per protocol, lambda and device

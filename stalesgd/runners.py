@@ -2,7 +2,8 @@
 
 * `ParameterServerRunner`: hardsync, softsync, async, SSP, backup workers and
   drop-stale, emulated exactly by `stalesgd.engine` from a simulated schedule;
-  a block is one wave (one or more server updates).
+  a block is a run of server updates whose gradients the engine computes at
+  once (`stalesgd.engine.plan_blocks`).
 * `DecentralizedRunner`: synchronous all-reduce SGD, S3GD and DC-S3GD, run for
   real on the mesh by `stalesgd.decentral`; a block is one step (one update,
   to which every learner contributes).
@@ -18,7 +19,7 @@ config into the schedule it runs (`simulate_schedule`) and names the run
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import ml_collections
@@ -32,20 +33,9 @@ from stalesgd import schedule as schedule_lib
 from stalesgd import sharding as sharding_lib
 from stalesgd.config import protocol_options, timing_model
 from stalesgd.dispatch import DispatchLimiter
+from stalesgd.engine import BlockMetrics  # both runners report a block this way
 from stalesgd.models import ModelSpec
 from stalesgd.schedule import Schedule  # also the type the training loop names, through this layer
-
-
-class BlockMetrics(NamedTuple):
-  """Device arrays for the updates of one block (rows past the block's updates are padding).
-
-  Attributes:
-    loss: float32 [R, c], the loss of each contribution.
-    lr_scale: float32 [R], the learning-rate scale the staleness rule applied.
-  """
-
-  loss: jax.Array
-  lr_scale: jax.Array
 
 
 class _Blocks:
@@ -74,14 +64,13 @@ class ParameterServerRunner(_Blocks):
   @property
   def block_starts(self) -> np.ndarray:
     """First update of every block, then the number of updates."""
-    return self.plan.wave_starts
+    return self.plan.block_starts
 
   def init(self, params: Any) -> engine_lib.EngineState:
     return self.engine.init(params, self.plan)
 
   def step(self, state: engine_lib.EngineState, block: int) -> tuple[engine_lib.EngineState, BlockMetrics]:
-    state, metrics = self.engine.step(state, self.plan, block, self.batches)
-    return state, BlockMetrics(metrics.loss, metrics.lr_scale)
+    return self.engine.step(state, self.plan, block, self.batches)
 
   @staticmethod
   def params(state: engine_lib.EngineState) -> Any:

@@ -119,26 +119,26 @@ def benchmark_config(protocol: str, n: int, learners: int, data_dir: str, train_
 
 
 class EngineChunks:
-  """The engine executing the run's waves in order, about ``gradients`` gradients per call."""
+  """The engine executing the run's blocks in order, about ``gradients`` gradients per call."""
 
   def __init__(self, config, gradients: int):
     run = build_run(config)
     self.engine = engine_lib.Engine(run.model.loss_fn, run.optimizer, has_aux=True)
     self.plan = self.engine.plan(run.schedule)
     self.batches = run.batches
-    per_wave = np.diff(self.plan.wave_starts) * run.schedule.contributions_per_update
-    self.waves_per_chunk = max(1, int(round(gradients / np.median(per_wave))))
-    self.per_wave = per_wave
+    per_block = np.diff(self.plan.block_starts) * run.schedule.contributions_per_update
+    self.blocks_per_chunk = max(1, int(round(gradients / np.median(per_block))))
+    self.per_block = per_block
     self.state = self.engine.init(run.params, self.plan)
-    self.wave = 0
+    self.block = 0
 
   def __call__(self) -> int:
     """Runs the next chunk; returns the number of gradients it applied."""
-    stop = self.wave + self.waves_per_chunk
-    if stop > self.plan.num_waves:
+    stop = self.block + self.blocks_per_chunk
+    if stop > self.plan.num_blocks:
       raise RuntimeError("the run's schedule is too short for the requested rounds; lower --rounds")
-    self.state = self.engine.run(self.state, self.plan, self.batches, start_wave=self.wave, stop_wave=stop)
+    self.state = self.engine.run(self.state, self.plan, self.batches, start_block=self.block, stop_block=stop)
     jax.block_until_ready(self.state.params)
-    applied = int(self.per_wave[self.wave:stop].sum())
-    self.wave = stop
+    applied = int(self.per_block[self.block:stop].sum())
+    self.block = stop
     return applied

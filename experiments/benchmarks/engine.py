@@ -12,7 +12,7 @@ measures in one process, side by side:
   samples, split over the same devices, one gradient call per device);
 * ``naive_grads_per_s``: a Python event loop applying one gradient at a time
   (a jitted gradient and a jitted optimizer step per event), as one would
-  write an emulator without the wave/ring-buffer design;
+  write an emulator without the block/ring-buffer design;
 
 and prints the ratios ``cost_ratio_vs_sync = sync / engine`` (time per gradient
 relative to synchronous training; 1.0 = as cheap) and ``speedup_vs_naive``.
@@ -101,23 +101,23 @@ class RandomData:
 
 def engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk: int,
                   gradient_strategy: str | None = None):
-  """The engine executing consecutive waves of ``schedule``, about ``gradients_per_chunk`` at a time."""
+  """The engine executing consecutive blocks of ``schedule``, about ``gradients_per_chunk`` at a time."""
   engine = engine_lib.Engine(spec.loss_fn, optimizer, has_aux=True, gradient_strategy=gradient_strategy)
   plan = engine.plan(schedule)
-  per_wave = np.diff(plan.wave_starts) * schedule.contributions_per_update
-  waves_per_chunk = max(1, int(round(gradients_per_chunk / per_wave.mean())))
-  position = {"wave": 0, "state": engine.init(params, plan), "gradient_strategy": engine.gradient_strategy}
+  per_block = np.diff(plan.block_starts) * schedule.contributions_per_update
+  blocks_per_chunk = max(1, int(round(gradients_per_chunk / per_block.mean())))
+  position = {"block": 0, "state": engine.init(params, plan), "gradient_strategy": engine.gradient_strategy}
 
   def chunk():
-    stop = position["wave"] + waves_per_chunk
-    if stop > plan.num_waves:
+    stop = position["block"] + blocks_per_chunk
+    if stop > plan.num_blocks:
       raise RuntimeError("the benchmark schedule is too short for the requested rounds")
-    position["state"] = engine.run(position["state"], plan, data, start_wave=position["wave"], stop_wave=stop)
+    position["state"] = engine.run(position["state"], plan, data, start_block=position["block"], stop_block=stop)
     jax.block_until_ready(position["state"].params)
-    position["wave"] = stop
+    position["block"] = stop
 
-  # Waves in the middle of the schedule are representative; every chunk has the same count.
-  applied = int(per_wave[plan.num_waves // 2:plan.num_waves // 2 + waves_per_chunk].sum())
+  # Blocks in the middle of the schedule are representative; every chunk has the same count.
+  applied = int(per_block[plan.num_blocks // 2:plan.num_blocks // 2 + blocks_per_chunk].sum())
   return (chunk, applied), plan, position
 
 
@@ -267,7 +267,7 @@ def main(argv):
       if protocol not in _PROTOCOLS.value:
         continue
       contributions = schedule_lib.contributions_per_update(protocol, learners=learners, **options)
-      # Warm-up + `repeats` chunks, with a wave of slack per chunk.
+      # Warm-up + `repeats` chunks, with a block of slack per chunk.
       num_updates = (repeats + 2) * (gradients_per_chunk + 2 * learners) // contributions
       schedule = schedule_lib.simulate(protocol, learners=learners, seed=0, num_updates=num_updates, **options)
       engine, plan, engine_position = engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk,
@@ -297,7 +297,7 @@ def main(argv):
           "max_staleness": schedule.max_staleness,
           "gradient_strategy": engine_position["gradient_strategy"],
           "slot_utilisation": plan.slot_utilisation,
-          "slots_per_wave": plan.slots_per_wave,
+          "slots_per_block": plan.slots_per_block,
           "rounds": repeats,
       }
       rows.append(row)

@@ -1,7 +1,7 @@
 r"""Which number of forced host devices runs the engine fastest on this CPU.
 
 On a CPU backend JAX's devices are a knob (``JAX_NUM_CPU_DEVICES``): each is
-a share of the same cores. More devices spread a wave's gradients wider but add
+a share of the same cores. More devices spread a block's gradients wider but add
 per-device work (collectives, the parameter-sharded apply loop, thread
 switching). For each case (protocol:learners, Rudra's solver and
 ``cifar10_full`` at mu = 4 as in `experiments.benchmarks.training`) and each
@@ -59,7 +59,7 @@ def _time_one(case: str, data_dir: str, rounds: int, gradients: int) -> dict:
     rates.append(applied / (time.perf_counter() - start))
   return {"case": case, "devices": len(jax.devices()), "grads_per_s": statistics.median(rates),
           "grads_per_s_rounds": rates, "first_chunk_s": compile_seconds,
-          "slots_per_wave": engine.plan.slots_per_wave, "rows_per_wave": engine.plan.rows_per_wave}
+          "slots_per_block": engine.plan.slots_per_block, "rows_per_block": engine.plan.rows_per_block}
 
 
 def main(argv):

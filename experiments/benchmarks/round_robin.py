@@ -5,7 +5,7 @@ time per gradient, so async and n-softsync settle into a fixed rotation: update
 u applies the gradients of the same learners in turn, each computed at the
 weights of a fixed number of updates ago (async at lambda learners:
 sigma = lambda - 1 for every update after the first lambda). Knowing that, an
-emulator needs none of the engine's generality (waves of any shape, slots
+emulator needs none of the engine's generality (blocks of any shape, slots
 spread over devices, parameter-sharded server state, gradients moved between
 devices); it can be the obvious sequential program, compiled whole:
 

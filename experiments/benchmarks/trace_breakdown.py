@@ -65,7 +65,7 @@ _TRACE_DIR = flags.DEFINE_string("trace_dir", None, "Keep the traces here (defau
 _OUTPUT = flags.DEFINE_string("output", "results/trace_breakdown.json", "Where to write the JSON.")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: PROGRAM,CASE,DATA_DIR,TRACE_DIR,OUT,CORE in this process.")
 
-PROGRAMS = {"engine": "jit__wave_step_impl", "emulator": "jit_call"}  # program -> its traced HLO module
+PROGRAMS = {"engine": "jit__block_step_impl", "emulator": "jit_call"}  # program -> its traced HLO module
 
 
 def _trace_events(trace_dir: str) -> list[dict]:

@@ -41,7 +41,7 @@ class PreemptionGuard:
   is deliberately not used: it agrees on one sync step and answers True only
   when ``should_stop`` is called with exactly that step, but orbax's
   checkpoint manager queries the same service with its own step numbers (the
-  server's update count, which jumps by a whole wave per call in the engine),
+  server's update count, which jumps by a whole block per call in the engine),
   so the two sequences mixed and the sync point was missed: a SIGTERM'd
   multi-process parameter-server run trained on to the end. The guard's
   handlers replace JAX's for as long as the guard is active, so JAX never sees

@@ -2,7 +2,7 @@
 
 Per-batch randomness (augmentation draws, dropout seeds) must be recomputable
 from (seed, learner, k) alone, in any order and in any process, and cheap for a
-whole wave of batches at once. Hashing the counters with SplitMix64's output
+whole block of batches at once. Hashing the counters with SplitMix64's output
 function (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
 OOPSLA 2014), vectorised in numpy, gives that; a numpy Generator per batch would
 cost more than the batch itself.

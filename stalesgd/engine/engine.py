@@ -1,16 +1,16 @@
-"""Exact execution of a `Schedule` in one jitted SPMD program per wave.
+"""Exact execution of a `Schedule` in one jitted SPMD program per block.
 
 Given a loss, initial weights, a server optimizer and a schedule, the engine
 produces exactly the weights the emulated parameter-server cluster would have
 produced (docs/design.md, *Engine*):
 
-1. the schedule is cut into waves (`stalesgd.engine.waves`): runs of updates
+1. the schedule is cut into blocks (`stalesgd.engine.blocks`): runs of updates
    whose contributions were all computed at weights that already exist;
-2. one jitted step per wave computes every contribution of the wave in
+2. one jitted step per block computes every contribution of the block in
    parallel, each at its own past weights read from the ring buffer
    (`stalesgd.engine.ring_buffer`), with its learner's own mini-batch; the
    slots are spread over the mesh's learner axis with `jax.shard_map`;
-3. the same step applies the wave's updates in order with a loop over
+3. the same step applies the block's updates in order with a loop over
    the precomputed gradients (cheap element-wise work): for update u it calls
    the server optimizer on the stack of its c contributions,
    ``optimizer.update(grads[c, ...], opt_state, w_u, staleness=sigma[c],
@@ -53,7 +53,7 @@ from stalesgd import sharding as sharding_lib
 from stalesgd import transforms
 from stalesgd.dispatch import DispatchLimiter
 from stalesgd.engine import ring_buffer
-from stalesgd.engine.waves import Wave, WavePlan, plan_waves
+from stalesgd.engine.blocks import Block, BlockPlan, plan_blocks
 from stalesgd.schedule.schedule import Schedule
 
 PyTree = Any
@@ -61,7 +61,7 @@ LossFn = Callable[[PyTree, PyTree], Any]
 BatchFn = Callable[[np.ndarray, np.ndarray], PyTree]
 
 GRADIENT_STRATEGIES = ("unroll", "vmap")
-UNROLLED_SLOTS_PER_DEVICE = 4  # gradient slots one device unrolls per wave (see `Engine.plan`)
+UNROLLED_SLOTS_PER_DEVICE = 4  # gradient slots one device unrolls per block (see `Engine.plan`)
 
 
 class EngineState(NamedTuple):
@@ -80,8 +80,8 @@ class EngineState(NamedTuple):
   step: jax.Array
 
 
-class WaveMetrics(NamedTuple):
-  """Per-update measurements of one wave (device arrays; rows past the wave's
+class BlockMetrics(NamedTuple):
+  """Per-update measurements of one block (device arrays; rows past the block's
   ``num_updates`` are padding).
 
   Attributes:
@@ -155,7 +155,7 @@ class Engine:
     self.gradient_strategy = strategy
     self._replicated = NamedSharding(self.mesh, P())
     self._split = NamedSharding(self.mesh, P(axis_name))
-    self._wave_step = jax.jit(self._wave_step_impl, donate_argnums=0)
+    self._block_step = jax.jit(self._block_step_impl, donate_argnums=0)
     self._dispatch = DispatchLimiter()
 
   # ---------------------------------------------------------------- sharding
@@ -186,22 +186,22 @@ class Engine:
         step=self._replicated)
 
   # ---------------------------------------------------------------- planning
-  def plan(self, schedule: Schedule, **options) -> WavePlan:
-    """Cuts ``schedule`` into waves for this engine's mesh (see `plan_waves`).
+  def plan(self, schedule: Schedule, **options) -> BlockPlan:
+    """Cuts ``schedule`` into blocks for this engine's mesh (see `plan_blocks`).
 
     Unless ``max_slots_per_device`` is given, on a CPU backend unrolled gradients
-    are capped at `UNROLLED_SLOTS_PER_DEVICE` per device and wave: on XLA:CPU a device's
+    are capped at `UNROLLED_SLOTS_PER_DEVICE` per device and block: on XLA:CPU a device's
     gradients run slower per gradient the more of them one program unrolls, and
     compile longer (docs/performance.md, *What was changed*). `vmap` batches its slots into one kernel, and an
     accelerator runs many small kernels in one program well, so both keep
-    `plan_waves`'s wider default.
+    `plan_blocks`'s wider default.
     """
     if self.gradient_strategy == "unroll" and self.mesh.devices.flat[0].platform == "cpu":
       options.setdefault("max_slots_per_device", UNROLLED_SLOTS_PER_DEVICE)
-    return plan_waves(schedule, num_devices=self.num_devices, **options)
+    return plan_blocks(schedule, num_devices=self.num_devices, **options)
 
   # ------------------------------------------------------------------- state
-  def init(self, params: PyTree, plan: WavePlan, *, ring_depth: int | None = None) -> EngineState:
+  def init(self, params: PyTree, plan: BlockPlan, *, ring_depth: int | None = None) -> EngineState:
     """The state before the first update: w_0 = ``params`` everywhere.
 
     Args:
@@ -285,7 +285,7 @@ class Engine:
     return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(axis), P(axis)),
                          out_specs=(P(axis), P(axis)))(weights, batch)
 
-  def _wave_step_impl(self, state: EngineState, num_updates, timestamp, staleness, learner,
+  def _block_step_impl(self, state: EngineState, num_updates, timestamp, staleness, learner,
                       slot_timestamp, batch):
     rows, contributions = timestamp.shape
     losses, grads = self._gradients(state.ring, slot_timestamp, batch)
@@ -302,7 +302,7 @@ class Engine:
     losses = losses.reshape(rows, contributions)
 
     def apply_update(row, carry):
-      # Only the wave's real updates run (a dynamic trip count), so padding rows
+      # Only the block's real updates run (a dynamic trip count), so padding rows
       # cost nothing and no conditional has to carry the ring buffer.
       params, opt_state, ring, step, applied = carry
       row_grads = jax.tree_util.tree_map(lambda leaf: leaf[row], grads)
@@ -318,43 +318,43 @@ class Engine:
 
     carry = (state.params, state.opt_state, state.ring, state.step, jnp.ones((rows,), jnp.float32))
     params, opt_state, ring, step, applied = jax.lax.fori_loop(0, num_updates, apply_update, carry)
-    return self._constrain(EngineState(params, opt_state, ring, step)), WaveMetrics(losses, applied)
+    return self._constrain(EngineState(params, opt_state, ring, step)), BlockMetrics(losses, applied)
 
   def _constrain(self, state: EngineState) -> EngineState:
     return jax.lax.with_sharding_constraint(state, self.state_shardings(state))
 
-  def make_batch(self, batch_fn: BatchFn, wave: Wave) -> PyTree:
-    """The wave's mini-batches as global arrays split over the learner axis."""
-    return sharding_lib.rows_from_batch_fn(batch_fn, wave.slot_learner, wave.slot_batch_index, self._split)
+  def make_batch(self, batch_fn: BatchFn, block: Block) -> PyTree:
+    """The block's mini-batches as global arrays split over the learner axis."""
+    return sharding_lib.rows_from_batch_fn(batch_fn, block.slot_learner, block.slot_batch_index, self._split)
 
-  def step(self, state: EngineState, plan: WavePlan, wave_index: int, batch_fn: BatchFn
-           ) -> tuple[EngineState, WaveMetrics]:
-    """Executes wave ``wave_index`` of ``plan`` (asynchronously dispatched)."""
-    wave = plan.wave(wave_index)
-    self._check_history(ring_buffer.ring_depth(state.ring), int(wave.staleness.max(initial=0)),
-                        f"wave {wave_index}")
-    batch = self.make_batch(batch_fn, wave)
-    wave_inputs = [sharding_lib.global_array(host, self._replicated)
-                   for host in (np.int32(wave.num_updates), wave.timestamp, wave.staleness, wave.learner)]
-    slot_timestamp = sharding_lib.global_array(wave.slot_timestamp, self._split)
-    state, metrics = self._wave_step(state, *wave_inputs, slot_timestamp, batch)
+  def step(self, state: EngineState, plan: BlockPlan, block_index: int, batch_fn: BatchFn
+           ) -> tuple[EngineState, BlockMetrics]:
+    """Executes block ``block_index`` of ``plan`` (asynchronously dispatched)."""
+    block = plan.block(block_index)
+    self._check_history(ring_buffer.ring_depth(state.ring), int(block.staleness.max(initial=0)),
+                        f"block {block_index}")
+    batch = self.make_batch(batch_fn, block)
+    block_inputs = [sharding_lib.global_array(host, self._replicated)
+                   for host in (np.int32(block.num_updates), block.timestamp, block.staleness, block.learner)]
+    slot_timestamp = sharding_lib.global_array(block.slot_timestamp, self._split)
+    state, metrics = self._block_step(state, *block_inputs, slot_timestamp, batch)
     self._dispatch.dispatched(metrics.lr_scale)
     return state, metrics
 
-  def iterate(self, state: EngineState, plan: WavePlan, batch_fn: BatchFn, *, start_wave: int = 0,
-              stop_wave: int | None = None) -> Iterator[tuple[int, EngineState, WaveMetrics]]:
-    """Yields ``(wave_index, state, metrics)`` after dispatching each wave.
+  def iterate(self, state: EngineState, plan: BlockPlan, batch_fn: BatchFn, *, start_block: int = 0,
+              stop_block: int | None = None) -> Iterator[tuple[int, EngineState, BlockMetrics]]:
+    """Yields ``(block_index, state, metrics)`` after dispatching each block.
 
-    Dispatch is asynchronous: the host prepares the next wave's batches while
-    the devices compute; reading a metric waits for its wave.
+    Dispatch is asynchronous: the host prepares the next block's batches while
+    the devices compute; reading a metric waits for its block.
     """
-    stop_wave = plan.num_waves if stop_wave is None else stop_wave
-    for wave_index in range(start_wave, stop_wave):
-      state, metrics = self.step(state, plan, wave_index, batch_fn)
-      yield wave_index, state, metrics
+    stop_block = plan.num_blocks if stop_block is None else stop_block
+    for block_index in range(start_block, stop_block):
+      state, metrics = self.step(state, plan, block_index, batch_fn)
+      yield block_index, state, metrics
 
-  def run(self, state: EngineState, plan: WavePlan, batch_fn: BatchFn, **iterate_options) -> EngineState:
-    """Executes the plan's waves (all by default) and returns the final state."""
+  def run(self, state: EngineState, plan: BlockPlan, batch_fn: BatchFn, **iterate_options) -> EngineState:
+    """Executes the plan's blocks (all by default) and returns the final state."""
     for _, state, _ in self.iterate(state, plan, batch_fn, **iterate_options):
       pass
     return state

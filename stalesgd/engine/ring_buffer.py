@@ -35,7 +35,7 @@ def ring_init(params: PyTree, depth: int) -> RingBuffer:
   """A ring of ``depth`` slots holding w_0 = ``params`` at timestamp 0.
 
   The other slots also start as copies of w_0; they are only read after being
-  written, which the wave planner guarantees.
+  written, which the block planner guarantees.
   """
   if depth < 1:
     raise ValueError(f"ring depth must be >= 1, got {depth}")

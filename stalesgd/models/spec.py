@@ -203,7 +203,7 @@ class ModelSpec:
       total = self._add_batch_moments(total, params, jnp.asarray(batch["image"]))
       # One program in flight at a time: with parameters sharded over several devices each call holds
       # collectives, and on XLA:CPU a queue of such programs can deadlock (a device's launch waits on its
-      # in-flight limit while the others wait for it in an all-gather), as the engine's waves did. A
+      # in-flight limit while the others wait for it in an all-gather), as the engine's blocks did. A
       # ResNet-20 study aborted so ("Termination timeout for all gather") while the per-batch sums were
       # still eager additions, one program per batch-norm leaf.
       jax.block_until_ready(total)

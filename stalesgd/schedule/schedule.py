@@ -157,7 +157,7 @@ class Schedule:
     """int64 [stop - first, c]: sigma = u - j of each contribution applied by updates u in [first, stop).
 
     The one place sigma is computed from the schedule (`staleness`, the
-    engine's waves and the training loop's records all read it).
+    engine's blocks and the training loop's records all read it).
     """
     return np.arange(first, stop, dtype=np.int64)[:, None] - self.timestamp[first:stop]
 

@@ -1,6 +1,6 @@
 """The engine on 2 processes x 4 CPU devices (gloo, 127.0.0.1) equals the engine on 1 process x 8.
 
-A few waves of async and 2-softsync schedules on the oracle's small CNN, with
+A few blocks of async and 2-softsync schedules on the oracle's small CNN, with
 DC-ASGD-a and 1/sigma (so every stale gradient is computed at, and corrected
 with, its own past weights from the ring buffer). The whole final state must be
 bit-identical: weights, ring buffer and optimizer state. Bit-identity is
@@ -53,7 +53,7 @@ def test_two_processes_of_four_devices_equal_one_process_of_eight(devices, tmp_p
     assert int(outputs["process_count"]) == 2 and int(outputs["device_count"]) == len(devices)
     for schedule_name in engine_multiprocess_worker.SCHEDULES:
       assert int(outputs[f"{schedule_name}/max_staleness"]) >= 2, "stale weights must matter"
-      assert int(outputs[f"{schedule_name}/num_waves"]) >= 3
+      assert int(outputs[f"{schedule_name}/num_blocks"]) >= 3
       # The state spans both processes and much of it is split over parameters, not replicated.
       assert not outputs[f"{schedule_name}/fully_addressable"]
       assert int(outputs[f"{schedule_name}/split_leaves"]) >= 4

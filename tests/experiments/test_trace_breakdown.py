@@ -6,7 +6,7 @@ import pytest
 
 from experiments.benchmarks.trace_analysis import category, device_seconds, per_gradient
 
-MODULE = "jit__wave_step_impl"
+MODULE = "jit__block_step_impl"
 
 
 def _op(name, ts, dur, device="0", tid=1, module=MODULE):

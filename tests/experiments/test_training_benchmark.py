@@ -51,11 +51,11 @@ def test_the_emulator_ends_with_the_engines_weights(protocol, n):
   engine = engine_lib.Engine(run.model.loss_fn, run.optimizer, has_aux=True)
   plan = engine.plan(run.schedule)
   state = engine.init(run.params, plan)
-  wave = 0
-  while plan.wave_starts[wave] < updates:
-    state, _ = engine.step(state, plan, wave, run.batches)
-    wave += 1
-  assert plan.wave_starts[wave] == updates, "pick a length at a wave boundary"
+  block = 0
+  while plan.block_starts[block] < updates:
+    state, _ = engine.step(state, plan, block, run.batches)
+    block += 1
+  assert plan.block_starts[block] == updates, "pick a length at a block boundary"
   # Two programs compiled differently: equal to float32 rounding, not bit for bit.
   for mine, theirs, initial in zip(jax.tree_util.tree_leaves(emulator.params()),
                                    jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(run.params)):

@@ -40,8 +40,8 @@ from tests.helpers.train_helpers import complete_checkpoints, log_tail, main_com
 SECONDS_PER_BLOCK = 0.08
 # Seconds after a launch's first checkpoint. The seeds below draw delays of 0.39-1.03 s. A launch waits for a
 # checkpoint newer than the one it resumed from (up to ~1 s of checkpoint interval, ~13 blocks), then for the delay
-# (up to ~13 blocks): at most ~25-30 blocks per launch, fewer than the 3-epoch run's ~84 waves (~70 DC-S3GD steps)
-# hold over its kills. (With one epoch, 28 waves, a full-suite run once reached the end before its third kill.)
+# (up to ~13 blocks): at most ~25-30 blocks per launch, fewer than the 3-epoch run's ~84 blocks (~70 DC-S3GD steps)
+# hold over its kills. (With one epoch, 28 blocks, a full-suite run once reached the end before its third kill.)
 MAX_KILL_DELAY = 1.5
 NUM_EPOCHS = 3.0
 KILLS = {"async_dc": 3, "dcs3gd": 2}

@@ -12,7 +12,7 @@ evaluating every quarter epoch; ``arg`` picks the protocol:
 
 * ``hardsync`` (default): synchronous SGD, 23 updates;
 * ``async_dc``: async with DC-ASGD-a (lambda_0 = 2, m = 0.95), 187 updates in
-  about 28 waves, so the ring buffer, the MeanSquare and the momentum are all
+  about 28 blocks, so the ring buffer, the MeanSquare and the momentum are all
   part of the state a resume must restore;
 * ``dcs3gd``: DC-S3GD with S = 1 and the adaptive correction on the 8 devices
   (one learner each), 23 steps, so the in-flight update queue is part of it.

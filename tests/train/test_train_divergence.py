@@ -1,8 +1,8 @@
 """A diverging run stops with `FloatingPointError` naming the update and leaves a good checkpoint behind.
 
-Async DC-ASGD-a with alpha_0 = 10^4 on the tiny MLP: the first wave's losses
+Async DC-ASGD-a with alpha_0 = 10^4 on the tiny MLP: the first block's losses
 (at the initial weights) are finite, a checkpoint of its result is started,
-and the loss becomes NaN a couple of waves later. The checkpoint is written in
+and the loss becomes NaN a couple of blocks later. The checkpoint is written in
 the background, so the run must finish writing it before the error leaves
 `train_and_evaluate`; otherwise a process that dies of the error loses it.
 """

@@ -106,7 +106,7 @@ def test_sigterm_to_a_two_process_run_saves_exits_zero_and_the_restart_resumes_e
 
   Timed checkpoints are off (one per hour, after the first), so the checkpoint
   at the preempted update can only come from the SIGTERM. A parameter-server run advances its
-  update count by a whole wave per block, which once made the processes miss
+  update count by a whole block per block, which once made the processes miss
   JAX's preemption sync point and train on to the end.
   """
   workdir, log = tmp_path / "two_processes", tmp_path / "local_sh.log"

@@ -5,7 +5,7 @@ in the test process is harmless), never by file path.
 
 * `dcs3gd_worker`: a few DC-S3GD steps on a small regression problem, as one
   process of a `multiprocess_harness` or ``launch/local.sh`` run.
-* `engine_multiprocess_worker`: a few engine waves with delay compensation, as
+* `engine_multiprocess_worker`: a few engine blocks with delay compensation, as
   one process of a multi-process run.
 * `multiprocess_checkpoint_worker`: one of two processes saving, restoring and
   being preempted with a state sharded across both (tests/infra/test_checkpoint.py).

@@ -1,4 +1,4 @@
-"""A few waves of the engine with delay compensation, as one process of a multi-process run.
+"""A few blocks of the engine with delay compensation, as one process of a multi-process run.
 
 Run by `multiprocess_harness.run_processes` (``--coordinator_address``,
 ``--num_processes``, ``--process_id``, ``--output``), and imported by
@@ -43,7 +43,7 @@ def make_optimizer():
 
 
 def train(schedule_name: str, *, seed: int = 0):
-  """Runs every wave of a NUM_UPDATES-update schedule on all devices; returns (schedule, plan, final state)."""
+  """Runs every block of a NUM_UPDATES-update schedule on all devices; returns (schedule, plan, final state)."""
   from stalesgd import engine as engine_lib
   from stalesgd import schedule as schedule_lib
 
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> None:
     schedule, plan, state = train(schedule_name)
     arrays.update(gather_state(schedule_name, state))
     arrays[f"{schedule_name}/max_staleness"] = np.asarray(schedule.max_staleness)
-    arrays[f"{schedule_name}/num_waves"] = np.asarray(plan.num_waves)
+    arrays[f"{schedule_name}/num_blocks"] = np.asarray(plan.num_blocks)
     leaves = jax.tree_util.tree_leaves(state)
     # Leaves this process holds only part of: the parameter-sharded server state.
     arrays[f"{schedule_name}/split_leaves"] = np.asarray(

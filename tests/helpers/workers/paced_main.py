@@ -3,7 +3,7 @@
 Run as ``python -m tests.helpers.workers.paced_main SECONDS_PER_BLOCK <experiments.main flags>``, or with
 ``PACED_SECONDS_PER_BLOCK=SECONDS`` in the environment (for launchers that put their flags first).
 
-The tiny test runs execute a block (a wave, or a decentralized step) in a few
+The tiny test runs execute a block (a block, or a decentralized step) in a few
 milliseconds, so a test that waits for a checkpoint and then sends SIGKILL or
 SIGTERM could find the run already finished. Sleeping before each block (as a
 slow cluster would) keeps every run in flight for seconds without changing any

@@ -1,4 +1,4 @@
-"""Wave planning, the ring buffer, and the engine's refusals."""
+"""Block planning, the ring buffer, and the engine's refusals."""
 
 from __future__ import annotations
 
@@ -18,43 +18,44 @@ from tests.helpers.engine_oracle import MODELS, Data
 
 def _check_plan(plan):
   schedule = plan.schedule
-  starts = plan.wave_starts
+  starts = plan.block_starts
   assert starts[0] == 0 and starts[-1] == schedule.num_updates
-  assert np.all(np.diff(starts) >= 1) and np.all(np.diff(starts) <= plan.rows_per_wave)
-  assert plan.slots_per_wave >= plan.rows_per_wave * schedule.contributions_per_update
-  for index in range(plan.num_waves):
-    wave = plan.wave(index)
-    # Every contribution of the wave was computed at weights that exist when the wave starts.
-    assert wave.timestamp[wave.row_valid].max() <= wave.first_update
-    real = slice(0, wave.num_updates)
-    np.testing.assert_array_equal(wave.learner[real], schedule.learner[wave.first_update:wave.first_update + wave.num_updates])
-    assert np.all(wave.staleness[~wave.row_valid] == 0)
+  assert np.all(np.diff(starts) >= 1) and np.all(np.diff(starts) <= plan.rows_per_block)
+  assert plan.slots_per_block >= plan.rows_per_block * schedule.contributions_per_update
+  for index in range(plan.num_blocks):
+    block = plan.block(index)
+    # Every contribution of the block was computed at weights that exist when the block starts.
+    assert block.timestamp[block.row_valid].max() <= block.first_update
+    real = slice(0, block.num_updates)
+    updates = slice(block.first_update, block.first_update + block.num_updates)
+    np.testing.assert_array_equal(block.learner[real], schedule.learner[updates])
+    assert np.all(block.staleness[~block.row_valid] == 0)
 
 
 @pytest.mark.parametrize("protocol, options", [("async", {}), ("softsync", {"n": 4}), ("hardsync", {}),
                                                 ("ssp", {"s": 3}), ("drop_stale", {"max_staleness": 5})])
 @pytest.mark.parametrize("devices", [1, 8])
-def test_waves_only_read_existing_weights_and_cover_the_schedule(protocol, options, devices):
+def test_blocks_only_read_existing_weights_and_cover_the_schedule(protocol, options, devices):
   schedule = schedule_lib.simulate(protocol, learners=16, num_updates=300, seed=1, **options)
-  plan = engine_lib.plan_waves(schedule, num_devices=devices)
-  assert plan.slots_per_wave % devices == 0
+  plan = engine_lib.plan_blocks(schedule, num_devices=devices)
+  assert plan.slots_per_block % devices == 0
   _check_plan(plan)
 
 
-def test_async_waves_match_the_cluster_concurrency():
-  """With lambda identical learners, a wave holds about lambda gradients, so the
+def test_async_blocks_match_the_cluster_concurrency():
+  """With lambda identical learners, a block holds about lambda gradients, so the
   emulator's parallelism equals the emulated cluster's."""
   timing = schedule_lib.TimingModel(jitter="deterministic")
   schedule = schedule_lib.simulate("async", learners=32, num_updates=2000, seed=0, timing=timing)
-  plan = engine_lib.plan_waves(schedule, num_devices=8)
-  assert plan.slots_per_wave == 32
+  plan = engine_lib.plan_blocks(schedule, num_devices=8)
+  assert plan.slots_per_block == 32
   assert plan.slot_utilisation > 0.95
 
 
-def test_explicit_rows_per_wave_is_respected():
+def test_explicit_rows_per_block_is_respected():
   schedule = schedule_lib.simulate("async", learners=8, num_updates=100, seed=0)
-  plan = engine_lib.plan_waves(schedule, num_devices=8, rows_per_wave=3)
-  assert plan.rows_per_wave == 3 and plan.slots_per_wave == 8
+  plan = engine_lib.plan_blocks(schedule, num_devices=8, rows_per_block=3)
+  assert plan.rows_per_block == 3 and plan.slots_per_block == 8
   _check_plan(plan)
 
 
@@ -91,14 +92,14 @@ def test_a_ring_too_shallow_for_the_schedule_is_refused():
     engine.init(MODELS["mlp"][1](), plan, ring_depth=3)
 
 
-def test_a_state_whose_ring_is_too_shallow_for_a_wave_is_refused():
+def test_a_state_whose_ring_is_too_shallow_for_a_block_is_refused():
   """A state built for a fresher schedule never silently reads overwritten weights."""
   engine = _engine()
   fresh = engine.plan(schedule_lib.simulate("softsync", learners=8, n=1, num_updates=50, seed=0))
   stale = engine.plan(schedule_lib.simulate("async", learners=8, num_updates=50, seed=0))
   state = engine.init(MODELS["mlp"][1](), fresh)
   with pytest.raises(ValueError, match="ring_depth"):
-    engine.step(state, stale, stale.num_waves - 1, Data((6,)))
+    engine.step(state, stale, stale.num_blocks - 1, Data((6,)))
 
 
 def test_an_optimizer_that_does_not_reduce_the_stack_is_refused_before_compiling():
@@ -115,12 +116,12 @@ def test_bad_arguments_are_refused():
   with pytest.raises(ValueError, match="axis_name"):
     engine_lib.Engine(loss_fn, optax.sgd(0.1), axis_name="workers")
   schedule = schedule_lib.simulate("async", learners=4, num_updates=10, seed=0)
-  with pytest.raises(ValueError, match="rows_per_wave"):
-    engine_lib.plan_waves(schedule, rows_per_wave=0)
-  plan = engine_lib.plan_waves(schedule)
-  inside_a_wave = next(u for u in range(schedule.num_updates) if u not in set(plan.wave_starts.tolist()))
+  with pytest.raises(ValueError, match="rows_per_block"):
+    engine_lib.plan_blocks(schedule, rows_per_block=0)
+  plan = engine_lib.plan_blocks(schedule)
+  inside_a_block = next(u for u in range(schedule.num_updates) if u not in set(plan.block_starts.tolist()))
   with pytest.raises(ValueError, match="resume"):
-    plan.wave_of_update(inside_a_wave)
+    plan.block_of_update(inside_a_block)
 
 
 def test_metrics_report_losses_and_the_applied_learning_rate_scale():
@@ -130,21 +131,21 @@ def test_metrics_report_losses_and_the_applied_learning_rate_scale():
   plan = engine.plan(schedule)
   state = engine.init(init_params(), plan)
   for index, state, metrics in engine.iterate(state, plan, Data(input_shape)):
-    wave = plan.wave(index)
-    sigma = wave.staleness[:wave.num_updates, 0]
+    block = plan.block(index)
+    sigma = block.staleness[:block.num_updates, 0]
     expected = np.where(sigma > 0, 1.0 / np.maximum(sigma, 1), 1.0)
-    np.testing.assert_allclose(np.asarray(metrics.lr_scale)[:wave.num_updates], expected, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(metrics.lr_scale)[:block.num_updates], expected, rtol=1e-6)
     assert np.all(np.isfinite(np.asarray(metrics.loss)))
 
 
-def test_on_cpu_the_engine_unrolls_at_most_four_gradients_per_device_and_wave():
-  # 128 deterministic learners could fill waves of 128 slots; unrolled on XLA:CPU, 4 per device ran fastest.
+def test_on_cpu_the_engine_unrolls_at_most_four_gradients_per_device_and_block():
+  # 128 deterministic learners could fill blocks of 128 slots; unrolled on XLA:CPU, 4 per device ran fastest.
   timing = schedule_lib.TimingModel(jitter="deterministic")
   schedule = schedule_lib.simulate("async", learners=128, num_updates=1000, seed=0, timing=timing)
   loss_fn, _, _ = MODELS["mlp"]
   optimizer = optax.chain(stalesgd.average_contributions(), optax.sgd(0.1))
   unrolled = engine_lib.Engine(loss_fn, optimizer, gradient_strategy="unroll").plan(schedule)
-  assert unrolled.slots_per_wave <= engine_lib.UNROLLED_SLOTS_PER_DEVICE * 8 == 32
+  assert unrolled.slots_per_block <= engine_lib.UNROLLED_SLOTS_PER_DEVICE * 8 == 32
   batched = engine_lib.Engine(loss_fn, optimizer, gradient_strategy="vmap").plan(schedule)
-  assert batched.slots_per_wave > 32
+  assert batched.slots_per_block > 32
   _check_plan(unrolled)
