@@ -260,6 +260,10 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
     fail("dc_mean_square_bias_correction", True,
           f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
           f"delay_compensation={config.delay_compensation!r})")
+  if config.dc_per_learner_mean_square and schedule_lib.protocol_row(config.protocol).decentralized:
+    fail("dc_per_learner_mean_square", True,
+         f"False for protocol {config.protocol!r} (DC-S3GD keeps one MeanSquare per learner anyway; the field "
+         "chooses between the parameter server's two DC-ASGD-a conventions)")
   if config.dc_mean_square_bias_correction and schedule_lib.protocol_row(config.protocol).decentralized:
     fail("dc_mean_square_bias_correction", True,
           f"False for protocol {config.protocol!r} (DC-S3GD's own adaptive lambda has no bias correction; it is "

@@ -162,4 +162,6 @@ def run_label(config: ml_collections.ConfigDict) -> str:
     settings = decentral_settings(config)
     correction = settings.lambda_mode if settings.corrects else "none"
   dc = "" if correction == "none" else f", DC-{correction}"
+  if config.dc_mean_square_bias_correction:
+    dc += " bias-corrected"
   return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"

@@ -106,6 +106,7 @@ def dc_asgd(
     eps: optax.ScalarOrSchedule = 1e-7,
     layerwise: bool = False,
     num_learners: int | None = None,
+    bias_correction: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Asynchronous SGD with delay compensation (DC-ASGD-c, DC-ASGD-a).
 
@@ -131,6 +132,8 @@ def dc_asgd(
     eps: :math:`\epsilon` (adaptive only).
     layerwise: Layer-wise :math:`\lambda`.
     num_learners: One MeanSquare per learner (adaptive only; pass ``learner``).
+    bias_correction: Divide MeanSquare by its blend weight (adaptive only; an
+      ablation, not the paper's rule: see `scale_by_delay_compensation`).
 
   Returns:
     An `optax.GradientTransformationExtraArgs`.
@@ -153,7 +156,7 @@ def dc_asgd(
   return optax.chain(
       delay_compensation.scale_by_delay_compensation(
           dc_lambda=dc_lambda, adaptive=adaptive, decay=decay, eps=eps, layerwise=layerwise,
-          num_learners=num_learners),
+          num_learners=num_learners, bias_correction=bias_correction),
       contributions.average_contributions(),
       _server_sgd(learning_rate, momentum, nesterov),
   )

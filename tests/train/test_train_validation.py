@@ -64,6 +64,9 @@ BAD_CONFIGS = {
     "mean_square_bias_correction_with_dcs3gd": (
         dict(protocol="dcs3gd", delay_compensation="adaptive", dc_mean_square_bias_correction=True),
         r"config\.dc_mean_square_bias_correction=True is not allowed: False for protocol 'dcs3gd'"),
+    "per_learner_mean_square_with_dcs3gd": (
+        dict(protocol="dcs3gd", delay_compensation="adaptive", dc_per_learner_mean_square=True),
+        r"config\.dc_per_learner_mean_square=True is not allowed: False for protocol 'dcs3gd'"),
     "unknown_weight_decay_placement": (dict(weight_decay_placement="before_dc"),
                                        r"config\.weight_decay_placement='before_dc' is not allowed: one of "
                                        r"\('modulated', 'unmodulated'\)"),

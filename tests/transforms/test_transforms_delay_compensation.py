@@ -249,3 +249,15 @@ def test_done_when_dc_asgd_numbers(dc_lambda, expected):
                                 stale_params=STALE)
   # -0.1 * (g + lambda * g * g * (params - old)) with g * g * D = (1, -4)
   np.testing.assert_allclose(updates, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_dc_asgd_alias_passes_bias_correction_by_hand():
+  """First update of DC-ASGD-a: MeanSquare = (1-m) g*g; bias-corrected, divided by W = 1-m, it is g*g, so
+  lambda = lambda0 / |g| and coordinate 0 (g = 1, D = 1) gets g + lambda0 g g D = 1.5; uncorrected, lambda =
+  0.5 / sqrt(0.05 * 1) = 2.236 and it gets 3.236. Coordinate 1 has D = 0: g = 2 either way. Learning rate 0.1."""
+  updates = {}
+  for corrected in (False, True):
+    tx = stalesgd.dc_asgd(learning_rate=0.1, dc_lambda=0.5, adaptive=True, decay=0.95, bias_correction=corrected)
+    updates[corrected], _ = tx.update(GRADS, tx.init(PARAMS), PARAMS, staleness=1, stale_params=jnp.array([0.0, 1.0]))
+  np.testing.assert_allclose(updates[True], [-0.15, -0.2], rtol=1e-6)
+  np.testing.assert_allclose(updates[False], [-0.1 * (1 + 0.5 / math.sqrt(0.05)), -0.2], rtol=1e-6)
