@@ -45,7 +45,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from stalesgd.checkpoint.agreement import all_processes, barrier
+from stalesgd.checkpoint.agreement import all_processes, barrier, is_barrier_error, join_skipped_restore_barrier
 from stalesgd.checkpoint.errors import CheckpointError, _UnreadableCheckpoint
 from stalesgd.checkpoint.integrity import (CHECKSUMS_KEY, check_checksums, metadata_checksum,
                                            process_sharded_checksums, state_checksums)
@@ -78,8 +78,7 @@ def _check_optional_positive_int(name: str, value: Any) -> None:
     raise ValueError(f"{name} = {value!r}; allowed: None or an int >= 1")
 
 
-# What orbax says when a checkpoint's tree differs from the state to restore into.
-_STRUCTURE_MISMATCH = "tree structures do not match"
+_STRUCTURE_MISMATCH = "tree structures do not match"  # orbax: the checkpoint's tree is not the target's
 
 
 class Checkpointer:
@@ -293,6 +292,8 @@ class Checkpointer:
       )
       state, metadata = restored[_STATE], restored[_METADATA]
     except Exception as error:  # orbax and tensorstore raise ValueError, OSError, KeyError, JSONDecodeError...
+      if jax.process_count() > 1 and not is_barrier_error(error):  # the other processes may wait in it
+        join_skipped_restore_barrier(self._manager)
       raise _UnreadableCheckpoint(f"{type(error).__name__}: {_first_line(error)}") from error
     if not isinstance(metadata, Mapping):
       raise _UnreadableCheckpoint(f"its metadata is a {type(metadata).__name__}, not a JSON object")

@@ -1,7 +1,7 @@
 """Staleness-dependent scaling of gradients (staleness-aware learning rates).
 
-A gradient computed at timestamp j and applied at server timestamp i has
-staleness sigma = i - j >= 0. Scaling it by a weight s(sigma) <= 1 modulates the
+A gradient computed at timestamp j and applied by server update u has
+staleness sigma = u - j >= 0 (`stalesgd.schedule.Schedule.staleness_of`). Scaling it by a weight s(sigma) <= 1 modulates the
 learning rate per gradient: Zhang et al.'s alpha0 / sigma, Rudra's protocol-level
 alpha0 / <sigma>, FedBuff's 1 / sqrt(1 + sigma), and the drop-stale threshold.
 `staleness_weight` holds the rules as one pure function that the rest of the

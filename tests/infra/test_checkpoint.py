@@ -329,6 +329,22 @@ def _run_checkpoint_workers(directory: pathlib.Path, *mode: str) -> tuple[list[d
 
 
 @pytest.mark.multiprocess
+def test_a_read_error_on_one_process_only_falls_back_on_both_together(tmp_path):
+  """Process 1's shard files of the newest step emptied: orbax's read raises on process 1 before the barrier its
+  restore ends in, while process 0 reads its own shards and waits there. Both must fall back to the older step
+  together (process 1 joins that barrier; without it, process 0 saw a barrier name mismatch, then both hung)."""
+  _run_checkpoint_workers(tmp_path)
+  for data in (tmp_path / "4" / "state" / "ocdbt.process_1" / "d").iterdir():
+    data.write_bytes(b"")
+  results, errors = _run_checkpoint_workers(tmp_path, "restore")
+  for result in results:
+    assert result["restored_metadata"] == {"next_update": 1} and result["restored_shards_equal"]
+  assert "checkpoint 4" in errors[1] and "falling back" in errors[1], errors[1][-3000:]
+  assert "another process could not read its part" in errors[0], errors[0][-3000:]
+  assert (tmp_path / "4.unreadable").is_dir()
+
+
+@pytest.mark.multiprocess
 def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
   """Also: a bit flipped in a shard only process 1 holds makes both processes fall back to the older step."""
   results, _ = _run_checkpoint_workers(tmp_path)
