@@ -5,14 +5,14 @@
 #
 # Each process gets forced host CPU devices, and the flags
 #   --coordinator_address=127.0.0.1:<free port> --num_processes=N --process_id=<i>
-# before the program arguments. The program is `python -m experiments.main`
+# before the program arguments. The program is `python -m stalesgd.cli.train`
 # unless LAUNCH_MODULE names another module (or a .py script). The script waits
 # for all processes; when one fails it stops the others and exits with the
 # failed process's status (128+signal if it was killed), so a crash never leaves
 # the rest blocked in a collective. Output lines are prefixed with [process i].
 #
 # Environment:
-#   LAUNCH_MODULE              module or script to run (default experiments.main)
+#   LAUNCH_MODULE              module or script to run (default stalesgd.cli.train)
 #   LAUNCH_DEVICES_PER_PROCESS host devices per process (default 8/N; N must divide 8)
 #   LAUNCH_PORT                coordinator port (default: a free one)
 #   LAUNCH_KILL_GRACE          seconds between SIGTERM and SIGKILL for the others (default 5)
@@ -62,7 +62,7 @@ if ! [[ "$kill_grace" =~ ^[0-9]+$ ]]; then
 fi
 
 port=${LAUNCH_PORT:-$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
-target=${LAUNCH_MODULE:-experiments.main}
+target=${LAUNCH_MODULE:-stalesgd.cli.train}
 if [[ "$target" == *.py ]]; then
   program=("$python" "$target")
 else
