@@ -282,8 +282,8 @@ def _check_protocol(config, num_devices: int) -> None:
     if option.config_field is not None and bound is not None:
       require_int(config, option.config_field, minimum=option.low, maximum=bound)
   if config.eager_updates and not row.eager:
-    eager = [name for name in PROTOCOLS if schedule_lib.protocol_row(name).eager]
-    fail("eager_updates", True, f"False for protocol {protocol!r} (only {' / '.join(eager)} have eager updates)")
+    fail("eager_updates", True, f"False for protocol {protocol!r} (only {' / '.join(schedule_lib.EAGER_PROTOCOLS)} "
+                                 "have eager updates)")
   if not row.decentralized:
     return
   if config.learners != num_devices:
@@ -294,9 +294,8 @@ def _check_protocol(config, num_devices: int) -> None:
           config.staleness_rule if config.staleness_rule != "none" else config.gap_aware,
           f"'none'/False: protocol {protocol!r} has no per-gradient staleness (every step is S stale)")
   if not row.corrects and config.delay_compensation != "none":
-    corrected = [name for name in DECENTRALIZED_PROTOCOLS if schedule_lib.protocol_row(name).corrects]
-    fail("delay_compensation", config.delay_compensation,
-          f"'none' for protocol {protocol!r}; use protocol={corrected[0]!r} for the corrected variant")
+    fail("delay_compensation", config.delay_compensation, f"'none' for protocol {protocol!r}; use protocol="
+         f"{schedule_lib.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r} for the corrected variant")
 
 
 def _check_dataset(config) -> None:

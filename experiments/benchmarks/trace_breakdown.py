@@ -50,10 +50,16 @@ import sys
 import tempfile
 import time
 
+import jax
 from absl import app
 from absl import flags
 
+from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benchmark_config, cifar10_data_dir,
+                                           machine_description, parse_case)
+from experiments.benchmarks.round_robin import build_from_config
 from experiments.benchmarks.trace_analysis import CATEGORIES, device_seconds, per_gradient
+from stalesgd import device_layout
+from stalesgd.config import contributions_per_update
 
 _CASE = flags.DEFINE_string("case", "async:8", "protocol:learners, as in experiments.benchmarks.training.")
 _CHUNKS = flags.DEFINE_integer("chunks", 6, "Traced chunks per program (after one untraced warm-up chunk).")
@@ -76,10 +82,6 @@ def _trace_events(trace_dir: str) -> list[dict]:
 
 def _worker(program: str, case: str, data_dir: str, trace_dir: str, output: str, core: str = "") -> None:
   """Builds one program, runs a warm-up chunk, traces ``--chunks`` chunks, writes its breakdown."""
-  import jax  # pylint: disable=g-import-not-at-top  (after the device count is set)
-  from experiments.benchmarks.common import EngineChunks, benchmark_config, parse_case  # pylint: disable=g-import-not-at-top
-  from experiments.benchmarks.round_robin import build_from_config  # pylint: disable=g-import-not-at-top
-  from stalesgd.config import contributions_per_update  # pylint: disable=g-import-not-at-top
 
   protocol, n, learners = parse_case(case)
   config = benchmark_config(protocol, n, learners, data_dir, _TRAIN_EXAMPLES.value)
@@ -116,9 +118,6 @@ def main(argv):
   if _WORKER.value:
     _worker(*_WORKER.value.split(","))
     return
-  from experiments.benchmarks.common import (BATCH_PER_LEARNER, benchmark_config, cifar10_data_dir,  # pylint: disable=g-import-not-at-top
-                                             machine_description, parse_case)
-  from stalesgd import device_layout  # pylint: disable=g-import-not-at-top
 
   protocol, n, learners = parse_case(_CASE.value)
   # Every gradient consumes batch_per_learner examples of a one-epoch schedule: the warm-up and traced chunks,

@@ -117,10 +117,9 @@ def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
     raise ValueError(f"unknown DCS3GDConfig fields {unknown}; allowed: {sorted(fields)}")
   row = schedule.protocol_row(protocol)
   config = DCS3GDConfig(**{**row.fixed_settings, **overrides})
-  corrected = [name for name in PROTOCOLS if schedule.protocol_row(name).corrects]
   if not row.corrects and config.corrects:
     raise ValueError(f"protocol={protocol!r} has no correction; got dc_lambda={config.dc_lambda!r} "
-                     f"(use protocol={corrected[0]!r})")
+                     f"(use protocol={schedule.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r})")
   fixed_staleness = row.fixed_settings.get("staleness")
   if fixed_staleness is not None and config.staleness != fixed_staleness:
     raise ValueError(f"protocol={protocol!r} is synchronous; got staleness={config.staleness} "

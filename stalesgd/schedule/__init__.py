@@ -11,7 +11,9 @@ consumed, and when the update happened. It knows nothing about JAX or models.
 
 from stalesgd.schedule.events import EventTrace
 from stalesgd.schedule.schedule import Schedule
+from stalesgd.schedule.protocols import CORRECTED_DECENTRALIZED_PROTOCOLS
 from stalesgd.schedule.protocols import DECENTRALIZED_PROTOCOLS
+from stalesgd.schedule.protocols import EAGER_PROTOCOLS
 from stalesgd.schedule.protocols import PARAMETER_SERVER_PROTOCOLS
 from stalesgd.schedule.protocols import PROTOCOL_TABLE
 from stalesgd.schedule.protocols import PROTOCOLS
@@ -24,7 +26,9 @@ from stalesgd.schedule.timing import JITTERS
 from stalesgd.schedule.timing import TimingModel
 
 __all__ = [
+    "CORRECTED_DECENTRALIZED_PROTOCOLS",
     "DECENTRALIZED_PROTOCOLS",
+    "EAGER_PROTOCOLS",
     "EventTrace",
     "JITTERS",
     "PARAMETER_SERVER_PROTOCOLS",

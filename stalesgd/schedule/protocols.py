@@ -169,6 +169,10 @@ PROTOCOLS = tuple(PROTOCOL_TABLE)
 """Names `simulate` accepts."""
 PARAMETER_SERVER_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if not row.decentralized)
 DECENTRALIZED_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if row.decentralized)
+EAGER_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if row.eager)
+"""The protocols that take eager updates (``config.eager_updates``)."""
+CORRECTED_DECENTRALIZED_PROTOCOLS = tuple(name for name in DECENTRALIZED_PROTOCOLS if PROTOCOL_TABLE[name].corrects)
+"""The decentralized protocols that take a delay compensation (DC-S3GD)."""
 
 
 def protocol_row(name: str) -> Protocol:
@@ -260,5 +264,6 @@ def simulate(
                      f"got protocol={protocol!r}")
   return simulate_allreduce(
       protocol=protocol, learners=learners, num_updates=num_updates, timing=timing, seed=seed,
-      staleness=options.get("staleness", 0), overlap=options.get("overlap", False), options=provenance,
+      staleness=options.get("staleness", row.fixed_settings.get("staleness")), overlap=options.get("overlap", False),
+      options=provenance,
       progress=progress)
