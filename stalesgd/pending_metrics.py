@@ -37,8 +37,9 @@ class PendingMetrics:
   def __init__(self, schedule: Schedule, examples_per_update: int, per_epoch: float):
     self.schedule, self.examples_per_update, self.per_epoch = schedule, examples_per_update, per_epoch
     self._blocks: list[tuple[int, int, BlockMetrics]] = []
-    # Updates [first, stop) already on the host: (first, stop, float32 losses, float32 lr scales).
-    self._read: tuple[int, int, np.ndarray, np.ndarray] | None = None
+    # Updates [first, stop) already on the host: (first, stop, float32 losses, float32 lr scales,
+    # {diagnostic name: float32 values}).
+    self._read: tuple[int, int, np.ndarray, np.ndarray, dict[str, np.ndarray]] | None = None
     self._since_update: int | None = None
     self._since_wall: float | None = None
 
@@ -53,6 +54,7 @@ class PendingMetrics:
     if not self._blocks:
       return
     losses, scales = ([self._read[2]], [self._read[3]]) if self._read else ([], [])
+    diagnostics = {name: [values] for name, values in self._read[4].items()} if self._read else {}
     for first, stop, metrics in self._blocks:
       count = stop - first
       loss = np.asarray(jax.device_get(metrics.loss))[:count].mean(axis=1)
@@ -65,8 +67,11 @@ class PendingMetrics:
             "holds the last good weights", update=update)
       losses.append(loss)
       scales.append(np.asarray(jax.device_get(metrics.lr_scale))[:count])
+      for name, values in (metrics.diagnostics or {}).items():
+        diagnostics.setdefault(name, []).append(np.asarray(jax.device_get(values), np.float32).reshape(-1)[:count])
     first = self._read[0] if self._read else self._blocks[0][0]
-    self._read = (first, self._blocks[-1][1], np.concatenate(losses), np.concatenate(scales))
+    self._read = (first, self._blocks[-1][1], np.concatenate(losses), np.concatenate(scales),
+                  {name: np.concatenate(values) for name, values in diagnostics.items()})
     self._blocks.clear()
 
   def snapshot(self) -> dict[str, Any] | None:
@@ -74,22 +79,26 @@ class PendingMetrics:
     self._read_back()
     if self._read is None:
       return None
-    first, stop, losses, scales = self._read
-    return {"first": first, "stop": stop, "losses": losses.tolist(), "lr_scales": scales.tolist()}
+    first, stop, losses, scales, diagnostics = self._read
+    snapshot = {"first": first, "stop": stop, "losses": losses.tolist(), "lr_scales": scales.tolist()}
+    if diagnostics:
+      snapshot["diagnostics"] = {name: values.tolist() for name, values in diagnostics.items()}
+    return snapshot
 
   def restore(self, snapshot: dict[str, Any] | None) -> None:
     """Takes back what `snapshot` saved (float32, as read from the device, so records are bit-identical)."""
     self._blocks.clear()
     self._read = None if snapshot is None else (
         int(snapshot["first"]), int(snapshot["stop"]), np.asarray(snapshot["losses"], np.float32),
-        np.asarray(snapshot["lr_scales"], np.float32))
+        np.asarray(snapshot["lr_scales"], np.float32),
+        {name: np.asarray(values, np.float32) for name, values in snapshot.get("diagnostics", {}).items()})
 
   def flush(self, wall_time: float) -> dict[str, float]:
     """The record of the updates since the last flush; raises on a non-finite loss."""
     self._read_back()
     if self._read is None:
       return {}
-    first, stop, losses, scales = self._read
+    first, stop, losses, scales, diagnostics = self._read
     self._read = None
     staleness = self.schedule.staleness_of(first, stop)  # only this interval's rows
     elapsed = max(wall_time - self._since_wall, 1e-9)
@@ -102,6 +111,7 @@ class PendingMetrics:
         "sim_time": float(self.schedule.update_time[stop - 1]),
         "wall_time": wall_time,
         "images_per_s": (stop - self._since_update) * self.examples_per_update / elapsed,
+        **{name: float(values.mean()) for name, values in diagnostics.items()},
     }
     self.start(stop, wall_time)
     return record

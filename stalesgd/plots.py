@@ -131,6 +131,65 @@ def plot_curves(runs: Sequence[Run],
   return save_figure(figure, path)
 
 
+class Band(NamedTuple):
+  """One variant's curve over seeds: x values per axis field, the mean, its standard deviation, min and max."""
+  label: str
+  x: Mapping[str, Sequence[float | None]]
+  mean: Sequence[float]
+  std: Sequence[float]
+  low: Sequence[float]
+  high: Sequence[float]
+
+
+def plot_bands(bands: Sequence[Band],
+               path: str | os.PathLike[str],
+               *,
+               y: str = "test_error",
+               x: Sequence[str] = ("epoch", "sim_time"),
+               title: str | None = None) -> pathlib.Path:
+  """Like `plot_curves`, for several seeds per line: the mean, a ± std band, and min/max as dotted edges.
+
+  Args:
+    bands: one `Band` per variant; points whose x value is missing are left out.
+    path: the image to write; its directory is created.
+    y: the field the bands are of (the vertical axis label).
+    x: the x fields, one panel each (keys of every band's ``x``).
+    title: the figure's title.
+
+  Returns:
+    The path written.
+
+  Raises:
+    ValueError: if ``bands`` is empty.
+  """
+  if not bands:
+    raise ValueError("bands is empty; allowed: at least one Band")
+  x = tuple(x)
+  figure = Figure(figsize=(5.5 * len(x), 4.2), layout="constrained")
+  axes = figure.subplots(1, len(x), squeeze=False)[0]
+  for panel, x_field in zip(axes, x):
+    for index, band in enumerate(bands):
+      columns = [(float(x_value), mean, std, low, high)
+                 for x_value, mean, std, low, high in zip(band.x.get(x_field, ()), band.mean, band.std, band.low,
+                                                          band.high)
+                 if _is_finite_number(x_value)]
+      if not columns:
+        continue
+      x_values, mean, std, low, high = (np.array(column, dtype=np.float64) for column in zip(*sorted(columns)))
+      style = _line_style(index)
+      panel.plot(x_values, mean, label=band.label, marker="." if x_values.size < 30 else None, **style)
+      panel.fill_between(x_values, mean - std, mean + std, color=style["color"], alpha=0.2, linewidth=0)
+      panel.plot(x_values, low, color=style["color"], linestyle=":", linewidth=0.7)
+      panel.plot(x_values, high, color=style["color"], linestyle=":", linewidth=0.7)
+    panel.set_xlabel(AXIS_LABELS.get(x_field, x_field))
+    panel.set_ylabel(AXIS_LABELS.get(y, y))
+    panel.grid(alpha=0.3)
+    panel.legend(fontsize="small")
+  if title:
+    figure.suptitle(title)
+  return save_figure(figure, path)
+
+
 def plot_staleness_histograms(staleness: Mapping[str, Any],
                               path: str | os.PathLike[str],
                               *,

@@ -96,6 +96,12 @@ def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDCon
   return decentral.config_for_protocol(config.protocol, **overrides)
 
 
+# What DCS3GD.step measures per learner and the log records carry (mean over learners and updates):
+# ||g~ - g|| / ||g||, the correction's size relative to the gradient (0 without correction), and ||D||, how
+# far the consensus moved the learner's weights (docs/semantics.md, DC-S3GD).
+DECENTRALIZED_DIAGNOSTICS = ("correction_ratio", "displacement_norm")
+
+
 class DecentralizedRunner(_Blocks):
   """All-reduce protocols on real collectives, one learner per device."""
 
@@ -107,8 +113,8 @@ class DecentralizedRunner(_Blocks):
     # Per-learner losses live on their learners' devices (possibly other
     # processes'); a separate small program replicates them for the host, so
     # the step's only collective stays the weight all-reduce.
-    self._replicate_loss = jax.jit(lambda loss: loss.reshape(1, -1),
-                                   out_shardings=NamedSharding(self.mesh, PartitionSpec()))
+    self._replicate = jax.jit(lambda values: jax.tree.map(lambda value: value.reshape(1, -1), values),
+                              out_shardings=NamedSharding(self.mesh, PartitionSpec()))
     self._split = NamedSharding(self.mesh, PartitionSpec(self.protocol_config.axis_name))
     self.batches = batches
     self.num_updates = num_updates
@@ -126,8 +132,10 @@ class DecentralizedRunner(_Blocks):
     batch = sharding_lib.rows_from_batch_fn(self.batches, learners, np.full_like(learners, block), self._split)
     state, metrics = self.trainer.step(state, batch)
     self._dispatch.dispatched(metrics["loss"])
-    loss = self._replicate_loss(metrics["loss"])  # one update, one contribution per learner
-    return state, BlockMetrics(loss, np.ones(1, np.float32))
+    # One update, one contribution per learner; DC-S3GD's diagnostics as their mean over the learners.
+    replicated = self._replicate({name: metrics[name] for name in ("loss",) + DECENTRALIZED_DIAGNOSTICS})
+    diagnostics = {name: replicated[name].mean(axis=1) for name in DECENTRALIZED_DIAGNOSTICS}
+    return state, BlockMetrics(replicated["loss"], np.ones(1, np.float32), diagnostics)
 
   def params(self, state: decentral.DCS3GDState) -> Any:
     return self.trainer.consensus_params(state)

@@ -40,6 +40,7 @@ own devices.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
@@ -88,10 +89,14 @@ class BlockMetrics(NamedTuple):
     loss: float32 [R, c], loss of each contribution at its own weights and batch.
     lr_scale: float32 [R], learning-rate scale the staleness transform
       applied to the update (`stalesgd.transforms.lr_scale`; 1 without one).
+    diagnostics: more float32 [R] per-update measurements, by name, that the
+      log records carry as their mean over the records' updates (DC-S3GD's
+      ``correction_ratio`` and ``displacement_norm``); None for the engine.
   """
 
   loss: jax.Array
   lr_scale: jax.Array
+  diagnostics: Mapping[str, jax.Array] | None = None
 
 
 def default_gradient_strategy(backend: str) -> str:

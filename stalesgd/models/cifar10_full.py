@@ -15,10 +15,11 @@ the learning rate 0.001 of the paper assumes. Initialisation: Gaussian weights,
 std 1e-4 for conv1 and 0.01 elsewhere; biases 0.
 
 Multipliers (Caffe ``param`` blocks of ``cifar10_full_train_test.prototxt``):
-lr_mult 1 for weights and 2 for biases in every layer; decay_mult 250 for ip1's
-weights and 0 for ip1's bias, and Caffe's default decay_mult 1 for the conv
-layers' weights *and biases* (the prototxt sets no decay_mult there, and
-Caffe's default is 1 for every blob). With the solver's weight_decay 0.004 that
+lr_mult 1 for weights and 2 for biases in conv1, conv2 and ip1; conv3 has no
+``param`` block, so both its blobs take Caffe's default lr_mult 1; decay_mult
+250 for ip1's weights and 0 for ip1's bias, and Caffe's default decay_mult 1
+for the conv layers' weights *and biases* (the prototxt sets no decay_mult
+there, and Caffe's default is 1 for every blob). With the solver's weight_decay 0.004 that
 is 0.004 on the conv blobs and 1.0 on ip1's weights (algorithms.md §6: "fc: 1.0
 in Rudra's units"). Caffe applies the weight decay before the learning rate,
 so a blob's step is lr * lr_mult * (grad + weight_decay * decay_mult * w).
@@ -35,6 +36,7 @@ from stalesgd.models.spec import ModelSpec
 
 LRN_SIZE, LRN_ALPHA, LRN_BETA = 3, 5e-5, 0.75
 CLASSIFIER_NAME = "ip1"
+DEFAULT_MULTIPLIER_LAYERS = ("conv3",)  # layers without a Caffe ``param`` block: lr_mult 1 on every blob
 
 
 class Cifar10Full(nn.Module):
@@ -68,8 +70,15 @@ class Cifar10Full(nn.Module):
 
 
 def caffe_learning_rate_multiplier(path: tuple[str, ...]) -> float:
-  """Caffe lr_mult: 1 for weights, 2 for biases."""
+  """Caffe's usual lr_mult (``bvlc_alexnet``, most of ``cifar10_full``): 1 for weights, 2 for biases."""
   return 2.0 if path[-1] == "bias" else 1.0
+
+
+def cifar10_full_learning_rate_multiplier(path: tuple[str, ...]) -> float:
+  """Caffe lr_mult of cifar10_full: 1 for weights, 2 for biases, except conv3 (no ``param`` block): 1 for both."""
+  if path[0] in DEFAULT_MULTIPLIER_LAYERS:
+    return 1.0
+  return caffe_learning_rate_multiplier(path)
 
 
 def cifar10_full_weight_decay_multiplier(path: tuple[str, ...]) -> float:
@@ -90,5 +99,5 @@ def cifar10_full(*, num_classes: int = 10) -> ModelSpec:
   """
   return ModelSpec(
       name="cifar10_full", module=Cifar10Full(num_classes=num_classes), num_classes=num_classes,
-      default_image_shape=(32, 32, 3), learning_rate_rule=caffe_learning_rate_multiplier,
+      default_image_shape=(32, 32, 3), learning_rate_rule=cifar10_full_learning_rate_multiplier,
       weight_decay_rule=cifar10_full_weight_decay_multiplier)

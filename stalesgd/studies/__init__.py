@@ -1,4 +1,4 @@
-"""The papers' reproduction studies (`definitions`) and the sweep that runs them (`sweep`).
+"""The papers' reproduction studies (`definitions`), the sweep that runs them (`sweep`) and its report (`report`).
 
 ``stalesgd-reproduce --study=NAME`` (`stalesgd.cli.reproduce`; from a clone also
 ``python -m experiments.reproduce --study=NAME``) is the command line;
@@ -7,8 +7,11 @@
 
 from __future__ import annotations
 
-from stalesgd.studies.definitions import STUDIES, Study, Variant, study_config, study_run
-from stalesgd.studies.sweep import RunOutcome, SweepResult, run_study, run_variant, write_report
+from stalesgd.studies.definitions import (STUDIES, Claim, RunSettings, Study, Variant, compress_schedule,
+                                          study_config, study_run)
+from stalesgd.studies.report import write_report
+from stalesgd.studies.sweep import RunOutcome, SweepResult, Task, plan_tasks, run_study, run_variant
 
-__all__ = ["RunOutcome", "STUDIES", "Study", "SweepResult", "Variant", "run_study", "run_variant",
-           "study_config", "study_run", "write_report"]
+__all__ = ["Claim", "RunOutcome", "RunSettings", "STUDIES", "Study", "SweepResult", "Task", "Variant",
+           "compress_schedule", "plan_tasks", "run_study", "run_variant", "study_config", "study_run",
+           "write_report"]

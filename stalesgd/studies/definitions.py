@@ -98,6 +98,73 @@ def _flag_value(value: Any) -> str:
   return shlex.quote(str(value))
 
 
+CLAIM_KINDS = ("matches", "worse")
+NOT_DECIDED_ONE_SEED = "not decided (1 seed: no interval)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A published claim as a rule fixed before the runs: a variant against a reference, seed by seed.
+
+  The gap of seed s is d_s = value(variant, s) - value(reference, s), a run's
+  value being the mean of its last evaluations' test error (points; the
+  study's `Study.last_evaluations`). Its 95 % interval
+  (`stalesgd.studies.statistics.paired_interval`) decides:
+
+  * ``matches``: holds if the interval lies inside (-margin, +margin); does not
+    hold if it lies wholly outside; otherwise not decided;
+  * ``worse``: the variant is worse by more than ``margin``: holds if the
+    interval lies above +margin; does not hold if it lies below; otherwise not
+    decided.
+
+  With one seed there is no interval and the claim is not decided.
+
+  Attributes:
+    statement: the published claim, in the paper's terms.
+    variant: the slug of the variant it is about.
+    reference: the slug of the variant it is compared with.
+    kind: one of `CLAIM_KINDS`.
+    margin: test-error points.
+  """
+
+  statement: str
+  variant: str
+  reference: str
+  kind: str
+  margin: float
+
+  def __post_init__(self):
+    if self.kind not in CLAIM_KINDS:
+      raise ValueError(f"kind={self.kind!r}; allowed: one of {CLAIM_KINDS}")
+    if not self.margin > 0:
+      raise ValueError(f"margin={self.margin!r}; allowed: a number of test-error points > 0")
+
+  def rule(self, last_evaluations: int) -> str:
+    """The decision rule in words."""
+    gap = (f"the 95 % interval of the paired per-seed gap in test error ({self.variant} - {self.reference}, "
+           f"mean of the last {last_evaluations} evaluations)")
+    if self.kind == "matches":
+      return f"{gap} lies inside ±{self.margin:g} points"
+    return f"{gap} lies above +{self.margin:g} points"
+
+  def decide(self, low: float | None, high: float | None) -> str:
+    """``holds``, ``does not hold``, or why it is not decided, from the interval [low, high] (None: 1 seed)."""
+    if low is None or high is None:
+      return NOT_DECIDED_ONE_SEED
+    margin = self.margin
+    if self.kind == "matches":
+      if -margin < low and high < margin:
+        return "holds"
+      if low >= margin or high <= -margin:
+        return "does not hold"
+    else:
+      if low > margin:
+        return "holds"
+      if high < margin:
+        return "does not hold"
+    return "not decided (the interval crosses the margin)"
+
+
 @dataclasses.dataclass(frozen=True)
 class Study:
   """A grid of runs and what it should show.
@@ -113,6 +180,9 @@ class Study:
       quick already).
     short_epochs: epochs per run with ``quick`` and a data source (the paper's
       model and data, fewer epochs).
+    claims: the published claims the grid decides (`Claim`), fixed before it
+      runs.
+    last_evaluations: a run's value is the mean of this many last evaluations.
   """
 
   name: str
@@ -122,6 +192,8 @@ class Study:
   paper_data: bool = True
   has_quick: bool = True
   short_epochs: float = 1.0
+  claims: tuple[Claim, ...] = ()
+  last_evaluations: int = 3
 
   def __post_init__(self):
     labels = [variant.label for variant in self.variants]
@@ -129,6 +201,10 @@ class Study:
     if not labels or len(set(labels)) != len(labels) or len(set(slugs)) != len(slugs):
       raise ValueError(f"study {self.name!r}: variant labels {labels} must be non-empty and unique "
                        "(also as directory names)")
+    for claim in self.claims:
+      for slug in (claim.variant, claim.reference):
+        if slug not in slugs:
+          raise ValueError(f"study {self.name!r}: claim {claim.statement!r} names {slug!r}; allowed: one of {slugs}")
 
 
   def select(self, slugs: Sequence[str] | None) -> tuple[Variant, ...]:
@@ -152,18 +228,75 @@ def load_config_module(config_file: str):
   return importlib.import_module(f"{CONFIG_PACKAGE}.{config_file}")
 
 
-def study_run(study: Study, variant: Variant, *, quick: bool = False, data_source: str | None = None,
-              data_dir: str | None = None, num_epochs: float | None = None) -> tuple[ml_collections.ConfigDict, str]:
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+  """How a study's runs are built, beyond the grid itself: the flags of ``stalesgd-reproduce``.
+
+  Attributes:
+    quick: the CPU-sized version.
+    data_source: read the paper's data set from this source (``"tfds"`` or
+      ``"npz"``) instead of the config's.
+    data_dir: the source's directory.
+    num_epochs: epochs per run, overriding everything else; the learning-rate
+      decay epochs stay where the config puts them (so a short run may never
+      reach them).
+    schedule_epochs: the config's whole schedule compressed to this many
+      epochs: ``num_epochs`` becomes it and every learning-rate decay epoch is
+      moved to the same fraction of the run (`compress_schedule`).
+    eval_every_epochs: the evaluation interval of every run (None: the
+      config's, or `EVALUATIONS_PER_SHORT_RUN` evaluations of a shortened run).
+  """
+
+  quick: bool = False
+  data_source: str | None = None
+  data_dir: str | None = None
+  num_epochs: float | None = None
+  schedule_epochs: float | None = None
+  eval_every_epochs: float | None = None
+
+  def __post_init__(self):
+    for name in ("num_epochs", "schedule_epochs", "eval_every_epochs"):
+      value = getattr(self, name)
+      if value is not None and not value > 0:
+        raise ValueError(f"{name}={value!r}; allowed: a number of epochs > 0, or None")
+    if self.num_epochs is not None and self.schedule_epochs is not None:
+      raise ValueError(f"num_epochs={self.num_epochs} and schedule_epochs={self.schedule_epochs} given together; "
+                       "allowed: one of them (num_epochs shortens a run and keeps the decay epochs, "
+                       "schedule_epochs compresses the whole schedule)")
+
+
+def compress_schedule(config: ml_collections.ConfigDict, epochs: float) -> dict[str, Any]:
+  """The fields that compress ``config``'s training schedule to ``epochs`` epochs.
+
+  Every learning-rate decay epoch b of a ``config.num_epochs``-epoch schedule
+  moves to b x epochs / num_epochs, so the decays happen at the same fractions
+  of the run (Zhang et al.'s 140 epochs with x0.1 at 120 and 130 become, at
+  20 epochs, x0.1 at 17.14 and 18.57).
+
+  Returns:
+    ``{"num_epochs": epochs, "lr_decay_epochs": (...)}``, to set on the config.
+  """
+  original = float(config.num_epochs)
+  return {"num_epochs": float(epochs),
+          "lr_decay_epochs": tuple(float(boundary) * epochs / original for boundary in config.lr_decay_epochs)}
+
+
+def run_directory_name(seed: int) -> str:
+  """The sub-directory of a variant's directory that holds its run with ``seed``."""
+  return f"seed_{seed}"
+
+
+def study_run(study: Study, variant: Variant, settings: RunSettings = RunSettings(), *,
+              seed: int | None = None) -> tuple[ml_collections.ConfigDict, str]:
   """The config of one run of a study and the command that builds it (modes: the module docstring).
 
   Args:
     study: the study.
     variant: one of ``study.variants``.
-    quick: the CPU-sized version.
-    data_source: read the paper's data set from this source (``"tfds"`` or
-      ``"npz"``) instead of the config's.
-    data_dir: the source's directory.
-    num_epochs: epochs per run, overriding everything else.
+    settings: the study-level flags (`RunSettings`).
+    seed: the run's seed (``config.seed``: initialisation, data order,
+      augmentation and the timing model's jitter all derive from it); None
+      keeps the config's.
 
   Returns:
     (the run's config, the `Variant.command` whose config is the
@@ -174,25 +307,31 @@ def study_run(study: Study, variant: Variant, *, quick: bool = False, data_sourc
   """
   if variant not in study.variants:
     raise ValueError(f"variant {variant.label!r} is not part of study {study.name!r}")
-  on_paper_data = data_source is not None or data_dir is not None
+  on_paper_data = settings.data_source is not None or settings.data_dir is not None
   if on_paper_data and not study.paper_data:
-    raise ValueError(f"data_source={data_source!r}/data_dir={data_dir!r} given to study {study.name!r}, which "
-                     "runs on the embedded data only; allowed: no data source for this study")
-  quick_variant = quick and study.has_quick and not on_paper_data
+    raise ValueError(f"data_source={settings.data_source!r}/data_dir={settings.data_dir!r} given to study "
+                     f"{study.name!r}, which runs on the embedded data only; allowed: no data source for this study")
+  quick_variant = settings.quick and study.has_quick and not on_paper_data
   argument = f"{QUICK},{variant.config_variant}" if quick_variant else variant.config_variant
   config = load_config_module(variant.config_file).get_config(argument)
   for field, value in variant.overrides.items():
     config[field] = value
   extra: dict[str, Any] = {}
-  if data_source is not None:
-    extra["data_source"] = data_source
-  if data_dir is not None:
-    extra["data_dir"] = data_dir
-  if quick and on_paper_data:
+  if seed is not None and seed != config.seed:
+    extra["seed"] = int(seed)
+  if settings.data_source is not None:
+    extra["data_source"] = settings.data_source
+  if settings.data_dir is not None:
+    extra["data_dir"] = settings.data_dir
+  if settings.quick and on_paper_data:
     extra["num_epochs"] = study.short_epochs
-  if num_epochs is not None:
-    extra["num_epochs"] = num_epochs
-  if "num_epochs" in extra:
+  if settings.num_epochs is not None:
+    extra["num_epochs"] = settings.num_epochs
+  if settings.schedule_epochs is not None:
+    extra.update(compress_schedule(config, settings.schedule_epochs))
+  if settings.eval_every_epochs is not None:
+    extra["eval_every_epochs"] = float(settings.eval_every_epochs)
+  elif "num_epochs" in extra:
     # A shortened run still gets a learning curve, not just its final point.
     extra["eval_every_epochs"] = min(config.eval_every_epochs, extra["num_epochs"] / EVALUATIONS_PER_SHORT_RUN)
   for field, value in extra.items():
@@ -200,11 +339,27 @@ def study_run(study: Study, variant: Variant, *, quick: bool = False, data_sourc
   return config, variant.command(quick=quick_variant, extra=extra)
 
 
-def study_config(study: Study, variant: Variant, *, quick: bool = False, data_source: str | None = None,
-                 data_dir: str | None = None, num_epochs: float | None = None) -> ml_collections.ConfigDict:
+def study_config(study: Study, variant: Variant, settings: RunSettings = RunSettings(), *,
+                 seed: int | None = None) -> ml_collections.ConfigDict:
   """The config of one run of a study (`study_run`'s, without the command)."""
-  return study_run(study, variant, quick=quick, data_source=data_source, data_dir=data_dir,
-                   num_epochs=num_epochs)[0]
+  return study_run(study, variant, settings, seed=seed)[0]
+
+
+# The margins of the claims (test-error points), fixed before the runs: "matches" is Zhang et al.'s "virtually
+# indistinguishable" from hardsync; "fails" is worse by more than a third of the way to chance.
+ZHANG_CIFAR10_MATCH_MARGIN = 2.0
+ZHANG_MNIST_MATCH_MARGIN = 0.5
+ZHANG_FAILURE_MARGIN = 30.0
+
+
+def zhang_claims(match_margin: float, *, fixed_rate: bool = True) -> tuple[Claim, ...]:
+  """Zhang et al.'s claims at n = 15 and 30 against hardsync (lambda = 30): alpha_0/sigma matches, fixed fails."""
+  claims = [Claim(f"{n}-softsync with alpha_0/sigma matches hardsync (Zhang et al.: 'virtually indistinguishable')",
+                  f"{n}_softsync_a0_sigma", "hardsync", "matches", match_margin) for n in (15, 30)]
+  if fixed_rate:
+    claims += [Claim(f"{n}-softsync with the fixed alpha_0 fails (Zhang et al.: does not converge, 90 % error)",
+                     f"{n}_softsync_a0", "hardsync", "worse", ZHANG_FAILURE_MARGIN) for n in (15, 30)]
+  return tuple(claims)
 
 
 def zhang_cifar10() -> Study:
@@ -223,8 +378,22 @@ def zhang_cifar10() -> Study:
                           overrides={"n": ZHANG_N[-1]}, published={"test_error": RUDRA_TEST_ERROR}))
   return Study(
       name="zhang_cifar10", title="Zhang et al.: n-softsync, lambda=30, mu=4",
-      finding="fixed alpha_0 degrades as n grows and fails at n = 15, 30; alpha_0/sigma tracks hardsync",
-      variants=tuple(variants), short_epochs=1.0)
+      finding="Zhang et al. (CIFAR-10, 140 epochs): the fixed alpha_0 degrades as n grows and does not converge "
+              "at n = 15, 30 (90 % error); with alpha_0/sigma every n reaches hardsync's ~18 % error",
+      variants=tuple(variants), short_epochs=1.0, claims=zhang_claims(ZHANG_CIFAR10_MATCH_MARGIN))
+
+
+def zhang_mnist() -> Study:
+  """Zhang et al.'s grid on MNIST with a small CNN (`stalesgd.configs.zhang_mnist`), for several seeds."""
+  variants = [Variant("hardsync", "zhang_mnist", "hardsync")]
+  for rule, rule_label in (("fixed", "a0"), ("inverse", "a0/sigma")):
+    for n in (15, 30):
+      variants.append(Variant(f"{n}-softsync, {rule_label}", "zhang_mnist", f"softsync_{rule}", overrides={"n": n}))
+  return Study(
+      name="zhang_mnist", title="Zhang et al.'s grid on MNIST: lambda=30, mu=4, small CNN",
+      finding="Zhang et al. (on CIFAR-10): with the fixed alpha_0, n-softsync does not converge at n = 15, 30; "
+              "with alpha_0/sigma it is virtually indistinguishable from hardsync",
+      variants=tuple(variants), short_epochs=1.0, claims=zhang_claims(ZHANG_MNIST_MATCH_MARGIN))
 
 
 def rudra_mu_lambda() -> Study:
@@ -237,7 +406,8 @@ def rudra_mu_lambda() -> Study:
     variants.append(Variant(f"1-softsync, mu*lambda={product} (mu={batch})", "rudra_cifar10",
                             f"mu_lambda_{product}"))
   return Study(name="rudra_mu_lambda", title="Rudra: 1-softsync, lambda=30, fixed alpha_0, varying mu",
-               finding="test error grows with mu * lambda at a fixed alpha_0; mu * lambda ~ 128 matches the baseline",
+               finding="Rudra (CIFAR-10, 140 epochs): at a fixed alpha_0, test error grows with mu * lambda; "
+                       "mu * lambda ~ 128 matches the single learner's ~18 %",
                variants=tuple(variants), short_epochs=1.0)
 
 
@@ -259,8 +429,42 @@ def dcasgd_table1() -> Study:
     variants.append(Variant(f"{DCASGD_METHOD_NAMES['dcasgd_a_bc']}, M={learners}", "dcasgd_cifar10_resnet20",
                             "dcasgd_a_bc", overrides={"learners": learners}))
   return Study(name="dcasgd_table1", title="Zheng et al. Table 1: ResNet-20, CIFAR-10",
-               finding="DC-ASGD-a <= DC-ASGD-c <= ASGD in test error at M = 4 and 8",
+               finding="Zheng et al. Table 1 (160 epochs): test error DC-ASGD-a <= DC-ASGD-c <= ASGD at M = 4 and 8 "
+                       "(8.19 / 8.67 / 9.27 and 8.57 / 9.27 / 10.26 %)",
                variants=tuple(variants), short_epochs=1.0)
+
+
+DCS3GD_STALENESS = (1, 2, 4)
+DCS3GD_MATCH_MARGIN = 2.0  # test-error points: "keeps synchronous accuracy"
+DCS3GD_LAMBDA_MODES = {"constant": {"delay_compensation": "constant", "dc_lambda": 0.04},  # DC-ASGD-c's lambda
+                       "adaptive": {"delay_compensation": "adaptive", "dc_lambda": 2.0, "dc_decay": 0.95}}
+
+
+def dcs3gd_cifar10() -> Study:
+  """Rigazzi's DC-S3GD against S3GD and synchronous all-reduce on CIFAR-10 (`stalesgd.configs.dcs3gd_cifar10_full`).
+
+  All-reduce staleness S in {1, 2, 4} with and without the correction
+  (layer-wise lambda, the paper's mode), and the constant and adaptive lambda
+  modes at S = 4: 9 runs at M = 8, a global batch of 1,024.
+  """
+  config_file = "dcs3gd_cifar10_full"
+  variants = [Variant("all-reduce SGD (S=0)", config_file, "allreduce_sync")]
+  for staleness in DCS3GD_STALENESS:
+    variants.append(Variant(f"S3GD, S={staleness}", config_file, "s3gd",
+                            overrides={"allreduce_staleness": staleness}))
+    variants.append(Variant(f"DC-S3GD layer-wise, S={staleness}", config_file, "dcs3gd",
+                            overrides={"allreduce_staleness": staleness}))
+  for mode, overrides in DCS3GD_LAMBDA_MODES.items():
+    variants.append(Variant(f"DC-S3GD {mode}, S={DCS3GD_STALENESS[-1]}", config_file, "dcs3gd",
+                            overrides={"allreduce_staleness": DCS3GD_STALENESS[-1], **overrides}))
+  claims = tuple(Claim(f"DC-S3GD (layer-wise lambda) at S = {staleness} keeps synchronous accuracy (Rigazzi)",
+                       f"dc_s3gd_layer_wise_s_{staleness}", "all_reduce_sgd_s_0", "matches", DCS3GD_MATCH_MARGIN)
+                 for staleness in DCS3GD_STALENESS)
+  return Study(
+      name="dcs3gd_cifar10", title="DC-S3GD: M=8, global batch 1024, cifar10_full",
+      finding="Rigazzi (large-batch CNN training): stale-synchronous all-reduce with the first-order correction "
+              "keeps the accuracy of synchronous all-reduce SGD while the all-reduce overlaps the next step",
+      variants=tuple(variants), short_epochs=1.0, claims=claims)
 
 
 def demo() -> Study:
@@ -274,4 +478,5 @@ def demo() -> Study:
                variants=variants, paper_data=False, has_quick=False)
 
 
-STUDIES = {study.name: study for study in (zhang_cifar10(), rudra_mu_lambda(), dcasgd_table1(), demo())}
+STUDIES = {study.name: study for study in (zhang_cifar10(), zhang_mnist(), rudra_mu_lambda(), dcasgd_table1(),
+                                            dcs3gd_cifar10(), demo())}

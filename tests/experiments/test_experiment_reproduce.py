@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from stalesgd.studies import Study, Variant, run_study
+from stalesgd.studies import RunSettings, Study, Variant, run_study
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -34,9 +34,13 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
       cwd=REPOSITORY, capture_output=True, text=True, timeout=600,
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert result.returncode == 0, result.stderr[-3000:]
-  rows = _read_csv(workdir / "results.csv")
+  rows = _read_csv(workdir / "runs.csv")
   assert [row["variant"] for row in rows] == ["hardsync", "8-softsync, a0", "8-softsync, a0/sigma",
                                               "async, DC-ASGD-a"]
+  assert [row["seed"] for row in rows] == ["0"] * 4
+  per_variant = _read_csv(workdir / "results.csv")
+  assert [row["variant"] for row in per_variant] == [row["variant"] for row in rows]
+  assert [row["final_test_error"] for row in per_variant] == [row["final_test_error"] for row in rows]
   for row in rows:
     assert row["status"] == "ok" and 0.0 <= float(row["test_accuracy"]) <= 1.0 and float(row["sim_time"]) > 0
     assert "--num_epochs" not in row["command"] and "--config.num_epochs=0.2" in row["command"]
@@ -45,7 +49,8 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   for name in ("test_error.png", "train_loss.png", "staleness.png"):
     _assert_png(workdir / name)
   table = (workdir / "results.md").read_text()
-  assert table in result.stdout and "| variant" in table and "test_accuracy" in table and "sim_time" in table
+  assert table in result.stdout and "| variant" in table and "final (mean ± std)" in table and "sim_time" in table
+  assert "(1 seed)" in table
   assert str(workdir) in result.stdout
   # The learning curves: EVALUATIONS_PER_SHORT_RUN (4) evaluations of each run, in epoch order.
   curves = _read_csv(workdir / "evaluations.csv")
@@ -69,6 +74,7 @@ def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path):
   # Study order, whatever order the flag gives.
   assert [row["variant"] for row in _read_csv(tmp_path / "results.csv")] == ["hardsync", "8-softsync, a0/sigma"]
   assert sorted(path.name for path in tmp_path.iterdir() if path.is_dir()) == ["8_softsync_a0_sigma", "hardsync"]
+  assert (tmp_path / "hardsync" / "seed_0" / "summary.json").exists()
 
 
 def _diverging_study() -> Study:
@@ -83,13 +89,13 @@ def _diverging_study() -> Study:
 
 def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_path):
   lines = []
-  result = run_study(_diverging_study(), tmp_path, num_epochs=0.2, echo=lines.append)
+  result = run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.2), echo=lines.append)
   finished, diverged = result.rows
   assert finished["status"] == "ok" and finished["published_test_error"] == 3.0
   assert diverged["status"].startswith("diverged at update ") and diverged["updates"] >= 0
   assert diverged["test_error"] == pytest.approx(90.0) and diverged["published_test_error"] == 90.0
   assert diverged["sim_time"] > 0
-  record = json.loads((tmp_path / "exploding" / "diverged.json").read_text())
+  record = json.loads((tmp_path / "exploding" / "seed_0" / "diverged.json").read_text())
   assert record["update"] == diverged["updates"] and "at update" in record["message"]
   assert any("diverged at update" in line for line in lines)
   assert "| exploding" in result.table and "published_test_error" in result.table
@@ -98,25 +104,25 @@ def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_p
 
   lines.clear()
   started = time.monotonic()
-  again = run_study(_diverging_study(), tmp_path, num_epochs=0.2, echo=lines.append)
+  again = run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.2), echo=lines.append)
   assert time.monotonic() - started < 10  # nothing trained again
   assert sum("reused the finished run" in line for line in lines) == 2
   assert [row["status"] for row in again.rows] == [finished["status"], diverged["status"]]
   assert again.rows[0]["test_error"] == finished["test_error"]
 
   with pytest.raises(ValueError, match=r"holds a run of another config \(eval_every_epochs: .*num_epochs: 0.2 -> 0.3"):
-    run_study(_diverging_study(), tmp_path, num_epochs=0.3, echo=lines.append)
+    run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.3), echo=lines.append)
 
 
 def test_a_preempted_run_is_resumed_not_reused(tmp_path):
   study = _diverging_study()
   study = Study(study.name, study.title, study.finding, study.variants[:1], paper_data=False, has_quick=False)
-  first = run_study(study, tmp_path, num_epochs=0.1, echo=lambda line: None)
-  summary_path = tmp_path / "hardsync" / "summary.json"
+  first = run_study(study, tmp_path, RunSettings(num_epochs=0.1), echo=lambda line: None)
+  summary_path = tmp_path / "hardsync" / "seed_0" / "summary.json"
   summary = json.loads(summary_path.read_text())
   summary_path.write_text(json.dumps({**summary, "preempted": True}))  # as a SIGTERM'd run leaves it
   lines = []
-  second = run_study(study, tmp_path, num_epochs=0.1, echo=lines.append)
+  second = run_study(study, tmp_path, RunSettings(num_epochs=0.1), echo=lines.append)
   assert not any("reused" in line for line in lines)
   assert second.rows[0]["test_error"] == first.rows[0]["test_error"]
   assert json.loads(summary_path.read_text())["preempted"] is False

@@ -8,7 +8,7 @@ import pytest
 from absl import flags
 
 from stalesgd.cli import config_flag
-from stalesgd.studies import STUDIES, Study, Variant, study_config, study_run
+from stalesgd.studies import STUDIES, Claim, RunSettings, Study, Variant, compress_schedule, study_config, study_run
 from stalesgd.studies.definitions import load_config_module
 from stalesgd.config import default_config, validate_config
 
@@ -22,8 +22,9 @@ MODES = {
 }
 
 
-def test_the_four_studies_exist():
-  assert set(STUDIES) == {"zhang_cifar10", "rudra_mu_lambda", "dcasgd_table1", "demo"}
+def test_the_studies_exist():
+  assert set(STUDIES) == {"zhang_cifar10", "zhang_mnist", "rudra_mu_lambda", "dcasgd_table1", "dcs3gd_cifar10",
+                          "demo"}
 
 
 @pytest.mark.parametrize("name", sorted(STUDIES))
@@ -41,14 +42,15 @@ def test_every_variant_names_a_real_config_variant_fields_and_published_results(
 def test_every_run_of_every_study_validates_in_every_mode(name, mode):
   study = STUDIES[name]
   for variant in study.variants:
-    config = study_config(study, variant, **MODES[mode])
+    config = study_config(study, variant, RunSettings(**MODES[mode]))
     validate_config(config, num_devices=NUM_DEVICES)
     for field, value in variant.overrides.items():
       assert config[field] == value
     if mode == "quick" and study.paper_data:
       assert config.dataset == "digits"
     if mode.startswith("npz"):
-      assert (config.data_source, config.data_dir, config.dataset) == ("npz", "/data/cifar10_npz", "cifar10")
+      paper_dataset = study_config(study, variant).dataset
+      assert (config.data_source, config.data_dir, config.dataset) == ("npz", "/data/cifar10_npz", paper_dataset)
     if mode == "npz_quick":
       assert config.num_epochs == study.short_epochs
 
@@ -56,9 +58,9 @@ def test_every_run_of_every_study_validates_in_every_mode(name, mode):
 def test_num_epochs_overrides_every_mode_and_keeps_a_learning_curve():
   study = STUDIES["zhang_cifar10"]
   for mode in MODES.values():
-    config = study_config(study, study.variants[3], num_epochs=0.25, **mode)
+    config = study_config(study, study.variants[3], RunSettings(num_epochs=0.25, **mode))
     assert config.num_epochs == 0.25 and config.eval_every_epochs == 0.0625
-  short = study_config(study, study.variants[3], **MODES["npz_quick"])
+  short = study_config(study, study.variants[3], RunSettings(**MODES["npz_quick"]))
   assert short.eval_every_epochs == study.short_epochs / 4
   assert study_config(study, study.variants[3]).eval_every_epochs == 5.0  # the paper's runs: unchanged
 
@@ -66,7 +68,7 @@ def test_num_epochs_overrides_every_mode_and_keeps_a_learning_curve():
 def test_a_data_source_is_refused_for_the_embedded_only_demo():
   study = STUDIES["demo"]
   with pytest.raises(ValueError, match="runs on the embedded data only"):
-    study_config(study, study.variants[0], data_source="npz", data_dir="/somewhere")
+    study_config(study, study.variants[0], RunSettings(data_source="npz", data_dir="/somewhere"))
 
 
 def test_zhang_grid_is_the_baseline_hardsync_and_the_three_rates():
@@ -138,7 +140,7 @@ def test_variant_command_parsed_by_config_flags_gives_the_study_config():
   study = STUDIES["zhang_cifar10"]
   variant = study.variants[5]
   command = variant.command(quick=True, extra={"data_dir": "/tmp/x", "lr_decay_epochs": (3.0,)})
-  expected = study_config(study, variant, quick=True)
+  expected = study_config(study, variant, RunSettings(quick=True))
   expected.data_dir, expected.lr_decay_epochs = "/tmp/x", (3.0,)
   assert _config_of_command(command).to_dict() == expected.to_dict()
 
@@ -150,7 +152,7 @@ def test_study_run_command_rebuilds_its_config_in_every_mode(mode, num_epochs):
   # printed command can be rerun in the run's directory (which refuses another config).
   study = STUDIES["dcasgd_table1"]
   for variant in (*study.variants[:2], study.variants[-1]):
-    config, command = study_run(study, variant, num_epochs=num_epochs, **MODES[mode])
+    config, command = study_run(study, variant, RunSettings(num_epochs=num_epochs, **MODES[mode]))
     assert _config_of_command(command).to_dict() == config.to_dict(), command
 
 
@@ -167,3 +169,59 @@ def test_study_rejects_duplicate_labels_and_foreign_variants():
 def test_variant_slug_is_a_safe_directory_name():
   assert Variant("15-softsync, a0/sigma", "demo", "hardsync").slug == "15_softsync_a0_sigma"
   assert Variant("1-softsync, mu*lambda=120 (mu=4)", "demo", "hardsync").slug == "1_softsync_mu_lambda_120_mu_4"
+
+
+def test_schedule_compression_moves_the_decays_to_the_same_fractions():
+  # Zhang et al.: 140 epochs, x0.1 at 120 and 130. At 20 epochs: 120 * 20 / 140 and 130 * 20 / 140.
+  study = STUDIES["zhang_cifar10"]
+  hardsync = study.variants[1]
+  config, command = study_run(study, hardsync, RunSettings(schedule_epochs=20.0, eval_every_epochs=1.0))
+  assert config.num_epochs == 20.0 and config.eval_every_epochs == 1.0
+  assert config.lr_decay_epochs == (120.0 * 20.0 / 140.0, 130.0 * 20.0 / 140.0)
+  assert config.lr_decay_epochs == pytest.approx((17.142857, 18.571429))
+  assert _config_of_command(command).to_dict() == config.to_dict()
+  assert compress_schedule(study_config(study, hardsync), 70.0) == {"num_epochs": 70.0,
+                                                                   "lr_decay_epochs": (60.0, 65.0)}
+  # --epochs keeps its meaning: the decay epochs stay where the config puts them.
+  assert study_config(study, hardsync, RunSettings(num_epochs=20.0)).lr_decay_epochs == (120.0, 130.0)
+  with pytest.raises(ValueError, match="num_epochs=20.0 and schedule_epochs=20.0 given together"):
+    RunSettings(num_epochs=20.0, schedule_epochs=20.0)
+  with pytest.raises(ValueError, match=r"eval_every_epochs=0; allowed: a number of epochs > 0"):
+    RunSettings(eval_every_epochs=0)
+
+
+def test_a_seed_sets_config_seed_and_is_part_of_the_command():
+  study = STUDIES["demo"]
+  variant = study.variants[0]
+  assert study_config(study, variant, seed=0).seed == 0
+  config, command = study_run(study, variant, seed=3)
+  assert config.seed == 3 and "--config.seed=3" in command
+  assert _config_of_command(command).to_dict() == config.to_dict()
+  assert "--config.seed" not in study_run(study, variant, seed=0)[1]  # the config's own seed
+
+
+def test_claims_decide_by_their_interval():
+  matches = Claim("a matches b", "a", "b", "matches", 2.0)
+  assert matches.decide(-1.5, 1.9) == "holds"
+  assert matches.decide(2.0, 5.0) == "does not hold"
+  assert matches.decide(-6.0, -2.0) == "does not hold"
+  assert matches.decide(-1.0, 2.5) == "not decided (the interval crosses the margin)"
+  assert matches.decide(None, None).startswith("not decided (1 seed")
+  worse = Claim("a fails", "a", "b", "worse", 30.0)
+  assert worse.decide(30.5, 80.0) == "holds"
+  assert worse.decide(1.0, 29.0) == "does not hold"
+  assert worse.decide(20.0, 40.0).startswith("not decided")
+  assert "lies inside ±2 points" in matches.rule(3) and "last 3 evaluations" in matches.rule(3)
+  with pytest.raises(ValueError, match="kind='better'; allowed"):
+    Claim("x", "a", "b", "better", 1.0)
+  with pytest.raises(ValueError, match="claim 'x' names 'c'"):
+    Study("s", "t", "f", (Variant("a", "demo", "hardsync"), Variant("b", "demo", "async_dc")),
+          claims=(Claim("x", "a", "c", "matches", 1.0),))
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_every_finding_states_the_published_claim(name):
+  # The finding names the paper's claim (its authors), never a table of ours.
+  study = STUDIES[name]
+  authors = ("Zhang", "Rudra", "Zheng", "Rigazzi", "demo")
+  assert any(author in study.finding for author in authors), study.finding

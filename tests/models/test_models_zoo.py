@@ -95,8 +95,10 @@ def test_multiplier_trees_match_params_and_caffe_prototxt():
   lr = model.learning_rate_multipliers(params)
   decay = model.weight_decay_multipliers(params)
   assert jax.tree.structure(lr) == jax.tree.structure(params) == jax.tree.structure(decay)
-  for name in ("conv1", "conv2", "conv3", "ip1"):
+  for name in ("conv1", "conv2", "ip1"):
     assert (lr[name]["kernel"], lr[name]["bias"]) == (1.0, 2.0)
+  # cifar10_full_train_test.prototxt gives conv3 no param block: Caffe's default lr_mult 1 on both blobs.
+  assert (lr["conv3"]["kernel"], lr["conv3"]["bias"]) == (1.0, 1.0)
   for name in ("conv1", "conv2", "conv3"):
     assert (decay[name]["kernel"], decay[name]["bias"]) == (1.0, 1.0)
   assert (decay["ip1"]["kernel"], decay["ip1"]["bias"]) == (250.0, 0.0)

@@ -1,0 +1,72 @@
+r"""DC-S3GD on real CIFAR-10 at a CPU-sized cost: Rudra's cifar10_full at a large global batch.
+
+The paper's claim (Rigazzi, arXiv 1911.02516, abstract): decentralized
+stale-synchronous training whose all-reduce overlaps the next step, with a
+first-order correction of the stale average, keeps synchronous accuracy in
+large-batch CNN training. `dcs3gd_cifar10` is the ResNet-20 version of that
+setting (6-9 minutes per epoch on 2 CPU cores); this file swaps in Caffe's
+``cifar10_full`` (about 8 times cheaper per image) so that the study
+``dcs3gd_cifar10`` (`stalesgd.studies.definitions`), 9 runs, fits on a CPU.
+
+Setting (the choices of this file; the paper's hyperparameters are not
+available here, docs/algorithms.md §6):
+
+* M = 8 learners x mu = 128 images = a global batch of 1,024;
+* Rudra's network and solver (`stalesgd.configs.rudra_cifar10`: per-pixel mean,
+  Caffe multipliers, momentum 0.9, weight decay 0.004) with the learning rate
+  scaled linearly from Rudra's 0.001 at 128 images to 0.008 at 1,024
+  (Goyal et al.'s rule);
+* Rudra's 140-epoch schedule (x0.1 at 120 and 130) compressed to 4 epochs,
+  decays at the same fractions (3.43 and 3.71), evaluated every half epoch;
+* no augmentation (Rudra's).
+
+Variants (``get_config("[quick,]PROTOCOL")``): ``dcs3gd`` (default; layer-wise
+lambda, lambda_0 = 0.2), ``s3gd`` (lambda = 0), ``allreduce_sync`` (S = 0);
+``--config.allreduce_staleness=S`` and
+``--config.delay_compensation=constant|adaptive`` (with ``dc_lambda``) select
+the grid's other runs. ``quick``: the embedded digits, small CNN, 16 images per
+learner, learning rate 0.05, 6 epochs.
+
+Command (the study; one run is ``stalesgd-train --config=dcs3gd_cifar10_full``)::
+
+  stalesgd-reproduce --study=dcs3gd_cifar10 --data_source=npz --data_dir=/tmp/cifar10_npz --parallel=2
+
+Hardware and time: the README, *Results*, *DC-S3GD on CIFAR-10*.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from stalesgd.configs import rudra_cifar10
+from stalesgd.configs.arguments import parse_config_argument
+from stalesgd.configs.quick import run_on_embedded_digits
+
+VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")
+LEARNERS, BATCH_PER_LEARNER = 8, 128
+EPOCHS = 4.0
+PAPER_EPOCHS = 140.0
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The run selected by ``arg`` (``"[quick,]PROTOCOL"``; see the module docstring)."""
+  arguments = parse_config_argument(arg, variants=VARIANTS, default="dcs3gd")
+  config = rudra_cifar10.paper_config()
+  config.protocol = arguments.variant
+  config.learners, config.batch_per_learner = LEARNERS, BATCH_PER_LEARNER
+  config.allreduce_staleness = 1
+  if arguments.variant == "dcs3gd":
+    config.delay_compensation, config.dc_lambda = "layerwise", 0.2
+  global_batch = LEARNERS * BATCH_PER_LEARNER
+  config.learning_rate = config.learning_rate * global_batch / rudra_cifar10.BASELINE_BATCH
+  config.lr_decay_epochs = tuple(boundary * EPOCHS / PAPER_EPOCHS for boundary in config.lr_decay_epochs)
+  config.num_epochs = EPOCHS
+  config.eval_every_epochs = 0.5
+  config.log_every_updates = 10
+  if arguments.quick:
+    run_on_embedded_digits(config, num_epochs=6.0)
+    config.batch_per_learner = 16
+    config.learning_rate = 0.05
+    config.weight_decay = 0.0
+    config.log_every_updates = 10
+  return config

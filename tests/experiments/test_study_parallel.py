@@ -1,0 +1,129 @@
+"""Seeds, parallel sweeps and job arrays: each run computes what it computes alone, and finished runs are reused."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from stalesgd.studies import RunSettings, Study, Variant, plan_tasks, run_study
+from stalesgd.studies import processes
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+EPOCHS = 0.1
+
+
+def _study() -> Study:
+  return Study("tiny_parallel", "tiny", "demo: none", (Variant("hardsync", "demo", "hardsync"),
+                                                        Variant("async dc", "demo", "async_dc")),
+               paper_data=False, has_quick=False)
+
+
+def _digest(directory: pathlib.Path) -> str:
+  return json.loads((directory / "summary.json").read_text())["params_sha256"]
+
+
+def test_a_parallel_sweep_gives_the_weights_of_the_same_runs_one_after_the_other(tmp_path):
+  # In this process, one run after the other (8 host devices, conftest)...
+  sequential = run_study(_study(), tmp_path / "sequential", RunSettings(num_epochs=EPOCHS), seeds=2,
+                         echo=lambda line: None)
+  # ... and the demo study's same two variants as 2 concurrent processes through the command line, each on
+  # the study's 8 host devices (hardsync's sum of 8 gradients differs in its last bits on 2).
+  command = [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", f"--workdir={tmp_path / 'parallel'}",
+             f"--epochs={EPOCHS}", "--variants=hardsync,async_dc_asgd_a", "--seeds=2", "--parallel=2"]
+  environment = {key: value for key, value in os.environ.items() if key != "JAX_NUM_CPU_DEVICES"}
+  ran = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=900, env=environment)
+  assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+  assert "running 4 as up to 2 processes at a time" in ran.stdout and "8 host devices" in ran.stdout
+  for row in sequential.rows:
+    slug = {"hardsync": "hardsync", "async dc": "async_dc_asgd_a"}[row["variant"]]
+    alone = pathlib.Path(row["workdir"])
+    in_parallel = tmp_path / "parallel" / slug / alone.name
+    assert _digest(in_parallel) == _digest(alone), (slug, alone.name)
+  seeds = {row["seed"]: _digest(pathlib.Path(row["workdir"])) for row in sequential.rows if row["variant"] == "hardsync"}
+  assert seeds[0] != seeds[1]  # another seed is another run
+  # More seeds later: the finished two are reused, only the third trains.
+  again = subprocess.run(command[:-2] + ["--seeds=3", "--parallel=2"], cwd=REPOSITORY, capture_output=True,
+                         text=True, timeout=900, env=environment)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "4 of 6 runs already finished; running 2" in again.stdout
+  import csv  # pylint: disable=g-import-not-at-top
+  with open(tmp_path / "parallel" / "results.csv", newline="", encoding="utf-8") as file:
+    assert [row["seeds"] for row in csv.DictReader(file)] == ["3", "3"]
+
+
+def test_a_job_array_runs_one_task_each_then_gathers(tmp_path):
+  study = _study()
+  settings = RunSettings(num_epochs=EPOCHS)
+  tasks = plan_tasks(study, tmp_path, settings, seeds=1)
+  assert [task.label for task in tasks] == ["hardsync, seed 0", "async dc, seed 0"]
+  first = run_study(study, tmp_path, settings, only_task=0, echo=lambda line: None)
+  assert first.table is None and [row["variant"] for row in first.rows] == ["hardsync"]
+  with pytest.raises(ValueError, match=r"1 of 2 runs have not finished: --task=1 \(async dc, seed 0"):
+    run_study(study, tmp_path, settings, gather_only=True, echo=lambda line: None)
+  run_study(study, tmp_path, settings, only_task=1, echo=lambda line: None)
+  gathered = run_study(study, tmp_path, settings, gather_only=True, echo=lambda line: None)
+  assert [row["variant"] for row in gathered.rows] == ["hardsync", "async dc"] and "| hardsync" in gathered.table
+  with pytest.raises(ValueError, match=r"task=2; allowed: an index in \[0, 2\)"):
+    run_study(study, tmp_path, settings, only_task=2)
+
+
+def test_visible_gpus_come_from_cuda_visible_devices_or_the_host_list():
+  assert processes.visible_gpus({"CUDA_VISIBLE_DEVICES": "2,5"}) == ["2", "5"]
+  assert processes.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+  assert processes.visible_gpus({}, list_gpus=lambda: ["0", "1", "2", "3"]) == ["0", "1", "2", "3"]
+  assert processes.automatic_parallelism(10, ["0", "1", "2", "3"], cores=16) == 4
+  assert processes.automatic_parallelism(10, [], cores=2) == 2
+  assert processes.automatic_parallelism(1, [], cores=16) == 1
+
+
+def test_each_process_gets_its_own_gpus_from_a_fake_device_list(tmp_path):
+  # Each task writes the CUDA_VISIBLE_DEVICES it saw and how many tasks overlapped it.
+  script = ("import os, pathlib, sys, time; out = pathlib.Path(sys.argv[1]); "
+            "out.write_text(os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(0.5)")
+  gpus = [1, 2, 1, 1]
+  tasks = [processes.ProcessTask(f"task {index}", [sys.executable, "-c", script, str(tmp_path / f"gpus_{index}")],
+                                 tmp_path / f"log_{index}", gpus=count) for index, count in enumerate(gpus)]
+  lines = []
+  statuses = processes.run_in_processes(tasks, parallel=3, gpu_ids=["4", "6"], echo=lines.append,
+                                        poll_seconds=0.05)
+  assert statuses == {0: 0, 1: 0, 2: 0, 3: 0}
+  seen = [(tmp_path / f"gpus_{index}").read_text().split(",") for index in range(len(gpus))]
+  assert [len(ids) for ids in seen] == gpus
+  assert seen[1] == ["4", "6"]  # the two-GPU task waited until both were free
+  assert all(set(ids) <= {"4", "6"} for ids in seen)
+  starts = [line for line in lines if "started" in line]
+  assert len(starts) == 4 and "GPUs 4,6" in starts[1]
+  with pytest.raises(ValueError, match="needs 3 GPUs; this host has 2"):
+    processes.run_in_processes([processes.ProcessTask("big", ["true"], tmp_path / "log", gpus=3)], parallel=1,
+                               gpu_ids=["0", "1"])
+
+
+def test_a_failing_process_stops_new_starts_and_is_reported(tmp_path):
+  tasks = [processes.ProcessTask("bad", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log"),
+           processes.ProcessTask("never", [sys.executable, "-c", "pass"], tmp_path / "never.log")]
+  lines = []
+  statuses = processes.run_in_processes(tasks, parallel=1, echo=lines.append, poll_seconds=0.05)
+  assert statuses == {0: 3}
+  assert any("FAILED (exit status 3): bad" in line for line in lines)
+
+
+def test_the_job_array_script_runs_its_element_then_gathers(tmp_path):
+  # A stub interpreter records the command each step runs.
+  stub = tmp_path / "python"
+  stub.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'calls'}\n")
+  stub.chmod(0o755)
+  script = REPOSITORY / "launch" / "study_array.sbatch"
+  base = {"PATH": os.environ["PATH"], "PYTHON": str(stub), "SLURM_SUBMIT_DIR": str(tmp_path)}
+  flags = ["--study=zhang_cifar10", "--seeds=3", "--workdir=/shared/runs/zhang"]
+  subprocess.run(["bash", str(script), *flags], env={**base, "SLURM_ARRAY_TASK_ID": "4"}, check=True, timeout=60)
+  subprocess.run(["bash", str(script), *flags], env={**base, "STUDY_STEP": "gather"}, check=True, timeout=60)
+  missing = subprocess.run(["bash", str(script), *flags], env=base, capture_output=True, text=True, timeout=60)
+  assert missing.returncode == 2 and "SLURM_ARRAY_TASK_ID is not set" in missing.stderr
+  calls = (tmp_path / "calls").read_text().splitlines()
+  assert calls == [f"-m stalesgd.cli.reproduce --task=4 {' '.join(flags)}",
+                   f"-m stalesgd.cli.reproduce --gather {' '.join(flags)}"]

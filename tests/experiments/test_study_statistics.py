@@ -1,0 +1,101 @@
+"""stalesgd.studies.statistics and the report's decisions, against numbers computed by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import pytest
+
+from stalesgd.studies import Claim, Study, Variant, write_report
+from stalesgd.studies import statistics
+
+# Student's t quantile t_{0.975, 2}, from a printed table (e.g. NIST/SEMATECH e-Handbook, Table 1.3.6.7.2).
+T_975_2 = 4.303
+
+
+def test_spread_is_mean_sample_std_min_max():
+  values = statistics.spread([2.0, 4.0, 9.0])
+  assert values.mean == 5.0
+  assert values.std == pytest.approx(math.sqrt(((2 - 5) ** 2 + (4 - 5) ** 2 + (9 - 5) ** 2) / 2))  # ddof = 1
+  assert (values.low, values.high, values.count) == (2.0, 9.0, 3)
+  assert values.format() == "5.0 ± 3.6"
+  single = statistics.spread([7.25])
+  assert single.std is None and single.format(2) == "7.25 (1 seed)"
+  with pytest.raises(ValueError, match="one or more finite numbers"):
+    statistics.spread([1.0, float("nan")])
+
+
+def test_final_value_is_the_mean_of_the_last_evaluations():
+  assert statistics.final_value([50.0, 40.0, 30.0, 20.0], 3) == 30.0
+  assert statistics.final_value([50.0, 40.0], 3) == 45.0
+  with pytest.raises(ValueError, match="last=0"):
+    statistics.final_value([1.0], 0)
+
+
+def test_paired_interval_is_the_student_t_interval():
+  # d = 1, 2, 3: mean 2, s_d = 1, half-width t_{0.975,2} / sqrt(3) = 4.303 / 1.732 = 2.484.
+  interval = statistics.paired_interval([1.0, 2.0, 3.0])
+  assert interval.mean == 2.0 and interval.count == 3
+  assert interval.low == pytest.approx(2.0 - T_975_2 / math.sqrt(3), abs=1e-3)
+  assert interval.high == pytest.approx(2.0 + T_975_2 / math.sqrt(3), abs=1e-3)
+  assert interval.format() == "+2.0 [-0.5, +4.5] (95% interval, 3 seeds)"
+  assert statistics.paired_interval([5.0]) is None  # one seed: no interval
+  flat = statistics.paired_interval([80.0, 80.0])
+  assert (flat.low, flat.high) == (80.0, 80.0)
+
+
+def _fake_run(directory: pathlib.Path, curve: list[float]) -> None:
+  directory.mkdir(parents=True)
+  records = [{"step": 10 * (index + 1), "epoch": float(index + 1), "sim_time": float(index + 1),
+              "train_loss": 1.0 / (index + 1), "test_error": error} for index, error in enumerate(curve)]
+  (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def test_report_gives_mean_and_std_over_seeds_and_decides_the_claims(tmp_path):
+  study = Study("toy", "toy", "Zhang et al.: b matches a; c fails",
+                (Variant("a", "demo", "hardsync"), Variant("b", "demo", "softsync_inverse"),
+                 Variant("c", "demo", "softsync_fixed")),
+                paper_data=False, has_quick=False, last_evaluations=2,
+                claims=(Claim("b matches a", "b", "a", "matches", 2.0), Claim("c fails", "c", "a", "worse", 30.0)))
+  # Final values (mean of the last 2): a = 10, 12, 14; b = 11, 12, 13; c = 90 (diverged), 89, 91.
+  curves = {("a", 0): [50, 11, 9], ("a", 1): [50, 13, 11], ("a", 2): [50, 15, 13],
+            ("b", 0): [60, 12, 10], ("b", 1): [60, 13, 11], ("b", 2): [60, 14, 12],
+            ("c", 1): [90, 89, 89], ("c", 2): [90, 91, 91]}
+  rows = []
+  for label in ("a", "b", "c"):
+    for seed in range(3):
+      directory = tmp_path / label / f"seed_{seed}"
+      row = {"variant": label, "slug": label, "seed": seed, "n": None, "workdir": str(directory)}
+      if (label, seed) in curves:
+        _fake_run(directory, [float(value) for value in curves[label, seed]])
+        row.update(status="ok", test_error=float(curves[label, seed][-1]), epochs=3.0)
+      else:
+        directory.mkdir(parents=True)
+        row.update(status="diverged at update 4", test_error=90.0, epochs=None)
+      rows.append(row)
+  text = write_report(study, rows, tmp_path)
+  assert [row["final_test_error"] for row in rows] == [10.0, 12.0, 14.0, 11.0, 12.0, 13.0, 90.0, 89.0, 91.0]
+  table = {row["variant"]: row for row in _read_csv(tmp_path / "results.csv")}
+  assert float(table["a"]["final_test_error"]) == 12.0 and float(table["a"]["final_test_error_std"]) == 2.0
+  assert table["c"]["status"] == "1 diverged at update 4, 2 ok"
+  decided = {entry["claim"]: entry for entry in json.loads((tmp_path / "decisions.json").read_text())}
+  # b - a per seed: +1, 0, -1: mean 0, s_d 1, interval 0 -+ 4.303 / sqrt(3) = [-2.48, +2.48]: crosses +-2.
+  assert decided["b matches a"]["gap"] == 0.0
+  assert decided["b matches a"]["high"] == pytest.approx(T_975_2 / math.sqrt(3), abs=1e-3)
+  assert decided["b matches a"]["decision"] == "not decided (the interval crosses the margin)"
+  # c - a: 80, 77, 77: mean 78, s_d sqrt(3), interval 78 -+ 4.303: above 30.
+  assert decided["c fails"]["gap"] == 78.0 and decided["c fails"]["decision"] == "holds"
+  assert "**c fails**: holds" in text and "(95% interval, 3 seeds)" in text
+  over_seeds = _read_csv(tmp_path / "evaluations_over_seeds.csv")
+  a_last = [row for row in over_seeds if row["variant"] == "a" and float(row["epoch"]) == 3.0][0]
+  assert (float(a_last["test_error_mean"]), float(a_last["test_error_std"])) == (11.0, 2.0)
+  assert a_last["seeds"] == "3"
+  assert (tmp_path / "test_error.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _read_csv(path):
+  import csv  # pylint: disable=g-import-not-at-top
+  with open(path, newline="", encoding="utf-8") as file:
+    return list(csv.DictReader(file))
