@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest tests -n 2 --dist loadfile
 
 demo: $(STAMP)
-	$(PY) -m experiments.reproduce --study=demo --workdir=$(DEMO_DIR)
+	$(PY) -m experiments.reproduce --study=demo --seeds=3 --parallel=auto --workdir=$(DEMO_DIR)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -142,7 +142,8 @@ class _Running:
 
 def run_in_processes(tasks: Sequence[ProcessTask], *, parallel: int, gpu_ids: Sequence[str] = (),
                      environ: Mapping[str, str] | None = None, echo: Callable[[str], None] = print,
-                     poll_seconds: float = POLL_SECONDS) -> dict[int, int]:
+                     poll_seconds: float = POLL_SECONDS,
+                     describe: Callable[[int], str] | None = None) -> dict[int, int]:
   """Runs ``tasks`` with at most ``parallel`` processes at a time, in order; returns each task's exit status.
 
   A task that needs more GPUs than the host has is refused before anything
@@ -158,6 +159,9 @@ def run_in_processes(tasks: Sequence[ProcessTask], *, parallel: int, gpu_ids: Se
     environ: the base environment of every process (default ``os.environ``).
     echo: where progress lines go.
     poll_seconds: how often the processes are checked.
+    describe: what a task that exited with status 0 left behind, by task index
+      (e.g. ``"finished: test error 2.3"``, ``"preempted"``); default
+      ``"finished"``.
 
   Returns:
     ``{task index: exit status}`` for every task that ran.
@@ -219,8 +223,9 @@ def run_in_processes(tasks: Sequence[ProcessTask], *, parallel: int, gpu_ids: Se
         statuses[index] = status
         del running[index]
         minutes = (time.monotonic() - entry.started) / 60
-        echo(f"  {'finished' if status == 0 else f'FAILED (exit status {status})'}: {entry.task.label} "
-             f"after {minutes:.1f} min" + ("" if status == 0 else f"; see {entry.task.log_path}"))
+        ended = (describe(index) if describe else "finished") if status == 0 else f"FAILED (exit status {status})"
+        echo(f"  {ended}: {entry.task.label} after {minutes:.1f} min"
+             + ("" if status == 0 else f"; see {entry.task.log_path}"))
   finally:
     for signum, handler in previous.items():
       signal.signal(signum, handler)

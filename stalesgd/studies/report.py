@@ -14,6 +14,10 @@ Written into the study's workdir by `stalesgd.studies.sweep.run_study` (and by
   min and max over seeds;
 * ``decisions.md`` / ``decisions.json``: every `Claim`: the rule, the paired
   95 % interval, and the decision;
+* ``bands.md``, for a study with `Study.bands` (the demo): per variant, the
+  band its seeds' values fall in; this, with the decisions without their
+  intervals, is then what the command prints, so that the printed text is
+  the same on machines whose rounding moves the numbers within their bands;
 * ``test_error.png`` (mean over seeds with a ± std band, against epochs and
   simulated time), ``train_loss.png``, ``staleness.png``.
 """
@@ -108,6 +112,28 @@ def variant_rows(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[s
   return table
 
 
+def band_of(value: float | None, bands: Sequence[tuple[float, float, str]]) -> str:
+  """The label of the band holding ``value`` (inclusive ends), or why there is none."""
+  if value is None:
+    return "no value"
+  for low, high, label in bands:
+    if low <= value <= high:
+      return label
+  return f"outside every band ({value:.1f})"
+
+
+def band_table(study: Study, rows: Sequence[Mapping[str, Any]]) -> str:
+  """Per variant, the band of `Study.bands` that every seed's value falls in (Markdown), for coarse output."""
+  table = []
+  for label in dict.fromkeys(row["variant"] for row in rows):
+    runs = [row for row in rows if row["variant"] == label]
+    found = sorted({band_of(row.get(FINAL), study.bands) for row in runs})
+    table.append({"variant": label, "seeds": len(runs),
+                  f"test error, mean of the last {study.last_evaluations} evaluations":
+                      found[0] if len(found) == 1 else "seeds in different bands: " + "; ".join(found)})
+  return plots.markdown_table(table)
+
+
 def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
   """Every claim of ``study`` decided from the runs: rule, paired interval, decision (`Claim`)."""
   by_slug_seed = {(row["slug"], row["seed"]): row.get(FINAL) for row in rows}
@@ -144,14 +170,20 @@ def decisions_markdown(decided: Sequence[Mapping[str, Any]]) -> str:
 
 def seed_curves(rows: Sequence[Mapping[str, Any]], records_of: Mapping[int, Sequence[Mapping[str, Any]]]
                 ) -> list[dict[str, Any]]:
-  """Per variant and evaluation epoch: mean, std, min and max over seeds of `SEED_CURVE_FIELDS` and sim_time."""
-  grouped: dict[tuple[str, float], list[Mapping[str, Any]]] = {}
+  """Per variant and evaluation, over its seeds: mean, std, min and max of `SEED_CURVE_FIELDS` and sim_time.
+
+  The k-th evaluations of a variant's seeds are grouped (their epochs differ in the last digits where the
+  schedule's updates end at other points), at their mean epoch; ``seeds`` counts the runs that reached it.
+  """
+  grouped: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
   for index, row in enumerate(rows):
-    for record in evaluations(records_of[index]):
-      grouped.setdefault((row["variant"], round(float(record["epoch"]), 6)), []).append(record)
+    for position, record in enumerate(evaluations(records_of[index])):
+      grouped.setdefault((row["variant"], position), []).append(record)
   curves = []
-  for (label, epoch), records in grouped.items():
-    entry: dict[str, Any] = {"variant": label, "epoch": epoch, "seeds": len(records)}
+  for (label, position), records in grouped.items():
+    entry: dict[str, Any] = {"variant": label, "evaluation": position + 1,
+                             "epoch": sum(float(record["epoch"]) for record in records) / len(records),
+                             "seeds": len(records)}
     for field in SEED_CURVE_FIELDS + ("sim_time",):
       values = [_number(record.get(field)) for record in records]
       values = [value for value in values if value is not None]
@@ -161,7 +193,7 @@ def seed_curves(rows: Sequence[Mapping[str, Any]], records_of: Mapping[int, Sequ
                       f"{field}_min": values_spread.low, f"{field}_max": values_spread.high})
     curves.append(entry)
   order = list(dict.fromkeys(row["variant"] for row in rows))
-  curves.sort(key=lambda entry: (order.index(entry["variant"]), entry["epoch"]))
+  curves.sort(key=lambda entry: (order.index(entry["variant"]), entry["evaluation"]))
   return curves
 
 
@@ -217,4 +249,8 @@ def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.
       staleness[row["variant"]] = Schedule.load(schedule_path).gradient_staleness
   if staleness:
     plots.plot_staleness_histograms(staleness, workdir / "staleness.png", title=study.title)
+  if study.bands:
+    coarse = band_table(study, rows)
+    (workdir / "bands.md").write_text(coarse, encoding="utf-8")
+    return coarse + "\n" + "\n".join(f"- {entry['claim']}: {entry['decision']}" for entry in decided) + "\n"
   return markdown + "\n" + decisions_text

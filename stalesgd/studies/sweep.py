@@ -104,7 +104,7 @@ def run_variant(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> Run
   try:
     return RunOutcome(train.train_and_evaluate(config, str(workdir)))
   except train.TrainingDiverged as error:
-    diverged_path.write_text(json.dumps({"update": error.update, "message": str(error)}, indent=2))
+    (workdir / DIVERGED_FILENAME).write_text(json.dumps({"update": error.update, "message": str(error)}, indent=2))
     return RunOutcome(None, diverged_at=error.update, message=str(error))
 
 
@@ -250,6 +250,17 @@ def _unfinished(outcome: RunOutcome | None) -> bool:
   return outcome is None or outcome.preempted
 
 
+def describe_outcome(outcome: RunOutcome | None) -> str:
+  """How a run ended, in a few words (for progress lines)."""
+  if outcome is None:
+    return "stopped before its first result"
+  if outcome.diverged_at is not None:
+    return f"diverged at update {outcome.diverged_at}"
+  if outcome.preempted:
+    return "preempted (rerun to resume)"
+  return f"finished, test error {outcome.summary.get('test_error'):.2f} %"
+
+
 def _echo_outcome(task: Task, outcome: RunOutcome, echo) -> None:
   if outcome.reused:
     echo(f"  reused the finished run in {task.directory}")
@@ -303,7 +314,8 @@ def run_tasks_in_processes(tasks: Sequence[Task], task_command: Callable[[Task],
       label=task.label, argv=task_command(task), log_path=task.directory / processes.LOG_FILENAME,
       gpus=gpus_needed(task.config),
       cpu_devices=cpu_devices) for task in unfinished]
-  statuses = processes.run_in_processes(process_tasks, parallel=parallel, gpu_ids=gpu_ids, echo=echo)
+  statuses = processes.run_in_processes(process_tasks, parallel=parallel, gpu_ids=gpu_ids, echo=echo,
+                                        describe=lambda position: describe_outcome(read_outcome(unfinished[position])))
   failed = [(task, statuses[position]) for position, task in enumerate(unfinished)
             if statuses.get(position, 0) != 0]
   if failed:

@@ -23,9 +23,11 @@ from stalesgd.config import updates_per_epoch
 from stalesgd.optimizer import build_optimizer, learning_rate_schedule
 
 CIFAR10_TRAIN = 50_000
-# cifar10_full_train_test.prototxt: lr_mult 1 (weights) / 2 (biases) everywhere; decay_mult 250 / 0 on ip1,
+# cifar10_full_train_test.prototxt: lr_mult 1 (weights) / 2 (biases) but on conv3; decay_mult 250 / 0 on ip1,
 # Caffe's default 1 on the conv blobs.
-LR_MULT = {"kernel": 1.0, "bias": 2.0}
+LR_MULT = {"conv1": {"kernel": 1.0, "bias": 2.0}, "conv2": {"kernel": 1.0, "bias": 2.0},
+           "conv3": {"kernel": 1.0, "bias": 1.0},  # conv3 has no param block: Caffe's default lr_mult 1
+           "ip1": {"kernel": 1.0, "bias": 2.0}}
 DECAY_MULT = {"conv1": {"kernel": 1.0, "bias": 1.0}, "conv2": {"kernel": 1.0, "bias": 1.0},
               "conv3": {"kernel": 1.0, "bias": 1.0}, "ip1": {"kernel": 250.0, "bias": 0.0}}
 
@@ -74,7 +76,7 @@ def _caffe_expected(weights, grads_per_step, weights_of_staleness, *, rate=0.001
         w = np.asarray(weights[step][layer][blob], np.float64)
         stack = np.asarray(grads[layer][blob], np.float64)
         contributions = [scale * (stack[k] + decay * DECAY_MULT[layer][blob] * w) for k, scale in enumerate(scales)]
-        velocity = momentum * velocity + rate * LR_MULT[blob] * np.mean(contributions, axis=0)
+        velocity = momentum * velocity + rate * LR_MULT[layer][blob] * np.mean(contributions, axis=0)
         steps.append(-velocity)
       expected.append(((layer, blob), steps))
   return expected

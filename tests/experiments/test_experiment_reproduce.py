@@ -49,8 +49,10 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   for name in ("test_error.png", "train_loss.png", "staleness.png"):
     _assert_png(workdir / name)
   table = (workdir / "results.md").read_text()
-  assert table in result.stdout and "| variant" in table and "final (mean ± std)" in table and "sim_time" in table
-  assert "(1 seed)" in table
+  assert "| variant" in table and "final (mean ± std)" in table and "sim_time" in table and "(1 seed)" in table
+  # The demo prints the coarse table of its bands (a study without bands prints results.md), and its claims.
+  assert (workdir / "bands.md").read_text() in result.stdout
+  assert "not decided (1 seed: no interval)" in result.stdout
   assert str(workdir) in result.stdout
   # The learning curves: EVALUATIONS_PER_SHORT_RUN (4) evaluations of each run, in epoch order.
   curves = _read_csv(workdir / "evaluations.csv")
@@ -99,13 +101,13 @@ def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_p
   assert record["update"] == diverged["updates"] and "at update" in record["message"]
   assert any("diverged at update" in line for line in lines)
   assert "| exploding" in result.table and "published_test_error" in result.table
-  assert (tmp_path / "results.md").read_text() == result.table
+  assert result.table.startswith((tmp_path / "results.md").read_text())  # then the decisions
   _assert_png(tmp_path / "test_error.png")
 
   lines.clear()
   started = time.monotonic()
   again = run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.2), echo=lines.append)
-  assert time.monotonic() - started < 10  # nothing trained again
+  assert time.monotonic() - started < 30  # nothing trained again (the report alone takes seconds)
   assert sum("reused the finished run" in line for line in lines) == 2
   assert [row["status"] for row in again.rows] == [finished["status"], diverged["status"]]
   assert again.rows[0]["test_error"] == finished["test_error"]

@@ -89,7 +89,8 @@ def test_report_gives_mean_and_std_over_seeds_and_decides_the_claims(tmp_path):
   assert decided["c fails"]["gap"] == 78.0 and decided["c fails"]["decision"] == "holds"
   assert "**c fails**: holds" in text and "(95% interval, 3 seeds)" in text
   over_seeds = _read_csv(tmp_path / "evaluations_over_seeds.csv")
-  a_last = [row for row in over_seeds if row["variant"] == "a" and float(row["epoch"]) == 3.0][0]
+  a_last = [row for row in over_seeds if row["variant"] == "a" and row["evaluation"] == "3"][0]
+  assert float(a_last["epoch"]) == 3.0
   assert (float(a_last["test_error_mean"]), float(a_last["test_error_std"])) == (11.0, 2.0)
   assert a_last["seeds"] == "3"
   assert (tmp_path / "test_error.png").read_bytes()[:4] == b"\x89PNG"
