@@ -7,6 +7,8 @@ from stalesgd.transforms import average_contributions
 from stalesgd.transforms import contributions_in_stack
 from stalesgd.transforms import dc_asgd
 from stalesgd.transforms import delay_compensated_gradient
+from stalesgd.transforms import delayed
+from stalesgd.transforms import DelayedState
 from stalesgd.transforms import lr_scale
 from stalesgd.transforms import scale_by_delay_compensation
 from stalesgd.transforms import scale_by_gap_aware

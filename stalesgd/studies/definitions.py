@@ -72,9 +72,7 @@ class Variant:
   @property
   def slug(self) -> str:
     """A directory name for the run: the label with anything but [a-z0-9.] turned into ``_``."""
-    cleaned = "".join(character if character.isalnum() or character == "." else "_"
-                      for character in self.label.lower())
-    return "_".join(part for part in cleaned.split("_") if part)
+    return _slug(self.label)
 
   def command(self, *, quick: bool, extra: Mapping[str, Any] | None = None) -> str:
     """The command line that runs this variant alone (without ``--workdir``), from any directory.
@@ -89,6 +87,11 @@ class Variant:
     overrides = {**self.overrides, **(extra or {})}
     flags = "".join(f" --config.{field}={_flag_value(value)}" for field, value in overrides.items())
     return f"python -m {TRAIN_MODULE} --config={self.config_file}:{argument}{flags}"
+
+
+def _slug(label: str) -> str:
+  cleaned = "".join(character if character.isalnum() or character == "." else "_" for character in label.lower())
+  return "_".join(part for part in cleaned.split("_") if part)
 
 
 def _flag_value(value: Any) -> str:
@@ -357,6 +360,8 @@ def study_config(study: Study, variant: Variant, settings: RunSettings = RunSett
 ZHANG_CIFAR10_MATCH_MARGIN = 2.0
 ZHANG_MNIST_MATCH_MARGIN = 0.5
 ZHANG_FAILURE_MARGIN = 30.0
+RUDRA_MATCH_MARGIN = 2.0  # test-error points: "matches the baseline"; "worse": by more than this
+DCASGD_ORDER_MARGIN = 0.25  # test-error points: the published gaps of the ordering are 0.48-0.99
 
 
 def zhang_claims(match_margin: float, *, fixed_rate: bool = True) -> tuple[Claim, ...]:
@@ -412,10 +417,15 @@ def rudra_mu_lambda() -> Study:
     product = module.LEARNERS * batch
     variants.append(Variant(f"1-softsync, mu*lambda={product} (mu={batch})", "rudra_cifar10",
                             f"mu_lambda_{product}"))
+  smallest, largest = (variants[1].slug, variants[-1].slug)
+  claims = (Claim("1-softsync at mu * lambda = 120 matches the single learner at mu = 128 (Rudra)", smallest,
+                  variants[0].slug, "matches", RUDRA_MATCH_MARGIN),
+            Claim(f"at a fixed alpha_0, mu * lambda = {module.LEARNERS * module.MU_LAMBDA_BATCHES[-1]} is worse than "
+                  "mu * lambda = 120 (Rudra)", largest, smallest, "worse", RUDRA_MATCH_MARGIN))
   return Study(name="rudra_mu_lambda", title="Rudra: 1-softsync, lambda=30, fixed alpha_0, varying mu",
                finding="Rudra (CIFAR-10, 140 epochs): at a fixed alpha_0, test error grows with mu * lambda; "
                        "mu * lambda ~ 128 matches the single learner's ~18 %",
-               variants=tuple(variants), short_epochs=1.0)
+               variants=tuple(variants), short_epochs=1.0, claims=claims)
 
 
 def dcasgd_table1() -> Study:
@@ -435,10 +445,18 @@ def dcasgd_table1() -> Study:
   for learners in DCASGD_LEARNERS:
     variants.append(Variant(f"{DCASGD_METHOD_NAMES['dcasgd_a_bc']}, M={learners}", "dcasgd_cifar10_resnet20",
                             "dcasgd_a_bc", overrides={"learners": learners}))
+  claims = []
+  for learners in DCASGD_LEARNERS:
+    for worse, better in (("asgd", "dcasgd_c"), ("dcasgd_c", "dcasgd_a")):
+      claims.append(Claim(f"{DCASGD_METHOD_NAMES[better]} beats {DCASGD_METHOD_NAMES[worse]} at M = {learners} "
+                          f"(Zheng et al.: {DCASGD_TABLE1[better, learners]} against "
+                          f"{DCASGD_TABLE1[worse, learners]} %)",
+                          _slug(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
+                          _slug(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"), "worse", DCASGD_ORDER_MARGIN))
   return Study(name="dcasgd_table1", title="Zheng et al. Table 1: ResNet-20, CIFAR-10",
                finding="Zheng et al. Table 1 (160 epochs): test error DC-ASGD-a <= DC-ASGD-c <= ASGD at M = 4 and 8 "
                        "(8.19 / 8.67 / 9.27 and 8.57 / 9.27 / 10.26 %)",
-               variants=tuple(variants), short_epochs=1.0)
+               variants=tuple(variants), short_epochs=1.0, claims=tuple(claims))
 
 
 DCS3GD_STALENESS = (1, 2, 4)

@@ -1,7 +1,8 @@
 """Optax transforms for training with stale gradients.
 
 Staleness-dependent scaling, delay compensation (DC-ASGD), Gap-Aware penalties,
-the reduction of a stack of contributions, and ready-made chains. Each is an
+the reduction of a stack of contributions, ready-made chains, and `delayed`,
+which makes any transform apply each gradient a fixed number of calls late. Each is an
 optax ``GradientTransformationExtraArgs`` whose per-step inputs (``staleness``,
 ``stale_params``, ``learner``) arrive as keyword-only extra arguments; see
 `stalesgd.transforms.contributions` for how a stack of c gradients is passed.
@@ -14,6 +15,8 @@ from stalesgd.transforms.aliases import staleness_aware_sgd
 from stalesgd.transforms.contributions import average_contributions
 from stalesgd.transforms.contributions import contributions_in_stack
 from stalesgd.transforms.delay_compensation import delay_compensated_gradient
+from stalesgd.transforms.delayed import delayed
+from stalesgd.transforms.delayed import DelayedState
 from stalesgd.transforms.delay_compensation import scale_by_delay_compensation
 from stalesgd.transforms.delay_compensation import ScaleByDelayCompensationState
 from stalesgd.transforms.gap_aware import scale_by_gap_aware
@@ -27,6 +30,7 @@ from stalesgd.transforms.staleness import staleness_weight
 
 __all__ = [
     "STALENESS_RULES",
+    "DelayedState",
     "ScaleByDelayCompensationState",
     "ScaleByGapAwareState",
     "ScaleByStalenessState",
@@ -34,6 +38,7 @@ __all__ = [
     "contributions_in_stack",
     "dc_asgd",
     "delay_compensated_gradient",
+    "delayed",
     "lr_scale",
     "scale_by_delay_compensation",
     "scale_by_gap_aware",

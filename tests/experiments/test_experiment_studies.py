@@ -225,3 +225,12 @@ def test_every_finding_states_the_published_claim(name):
   study = STUDIES[name]
   authors = ("Zhang", "Rudra", "Zheng", "Rigazzi", "demo")
   assert any(author in study.finding for author in authors), study.finding
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_every_study_decides_at_least_one_claim_between_its_own_variants(name):
+  study = STUDIES[name]
+  slugs = {variant.slug for variant in study.variants}
+  assert study.claims
+  for claim in study.claims:
+    assert {claim.variant, claim.reference} <= slugs and claim.variant != claim.reference
