@@ -27,9 +27,13 @@ lambda, lambda_0 = 0.2), ``s3gd`` (lambda = 0), ``allreduce_sync`` (S = 0);
 the grid's other runs. ``quick``: the embedded digits, small CNN, 16 images per
 learner, learning rate 0.05, 6 epochs.
 
-Command (the study; one run is ``stalesgd-train --config=dcs3gd_cifar10_full``)::
+Commands (the study, then one run)::
 
-  stalesgd-reproduce --study=dcs3gd_cifar10 --data_source=npz --data_dir=/tmp/cifar10_npz --parallel=2
+  python -m experiments.reproduce --study=dcs3gd_cifar10 --data_source=npz --data_dir=/tmp/cifar10_npz \
+      --parallel=2
+  python -m experiments.main --config=experiments/configs/dcs3gd_cifar10_full.py:dcs3gd \
+      --config.allreduce_staleness=4 --config.data_source=npz --config.data_dir=/tmp/cifar10_npz \
+      --workdir=runs/dcs3gd_full_s4
 
 Hardware and time: the README, *Results*, *DC-S3GD on CIFAR-10*.
 """

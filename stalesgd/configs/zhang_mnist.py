@@ -25,10 +25,12 @@ Variants (``get_config("VARIANT")``): ``baseline``, ``hardsync``,
 embedded digits for 4 epochs, no decay steps. The study
 ``zhang_mnist`` (`stalesgd.studies.definitions`) runs the grid with its claims.
 
-Command::
+Commands (the study, then one run)::
 
-  stalesgd-reproduce --study=zhang_mnist --seeds=3 --parallel=2 \
+  python -m experiments.reproduce --study=zhang_mnist --seeds=3 --parallel=2 \
       --data_source=npz --data_dir=/tmp/mnist_npz
+  python -m experiments.main --config=experiments/configs/zhang_mnist.py:softsync_inverse --config.n=30 \
+      --config.data_source=npz --config.data_dir=/tmp/mnist_npz --workdir=runs/zhang_mnist_30
 
 Hardware and time: the README, *Results*.
 """

@@ -151,7 +151,7 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
     gaps = [by_slug_seed[claim.variant, seed] - by_slug_seed[claim.reference, seed] for seed in seeds]
     interval = statistics.paired_interval(gaps)
     entry.update(gap=statistics.spread(gaps).mean, low=interval and interval.low, high=interval and interval.high,
-                 interval=interval.format() if interval else f"{gaps[0]:+.1f} (1 seed: no interval)")
+                 interval=interval.format() if interval else f"{gaps[0]:+.2f} (1 seed: no interval)")
     entry["decision"] = claim.decide(entry["low"], entry["high"])
     decided.append(entry)
   return decided

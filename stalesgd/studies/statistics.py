@@ -34,7 +34,7 @@ class Spread:
   high: float
   count: int
 
-  def format(self, digits: int = 1) -> str:
+  def format(self, digits: int = 2) -> str:
     """``"mean ± std"`` (or the single value, with ``(1 seed)``)."""
     if self.std is None:
       return f"{self.mean:.{digits}f} (1 seed)"
@@ -77,7 +77,7 @@ class Interval:
   count: int
   confidence: float = CONFIDENCE
 
-  def format(self, digits: int = 1) -> str:
+  def format(self, digits: int = 2) -> str:
     return (f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
             f"({self.confidence:.0%} interval, {self.count} seeds)")
 

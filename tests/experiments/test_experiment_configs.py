@@ -19,11 +19,12 @@ from stalesgd.optimizer import build_optimizer
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "stalesgd" / "configs"
 NUM_DEVICES = 8
-TRAIN_EXAMPLES = {"cifar10": 50_000, "digits": 1_497, "imagenet2012": 1_281_167}
-NUM_CLASSES = {"cifar10": 10, "digits": 10, "imagenet2012": 1000}
-IMAGE_SHAPES = {"cifar10": (32, 32, 3), "digits": (8, 8, 1)}
+TRAIN_EXAMPLES = {"cifar10": 50_000, "mnist": 60_000, "digits": 1_497, "imagenet2012": 1_281_167}
+NUM_CLASSES = {"cifar10": 10, "mnist": 10, "digits": 10, "imagenet2012": 1000}
+IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1), "digits": (8, 8, 1)}
 EXPECTED_CONFIG_FILES = {"demo", "rudra_cifar10", "zhang_imagenet", "dcasgd_cifar10_resnet20",
-                         "dcasgd_imagenet_resnet50", "dcs3gd_cifar10", "dcs3gd_imagenet_resnet50"}
+                         "dcasgd_imagenet_resnet50", "dcs3gd_cifar10", "dcs3gd_cifar10_full", "dcs3gd_imagenet_resnet50",
+                         "zhang_mnist"}
 
 
 def _config_modules():

@@ -20,7 +20,7 @@ def test_spread_is_mean_sample_std_min_max():
   assert values.mean == 5.0
   assert values.std == pytest.approx(math.sqrt(((2 - 5) ** 2 + (4 - 5) ** 2 + (9 - 5) ** 2) / 2))  # ddof = 1
   assert (values.low, values.high, values.count) == (2.0, 9.0, 3)
-  assert values.format() == "5.0 ± 3.6"
+  assert values.format() == "5.00 ± 3.61"
   single = statistics.spread([7.25])
   assert single.std is None and single.format(2) == "7.25 (1 seed)"
   with pytest.raises(ValueError, match="one or more finite numbers"):
@@ -40,7 +40,7 @@ def test_paired_interval_is_the_student_t_interval():
   assert interval.mean == 2.0 and interval.count == 3
   assert interval.low == pytest.approx(2.0 - T_975_2 / math.sqrt(3), abs=1e-3)
   assert interval.high == pytest.approx(2.0 + T_975_2 / math.sqrt(3), abs=1e-3)
-  assert interval.format() == "+2.0 [-0.5, +4.5] (95% interval, 3 seeds)"
+  assert interval.format() == "+2.00 [-0.48, +4.48] (95% interval, 3 seeds)"
   assert statistics.paired_interval([5.0]) is None  # one seed: no interval
   flat = statistics.paired_interval([80.0, 80.0])
   assert (flat.low, flat.high) == (80.0, 80.0)

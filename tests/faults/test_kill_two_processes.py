@@ -139,9 +139,10 @@ def assert_same_records(workdir: pathlib.Path, reference_dir: pathlib.Path, *, e
 
   With ``exact``, every number is equal but the test loss, which is summed over the evaluation batches of both
   processes through gloo, in another order than one process adds them (equal to float32 rounding); otherwise
-  (DC-S3GD) the training losses too.
+  (DC-S3GD) the training losses and the correction diagnostics too.
   """
-  rounded = ("test_loss",) if exact else ("test_loss", "train_loss")
+  # DC-S3GD's correction_ratio and displacement_norm are means over learners, also summed in another order.
+  rounded = ("test_loss",) if exact else ("test_loss", "train_loss", "correction_ratio", "displacement_norm")
   ours, theirs = without_wall_clock(read_metrics(workdir)), without_wall_clock(read_metrics(reference_dir))
   assert [record["step"] for record in ours] == [record["step"] for record in theirs]
   for mine, expected in zip(ours, theirs):
