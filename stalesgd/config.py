@@ -54,7 +54,7 @@ def default_config() -> ml_collections.ConfigDict:
   # crop of the original JPEG + flip (stalesgd.data.inception_crop). Either way a function of (seed, g, j).
   config.augment = False
   config.image_size = 224  # ImageNet crop side
-  config.data_workers = 8  # threads decoding ImageNet's JPEGs (the pixels do not depend on it)
+  config.data_workers = default_data_workers()  # threads decoding ImageNet's JPEGs (the pixels do not depend on it)
 
   # Model (stalesgd.models.get_model).
   config.model = "small_cnn"
@@ -131,6 +131,18 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 MAX_DATA_WORKERS = 256  # decoding threads: more only costs memory
+DEFAULT_DATA_WORKERS_CAP = 8
+
+
+def default_data_workers() -> int:
+  """``config.data_workers``'s default: the cores this process may run on, at most `DEFAULT_DATA_WORKERS_CAP`.
+
+  More threads than cores cost 6-18 % in the ImageNet pipeline's benchmark
+  (docs/data.md); the decoded pixels do not depend on the count, and a resumed
+  run may change it (`stalesgd.workdir`).
+  """
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+  return max(1, min(DEFAULT_DATA_WORKERS_CAP, cores))
 
 
 @functools.cache

@@ -80,3 +80,11 @@ def test_bad_data_workers_are_refused_naming_the_field(value):
   config = _config("/data", data_workers=value)
   with pytest.raises(ValueError, match=rf"config\.data_workers={value} is not allowed: an integer >= 1 and <= 256"):
     validate_config(config, num_devices=8)
+
+
+def test_data_workers_default_to_the_usable_cores_at_most_eight(monkeypatch):
+  from stalesgd import config as config_lib  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(config_lib.os, "sched_getaffinity", lambda pid: {0, 1})
+  assert config_lib.default_config().data_workers == 2
+  monkeypatch.setattr(config_lib.os, "sched_getaffinity", lambda pid: set(range(32)))
+  assert config_lib.default_config().data_workers == 8
