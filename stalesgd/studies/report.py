@@ -239,7 +239,8 @@ def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.
   decisions_text = decisions_markdown(decided)
   (workdir / DECISIONS_FILENAME).write_text(decisions_text, encoding="utf-8")
   (workdir / "decisions.json").write_text(json.dumps(decided, indent=2) + "\n", encoding="utf-8")
-  subtitle = f"{study.title} ({max(row['seed'] for row in rows) + 1} seeds max; band: ± std)"
+  most = max(row["seed"] for row in rows) + 1
+  subtitle = f"{study.title} ({most} seed{'s' if most > 1 else ''} per variant at most; band: ± std)"
   for field, name in (("test_error", "test_error.png"), ("train_loss", "train_loss.png")):
     plots.plot_bands(bands(curves, field), workdir / name, y=field, title=subtitle)
   staleness = {}
