@@ -16,8 +16,9 @@ parameter server with stale learners would give them:
   tau-1 updates; every later one sees tau), and ``stale_params`` = w_{t-tau}.
 
 With these semantics a loop whose t-th batch is learner (t mod lambda)'s batch
-(t div lambda) computes exactly the updates of the deterministic round-robin
-asynchronous parameter server with lambda = tau + 1 learners (Zhang et al.,
+(t div lambda) computes the updates of the deterministic round-robin
+asynchronous parameter server with lambda = tau + 1 learners, to float32
+rounding (1e-5 relative; XLA fuses the same arithmetic differently) (Zhang et al.,
 IJCAI 2016; `stalesgd.schedule.simulate("async", jitter="deterministic")`),
 which `tests/transforms/test_delayed.py` checks against `stalesgd.engine`.
 
