@@ -1,0 +1,117 @@
+r"""Digests of a tiny run of every protocol: what a pure refactor must leave unchanged.
+
+Each protocol trains `tests/helpers/tiny_run_config.py` (an MLP on the embedded
+digits, lambda = 8 learners, mu = 8, one epoch; the protocol's options set below)
+through the command-line program, ``python -m stalesgd.cli.train``, whose name
+stays put across refactors. Per run the JSON holds:
+
+* ``params_sha256``: the final parameters (``summary.json``);
+* ``metrics_sha256``: ``metrics.jsonl`` with the wall-clock and provenance
+  fields removed (`MEASURED_FIELDS`);
+* ``scalars_sha256``: the TensorBoard scalars (tag, step, value), the same
+  fields removed.
+
+Take the digests at the commit before a change and after it, on the same
+machine and device count (a run's bits depend on both: docs/studies.md), and
+compare::
+
+  python -m experiments.run_digests --out=/tmp/before.json     # at the old commit
+  python -m experiments.run_digests --out=/tmp/after.json --compare=/tmp/before.json
+
+Hardware and time: a CPU, 8 host devices; 9 runs of 10-20 s each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import tempfile
+
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+CONFIG_FILE = REPOSITORY / "tests" / "helpers" / "tiny_run_config.py"
+
+PROTOCOL_RUNS = {
+    "hardsync": ("hardsync",),
+    "softsync": ("hardsync", "--config.protocol=softsync", "--config.n=2"),
+    "async": ("async_dc",),
+    "ssp": ("hardsync", "--config.protocol=ssp", "--config.ssp_bound=2"),
+    "backup": ("hardsync", "--config.protocol=backup", "--config.backup_workers=2"),
+    "drop_stale": ("hardsync", "--config.protocol=drop_stale", "--config.max_staleness=3"),
+    "allreduce_sync": ("dcs3gd", "--config.protocol=allreduce_sync", "--config.delay_compensation=none"),
+    "s3gd": ("dcs3gd", "--config.protocol=s3gd", "--config.delay_compensation=none"),
+    "dcs3gd": ("dcs3gd",),
+}
+"""Protocol -> (tiny_run_config variant, overrides)."""
+
+MEASURED_FIELDS = ("seconds", "wall", "time", "per_s", "provenance", "host", "compile")
+"""A field whose name contains one of these is measured, not computed: left out (the simulated ``sim_time`` stays)."""
+
+
+def _computed(record: dict) -> dict:
+  return {key: value for key, value in record.items()
+          if key.startswith("sim") or not any(part in key for part in MEASURED_FIELDS)}
+
+
+def _sha256(value) -> str:
+  return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _event_scalars(workdir: pathlib.Path) -> list[tuple[str, int, float]]:
+  """Every scalar of the run's TensorBoard event files, read with tensorboardX's protobuf (no TensorFlow)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel  (the training stack's)
+  scalars = []
+  for path in sorted(workdir.glob("events.out.tfevents.*")):
+    data = path.read_bytes()
+    offset = 0
+    while offset < len(data):
+      (length,) = struct.unpack("<Q", data[offset:offset + 8])
+      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      offset += 12 + length + 4
+      for value in event.summary.value:
+        if value.HasField("simple_value") and not any(part in value.tag for part in MEASURED_FIELDS):
+          scalars.append((value.tag, int(event.step), float(value.simple_value)))
+  return sorted(scalars)
+
+
+def run_digests(protocol: str, workdir: pathlib.Path) -> dict[str, str]:
+  variant, *overrides = PROTOCOL_RUNS[protocol]
+  environment = {**os.environ, "JAX_NUM_CPU_DEVICES": "8", "PYTHONPATH": str(REPOSITORY)}
+  command = [sys.executable, "-m", "stalesgd.cli.train", f"--config={CONFIG_FILE}:{variant}", *overrides,
+             f"--workdir={workdir}"]
+  completed = subprocess.run(command, cwd=REPOSITORY, env=environment, capture_output=True, text=True, check=False)
+  if completed.returncode != 0:
+    raise RuntimeError(f"{protocol}: {' '.join(command)} exited {completed.returncode}:\n{completed.stderr[-3000:]}")
+  summary = json.loads((workdir / "summary.json").read_text())
+  records = [_computed(json.loads(line)) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line]
+  return {"params_sha256": summary["params_sha256"], "metrics_sha256": _sha256(records),
+          "scalars_sha256": _sha256(_event_scalars(workdir)), "records": len(records)}
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--out", required=True, help="where to write the JSON")
+  parser.add_argument("--compare", help="a JSON written earlier: exit 1 unless every digest is equal")
+  parser.add_argument("--protocols", nargs="*", default=list(PROTOCOL_RUNS), choices=list(PROTOCOL_RUNS))
+  arguments = parser.parse_args()
+  digests = {}
+  with tempfile.TemporaryDirectory() as scratch:
+    for protocol in arguments.protocols:
+      digests[protocol] = run_digests(protocol, pathlib.Path(scratch) / protocol)
+      print(protocol, digests[protocol]["params_sha256"][:16], flush=True)
+  pathlib.Path(arguments.out).write_text(json.dumps(digests, indent=2) + "\n")
+  if arguments.compare:
+    before = json.loads(pathlib.Path(arguments.compare).read_text())
+    changed = [protocol for protocol in digests if digests[protocol] != before.get(protocol)]
+    print("unchanged" if not changed else f"CHANGED: {', '.join(changed)}")
+    return 1 if changed else 0
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
