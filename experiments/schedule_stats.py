@@ -31,10 +31,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from stalesgd import plots
+from stalesgd.utils import _plots as plots
 from stalesgd import schedule as schedule_lib
-from stalesgd.schedule import plots as schedule_plots
-from stalesgd.schedule import statistics
+from stalesgd.utils import _schedule_plots as schedule_plots
+from stalesgd.schedule import _summary as statistics
 
 ZHANG_LEARNERS = 30
 ZHANG_SOFTSYNC_N = (1, 2, 4, 10, 15, 30)

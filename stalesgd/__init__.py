@@ -21,4 +21,29 @@ from stalesgd.transforms import staleness_aware_sgd
 from stalesgd.transforms import staleness_weight
 from stalesgd.transforms import update_mean_square
 
-__version__ = "0.1.0"
+from stalesgd import _moved
+
+__version__ = "0.2.0"
+
+__all__ = [
+  "average_contributions",
+  "contributions_in_stack",
+  "dc_asgd",
+  "delay_compensated_gradient",
+  "delayed",
+  "DelayedState",
+  "lr_scale",
+  "scale_by_delay_compensation",
+  "scale_by_gap_aware",
+  "scale_by_staleness",
+  "ScaleByDelayCompensationState",
+  "ScaleByGapAwareState",
+  "ScaleByStalenessState",
+  "staleness_aware_sgd",
+  "STALENESS_RULES",
+  "staleness_weight",
+  "update_mean_square",
+]
+
+_moved.install()
+

@@ -20,8 +20,8 @@ import numpy as np
 
 from stalesgd.configs import rudra_cifar10
 from stalesgd import engine as engine_lib
-from stalesgd.config import contributions_per_update
-from stalesgd.train import build_run
+from stalesgd.training._run_config import contributions_per_update
+from stalesgd.training._loop import build_run
 
 
 def machine_description() -> dict[str, Any]:

@@ -58,7 +58,7 @@ import optax
 from jax.sharding import PartitionSpec
 
 from experiments.benchmarks.common import machine_description, paired_ratio, time_interleaved
-from stalesgd import sharding as sharding_lib
+from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd import models
 from stalesgd.decentral import DCS3GD, config_for_protocol
 

@@ -58,7 +58,7 @@ from experiments.benchmarks.common import machine_description, paired_ratio, tim
 from stalesgd import engine as engine_lib
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
-from stalesgd import sharding as sharding_lib
+from stalesgd.parallel import _sharding as sharding_lib
 
 _QUICK = flags.DEFINE_bool("quick", False, "Small version (lambda in {8, 32}, fewer gradients), < 1 minute.")
 _LEARNERS = flags.DEFINE_list("learners", None, "Override the list of learner counts.")

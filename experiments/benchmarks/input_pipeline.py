@@ -11,7 +11,7 @@ a run does. Then, side by side within every round, each pipeline decodes
   time in the calling thread: the 256 -> 224 centre crop, then the CIFAR-style
   pad-4 crop and flip;
 * ``threads``: `LazyImageSource.read_inception_crops` (the Inception crop from
-  the original JPEG, `stalesgd.data.inception_crop`) on 1, 2, 4, 8 threads;
+  the original JPEG, `stalesgd.data._inception_crop`) on 1, 2, 4, 8 threads;
 * ``grain``: if grain is installed, a ``grain.python.DataLoader`` over the same
   tfds data source with ``worker_count`` worker processes running the same crop
   (same pixels) as a ``MapTransform``. Each round starts a fresh loader and
@@ -44,10 +44,10 @@ from absl import app
 from absl import flags
 from PIL import Image
 
-from stalesgd.data.augmentation import draw_crop_and_flip, random_crop_and_flip
-from stalesgd.data.counter_hash import AUGMENTATION_STREAM, batch_keys
-from stalesgd.data.inception_crop import decode_inception_crop, draw_inception_crops
-from stalesgd.data.sources import LazyImageSource
+from stalesgd.data._augmentation import draw_crop_and_flip, random_crop_and_flip
+from stalesgd.data._counter_hash import AUGMENTATION_STREAM, batch_keys
+from stalesgd.data._inception_crop import decode_inception_crop, draw_inception_crops
+from stalesgd.data._sources import LazyImageSource
 
 _IMAGES = flags.DEFINE_integer("images", 960, "Training images to generate.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Images per batch.")
@@ -85,7 +85,7 @@ def write_imagenet_like(directory: pathlib.Path, train_images: int) -> str:
   import tensorflow_datasets as tfds
 
   from stalesgd.data.prepare import prepare
-  from stalesgd.data.preparation import tfds_writer
+  from stalesgd.data.preparation import _tfds_writer as tfds_writer
 
   data_dir = directory / "tfds"
   wnids = tfds_writer.local_builder("imagenet2012", str(data_dir)).info.features["label"].names[:CLASSES]

@@ -15,7 +15,7 @@ Usage::
   python -m experiments.benchmarks.layout --cases=async:8 --devices=1,2,8
 
 The engine's results do not depend on the device count (bit for bit), so the
-fastest count is free to choose; `stalesgd.device_layout` encodes the choice
+fastest count is free to choose; `stalesgd.training._device_layout` encodes the choice
 the figures support for the command-line tools.
 """
 

@@ -1,10 +1,10 @@
 r"""Where a user's run spends its wall clock: host timers, compilation times and a host profile.
 
-Runs `stalesgd.train.train_and_evaluate` once (the training benchmark's config:
+Runs `stalesgd.training.train_and_evaluate` once (the training benchmark's config:
 Rudra's solver, deterministic timing, CIFAR-10-shaped npz data) and prints
 
 * the run's own ``wall_time_breakdown`` (start-up, training, evaluation,
-  checkpoints; `stalesgd.train`);
+  checkpoints; `stalesgd.training._loop`);
 * every XLA compilation and its seconds (JAX's ``jax_log_compiles``), so that a
   program compiled more than once, or an eager operation compiled inside the
   loop, shows up by name;
@@ -41,8 +41,8 @@ from absl import logging
 import jax
 
 from experiments.benchmarks.common import benchmark_config, cifar10_data_dir, parse_case
-from stalesgd.config import contributions_per_update
-from stalesgd.train import train_and_evaluate
+from stalesgd.training._run_config import contributions_per_update
+from stalesgd.training._loop import train_and_evaluate
 
 _CASE = flags.DEFINE_string("case", "async:32", "protocol:learners, as in experiments.benchmarks.training.")
 _UPDATES = flags.DEFINE_integer("updates", 3000, "Server updates to run.")

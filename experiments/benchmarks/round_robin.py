@@ -233,9 +233,9 @@ class EmulatorPool:
 
 def build_from_config(config, updates_per_chunk: int) -> RoundRobinEmulator:
   """The emulator of a training config's run: the data, model, optimizer and schedule
-  `stalesgd.train.train_and_evaluate` would use. With `functools.partial` it is the
+  `stalesgd.training.train_and_evaluate` would use. With `functools.partial` it is the
   picklable ``build`` an `EmulatorPool` needs."""
-  from stalesgd.train import build_run
+  from stalesgd.training._loop import build_run
 
   run = build_run(config)
   check_round_robin(run.schedule)

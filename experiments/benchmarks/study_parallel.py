@@ -3,7 +3,7 @@ r"""One study's wall time, one run after the other against K runs at once, with 
 ``python -m experiments.benchmarks.study_parallel [--study=demo] [--variants=...] [--seeds=2] [--epochs=E]
 [--parallel=2] [--rounds=1] [--data_source=npz --data_dir=DIR]`` runs the same grid twice per round, each time
 from nothing in its own directory: ``stalesgd-reproduce --parallel=1`` (every run in one process, one after the
-other) and ``--parallel=K`` (K processes at a time, `stalesgd.studies.processes`), alternating which goes first
+other) and ``--parallel=K`` (K processes at a time, `stalesgd.studies._processes`), alternating which goes first
 from round to round. It reports each side's wall time, their ratio (sequential / parallel, > 1: parallel is
 faster), and whether every run's final weights (``params_sha256``) are the same in both, and writes JSON
 (default ``results/study_parallel_benchmark.json``).

@@ -4,9 +4,9 @@ For Rudra's CIFAR-10 solver and network (`cifar10_full`, mu = 4, the optimizer
 `rudra_cifar10.py` builds) with deterministic timing, for async and
 4-softsync at lambda in {8, 32}, this measures side by side, each case in its own
 process on the host device count ``experiments.main`` would pick for it
-(`stalesgd.device_layout`; ``JAX_NUM_CPU_DEVICES`` overrides):
+(`stalesgd.training._device_layout`; ``JAX_NUM_CPU_DEVICES`` overrides):
 
-* ``user``: `stalesgd.train.train_and_evaluate` end to end on an npz data
+* ``user``: `stalesgd.training.train_and_evaluate` end to end on an npz data
   source of CIFAR-10's shape (50,000 + 10,000 32x32x3 images; random pixels
   unless ``--data_dir`` names real ones), one epoch, evaluated at its end, as a
   user runs it: ``user_images_per_s`` counts everything from the call to its
@@ -14,7 +14,7 @@ process on the host device count ``experiments.main`` would pick for it
   ``loop_images_per_s`` is the loop's steady state (the ``metrics.jsonl``
   records after the first, which holds the compilation);
 * ``engine``: `stalesgd.engine.Engine` alone executing the same schedule with
-  the same optimizer on the same mini-batches (`stalesgd.train.build_run`),
+  the same optimizer on the same mini-batches (`stalesgd.training.build_run`),
   no metrics, no evaluation;
 * ``emulator``: `experiments.benchmarks.round_robin`, the fastest
   emulator of this one schedule found here: one process per core, each running
@@ -56,10 +56,10 @@ import numpy as np
 from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benchmark_config, cifar10_data_dir,
                                            machine_description, parse_case)
 from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
-from stalesgd import device_layout
-from stalesgd.config import contributions_per_update
-from stalesgd.metrics import METRICS_FILENAME, read_jsonl
-from stalesgd.train import train_and_evaluate
+from stalesgd.training import _device_layout as device_layout
+from stalesgd.training._run_config import contributions_per_update
+from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
+from stalesgd.training._loop import train_and_evaluate
 
 _QUICK = flags.DEFINE_bool("quick", False, "async at lambda = 8 only, 1/8 of CIFAR-10's size, 2 rounds: "
                            "about a minute.")
@@ -154,7 +154,7 @@ def run_case(case: str, data_dir: str, train_examples: int, rounds: int, gradien
 def _run_case_in_a_process(case: str, data_dir: str, train_examples: int, rounds: int, processes: int,
                            scratch: pathlib.Path) -> dict:
   """`run_case` in a fresh process, on the host device count experiments.main would use for it
-  (`stalesgd.device_layout`; ``JAX_NUM_CPU_DEVICES``, when set, wins)."""
+  (`stalesgd.training._device_layout`; ``JAX_NUM_CPU_DEVICES``, when set, wins)."""
   protocol, n, learners = parse_case(case)
   devices = os.environ.get("JAX_NUM_CPU_DEVICES") or str(
       device_layout.cpu_device_count(benchmark_config(protocol, n, learners, data_dir, train_examples)))

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
+__all__ = ["run_main"]
+
 
 def run_main(main: Callable[[list[str]], None], module: ModuleType) -> None:
   """``absl.app.run(main)``, with ``module``'s flags listed by ``--helpshort``.

@@ -5,7 +5,7 @@ r"""Runs a reproduction study's grid and writes its table and plots.
 (also ``python -m stalesgd.cli.reproduce``, and ``python -m experiments.reproduce``
 from a clone: a thin script calling `run`).
 
-Studies (grids and published numbers in `stalesgd.studies.definitions`):
+Studies (grids and published numbers in `stalesgd.studies._definitions`):
 
 * ``demo``: the four `make demo` runs at lambda = 8 on the embedded digits
   (hardsync, 8-softsync with alpha_0 and with alpha_0/sigma, async with
@@ -67,9 +67,10 @@ from absl import logging  # noqa: E402
 
 import jax  # noqa: E402
 from stalesgd import cli  # noqa: E402
-from stalesgd import compilation_cache  # noqa: E402
+from stalesgd.utils import _compilation_cache as compilation_cache  # noqa: E402
 from stalesgd.data import SOURCES  # noqa: E402
-from stalesgd.studies import STUDIES, RunSettings, plan_tasks, processes, run_study  # noqa: E402
+from stalesgd.studies import STUDIES, RunSettings, plan_tasks, run_study  # noqa: E402
+from stalesgd.studies import _processes as processes
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
 _QUICK = flags.DEFINE_bool("quick", False, "CPU-sized runs (embedded digits, or short runs with --data_source).")

@@ -15,10 +15,10 @@ point that defines the run's flags (flax-examples style):
   with the same workdir resumes from its latest checkpoint;
 * on a CPU, unless ``JAX_NUM_CPU_DEVICES`` is set, a single-process run
   emulates its learners on the number of host devices it runs fastest on
-  (`stalesgd.device_layout`: about 4 learners per device, at most 8;
+  (`stalesgd.training._device_layout`: about 4 learners per device, at most 8;
   results do not depend on it); processes of a multi-process run get 8 each;
 * ``--compilation_cache_dir``: JAX's persistent compilation cache
-  (`stalesgd.compilation_cache`; on by default, '' turns it off);
+  (`stalesgd.utils._compilation_cache`; on by default, '' turns it off);
 * the multi-host flags ``--coordinator_address``, ``--num_processes``,
   ``--process_id``, ``--initialization_timeout``; without them the cluster is
   detected from SLURM / Kubernetes / MPI environment variables, and a single
@@ -38,7 +38,7 @@ import os
 import sys
 
 # Whether the user chose the number of host CPU devices; if not, `main` picks the
-# fastest for the run (`stalesgd.device_layout`) before JAX starts.
+# fastest for the run (`stalesgd.training._device_layout`) before JAX starts.
 _DEVICES_CHOSEN = "JAX_NUM_CPU_DEVICES" in os.environ
 
 from absl import app
@@ -47,10 +47,10 @@ from absl import logging
 
 import jax
 from stalesgd import cli
-from stalesgd import compilation_cache
+from stalesgd.utils import _compilation_cache as compilation_cache
 from stalesgd import configs
-from stalesgd import device_layout
-from stalesgd import distributed
+from stalesgd.training import _device_layout as device_layout
+from stalesgd.utils import _distributed as distributed
 from stalesgd.cli import config_flag
 
 _CONFIG = config_flag.define_config_flag(
@@ -87,7 +87,7 @@ def main(argv):
   distributed.initialize(coordinator_address=_COORDINATOR_ADDRESS.value, num_processes=_NUM_PROCESSES.value,
                          process_id=_PROCESS_ID.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value,
                          heartbeat_timeout=_HEARTBEAT_TIMEOUT.value)
-  from stalesgd import train  # after jax.distributed is initialized: importing it touches no devices,
+  from stalesgd.training import _loop as train  # after jax.distributed is initialized: importing it touches no devices,
   # but keeping all JAX work after initialize() is JAX's rule.
   summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   logging.info("summary: %s", summary)

@@ -24,6 +24,8 @@ CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 # Modules of this package that configs import, and that are no config themselves.
 HELPER_MODULES = ("arguments", "imagenet", "quick")
 
+__all__ = ["CONFIG_DIR", "HELPER_MODULES", "config_path", "names", "resolve"]
+
 
 def names() -> tuple[str, ...]:
   """The packaged configs' names (module names, sorted), e.g. ``"demo"``, ``"rudra_cifar10"``."""

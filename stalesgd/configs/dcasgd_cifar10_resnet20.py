@@ -4,7 +4,7 @@ Setting (docs/algorithms.md §2, §6): ResNet-20 (He et al., option-A
 shortcuts), no augmentation, per-channel input normalisation, mini-batch 128
 per learner, eta = 0.5, x0.1 at epochs 80 and 120, 160 epochs. Methods, with M
 learners (``--config.learners=M``, default 4); Table 1's test error of each, by
-method and M, is in the study ``dcasgd_table1`` (`stalesgd.studies.definitions`),
+method and M, is in the study ``dcasgd_table1`` (`stalesgd.studies._definitions`),
 which the reproduction compares against:
 
 * ``sgd``: one learner (M = 1): sequential SGD.
@@ -56,7 +56,7 @@ import ml_collections
 
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
-from stalesgd.config import default_config
+from stalesgd.training._run_config import default_config
 
 VARIANTS = ("sgd", "asgd", "ssgd", "dcasgd_c", "dcasgd_a", "dcasgd_a_bc")
 DEFAULT_LEARNERS = 4

@@ -15,13 +15,13 @@ def use_imagenet(config: ml_collections.ConfigDict, *, model: str, image_size: i
 
   Training images are Inception random-resized crops of ``image_size`` with
   flips (``augment=True`` on the lazily decoded tfds split,
-  `stalesgd.data.inception_crop`), evaluation images centre crops
+  `stalesgd.data._inception_crop`), evaluation images centre crops
   (`stalesgd.data.LazyImageSource`), with per-channel normalisation: the
   per-pixel mean image of Caffe is not computed for a data set read lazily
   (`stalesgd.data.fit_normalization` refuses it).
 
   Args:
-    config: a config from `stalesgd.config.default_config`.
+    config: a config from `stalesgd.training.default_config`.
     model: the network's registry name.
     image_size: the crop side the network is designed for.
 

@@ -5,7 +5,7 @@ and hours of compute on a CPU; the ``quick`` variants keep the paper's protocol
 (learners, mini-batch per learner, n, staleness rule, delay compensation) and
 swap the data and model for scikit-learn's 8x8 ``digits`` (shipped in its
 wheel, 1,497 training and 300 test images) and a small network, with the
-defaults of `stalesgd.config.default_config` (the one place defaults live).
+defaults of `stalesgd.training.default_config` (the one place defaults live).
 Their numbers show the papers' qualitative findings at most; they are not
 reproductions. The ImageNet configs' ``quick`` variants instead run a few
 updates at a small crop size on the ImageNet pipeline itself, only to check
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.config import contributions_per_update, default_config
+from stalesgd.training._run_config import contributions_per_update, default_config
 
 DATA_FIELDS = ("dataset", "data_source", "data_dir", "normalization", "augment", "image_size")
 MODEL_FIELDS = ("model", "model_options", "model_multipliers")

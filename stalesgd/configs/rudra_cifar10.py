@@ -25,7 +25,7 @@ Variants (``get_config("[quick,]VARIANT")``, grammar in
   epochs (mu lambda = 120 matches the baseline's 128).
 
 The published test errors of these runs are in the studies ``zhang_cifar10``
-and ``rudra_mu_lambda`` (`stalesgd.studies.definitions`), which the
+and ``rudra_mu_lambda`` (`stalesgd.studies._definitions`), which the
 reproduction compares against.
 
 Commands::
@@ -47,7 +47,7 @@ Hardware and time: the full runs want a GPU; one 140-epoch run is 7M images.
 The README (*Results*) reports shortened CPU runs of both studies and how long
 they took. On a CPU ``stalesgd-train`` (``experiments.main``) gives the
 single-learner baseline one device unless ``JAX_NUM_CPU_DEVICES`` says
-otherwise (`stalesgd.device_layout`; a study run by ``stalesgd-reproduce``
+otherwise (`stalesgd.training._device_layout`; a study run by ``stalesgd-reproduce``
 keeps 8 for all its runs). ``stalesgd-reproduce``
 (``experiments.reproduce``) runs the studies' grids (``--epochs``,
 ``--variants`` for a subset); with
@@ -66,7 +66,7 @@ import ml_collections
 
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
-from stalesgd.config import default_config
+from stalesgd.training._run_config import default_config
 
 LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 30, 4, 15
 BASELINE_BATCH = 128

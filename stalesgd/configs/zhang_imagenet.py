@@ -9,7 +9,7 @@ sigma is nearly identical for every n; the single-learner baseline (mu = 256,
 config).
 
 The exact layer widths of their variant are not available here, so the model
-is Caffe's ``bvlc_alexnet`` (60,965,224 parameters, `stalesgd.models.alexnet`),
+is Caffe's ``bvlc_alexnet`` (60,965,224 parameters, `stalesgd.models._alexnet`),
 with Krizhevsky et al.'s dropout 0.5 after fc6 and fc7; the solver is
 ``bvlc_alexnet``'s (learning rate 0.01, momentum 0.9, weight decay 5e-4, x0.1
 every 100,000 iterations of 256 images, i.e. about every 20 epochs), which
@@ -52,7 +52,7 @@ import ml_collections
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.imagenet import use_imagenet
 from stalesgd.configs.quick import run_a_few_imagenet_updates
-from stalesgd.config import default_config
+from stalesgd.training._run_config import default_config
 
 VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse")
 LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 18, 16, 18

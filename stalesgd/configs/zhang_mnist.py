@@ -23,7 +23,7 @@ Variants (``get_config("VARIANT")``): ``baseline``, ``hardsync``,
 ``softsync_fixed``, ``softsync_inverse``, ``softsync_inverse_mean`` (n = 15;
 ``--config.n=N``), as in `stalesgd.configs.rudra_cifar10`; ``quick,VARIANT``: the
 embedded digits for 4 epochs, no decay steps. The study
-``zhang_mnist`` (`stalesgd.studies.definitions`) runs the grid with its claims.
+``zhang_mnist`` (`stalesgd.studies._definitions`) runs the grid with its claims.
 
 Commands (the study, then one run)::
 
@@ -42,7 +42,7 @@ import ml_collections
 from stalesgd.configs import rudra_cifar10
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
-from stalesgd.config import default_config
+from stalesgd.training._run_config import default_config
 
 VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse", "softsync_inverse_mean")
 EPOCHS = 3.0

@@ -8,12 +8,12 @@ evaluation.
 
 from __future__ import annotations
 
-from stalesgd.data.dataset import Dataset, DatasetNotPreparedError
-from stalesgd.data.evaluation import evaluation_batches, evaluation_indices, precise_bn_batches
-from stalesgd.data.learner_batches import LearnerBatches
-from stalesgd.data.loading import SOURCES, load_dataset
-from stalesgd.data.normalization import NORMALIZATIONS, Normalization, fit_normalization
-from stalesgd.data.sources import ArraySource, ImageSource, LazyImageSource
+from stalesgd.data._dataset import Dataset, DatasetNotPreparedError
+from stalesgd.data._evaluation_batches import evaluation_batches, evaluation_indices, precise_bn_batches
+from stalesgd.data._learner_batches import LearnerBatches
+from stalesgd.data._loading import SOURCES, load_dataset
+from stalesgd.data._normalization import NORMALIZATIONS, Normalization, fit_normalization
+from stalesgd.data._sources import ArraySource, ImageSource, LazyImageSource
 
 __all__ = [
     "ArraySource", "Dataset", "DatasetNotPreparedError", "ImageSource", "LazyImageSource",

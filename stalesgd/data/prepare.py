@@ -7,7 +7,7 @@
   python -m stalesgd.data.prepare imagenet2012 --from=DIR --data_dir=DATA_DIR
 
 ``tfds build`` needs the internet (and, for most data sets, TensorFlow);
-stalesgd's tfds source only opens prepared data (`stalesgd.data.tfds_source`).
+stalesgd's tfds source only opens prepared data (`stalesgd.data._tfds_source`).
 This command closes the gap for a copy already on disk: it reads
 
 * ``cifar10``: the python batches (``cifar-10-batches-py``), the binary batches
@@ -18,7 +18,7 @@ This command closes the gap for a copy already on disk: it reads
 
 and writes ``DATA_DIR/<name>/<version>/``: ArrayRecord shards per split plus
 ``dataset_info.json`` and ``features.json``, through the registered tfds builder
-itself (`stalesgd.data.preparation.tfds_writer`), so ``tfds.data_source(name,
+itself (`stalesgd.data.preparation._tfds_writer`), so ``tfds.data_source(name,
 data_dir=DATA_DIR, download=False)`` finds it with the features, split names
 and example counts of a tfds preparation, without TensorFlow or a network.
 Examples keep the input's order. docs/data.md describes the layouts.
@@ -30,9 +30,12 @@ import os
 import sys
 from typing import TextIO
 
-from stalesgd.data.preparation import cifar10, imagenet, mnist, tfds_writer
-from stalesgd.data.preparation.layouts import MissingInputError, check_directory
-from stalesgd.data.tfds_source import TFDS_SPLITS
+from stalesgd.data.preparation import _cifar10 as cifar10
+from stalesgd.data.preparation import _imagenet as imagenet
+from stalesgd.data.preparation import _mnist as mnist
+from stalesgd.data.preparation import _tfds_writer as tfds_writer
+from stalesgd.data.preparation._layouts import MissingInputError, check_directory
+from stalesgd.data._tfds_source import TFDS_SPLITS
 
 # Every data set the tfds source reads can be prepared.
 PREPARABLE = tuple(TFDS_SPLITS)

@@ -7,12 +7,12 @@ learner per device along a ``learners`` mesh axis.
 
 from __future__ import annotations
 
-from stalesgd.decentral.config import DCS3GDConfig
-from stalesgd.decentral.config import LAMBDA_MODES
-from stalesgd.decentral.config import PROTOCOLS
-from stalesgd.decentral.config import config_for_protocol
-from stalesgd.decentral.dcs3gd import DCS3GD
-from stalesgd.decentral.dcs3gd import DCS3GDState
+from stalesgd.decentral._settings import DCS3GDConfig
+from stalesgd.decentral._settings import LAMBDA_MODES
+from stalesgd.decentral._settings import PROTOCOLS
+from stalesgd.decentral._settings import config_for_protocol
+from stalesgd.decentral._dcs3gd import DCS3GD
+from stalesgd.decentral._dcs3gd import DCS3GDState
 
 __all__ = [
     "DCS3GD",

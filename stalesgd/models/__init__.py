@@ -7,7 +7,7 @@ He et al.'s CIFAR ResNets (``resnet20`` ... ``resnet110``), ImageNet ResNets
 
 from __future__ import annotations
 
-from stalesgd.models.registry import available_models, get_model
-from stalesgd.models.spec import ModelSpec
+from stalesgd.models._registry import available_models, get_model
+from stalesgd.models._spec import ModelSpec
 
 __all__ = ["ModelSpec", "available_models", "get_model"]

@@ -9,21 +9,21 @@ at which weights their gradients were computed, which mini-batch each
 consumed, and when the update happened. It knows nothing about JAX or models.
 """
 
-from stalesgd.schedule.events import EventTrace
-from stalesgd.schedule.schedule import Schedule
-from stalesgd.schedule.protocols import CORRECTED_DECENTRALIZED_PROTOCOLS
-from stalesgd.schedule.protocols import DECENTRALIZED_PROTOCOLS
-from stalesgd.schedule.protocols import EAGER_PROTOCOLS
-from stalesgd.schedule.protocols import PARAMETER_SERVER_PROTOCOLS
-from stalesgd.schedule.protocols import PROTOCOL_TABLE
-from stalesgd.schedule.protocols import PROTOCOLS
-from stalesgd.schedule.protocols import Option
-from stalesgd.schedule.protocols import Protocol
-from stalesgd.schedule.protocols import contributions_per_update
-from stalesgd.schedule.protocols import protocol_row
-from stalesgd.schedule.protocols import simulate
-from stalesgd.schedule.timing import JITTERS
-from stalesgd.schedule.timing import TimingModel
+from stalesgd.schedule._events import EventTrace
+from stalesgd.schedule._schedule_arrays import Schedule
+from stalesgd.schedule._protocols import CORRECTED_DECENTRALIZED_PROTOCOLS
+from stalesgd.schedule._protocols import DECENTRALIZED_PROTOCOLS
+from stalesgd.schedule._protocols import EAGER_PROTOCOLS
+from stalesgd.schedule._protocols import PARAMETER_SERVER_PROTOCOLS
+from stalesgd.schedule._protocols import PROTOCOL_TABLE
+from stalesgd.schedule._protocols import PROTOCOLS
+from stalesgd.schedule._protocols import Option
+from stalesgd.schedule._protocols import Protocol
+from stalesgd.schedule._protocols import contributions_per_update
+from stalesgd.schedule._protocols import protocol_row
+from stalesgd.schedule._protocols import simulate
+from stalesgd.schedule._timing import JITTERS
+from stalesgd.schedule._timing import TimingModel
 
 __all__ = [
     "CORRECTED_DECENTRALIZED_PROTOCOLS",

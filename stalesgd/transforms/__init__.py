@@ -5,28 +5,28 @@ the reduction of a stack of contributions, ready-made chains, and `delayed`,
 which makes any transform apply each gradient a fixed number of calls late. Each is an
 optax ``GradientTransformationExtraArgs`` whose per-step inputs (``staleness``,
 ``stale_params``, ``learner``) arrive as keyword-only extra arguments; see
-`stalesgd.transforms.contributions` for how a stack of c gradients is passed.
+`stalesgd.transforms._contributions` for how a stack of c gradients is passed.
 `lr_scale` reads from an optimizer state the learning-rate scale the staleness
 rules applied.
 """
 
-from stalesgd.transforms.aliases import dc_asgd
-from stalesgd.transforms.aliases import staleness_aware_sgd
-from stalesgd.transforms.contributions import average_contributions
-from stalesgd.transforms.contributions import contributions_in_stack
-from stalesgd.transforms.delay_compensation import delay_compensated_gradient
-from stalesgd.transforms.delayed import delayed
-from stalesgd.transforms.delayed import DelayedState
-from stalesgd.transforms.delay_compensation import scale_by_delay_compensation
-from stalesgd.transforms.delay_compensation import ScaleByDelayCompensationState
-from stalesgd.transforms.gap_aware import scale_by_gap_aware
-from stalesgd.transforms.gap_aware import ScaleByGapAwareState
-from stalesgd.transforms.mean_square import update_mean_square
-from stalesgd.transforms.staleness import lr_scale
-from stalesgd.transforms.staleness import RULES as STALENESS_RULES
-from stalesgd.transforms.staleness import scale_by_staleness
-from stalesgd.transforms.staleness import ScaleByStalenessState
-from stalesgd.transforms.staleness import staleness_weight
+from stalesgd.transforms._aliases import dc_asgd
+from stalesgd.transforms._aliases import staleness_aware_sgd
+from stalesgd.transforms._contributions import average_contributions
+from stalesgd.transforms._contributions import contributions_in_stack
+from stalesgd.transforms._delay_compensation import delay_compensated_gradient
+from stalesgd.transforms._delayed import delayed
+from stalesgd.transforms._delayed import DelayedState
+from stalesgd.transforms._delay_compensation import scale_by_delay_compensation
+from stalesgd.transforms._delay_compensation import ScaleByDelayCompensationState
+from stalesgd.transforms._gap_aware import scale_by_gap_aware
+from stalesgd.transforms._gap_aware import ScaleByGapAwareState
+from stalesgd.transforms._mean_square import update_mean_square
+from stalesgd.transforms._staleness import lr_scale
+from stalesgd.transforms._staleness import RULES as STALENESS_RULES
+from stalesgd.transforms._staleness import scale_by_staleness
+from stalesgd.transforms._staleness import ScaleByStalenessState
+from stalesgd.transforms._staleness import staleness_weight
 
 __all__ = [
     "STALENESS_RULES",

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from stalesgd.data import ArraySource, LazyImageSource, fit_normalization
-from stalesgd.data.normalization import IMAGENET_CHANNEL_MEAN
+from stalesgd.data._normalization import IMAGENET_CHANNEL_MEAN
 
 
 def _encoded(array: np.ndarray, image_format: str) -> bytes:

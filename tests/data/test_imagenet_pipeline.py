@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stalesgd.config import default_config, validate_config
+from stalesgd.training._run_config import default_config, validate_config
 from stalesgd.data import LearnerBatches, load_dataset
 from stalesgd.data.prepare import prepare
-from stalesgd.data.preparation import tfds_writer
-from stalesgd.train import train_and_evaluate
+from stalesgd.data.preparation import _tfds_writer as tfds_writer
+from stalesgd.training._loop import train_and_evaluate
 
 CLASSES, PER_CLASS = 4, 8
 
@@ -83,7 +83,7 @@ def test_bad_data_workers_are_refused_naming_the_field(value):
 
 
 def test_data_workers_default_to_the_usable_cores_at_most_eight(monkeypatch):
-  from stalesgd import config as config_lib  # pylint: disable=g-import-not-at-top
+  from stalesgd.training import _run_config as config_lib  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(config_lib.os, "sched_getaffinity", lambda pid: {0, 1})
   assert config_lib.default_config().data_workers == 2
   monkeypatch.setattr(config_lib.os, "sched_getaffinity", lambda pid: set(range(32)))

@@ -25,8 +25,9 @@ from PIL import Image
 
 from stalesgd.data import load_dataset
 from stalesgd.data.prepare import PREPARABLE, prepare
-from stalesgd.data.preparation import cifar10, tfds_writer
-from stalesgd.data.preparation.layouts import MissingInputError
+from stalesgd.data.preparation import _cifar10 as cifar10
+from stalesgd.data.preparation import _tfds_writer as tfds_writer
+from stalesgd.data.preparation._layouts import MissingInputError
 
 REAL_DATA_VARIABLE = "STALESGD_REAL_DATA_DIR"
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -323,8 +324,8 @@ def test_real_data_prepared_for_tfds_loads_as_the_npz_arrays(tmp_path, name):
 def test_real_cifar10_from_tfds_trains_the_same_run_as_from_npz_bit_for_bit(tmp_path):
   """The same short async run (an MLP, 40 updates of 8 learners x 16 images) on CIFAR-10 read through
   ``tfds.data_source`` after `prepare`, and from the npz arrays: the same weights and records."""
-  from stalesgd.config import default_config  # pylint: disable=g-import-not-at-top
-  from stalesgd.train import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  from stalesgd.training._run_config import default_config  # pylint: disable=g-import-not-at-top
+  from stalesgd.training._loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   npz_dir = _real_npz_dir("cifar10")
   prepare("cifar10", npz_dir, str(tmp_path / "tfds"), progress=None)

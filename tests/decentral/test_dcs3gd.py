@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import Mesh
 
 from tests.helpers import dcs3gd_reference
-from stalesgd import sharding as sharding_lib
+from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 
 LEARNING_RATE, MOMENTUM = 0.1, 0.9

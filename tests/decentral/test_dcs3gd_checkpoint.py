@@ -7,8 +7,8 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd import sharding as sharding_lib
-from stalesgd.checkpoint import Checkpointer
+from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd.training.checkpoint import Checkpointer
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 from test_dcs3gd import initial_params, loss_fn, make_batches
 

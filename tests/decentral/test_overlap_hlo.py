@@ -8,9 +8,9 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd import sharding as sharding_lib
+from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
-from stalesgd.decentral import hlo
+from stalesgd.decentral import _hlo as hlo
 
 
 def conv_loss(params, batch):

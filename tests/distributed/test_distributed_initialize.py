@@ -1,11 +1,11 @@
-"""stalesgd.distributed.initialize: argument validation, launcher detection, single-host no-op."""
+"""stalesgd.utils._distributed.initialize: argument validation, launcher detection, single-host no-op."""
 
 from __future__ import annotations
 
 import jax
 import pytest
 
-from stalesgd import distributed
+from stalesgd.utils import _distributed as distributed
 
 SLURM_ENV = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "node[003-004]", "SLURM_NTASKS": "8",
              "SLURM_PROCID": "5", "SLURM_LOCALID": "1"}

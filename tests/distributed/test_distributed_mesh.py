@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from stalesgd import sharding as sharding_lib
+from stalesgd.parallel import _sharding as sharding_lib
 
 
 def test_learner_mesh_spans_all_devices_in_process_then_id_order(devices):

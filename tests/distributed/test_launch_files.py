@@ -1,4 +1,4 @@
-"""The launch files agree with what stalesgd.distributed.initialize reads."""
+"""The launch files agree with what stalesgd.utils._distributed.initialize reads."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from stalesgd import distributed
+from stalesgd.utils import _distributed as distributed
 
 LAUNCH = pathlib.Path(__file__).resolve().parents[2] / "launch"
 

@@ -11,7 +11,7 @@ import pytest
 import stalesgd
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
-from stalesgd.engine import ring_buffer
+from stalesgd.engine import _ring_buffer as ring_buffer
 
 from tests.helpers.engine_oracle import MODELS, Data
 

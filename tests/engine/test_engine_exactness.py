@@ -15,7 +15,7 @@ import pytest
 import stalesgd
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
-from stalesgd import sharding as sharding_lib
+from stalesgd.parallel import _sharding as sharding_lib
 
 from tests.helpers.engine_oracle import MODELS, Data, max_relative_error, run_oracle
 

@@ -19,8 +19,8 @@ import pytest
 
 from stalesgd.configs import dcasgd_cifar10_resnet20, rudra_cifar10
 from stalesgd import models
-from stalesgd.config import updates_per_epoch
-from stalesgd.optimizer import build_optimizer, learning_rate_schedule
+from stalesgd.training._run_config import updates_per_epoch
+from stalesgd.training._optimizer import build_optimizer, learning_rate_schedule
 
 CIFAR10_TRAIN = 50_000
 # cifar10_full_train_test.prototxt: lr_mult 1 (weights) / 2 (biases) but on conv3; decay_mult 250 / 0 on ip1,

@@ -147,7 +147,7 @@ def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(
   assert top_level == ["stalesgd"]
   assert "stalesgd/py.typed" in files
   assert {f"stalesgd/configs/{name}.py" for name in (*EXPECTED_CONFIGS, *configs.HELPER_MODULES)} <= files
-  assert {"stalesgd/configs/__init__.py", "stalesgd/studies/definitions.py", "stalesgd/studies/sweep.py",
+  assert {"stalesgd/configs/__init__.py", "stalesgd/studies/_definitions.py", "stalesgd/studies/_sweep.py",
           "stalesgd/cli/train.py", "stalesgd/cli/reproduce.py", "stalesgd/cli/config_flag.py"} <= files
   assert "[console_scripts]" in entry_points
   for script, target in SCRIPTS.items():

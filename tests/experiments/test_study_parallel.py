@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from stalesgd.studies import RunSettings, Study, Variant, plan_tasks, run_study
-from stalesgd.studies import processes
+from stalesgd.studies import _processes as processes
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 EPOCHS = 0.1

@@ -1,4 +1,4 @@
-"""stalesgd.studies.statistics and the report's decisions, against numbers computed by hand."""
+"""stalesgd.studies._seed_statistics and the report's decisions, against numbers computed by hand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from stalesgd.studies import Claim, Study, Variant, write_report
-from stalesgd.studies import statistics
+from stalesgd.studies import _seed_statistics as statistics
 
 # Student's t quantile t_{0.975, 2}, from a printed table (e.g. NIST/SEMATECH e-Handbook, Table 1.3.6.7.2).
 T_975_2 = 4.303

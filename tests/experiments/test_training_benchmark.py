@@ -22,7 +22,7 @@ from experiments.benchmarks.common import parse_case
 from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.configs import rudra_cifar10
 from stalesgd import engine as engine_lib
-from stalesgd.train import build_run
+from stalesgd.training._loop import build_run
 
 REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENGINE_FIELDS = ("protocol", "learners", "engine_grads_per_s", "sync_grads_per_s", "naive_grads_per_s",

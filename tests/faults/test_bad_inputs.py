@@ -1,6 +1,6 @@
 """Bad input files and a changed config, refused with a ValueError naming the file (or field) before any work.
 
-* npz data (`stalesgd.data.npz_source`): each kind of damage or mismatch is
+* npz data (`stalesgd.data._npz_source`): each kind of damage or mismatch is
   written into an otherwise good copy of the digits and loaded; the error must
   be a ValueError naming the damaged file and the problem. One of them goes
   through `train_and_evaluate`, which must stop before compiling anything.

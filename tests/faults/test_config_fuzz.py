@@ -33,10 +33,9 @@ import numpy as np
 import pytest
 
 from stalesgd import models
-from stalesgd.config import (DELAY_COMPENSATIONS, PROTOCOLS, STALENESS_RULES, WEIGHT_DECAY_PLACEMENTS,
-                             default_config, validate_config)
+from stalesgd.training._run_config import (DELAY_COMPENSATIONS, PROTOCOLS, STALENESS_RULES, WEIGHT_DECAY_PLACEMENTS, default_config, validate_config)
 from stalesgd.data import NORMALIZATIONS
-from stalesgd.data.tfds_source import TFDS_SPLITS
+from stalesgd.data._tfds_source import TFDS_SPLITS
 from stalesgd.schedule import JITTERS
 
 NUM_DEVICES = 8

@@ -35,12 +35,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from stalesgd.checkpoint import CheckpointError, Checkpointer
+from stalesgd.training.checkpoint import CheckpointError, Checkpointer
 
 from tests.helpers.fault_helpers import assert_same_run, fault_config, flip_one_bit, state_files, train_in_process
 from tests.helpers.train_helpers import complete_checkpoints, read_metrics
 
-CHECKPOINT_LOGGER = "stalesgd.checkpoint"
+CHECKPOINT_LOGGER = "stalesgd.training.checkpoint"
 
 
 def small_state(step: int) -> dict:

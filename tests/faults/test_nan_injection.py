@@ -27,9 +27,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from stalesgd import data as data_lib
-from stalesgd import runners
+from stalesgd.training import _runners as runners
 from stalesgd.schedule import Schedule
-from stalesgd.train import TrainingDiverged
+from stalesgd.training._loop import TrainingDiverged
 
 from tests.helpers.fault_helpers import assert_same_run, fault_config, train_in_process
 from tests.helpers.train_helpers import complete_checkpoints, read_metrics

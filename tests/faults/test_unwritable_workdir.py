@@ -23,8 +23,8 @@ import subprocess
 
 import pytest
 
-from stalesgd import checkpoint as checkpoint_lib
-from stalesgd.checkpoint import CheckpointError
+from stalesgd.training import checkpoint as checkpoint_lib
+from stalesgd.training.checkpoint import CheckpointError
 
 from tests.helpers.fault_helpers import (PHASE_TIMEOUT, assert_same_run, fault_config, npz_flags, train_in_process,
                                          wait_for_checkpoint_after)

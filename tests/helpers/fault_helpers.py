@@ -15,8 +15,8 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from stalesgd.data.embedded import load_digits_splits
-from stalesgd.train import train_and_evaluate
+from stalesgd.data._embedded import load_digits_splits
+from stalesgd.training._loop import train_and_evaluate
 
 from tests.helpers.train_helpers import (PHASE_TIMEOUT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars, finish,
                                         log_tail, read_metrics, read_summary, tiny_config, wait_for_checkpoint_after)

@@ -81,8 +81,8 @@ def add_process_flags(parser: argparse.ArgumentParser, *, heartbeat_timeout: int
 
 
 def initialize_process(args: argparse.Namespace) -> None:
-  """Joins the run with the flags of `add_process_flags` (`stalesgd.distributed.initialize`)."""
-  from stalesgd import distributed  # pylint: disable=g-import-not-at-top  (children only)
+  """Joins the run with the flags of `add_process_flags` (`stalesgd.utils.initialize`)."""
+  from stalesgd.utils import _distributed as distributed  # pylint: disable=g-import-not-at-top  (children only)
   distributed.initialize(args.coordinator_address, args.num_processes, args.process_id,
                          initialization_timeout=args.initialization_timeout,
                          heartbeat_timeout=args.heartbeat_timeout)

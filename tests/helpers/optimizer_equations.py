@@ -1,4 +1,4 @@
-r"""The fixture of the server optimizer's hand-computed pins (`stalesgd.optimizer.build_optimizer`).
+r"""The fixture of the server optimizer's hand-computed pins (`stalesgd.training.build_optimizer`).
 
 The equation pinned here, per parameter leaf, for server update t = 0, 1, ...
 with a stack of c contributions k = 1..c (Rudra's Caffe solver, learning rate
@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stalesgd.config import default_config
-from stalesgd.optimizer import build_optimizer
+from stalesgd.training._run_config import default_config
+from stalesgd.training._optimizer import build_optimizer
 
 RTOL = 1e-6
 ATOL = 1e-9

@@ -1,8 +1,8 @@
-r"""The smallest real training runs, for the tests of `stalesgd.train` and ``experiments.main``.
+r"""The smallest real training runs, for the tests of `stalesgd.training._loop` and ``experiments.main``.
 
 A config file like those in ``stalesgd/configs/`` (one ``get_config(arg)``),
 so the same runs can be started in-process (``get_config(arg)`` then
-`stalesgd.train.train_and_evaluate`) and on the command line::
+`stalesgd.training.train_and_evaluate`) and on the command line::
 
   python -m experiments.main --config=tests/helpers/tiny_run_config.py:async_dc --workdir=/tmp/run
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.config import default_config
+from stalesgd.training._run_config import default_config
 
 VARIANTS = ("hardsync", "async_dc", "dcs3gd")
 

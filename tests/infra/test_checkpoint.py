@@ -1,4 +1,4 @@
-"""Tests for stalesgd.checkpoint: exact round trips, retention, atomicity, SIGTERM."""
+"""Tests for stalesgd.training.checkpoint: exact round trips, retention, atomicity, SIGTERM."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd.checkpoint import CheckpointError, Checkpointer, PreemptionGuard
-from stalesgd.metrics import METRICS_FILENAME, read_jsonl
+from stalesgd.training.checkpoint import CheckpointError, Checkpointer, PreemptionGuard
+from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
 from tests.helpers.workers import resume_loop_worker, sigkill_during_save_worker
 from tests.helpers.workers.resume_loop_worker import train
 from tests.helpers.workers.sigkill_during_save_worker import state_at

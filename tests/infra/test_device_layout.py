@@ -1,11 +1,11 @@
-"""`stalesgd.device_layout`: about four learners per forced host device, a power of two, at most 8."""
+"""`stalesgd.training._device_layout`: about four learners per forced host device, a power of two, at most 8."""
 
 from __future__ import annotations
 
 import pytest
 
-from stalesgd.config import default_config
-from stalesgd.device_layout import cpu_device_count
+from stalesgd.training._run_config import default_config
+from stalesgd.training._device_layout import cpu_device_count
 
 
 @pytest.mark.parametrize("learners, devices", [(1, 1), (4, 1), (5, 2), (8, 2), (9, 4), (16, 4), (17, 8), (30, 8),

@@ -1,4 +1,4 @@
-"""Tests for stalesgd.metrics: JSON lines, TensorBoard event files (read back without TensorFlow), resume."""
+"""Tests for stalesgd.utils._metrics: JSON lines, TensorBoard event files (read back without TensorFlow), resume."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 
-from stalesgd.metrics import METRICS_FILENAME, MetricWriter, integer_bins, read_jsonl, to_json_value
+from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, integer_bins, read_jsonl, to_json_value
 
 
 def _crc32c(data: bytes) -> int:

@@ -1,4 +1,4 @@
-"""Tests for stalesgd.plots: figures from metric records with gaps, staleness histograms, result tables."""
+"""Tests for stalesgd.utils._plots: figures from metric records with gaps, staleness histograms, result tables."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from matplotlib import image
 
-from stalesgd.plots import Run, curve_points, markdown_table, plot_curves, plot_staleness_histograms, \
+from stalesgd.utils._plots import Run, curve_points, markdown_table, plot_curves, plot_staleness_histograms, \
     table_columns, write_results_table
 
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from stalesgd.models.caffe_pooling import caffe_avg_pool, caffe_max_pool, caffe_pooled_size
-from stalesgd.models.local_response_norm import lrn_across_channels, lrn_within_channel
+from stalesgd.models._caffe_pooling import caffe_avg_pool, caffe_max_pool, caffe_pooled_size
+from stalesgd.models._local_response_norm import lrn_across_channels, lrn_within_channel
 
 
 def _caffe_pool_reference(x: np.ndarray, window: int, stride: int, pad: int, mode: str) -> np.ndarray:

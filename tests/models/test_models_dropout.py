@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stalesgd.models import get_model
-from stalesgd.models.spec import ModelSpec
+from stalesgd.models._spec import ModelSpec
 
 
 class _DenseDropout(nn.Module):

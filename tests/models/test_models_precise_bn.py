@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from stalesgd.models import get_model
-from stalesgd.models.batch_norm import BatchNorm
-from stalesgd.models.spec import ModelSpec
+from stalesgd.models._batch_norm import BatchNorm
+from stalesgd.models._spec import ModelSpec
 
 
 class _DenseBatchNorm(nn.Module):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from stalesgd.schedule import EventTrace, Schedule, TimingModel, simulate
-from stalesgd.schedule import schedule as schedule_module
-from stalesgd.schedule import protocols as protocols_module
+from stalesgd.schedule import _schedule_arrays as schedule_module
+from stalesgd.schedule import _protocols as protocols_module
 
 
 def _tiny_schedule(**changes) -> Schedule:

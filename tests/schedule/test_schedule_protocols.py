@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
-from stalesgd.schedule import events as events_lib
-from stalesgd.schedule.durations import StepDurations
+from stalesgd.schedule import _events as events_lib
+from stalesgd.schedule._durations import StepDurations
 
 DETERMINISTIC = TimingModel(jitter="deterministic")
 ZHANG_LEARNERS = 30

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from stalesgd import plots
+from stalesgd.utils import _plots as plots
 from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
-from stalesgd.schedule import plots as schedule_plots
-from stalesgd.schedule import statistics
+from stalesgd.utils import _schedule_plots as schedule_plots
+from stalesgd.schedule import _summary as statistics
 
 
 @pytest.mark.parametrize("protocol,arguments,message", [

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from stalesgd.schedule import TimingModel, simulate
-from stalesgd.schedule.durations import BLOCK_STEPS, StepDurations
+from stalesgd.schedule._durations import BLOCK_STEPS, StepDurations
 
 
 @pytest.mark.parametrize("field", ["compute_time", "latency", "apply_time", "jitter_sigma", "speed_factor_sigma"])

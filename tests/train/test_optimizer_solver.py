@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from stalesgd.config import validate_config
+from stalesgd.training._run_config import validate_config
 from tests.helpers.optimizer_equations import (LR_MULT, RTOL, WD_MULT, assert_updates_close, FakeModel, make_config,
                                                reference_updates, run_updates)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stalesgd.config import default_config
-from stalesgd.runners import run_label
+from stalesgd.training._run_config import default_config
+from stalesgd.training._runners import run_label
 
 
 @pytest.mark.parametrize("fields, label", [

@@ -60,7 +60,7 @@ def test_bad_override_fails_naming_the_field(override, message, tmp_path, compil
 
 
 def test_without_a_device_count_the_run_gets_the_fastest_layout(tmp_path, compilation_cache):
-  # lambda = 8 learners: 2 host devices of about 4 learners each (stalesgd.device_layout).
+  # lambda = 8 learners: 2 host devices of about 4 learners each (stalesgd.training._device_layout).
   env = {name: value for name, value in main_environment(compilation_cache).items()
          if name != "JAX_NUM_CPU_DEVICES"}
   workdir = tmp_path / "run"

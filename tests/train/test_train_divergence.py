@@ -17,7 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from stalesgd.train import TrainingDiverged, train_and_evaluate
+from stalesgd.training._loop import TrainingDiverged, train_and_evaluate
 
 from tests.helpers.train_helpers import complete_checkpoints, read_metrics, tiny_config
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from stalesgd.train import train_and_evaluate
+from stalesgd.training._loop import train_and_evaluate
 
 from tests.helpers.train_helpers import (CONFIG_FILE, WALL_CLOCK_FIELDS, PACED_MAIN, REPOSITORY_ROOT,
                                          complete_checkpoints, log_tail, main_environment, read_metrics, read_summary,

@@ -23,9 +23,9 @@ import pytest
 import tensorflow_datasets as tfds
 
 from stalesgd import schedule as schedule_lib
-from stalesgd.checkpoint import Checkpointer
-from stalesgd.config import updates_per_epoch
-from stalesgd.train import train_and_evaluate
+from stalesgd.training.checkpoint import Checkpointer
+from stalesgd.training._run_config import updates_per_epoch
+from stalesgd.training._loop import train_and_evaluate
 
 from tests.helpers.train_helpers import (SUMMARY_FIELDS, evaluation_records, event_scalars, read_metrics, read_summary,
                                          tiny_config)

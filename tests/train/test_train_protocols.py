@@ -14,9 +14,9 @@ import math
 import numpy as np
 import pytest
 
-from stalesgd.config import updates_per_epoch
+from stalesgd.training._run_config import updates_per_epoch
 from stalesgd.data import load_dataset
-from stalesgd.train import train_and_evaluate
+from stalesgd.training._loop import train_and_evaluate
 
 from tests.helpers.train_helpers import evaluation_records, read_metrics, tiny_config
 

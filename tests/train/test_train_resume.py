@@ -29,7 +29,7 @@ import signal
 
 import pytest
 
-from stalesgd.train import train_and_evaluate
+from stalesgd.training._loop import train_and_evaluate
 
 from tests.helpers.train_helpers import (WALL_CLOCK_FIELDS, complete_checkpoints, evaluation_records, event_scalars,
                                          finish, log_tail, main_command, read_metrics, read_summary, start_main,

@@ -16,10 +16,10 @@ import time
 import ml_collections
 import pytest
 
-from stalesgd import train as train_lib
-from stalesgd.workdir import RESUMABLE_CHANGES, config_changes
+from stalesgd.training import _loop as train_lib
+from stalesgd.training._workdir import RESUMABLE_CHANGES, config_changes
 from stalesgd.data import DatasetNotPreparedError
-from stalesgd.train import train_and_evaluate
+from stalesgd.training._loop import train_and_evaluate
 
 from tests.helpers.train_helpers import tiny_config
 

@@ -6,12 +6,12 @@ import doctest
 
 import pytest
 
-from stalesgd.transforms import aliases
-from stalesgd.transforms import contributions
-from stalesgd.transforms import delay_compensation
-from stalesgd.transforms import gap_aware
-from stalesgd.transforms import mean_square
-from stalesgd.transforms import staleness
+from stalesgd.transforms import _aliases as aliases
+from stalesgd.transforms import _contributions as contributions
+from stalesgd.transforms import _delay_compensation as delay_compensation
+from stalesgd.transforms import _gap_aware as gap_aware
+from stalesgd.transforms import _mean_square as mean_square
+from stalesgd.transforms import _staleness as staleness
 
 
 @pytest.mark.parametrize(

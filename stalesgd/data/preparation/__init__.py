@@ -10,7 +10,9 @@
   shards + ``dataset_info.json`` / ``features.json``) with tfds's own builder,
   without TensorFlow.
 
-Array inputs end up as `stalesgd.data.sources.ArraySource` splits (the npz
-layout is read by `stalesgd.data.npz_source`), so every format is checked the
+Array inputs end up as `stalesgd.data.ArraySource` splits (the npz
+layout is read by `stalesgd.data._npz_source`), so every format is checked the
 same way before anything is written.
 """
+
+__all__: list[str] = []  # no public names: the machinery of the program stalesgd.data.prepare

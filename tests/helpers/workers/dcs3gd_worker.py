@@ -53,7 +53,7 @@ def loss_fn(params, batch):
 def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None = None):
   """Runs `steps` steps on all devices; returns (trainer, final state)."""
   import optax
-  from stalesgd import sharding as sharding_lib
+  from stalesgd.parallel import _sharding as sharding_lib
   from stalesgd.decentral import DCS3GD, config_for_protocol
 
   mesh = sharding_lib.learner_mesh()
@@ -73,7 +73,7 @@ def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None 
 def flatten_result(protocol_name: str, trainer, state) -> dict[str, np.ndarray]:
   """The consensus weights and this process's workers' local weights, as named arrays."""
   import jax
-  from stalesgd import sharding as sharding_lib
+  from stalesgd.parallel import _sharding as sharding_lib
 
   arrays = {}
   for name, leaf in trainer.consensus_params(state).items():

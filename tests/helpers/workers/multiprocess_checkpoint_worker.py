@@ -28,7 +28,7 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 import numpy as np  # noqa: E402
 
-from stalesgd.checkpoint import Checkpointer, PreemptionGuard  # noqa: E402
+from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard  # noqa: E402
 
 GLOBAL_SHAPE = (4, 3)
 WEIGHTS_SHAPE = (4, 4096)  # large enough that damage in the middle of a data file hits array bytes

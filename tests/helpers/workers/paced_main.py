@@ -25,7 +25,7 @@ SECONDS_PER_BLOCK_VARIABLE = "PACED_SECONDS_PER_BLOCK"
 
 def pace_runners(seconds_per_block: float) -> None:
   """Makes every runner's ``step`` sleep ``seconds_per_block`` before doing its work."""
-  from stalesgd import runners  # pylint: disable=g-import-not-at-top  (after experiments.main set up JAX)
+  from stalesgd.training import _runners as runners  # pylint: disable=g-import-not-at-top  (after experiments.main set up JAX)
 
   for runner_class in (runners.ParameterServerRunner, runners.DecentralizedRunner):
     unpaced_step = runner_class.step

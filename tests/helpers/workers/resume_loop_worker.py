@@ -22,8 +22,8 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from stalesgd.checkpoint import Checkpointer, PreemptionGuard  # noqa: E402
-from stalesgd.metrics import MetricWriter  # noqa: E402
+from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard  # noqa: E402
+from stalesgd.utils._metrics import MetricWriter  # noqa: E402
 
 TARGET = jnp.arange(4, dtype=jnp.float32)
 

@@ -17,7 +17,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from stalesgd.checkpoint import Checkpointer  # noqa: E402
+from stalesgd.training.checkpoint import Checkpointer  # noqa: E402
 
 VALUES_SHAPE = (1024, 4096)
 

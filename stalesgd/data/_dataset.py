@@ -1,0 +1,65 @@
+"""`Dataset`: the train and test splits, their classes, and the input normalisation.
+
+What `stalesgd.data.load_dataset` returns and everything downstream
+(`LearnerBatches`, `evaluation_batches`, the trainer's config checks) reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from stalesgd.data._normalization import Normalization
+from stalesgd.data._sources import ImageSource
+
+# Class counts of well-known names, so that a small npz file missing a class is
+# still read with the right number of outputs; other names infer max label + 1.
+KNOWN_NUM_CLASSES = {"cifar10": 10, "mnist": 10, "fashion_mnist": 10, "digits": 10, "imagenet2012": 1000}
+
+
+class DatasetNotPreparedError(ValueError):
+  """The requested data is not on this machine; the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Dataset:
+  """An image classification data set ready for mini-batching.
+
+  Attributes:
+    name: e.g. ``"cifar10"``.
+    source: where it was read from: ``"tfds"``, ``"npz"`` or ``"embedded"``.
+    train: the training split.
+    test: the evaluation split (tfds ``imagenet2012``: ``validation``).
+    num_classes: number of classes.
+    normalization: uint8 -> float32 input transform, fitted on ``train``.
+  """
+
+  name: str
+  source: str
+  train: ImageSource
+  test: ImageSource
+  num_classes: int
+  normalization: Normalization
+
+  def __post_init__(self):
+    if self.train.image_shape != self.test.image_shape:
+      raise ValueError(f"train and test image shapes differ: {self.train.image_shape} vs "
+                       f"{self.test.image_shape}")
+
+  @property
+  def image_shape(self) -> tuple[int, int, int]:
+    """(height, width, channels) of every image."""
+    return tuple(self.train.image_shape)
+
+  @property
+  def num_train(self) -> int:
+    return len(self.train)
+
+  @property
+  def num_test(self) -> int:
+    return len(self.test)
+
+  def preprocess(self, images: np.ndarray) -> np.ndarray:
+    """uint8 [..., H, W, C] -> normalised float32."""
+    return self.normalization(images)

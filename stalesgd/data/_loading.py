@@ -1,0 +1,74 @@
+"""`load_dataset`: one entry point for every data source.
+
+* ``source="tfds"``: ``cifar10``, ``mnist``, ``fashion_mnist``, ``imagenet2012``
+  from a prepared tensorflow-datasets ``data_dir`` (`stalesgd.data._tfds_source`);
+* ``source="npz"``: ``<data_dir>/<dataset>_{train,test}.npz`` for any name
+  (`stalesgd.data._npz_source`);
+* ``source="embedded"``: ``digits``, shipped with scikit-learn
+  (`stalesgd.data._embedded`).
+
+Arguments are checked and missing data reported (`DatasetNotPreparedError`,
+naming ``dataset`` / ``data_dir`` and what to do) before anything is read;
+nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stalesgd.data._dataset import KNOWN_NUM_CLASSES, Dataset
+from stalesgd.data._embedded import EMBEDDED_DATASETS, load_digits_splits
+from stalesgd.data._normalization import NORMALIZATIONS, fit_normalization
+from stalesgd.data._npz_source import load_npz_splits
+from stalesgd.data._tfds_source import TFDS_SPLITS, load_tfds_splits
+
+SOURCES = ("tfds", "npz", "embedded")
+
+
+def _check_arguments(name: str, source: str, normalization: str) -> None:
+  if source not in SOURCES:
+    raise ValueError(f"source must be one of {SOURCES}; got {source!r}")
+  if normalization not in NORMALIZATIONS:
+    raise ValueError(f"normalization must be one of {NORMALIZATIONS}; got {normalization!r}")
+  if source == "tfds" and name not in TFDS_SPLITS:
+    raise ValueError(f"dataset {name!r} is not available with source='tfds'; choose from "
+                     f"{sorted(TFDS_SPLITS)}, or use source='npz' for local arrays")
+  if source == "embedded" and name not in EMBEDDED_DATASETS:
+    raise ValueError(f"dataset {name!r} is not embedded; the embedded data sets are {EMBEDDED_DATASETS}")
+
+
+def load_dataset(name: str, *, source: str = "tfds", data_dir: str | None = None,
+                 normalization: str = "per_channel", image_size: int = 224, data_workers: int = 1) -> Dataset:
+  """Loads a data set and fits its input normalisation on the training split.
+
+  Args:
+    name: data set name (``dataset`` in configs), e.g. ``"cifar10"``, ``"digits"``.
+    source: ``"tfds"``, ``"npz"`` or ``"embedded"``.
+    data_dir: tfds data directory, or the directory of the npz files.
+    normalization: ``"per_pixel_mean"`` (Caffe/Rudra), ``"per_channel"``
+      (ResNets), ``"unit"`` or ``"raw"``; see `stalesgd.data._normalization`.
+    image_size: crop side for ImageNet (ignored by the in-memory data sets).
+    data_workers: threads decoding ImageNet's JPEGs (ignored by the in-memory
+      data sets); the images do not depend on it.
+
+  Returns:
+    The `Dataset`.
+
+  Raises:
+    ValueError: bad arguments.
+    DatasetNotPreparedError: the data is not on this machine (a ValueError).
+  """
+  _check_arguments(name, source, normalization)
+  if source == "tfds":
+    train, test, num_classes = load_tfds_splits(name, data_dir, image_size=image_size, data_workers=data_workers)
+  elif source == "npz":
+    train, test = load_npz_splits(name, data_dir)
+    largest_label = int(max(np.max(train.labels, initial=0), np.max(test.labels, initial=0)))
+    num_classes = KNOWN_NUM_CLASSES.get(name, largest_label + 1)
+    if largest_label >= num_classes:
+      raise ValueError(f"dataset {name!r} has {num_classes} classes but its npz labels reach {largest_label}")
+  else:
+    train, test = load_digits_splits()
+    num_classes = 10
+  return Dataset(name=name, source=source, train=train, test=test, num_classes=num_classes,
+                 normalization=fit_normalization(normalization, train))

@@ -1,0 +1,130 @@
+"""What distinguishes the all-reduce protocols: staleness, correction, eager updates.
+
+`DCS3GDConfig` holds the hyperparameters of one step of `stalesgd.decentral.DCS3GD`;
+`config_for_protocol` builds the configuration of a named protocol
+(``"dcs3gd"``, ``"s3gd"``, ``"allreduce_sync"``), which is how a training loop
+selects one from a config string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any
+
+import optax
+
+from stalesgd import schedule
+from stalesgd.parallel import _sharding as sharding
+
+LAMBDA_MODES = ("constant", "adaptive", "layerwise")
+PROTOCOLS = schedule.DECENTRALIZED_PROTOCOLS
+
+
+@dataclasses.dataclass(frozen=True)
+class DCS3GDConfig:
+  """Hyperparameters of DC-S3GD and the protocols it contains.
+
+  Attributes:
+    staleness: all-reduce staleness S >= 0: the averaged update of step t is
+      applied at step t + S. S = 1 is DC-S3GD's overlap (the all-reduce of
+      step t's update is issued in step t+1 with no dependency on its
+      forward/backward, so it can run during it; `DCS3GD.overlap_report`
+      checks the compiled step); S = 0 is synchronous all-reduce SGD.
+    dc_lambda: lambda_0 of the first-order correction (a number or an optax
+      schedule of the step); 0 disables the correction (plain S3GD).
+    lambda_mode: ``"constant"`` (lambda = lambda_0), ``"adaptive"``
+      (lambda_0 / sqrt(MeanSquare + eps), DC-ASGD-a's normalisation, with one
+      MeanSquare per learner) or ``"layerwise"`` (lambda_0 ||g|| / ||g g D|| per
+      parameter leaf; reconstructed, see `stalesgd.decentral._dcs3gd`).
+    mean_square_decay: m of the adaptive mode's MeanSquare.
+    eps: epsilon of the adaptive mode.
+    eager: eager updates (Kale et al., arXiv 2502.12996): a learner's own
+      pending updates enter its local weights with weight 1/M, as they will in
+      the consensus, instead of 1. Needs staleness >= 1.
+    axis_name: the mesh axis the learners are laid out along.
+  """
+
+  staleness: int = 1
+  dc_lambda: optax.ScalarOrSchedule = 0.2
+  lambda_mode: str = "layerwise"
+  mean_square_decay: float = 0.95
+  eps: float = 1e-7
+  eager: bool = False
+  axis_name: str = sharding.LEARNERS_AXIS
+
+  def __post_init__(self):
+    if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
+      raise ValueError(f"staleness={self.staleness!r} must be an integer >= 0")
+    if self.lambda_mode not in LAMBDA_MODES:
+      raise ValueError(f"lambda_mode={self.lambda_mode!r} must be one of {LAMBDA_MODES}")
+    if not callable(self.dc_lambda) and not _is_nonnegative_number(self.dc_lambda):
+      raise ValueError(f"dc_lambda={self.dc_lambda!r} must be a number >= 0 or an optax schedule")
+    if not _is_number(self.mean_square_decay) or not 0 <= self.mean_square_decay < 1:
+      raise ValueError(f"mean_square_decay={self.mean_square_decay!r} must lie in [0, 1)")
+    if not _is_number(self.eps) or self.eps <= 0:
+      raise ValueError(f"eps={self.eps!r} must be a number > 0")
+    if self.eager and self.staleness == 0:
+      raise ValueError("eager=True needs staleness >= 1 (there is no pending update at staleness=0); "
+                       f"got staleness={self.staleness}")
+    if not isinstance(self.axis_name, str) or not self.axis_name:
+      raise ValueError(f"axis_name={self.axis_name!r} must be a non-empty string")
+
+  @property
+  def corrects(self) -> bool:
+    """Whether the step computes the correction at all (dc_lambda is not the number 0)."""
+    return callable(self.dc_lambda) or self.dc_lambda != 0
+
+
+def _is_number(value: Any) -> bool:
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_nonnegative_number(value: Any) -> bool:
+  return _is_number(value) and value >= 0
+
+
+def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
+  """The configuration of a named all-reduce protocol.
+
+  The protocol's row of `stalesgd.schedule.PROTOCOL_TABLE` fixes some fields
+  (``fixed_settings``); the others keep `DCS3GDConfig`'s defaults unless
+  overridden:
+
+  * ``"dcs3gd"``: DC-S3GD, staleness 1, layer-wise lambda with lambda_0 = 0.2.
+  * ``"s3gd"``: stale-synchronous SGD without correction (dc_lambda = 0),
+    staleness 1.
+  * ``"allreduce_sync"``: synchronous all-reduce SGD (staleness 0, no
+    correction).
+
+  Args:
+    protocol: one of `PROTOCOLS`.
+    **overrides: `DCS3GDConfig` fields that replace the protocol's defaults.
+
+  Returns:
+    The validated configuration.
+
+  Raises:
+    ValueError: unknown protocol, unknown field, or an override that
+      contradicts the protocol (a correction for ``s3gd``, staleness for
+      ``allreduce_sync``).
+  """
+  if protocol not in PROTOCOLS:
+    raise ValueError(f"protocol={protocol!r} must be one of {PROTOCOLS}")
+  fields = {field.name for field in dataclasses.fields(DCS3GDConfig)}
+  unknown = sorted(set(overrides) - fields)
+  if unknown:
+    raise ValueError(f"unknown DCS3GDConfig fields {unknown}; allowed: {sorted(fields)}")
+  row = schedule.protocol_row(protocol)
+  config = DCS3GDConfig(**{**row.fixed_settings, **overrides})
+  if not row.corrects and config.corrects:
+    raise ValueError(f"protocol={protocol!r} has no correction; got dc_lambda={config.dc_lambda!r} "
+                     f"(use protocol={schedule.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r})")
+  fixed_staleness = row.fixed_settings.get("staleness")
+  if fixed_staleness is not None and config.staleness != fixed_staleness:
+    raise ValueError(f"protocol={protocol!r} is synchronous; got staleness={config.staleness} "
+                     "(use protocol='s3gd' or 'dcs3gd')")
+  if fixed_staleness is None and not row.corrects and config.staleness == 0:  # that is allreduce_sync
+    raise ValueError(f"protocol={protocol!r} is stale-synchronous and needs staleness >= 1; got staleness=0 "
+                     "(use protocol='allreduce_sync')")
+  return config

@@ -1,0 +1,366 @@
+"""Exact execution of a `Schedule` in one jitted SPMD program per block.
+
+Given a loss, initial weights, a server optimizer and a schedule, the engine
+produces exactly the weights the emulated parameter-server cluster would have
+produced (docs/design.md, *Engine*):
+
+1. the schedule is cut into blocks (`stalesgd.engine._blocks`): runs of updates
+   whose contributions were all computed at weights that already exist;
+2. one jitted step per block computes every contribution of the block in
+   parallel, each at its own past weights read from the ring buffer
+   (`stalesgd.engine._ring_buffer`), with its learner's own mini-batch; the
+   slots are spread over the mesh's learner axis with `jax.shard_map`;
+3. the same step applies the block's updates in order with a loop over
+   the precomputed gradients (cheap element-wise work): for update u it calls
+   the server optimizer on the stack of its c contributions,
+   ``optimizer.update(grads[c, ...], opt_state, w_u, staleness=sigma[c],
+   stale_params=w_j[c, ...], learner=learner[c])``, applies the update and
+   writes w_{u+1} into the ring.
+
+The server state (weights, ring buffer, optimizer state) is sharded over
+parameters along the learner axis (`Engine.state_shardings`), as ZeRO/FSDP
+shard training state: each device applies 1/N of every update and holds 1/N of
+the history. Between the two phases each slot's stale weights travel to its
+device and its gradient back to the parameter shards (all-to-alls); nothing is
+summed across devices, so results are bit-identical on any number of devices
+or processes.
+
+The optimizer receives *stacks* (the convention of `stalesgd.transforms`):
+per-contribution transforms (staleness weights, delay compensation) act on each
+contribution, `stalesgd.average_contributions()` reduces the stack, and the
+server part (momentum, learning rate) sees one gradient. The engine checks this
+before compiling: an optimizer that does not reduce the stack is rejected.
+
+Mini-batches come from a caller-supplied ``batch_fn(learner, batch_index)``
+(numpy int arrays of the same shape [S]) returning a pytree of arrays with
+leading axis S, deterministic in (seed, learner, k): the engine never holds the
+data set, and in a multi-process run each process builds only the slots of its
+own devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd import transforms
+from stalesgd.parallel._dispatch import DispatchLimiter
+from stalesgd.engine import _ring_buffer as ring_buffer
+from stalesgd.engine._blocks import Block, BlockPlan, plan_blocks
+from stalesgd.schedule._schedule_arrays import Schedule
+
+PyTree = Any
+LossFn = Callable[[PyTree, PyTree], Any]
+BatchFn = Callable[[np.ndarray, np.ndarray], PyTree]
+
+GRADIENT_STRATEGIES = ("unroll", "vmap")
+UNROLLED_SLOTS_PER_DEVICE = 4  # gradient slots one device unrolls per block (see `Engine.plan`)
+
+
+class EngineState(NamedTuple):
+  """Everything the emulated server holds; a pytree, checkpointable as is.
+
+  Attributes:
+    params: current server weights w_t.
+    opt_state: server optimizer state.
+    ring: past weights w_{t-depth+1..t} (`RingBuffer`).
+    step: int32 scalar, t, the number of updates applied.
+  """
+
+  params: PyTree
+  opt_state: PyTree
+  ring: ring_buffer.RingBuffer
+  step: jax.Array
+
+
+class BlockMetrics(NamedTuple):
+  """Per-update measurements of one block (device arrays; rows past the block's
+  ``num_updates`` are padding).
+
+  Attributes:
+    loss: float32 [R, c], loss of each contribution at its own weights and batch.
+    lr_scale: float32 [R], learning-rate scale the staleness transform
+      applied to the update (`stalesgd.transforms.lr_scale`; 1 without one).
+    diagnostics: more float32 [R] per-update measurements, by name, that the
+      log records carry as their mean over the records' updates (DC-S3GD's
+      ``correction_ratio`` and ``displacement_norm``); None for the engine.
+  """
+
+  loss: jax.Array
+  lr_scale: jax.Array
+  diagnostics: Mapping[str, jax.Array] | None = None
+
+
+def default_gradient_strategy(backend: str) -> str:
+  """How one device computes its several gradient slots.
+
+  On CPU, unrolled calls are fast while `vmap` over weights turns convolutions
+  into grouped convolutions, which XLA:CPU runs slower (docs/performance.md,
+  *Traps measured on XLA:CPU*). On accelerators vmap is assumed to be the
+  better choice (one batched kernel instead of many small launches, and a
+  smaller program to compile); the GPU suite (experiments/benchmarks/gpu_suite.py)
+  measures both, and has not run on a GPU yet.
+  """
+  return "unroll" if backend == "cpu" else "vmap"
+
+
+class Engine:
+  """Executes schedules exactly, at close to the cost of synchronous training
+  (the README's *Performance* section; experiments/benchmarks/engine.py).
+
+  Example::
+
+    schedule = stalesgd.schedule.simulate("softsync", learners=8, n=4, num_updates=1000, seed=0)
+    engine = Engine(loss_fn, stalesgd.staleness_aware_sgd(0.1, rule="inverse"))
+    plan = engine.plan(schedule)
+    state = engine.init(params, plan)
+    state = engine.run(state, plan, batch_fn)
+  """
+
+  def __init__(self, loss_fn: LossFn, optimizer: optax.GradientTransformation, *,
+               has_aux: bool = False, mesh: jax.sharding.Mesh | None = None,
+               axis_name: str | None = None, gradient_strategy: str | None = None):
+    """Args:
+      loss_fn: ``loss_fn(params, batch) -> loss`` (or ``(loss, aux)`` with
+        ``has_aux=True``) for one contribution's mini-batch.
+      optimizer: the server optimizer; receives stacks of c contributions
+        with extra args ``staleness``, ``stale_params`` and ``learner`` and
+        must reduce the stack (e.g. end its per-contribution part with
+        `stalesgd.average_contributions()`).
+      has_aux: whether ``loss_fn`` returns ``(loss, aux)``.
+      mesh: a 1-D mesh; by default all devices of all processes.
+      axis_name: the mesh axis gradients are spread over (the mesh's only axis
+        by default).
+      gradient_strategy: "unroll" (one gradient call per slot) or "vmap";
+        by default the faster one for the backend.
+    """
+    self.loss_fn = loss_fn
+    self.optimizer = optimizer
+    self.has_aux = has_aux
+    self.mesh = sharding_lib.learner_mesh() if mesh is None else mesh
+    if axis_name is None:
+      if len(self.mesh.axis_names) != 1:
+        raise ValueError(f"mesh has axes {self.mesh.axis_names}: pass axis_name")
+      axis_name = self.mesh.axis_names[0]
+    if axis_name not in self.mesh.axis_names:
+      raise ValueError(f"axis_name={axis_name!r} is not an axis of the mesh {self.mesh.axis_names}")
+    self.axis_name = axis_name
+    self.num_devices = int(self.mesh.shape[axis_name])
+    strategy = gradient_strategy or default_gradient_strategy(self.mesh.devices.flat[0].platform)
+    if strategy not in GRADIENT_STRATEGIES:
+      raise ValueError(f"gradient_strategy={strategy!r}; allowed: {GRADIENT_STRATEGIES}")
+    self.gradient_strategy = strategy
+    self._replicated = NamedSharding(self.mesh, P())
+    self._split = NamedSharding(self.mesh, P(axis_name))
+    self._block_step = jax.jit(self._block_step_impl, donate_argnums=0)
+    self._dispatch = DispatchLimiter()
+
+  # ---------------------------------------------------------------- sharding
+  def _parameter_sharding(self, shape: tuple[int, ...], leading: int = 0) -> NamedSharding:
+    """How a server-state leaf is laid out: split over the learner axis along
+    its largest parameter dimension divisible by the number of devices
+    (replicated if none is), after ``leading`` unsplit axes (ring depth,
+    contribution stack).
+
+    The server state is updated once per applied gradient; sharding it over
+    parameters (as ZeRO/FSDP do) makes each device apply 1/N of every update
+    and hold 1/N of the ring buffer, instead of N redundant copies.
+    """
+    spec = [None] * len(shape)
+    candidates = [(size, axis) for axis, size in enumerate(shape) if axis >= leading
+                  and size >= self.num_devices and size % self.num_devices == 0]
+    if candidates and self.num_devices > 1:
+      spec[max(candidates)[1]] = self.axis_name
+    return NamedSharding(self.mesh, P(*spec))
+
+  def state_shardings(self, state: EngineState) -> EngineState:
+    """The sharding of every leaf of an engine state (or of its abstract shapes)."""
+    by_shape = lambda leading: (lambda leaf: self._parameter_sharding(np.shape(leaf), leading))
+    return EngineState(
+        params=jax.tree_util.tree_map(by_shape(0), state.params),
+        opt_state=jax.tree_util.tree_map(by_shape(0), state.opt_state),
+        ring=jax.tree_util.tree_map(by_shape(1), state.ring),
+        step=self._replicated)
+
+  # ---------------------------------------------------------------- planning
+  def plan(self, schedule: Schedule, **options) -> BlockPlan:
+    """Cuts ``schedule`` into blocks for this engine's mesh (see `plan_blocks`).
+
+    Unless ``max_slots_per_device`` is given, on a CPU backend unrolled gradients
+    are capped at `UNROLLED_SLOTS_PER_DEVICE` per device and block: on XLA:CPU a device's
+    gradients run slower per gradient the more of them one program unrolls, and
+    compile longer (docs/performance.md, *What was changed*). `vmap` batches its slots into one kernel, and an
+    accelerator runs many small kernels in one program well, so both keep
+    `plan_blocks`'s wider default.
+    """
+    if self.gradient_strategy == "unroll" and self.mesh.devices.flat[0].platform == "cpu":
+      options.setdefault("max_slots_per_device", UNROLLED_SLOTS_PER_DEVICE)
+    return plan_blocks(schedule, num_devices=self.num_devices, **options)
+
+  # ------------------------------------------------------------------- state
+  def init(self, params: PyTree, plan: BlockPlan, *, ring_depth: int | None = None) -> EngineState:
+    """The state before the first update: w_0 = ``params`` everywhere.
+
+    Args:
+      params: initial weights (host or device arrays).
+      plan: the plan this state will execute.
+      ring_depth: slots of the staleness queue; by default max staleness + 1,
+        the least that holds every version the schedule reads.
+    """
+    needed = plan.schedule.max_staleness + 1
+    depth = needed if ring_depth is None else ring_depth
+    self._check_history(depth, plan.schedule.max_staleness, "the schedule")
+    self._check_optimizer(params, plan.contributions_per_update)
+    params = self._replicate(params)
+    build = lambda p: EngineState(p, self.optimizer.init(p), ring_buffer.ring_init(p, depth), jnp.int32(0))
+    shardings = self.state_shardings(jax.eval_shape(build, params))
+    return jax.jit(build, out_shardings=shardings)(params)
+
+  def _replicate(self, tree: PyTree) -> PyTree:
+    def put(leaf):
+      if isinstance(leaf, jax.Array) and leaf.sharding == self._replicated:
+        return leaf
+      return sharding_lib.global_array(jax.device_get(leaf), self._replicated)
+    return jax.tree_util.tree_map(put, tree)
+
+  @staticmethod
+  def _check_history(depth: int, staleness: int, what: str) -> None:
+    if staleness + 1 > depth:
+      raise ValueError(
+          f"{what} applies gradients with staleness up to {staleness}, which needs the last {staleness + 1} "
+          f"weight versions, but the ring buffer holds ring_depth={depth}; use ring_depth >= {staleness + 1}")
+
+  def _check_optimizer(self, params: PyTree, contributions: int) -> None:
+    """Rejects, before compiling, an optimizer that does not reduce a stack."""
+    shapes = jax.tree_util.tree_map(lambda p: jax.ShapeDtypeStruct(np.shape(p), jnp.result_type(p)), params)
+    stacked = jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct((contributions,) + s.shape, s.dtype), shapes)
+
+    def update(grads, stale):
+      params = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+      return self.optimizer.update(grads, self.optimizer.init(params), params,
+                                   staleness=jnp.zeros((contributions,), jnp.int32),
+                                   stale_params=stale, learner=jnp.zeros((contributions,), jnp.int32))[0]
+
+    out = jax.eval_shape(update, stacked, stacked)
+    mismatched = [
+        jax.tree_util.keystr(path) for (path, o), s in zip(
+            jax.tree_util.tree_flatten_with_path(out)[0], jax.tree_util.tree_leaves(shapes)) if o.shape != s.shape]
+    if mismatched:
+      raise ValueError(
+          "the optimizer returned updates with a leading contribution axis (e.g. for "
+          f"{mismatched[0]}): the engine passes stacks of c={contributions} gradients, so the optimizer must "
+          "reduce them; put stalesgd.average_contributions() after the per-contribution transforms, e.g. "
+          "optax.chain(stalesgd.scale_by_staleness('inverse'), stalesgd.average_contributions(), "
+          "optax.sgd(lr)), or use stalesgd.staleness_aware_sgd / stalesgd.dc_asgd")
+
+  # -------------------------------------------------------------------- step
+  def _gradients(self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, batch: PyTree):
+    """Loss and gradient of every slot at its own weights, spread over devices.
+
+    The slots' weights are gathered from the (parameter-sharded) ring and
+    redistributed so that each device holds the full weights of its own slots.
+    """
+    value_and_grad = jax.value_and_grad(self.loss_fn, has_aux=self.has_aux)
+    has_aux, strategy, axis = self.has_aux, self.gradient_strategy, self.axis_name
+
+    def one(weights, slot_batch):
+      value, grads = value_and_grad(weights, slot_batch)
+      return (value[0] if has_aux else value), grads
+
+    def per_device(weights, local_batch):
+      if strategy == "vmap":
+        return jax.vmap(one)(weights, local_batch)
+      slots = jax.tree_util.tree_leaves(weights)[0].shape[0]
+      results = [
+          one(jax.tree_util.tree_map(lambda leaf: leaf[i], weights),
+              jax.tree_util.tree_map(lambda leaf: leaf[i], local_batch))
+          for i in range(slots)]
+      return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *results)
+
+    weights = jax.lax.with_sharding_constraint(ring_buffer.ring_read(ring, slot_timestamp), self._split)
+    return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(axis), P(axis)),
+                         out_specs=(P(axis), P(axis)))(weights, batch)
+
+  def _block_step_impl(self, state: EngineState, num_updates, timestamp, staleness, learner,
+                      slot_timestamp, batch):
+    rows, contributions = timestamp.shape
+    losses, grads = self._gradients(state.ring, slot_timestamp, batch)
+
+    def by_row(leaf):
+      # From "each device holds some slots" to "each device holds a slice of
+      # every slot's parameters" (an all-to-all), like the server state.
+      leaf = jax.lax.with_sharding_constraint(leaf, self._parameter_sharding(leaf.shape, leading=1))
+      leaf = leaf[:rows * contributions].reshape((rows, contributions) + leaf.shape[1:])
+      return jax.lax.with_sharding_constraint(leaf, self._parameter_sharding(leaf.shape, leading=2))
+
+    grads = jax.tree_util.tree_map(by_row, grads)
+    losses = jax.lax.with_sharding_constraint(losses, self._replicated)[:rows * contributions]
+    losses = losses.reshape(rows, contributions)
+
+    def apply_update(row, carry):
+      # Only the block's real updates run (a dynamic trip count), so padding rows
+      # cost nothing and no conditional has to carry the ring buffer.
+      params, opt_state, ring, step, applied = carry
+      row_grads = jax.tree_util.tree_map(lambda leaf: leaf[row], grads)
+      stale_params = ring_buffer.ring_read(ring, timestamp[row])
+      updates, opt_state = self.optimizer.update(
+          row_grads, opt_state, params, staleness=staleness[row], stale_params=stale_params,
+          learner=learner[row])
+      params = optax.apply_updates(params, updates)
+      step = step + 1
+      ring = ring_buffer.ring_write(ring, step, params)
+      new = self._constrain(EngineState(params, opt_state, ring, step))
+      return (*new, applied.at[row].set(transforms.lr_scale(opt_state)))
+
+    carry = (state.params, state.opt_state, state.ring, state.step, jnp.ones((rows,), jnp.float32))
+    params, opt_state, ring, step, applied = jax.lax.fori_loop(0, num_updates, apply_update, carry)
+    return self._constrain(EngineState(params, opt_state, ring, step)), BlockMetrics(losses, applied)
+
+  def _constrain(self, state: EngineState) -> EngineState:
+    return jax.lax.with_sharding_constraint(state, self.state_shardings(state))
+
+  def make_batch(self, batch_fn: BatchFn, block: Block) -> PyTree:
+    """The block's mini-batches as global arrays split over the learner axis."""
+    return sharding_lib.rows_from_batch_fn(batch_fn, block.slot_learner, block.slot_batch_index, self._split)
+
+  def step(self, state: EngineState, plan: BlockPlan, block_index: int, batch_fn: BatchFn
+           ) -> tuple[EngineState, BlockMetrics]:
+    """Executes block ``block_index`` of ``plan`` (asynchronously dispatched)."""
+    block = plan.block(block_index)
+    self._check_history(ring_buffer.ring_depth(state.ring), int(block.staleness.max(initial=0)),
+                        f"block {block_index}")
+    batch = self.make_batch(batch_fn, block)
+    block_inputs = [sharding_lib.global_array(host, self._replicated)
+                   for host in (np.int32(block.num_updates), block.timestamp, block.staleness, block.learner)]
+    slot_timestamp = sharding_lib.global_array(block.slot_timestamp, self._split)
+    state, metrics = self._block_step(state, *block_inputs, slot_timestamp, batch)
+    self._dispatch.dispatched(metrics.lr_scale)
+    return state, metrics
+
+  def iterate(self, state: EngineState, plan: BlockPlan, batch_fn: BatchFn, *, start_block: int = 0,
+              stop_block: int | None = None) -> Iterator[tuple[int, EngineState, BlockMetrics]]:
+    """Yields ``(block_index, state, metrics)`` after dispatching each block.
+
+    Dispatch is asynchronous: the host prepares the next block's batches while
+    the devices compute; reading a metric waits for its block.
+    """
+    stop_block = plan.num_blocks if stop_block is None else stop_block
+    for block_index in range(start_block, stop_block):
+      state, metrics = self.step(state, plan, block_index, batch_fn)
+      yield block_index, state, metrics
+
+  def run(self, state: EngineState, plan: BlockPlan, batch_fn: BatchFn, **iterate_options) -> EngineState:
+    """Executes the plan's blocks (all by default) and returns the final state."""
+    for _, state, _ in self.iterate(state, plan, batch_fn, **iterate_options):
+      pass
+    return state
+

@@ -1,0 +1,71 @@
+"""Model registry: `get_model(name, *, num_classes, **kwargs) -> ModelSpec`.
+
+The trainer and the configs name a model by string; each name maps to a factory
+in its model-family module. Unknown names and keyword arguments a factory does
+not take are rejected with the allowed values before anything is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from stalesgd.models._alexnet import alexnet
+from stalesgd.models._cifar10_full import cifar10_full
+from stalesgd.models._mlp import mlp
+from stalesgd.models._resnet_cifar import resnet_cifar
+from stalesgd.models._resnet_imagenet import resnet_imagenet
+from stalesgd.models._small_cnn import small_cnn
+from stalesgd.models._spec import ModelSpec
+
+_FACTORIES: dict[str, Callable[..., ModelSpec]] = {
+    "cifar10_full": cifar10_full,
+    "resnet_cifar": resnet_cifar,
+    **{f"resnet{depth}": functools.partial(resnet_cifar, depth=depth)
+       for depth in (20, 32, 44, 56, 110)},
+    "resnet_imagenet": resnet_imagenet,
+    **{f"resnet{depth}": functools.partial(resnet_imagenet, depth=depth) for depth in (50, 101, 152)},
+    "alexnet": alexnet,
+    "mlp": mlp,
+    "small_cnn": small_cnn,
+}
+
+
+def available_models() -> tuple[str, ...]:
+  """Names accepted by `get_model`."""
+  return tuple(sorted(_FACTORIES))
+
+
+def _accepted_options(factory: Callable[..., ModelSpec]) -> set[str]:
+  bound = factory.keywords if isinstance(factory, functools.partial) else {}
+  return {name for name in inspect.signature(factory).parameters
+          if name not in bound and name != "num_classes"}
+
+
+def get_model(name: str, *, num_classes: int, **kwargs: Any) -> ModelSpec:
+  """Builds a registered model.
+
+  Args:
+    name: one of `available_models()`, e.g. ``"cifar10_full"``, ``"resnet20"``,
+      ``"resnet_cifar"`` (with ``depth``), ``"resnet50"``, ``"alexnet"``,
+      ``"mlp"``, ``"small_cnn"``.
+    num_classes: number of output classes (>= 2).
+    **kwargs: options of that model's factory (e.g. ``depth``, ``shortcut``,
+      ``hidden_sizes``).
+
+  Returns:
+    The model's `ModelSpec`.
+  """
+  if name not in _FACTORIES:
+    raise ValueError(f"model name {name!r} is unknown; available models: {', '.join(available_models())}")
+  if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2:
+    raise ValueError(f"num_classes must be an int >= 2; got {num_classes!r}")
+  factory = _FACTORIES[name]
+  accepted = _accepted_options(factory)
+  unexpected = sorted(set(kwargs) - accepted)
+  if unexpected:
+    raise ValueError(f"model {name!r} does not take option(s) {unexpected}; "
+                     f"its options are {sorted(accepted) or 'none'}")
+  return factory(num_classes=num_classes, **kwargs)

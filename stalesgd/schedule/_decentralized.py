@@ -1,0 +1,115 @@
+"""Timing of decentralized all-reduce protocols: synchronous, S3GD and DC-S3GD.
+
+M learners each compute a gradient per step and exchange their updates with a
+ring all-reduce (`TimingModel.allreduce_time`). With all-reduce staleness S
+(Rigazzi, arXiv 1911.02516; docs/algorithms.md §3, reconstructed), step t
+needs the all-reduce started at step t - S: learner i's step t
+
+    ends computing at   C[i, t] = start[i, t] + compute[i, t]
+    finishes at         E[i, t] = max(C[i, t], A[t - S])          (S >= 1)
+    all-reduce t done   A[t]    = max(max_i E[i, t], A[t - 1]) + allreduce
+
+(all-reduces use the network one after another). With overlap, the next step
+starts as soon as the learner is done, start[i, t+1] = E[i, t], so in steady
+state a step costs max(compute, allreduce). Without overlap a learner does not
+compute while the network is busy, start[i, t+1] = max(E[i, t], A[t]): a step
+costs compute + allreduce. S = 0 is synchronous all-reduce SGD: every learner
+waits for its own step's all-reduce, E[i, t] = A[t] = max(max_i C[i, t],
+A[t - 1]) + allreduce, so a step also costs compute + allreduce.
+
+The result is a `Schedule` with c = M (every learner contributes to every
+step), learner[t, i] = i, batch_index = t, timestamp = max(t - S, 0) (the newest
+consensus step t's weights include) and update_time[t] = max_i E[i, t].
+Delay compensation costs compute, not communication, so ``dcs3gd`` has the
+timing of ``s3gd``. The server's ``apply_time`` does not apply here: a local
+update belongs in ``compute_time``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from stalesgd.schedule._durations import StepDurations
+from stalesgd.schedule._parameter_server import ProgressCallback
+from stalesgd.schedule._schedule_arrays import Schedule
+from stalesgd.schedule._timing import TimingModel
+
+
+def simulate_allreduce(
+    *,
+    protocol: str,
+    learners: int,
+    num_updates: int,
+    timing: TimingModel,
+    seed: int,
+    staleness: int,
+    overlap: bool,
+    options: dict[str, Any],
+    progress: ProgressCallback | None = None,
+) -> Schedule:
+  """Simulates ``num_updates`` steps of M learners with all-reduce staleness S.
+
+  Args:
+    protocol: protocol name recorded in the schedule.
+    learners: M.
+    num_updates: steps to simulate.
+    timing: compute and communication times.
+    seed: seeds every draw (learner i draws the stream it would under a parameter server).
+    staleness: S >= 0, steps an all-reduce may lag behind.
+    overlap: whether communication overlaps the next step's computation.
+    options: JSON-serialisable provenance recorded in the schedule.
+    progress: optional `ProgressCallback`.
+
+  Returns:
+    The `Schedule` of the run.
+  """
+  durations = StepDurations(timing, learners, seed)
+  compute = np.stack([durations.first(learner, num_updates) for learner in range(learners)], axis=1)
+  allreduce = timing.allreduce_time(learners)
+  if staleness >= 1 and overlap:
+    update_time = _overlapped_step_ends(compute, allreduce, staleness, progress)
+  else:
+    # Every learner starts each step when the previous all-reduce is done.
+    allreduce_done = np.cumsum(compute.max(axis=1) + allreduce)
+    update_time = allreduce_done if staleness == 0 else allreduce_done - allreduce
+    if progress is not None:  # one vectorised pass: report it done
+      progress(num_updates, num_updates)
+  steps = np.arange(num_updates, dtype=np.int64)
+  empty = np.zeros(0, dtype=np.int64)
+  return Schedule(
+      protocol=protocol,
+      learners=learners,
+      learner=np.broadcast_to(np.arange(learners, dtype=np.int32), (num_updates, learners)).copy(),
+      timestamp=np.broadcast_to(np.maximum(steps - staleness, 0)[:, None], (num_updates, learners)).copy(),
+      batch_index=np.broadcast_to(steps[:, None], (num_updates, learners)).copy(),
+      update_time=update_time,
+      dropped_learner=empty.astype(np.int32),
+      dropped_timestamp=empty,
+      dropped_batch_index=empty,
+      dropped_at_update=empty,
+      learner_busy_time=compute.sum(axis=0),
+      total_time=float(update_time[-1]),
+      options=options)
+
+
+def _overlapped_step_ends(
+    compute: np.ndarray, allreduce: float, staleness: int, progress: ProgressCallback | None) -> np.ndarray:
+  """max_i E[i, t] of the overlapped recurrence (module docstring), float64 [U]."""
+  num_updates, learners = compute.shape
+  finished = np.zeros(learners)
+  allreduce_done = np.zeros(num_updates)
+  step_end = np.zeros(num_updates)
+  previous_done = 0.0
+  report_every = max(1, num_updates // 100)
+  for step in range(num_updates):
+    computed = finished + compute[step]
+    finished = np.maximum(computed, allreduce_done[step - staleness]) if step >= staleness else computed
+    latest = finished.max()
+    step_end[step] = latest
+    previous_done = max(latest, previous_done) + allreduce
+    allreduce_done[step] = previous_done
+    if progress is not None and (step + 1) % report_every == 0:
+      progress(step + 1, num_updates)
+  return step_end

@@ -1,0 +1,269 @@
+"""The protocol table, and `simulate`, which turns a protocol and a timing model into a `Schedule`.
+
+Every protocol is one row of `PROTOCOL_TABLE` (a `Protocol`): its options with
+their ranges, defaults and the run-config field that sets each, its server
+rule (parameter-server protocols) or the DC-S3GD settings it fixes
+(decentralized all-reduce protocols), and its label. The simulator, the run
+config's validation (`stalesgd.training._run_config`), the training loop's runners
+(`stalesgd.training._runners`) and the decentralized configuration
+(`stalesgd.decentral.config_for_protocol`) all read that row; adding a protocol
+is one row plus, for a parameter-server protocol, one `ServerRule`
+(docs/protocols.md shows an example).
+
+Parameter-server protocols (lambda = ``learners``; docs/algorithms.md §1, §4):
+
+=============  ==========================  ===================================
+protocol       options (config field)      server
+=============  ==========================  ===================================
+hardsync       (none)                      one gradient per learner, sigma = 0
+softsync       n in [1, learners] (n)      c = floor(lambda / n), no barrier
+async          (none)                      c = 1 (softsync with n = lambda)
+ssp            s >= 0 (ssp_bound)          one update per clock, lead <= s
+backup         backup in [0, learners-1]   hardsync that waits for lambda - b
+               (backup_workers)
+drop_stale     max_staleness >= 0,         softsync that drops sigma >
+               n (default learners)        max_staleness
+=============  ==========================  ===================================
+
+Decentralized all-reduce protocols (M = ``learners``; §3):
+``dcs3gd`` and ``s3gd`` (``staleness`` S >= 0, default 1, config field
+``allreduce_staleness``; ``overlap`` of communication and computation, default
+True) and ``allreduce_sync`` (S = 0).
+
+Each parameter-server rule lives in its own module (`softsync`, `ssp`,
+`backup`), the all-reduce simulation in `decentralized`; this module holds the
+table, validates arguments and dispatches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from stalesgd.schedule import _validation as validation
+from stalesgd.schedule._backup import BackupWorkerServer
+from stalesgd.schedule._decentralized import simulate_allreduce
+from stalesgd.schedule._parameter_server import ProgressCallback, ServerRule, run_parameter_server
+from stalesgd.schedule._schedule_arrays import Schedule
+from stalesgd.schedule._softsync import ArrivalOrderServer
+from stalesgd.schedule._ssp import StaleSynchronousServer
+from stalesgd.schedule._timing import TimingModel
+
+REQUIRED = object()
+"""`Option.default` of an option the caller must give."""
+LEARNERS = object()
+"""`Option.default` that resolves to the number of learners."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+  """One option of a protocol: its range and default, and the run-config field that sets it.
+
+  Attributes:
+    config_field: the field of `stalesgd.training.default_config` that sets the
+      option in a training run, or None if a run leaves it at its default.
+    low: the smallest allowed integer, or None for a True/False option.
+    high: the largest allowed integer as a function of the learners, or None
+      for no upper bound.
+    high_label: how an error message names ``high``, e.g. ``"learners"``.
+    default: a value, `REQUIRED` or `LEARNERS`.
+  """
+
+  config_field: str | None
+  low: int | None = 0
+  high: Callable[[int], int] | None = None
+  high_label: str = ""
+  default: Any = REQUIRED
+
+  def upper_bound(self, learners: int) -> int | None:
+    return None if self.high is None else self.high(learners)
+
+  def check(self, name: str, value: Any, learners: int) -> Any:
+    """``value`` after checking it (``ValueError`` naming ``name`` if it is out of range)."""
+    if self.low is None:
+      return validation.check_bool(name, value)
+    return validation.check_integer(name, value, self.low, self.upper_bound(learners), high_label=self.high_label)
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  """One row of `PROTOCOL_TABLE`: everything the library knows about a protocol.
+
+  Attributes:
+    name: the protocol's name (``config.protocol``).
+    options: simulator option name -> `Option`.
+    server: parameter-server protocols: learners, **options -> the
+      `ServerRule` the simulator runs; None for decentralized protocols.
+    label: a run's label, formatted with the run config's fields
+      (``"{n}-softsync"``); the name if empty.
+    fixed_settings: decentralized protocols: the `stalesgd.decentral.DCS3GDConfig`
+      fields the protocol fixes (e.g. ``dc_lambda=0`` for S3GD).
+    eager: decentralized protocols: whether the protocol takes eager updates
+      (``config.eager_updates``).
+  """
+
+  name: str
+  options: Mapping[str, Option] = dataclasses.field(default_factory=dict)
+  server: Callable[..., ServerRule] | None = None
+  label: str = ""
+  fixed_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  eager: bool = False
+
+  @property
+  def decentralized(self) -> bool:
+    """Whether it runs on real all-reduce collectives (one learner per device) instead of a parameter server."""
+    return self.server is None
+
+  @property
+  def corrects(self) -> bool:
+    """Whether a run may choose its delay compensation: every parameter-server protocol, and the
+    decentralized protocols that do not fix DC-S3GD's ``dc_lambda``."""
+    return "dc_lambda" not in self.fixed_settings
+
+  def config_options(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The simulator options a run config sets: ``{option: config[option.config_field]}``."""
+    return {name: config[option.config_field] for name, option in self.options.items()
+            if option.config_field is not None}
+
+  def resolve(self, learners: int, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Checks ``given`` against the options and fills in defaults."""
+    unknown = sorted(set(given) - set(self.options))
+    if unknown:
+      allowed = ", ".join(self.options) or "none"
+      raise ValueError(f"protocol {self.name!r} does not take option(s) {unknown}; allowed options: {allowed}")
+    resolved = {}
+    for name, option in self.options.items():
+      if name in given:
+        value = given[name]
+      elif option.default is REQUIRED:
+        raise ValueError(f"protocol {self.name!r} needs the option {name!r}")
+      else:
+        value = learners if option.default is LEARNERS else option.default
+      resolved[name] = option.check(name, value, learners)
+    return resolved
+
+
+_N = Option("n", low=1, high=lambda learners: learners, high_label="learners")
+_ALLREDUCE_STALENESS = {"staleness": Option("allreduce_staleness", default=1),
+                        "overlap": Option(None, low=None, default=True)}
+_UNCORRECTED = {"dc_lambda": 0.0, "lambda_mode": "constant"}
+
+PROTOCOL_TABLE: dict[str, Protocol] = {row.name: row for row in (
+    Protocol("hardsync", server=lambda learners: StaleSynchronousServer(learners, s=0)),
+    Protocol("softsync", {"n": _N}, ArrivalOrderServer, label="{n}-softsync"),
+    Protocol("async", server=lambda learners: ArrivalOrderServer(learners, n=learners)),
+    Protocol("ssp", {"s": Option("ssp_bound")}, StaleSynchronousServer),
+    Protocol("backup", {"backup": Option("backup_workers", high=lambda learners: learners - 1,
+                                         high_label="learners - 1")}, BackupWorkerServer),
+    Protocol("drop_stale", {"max_staleness": Option("max_staleness"), "n": dataclasses.replace(_N, default=LEARNERS)},
+             ArrivalOrderServer),
+    Protocol("allreduce_sync", fixed_settings={"staleness": 0, **_UNCORRECTED}),
+    Protocol("s3gd", _ALLREDUCE_STALENESS, fixed_settings=_UNCORRECTED, eager=True),
+    Protocol("dcs3gd", _ALLREDUCE_STALENESS, eager=True),
+)}
+"""Every protocol, by name (see the module docstring)."""
+
+PROTOCOLS = tuple(PROTOCOL_TABLE)
+"""Names `simulate` accepts."""
+PARAMETER_SERVER_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if not row.decentralized)
+DECENTRALIZED_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if row.decentralized)
+EAGER_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if row.eager)
+"""The protocols that take eager updates (``config.eager_updates``)."""
+CORRECTED_DECENTRALIZED_PROTOCOLS = tuple(name for name in DECENTRALIZED_PROTOCOLS if PROTOCOL_TABLE[name].corrects)
+"""The decentralized protocols that take a delay compensation (DC-S3GD)."""
+
+
+def protocol_row(name: str) -> Protocol:
+  """The table row of protocol ``name``; ``ValueError`` listing the protocols if there is none."""
+  row = PROTOCOL_TABLE.get(name) if isinstance(name, str) else None
+  if row is None:
+    raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}; got {name!r}")
+  return row
+
+
+def _resolve(name: str, learners: int, protocol_options: dict[str, Any]) -> tuple[Protocol, dict[str, Any]]:
+  """Validates the protocol name, learners and options; fills in defaults."""
+  row = protocol_row(name)
+  learners = validation.check_integer("learners", learners, 1)
+  return row, row.resolve(learners, protocol_options)
+
+
+def contributions_per_update(protocol: str, *, learners: int, **protocol_options: Any) -> int:
+  """c, the gradients every update of ``protocol`` applies, without simulating.
+
+  E.g. ``contributions_per_update("softsync", learners=30, n=4) == 7``;
+  useful to size ``num_updates`` for a number of gradients.
+
+  Raises:
+    ValueError: as `simulate` does for bad arguments.
+  """
+  row, options = _resolve(protocol, learners, protocol_options)
+  return learners if row.decentralized else row.server(learners, **options).contributions
+
+
+def simulate(
+    protocol: str,
+    *,
+    learners: int,
+    num_updates: int,
+    seed: int,
+    timing: TimingModel | None = None,
+    record_events: bool = False,
+    progress: ProgressCallback | None = None,
+    **protocol_options: Any,
+) -> Schedule:
+  """Simulates a synchronization protocol and returns who computed what, when.
+
+  A seeded discrete-event simulation of ``learners`` learners and a parameter
+  server (or of M all-reduce learners) under ``timing``
+  (docs/algorithms.md §1, §4, §5). Same arguments, same schedule; the
+  options, seed and timing model are recorded in ``Schedule.options``.
+
+  Args:
+    protocol: one of `PROTOCOLS` (see the module docstring).
+    learners: lambda learners (M for decentralized protocols), >= 1.
+    num_updates: server updates (steps) to simulate, >= 1.
+    seed: non-negative integer seeding every draw.
+    timing: the `TimingModel`; default: homogeneous learners with light
+      log-normal jitter and free communication.
+    record_events: attach an `EventTrace` (parameter-server protocols only).
+    progress: optional callback ``progress(updates_done, num_updates)``.
+    **protocol_options: the protocol's options, e.g. ``n=15`` for softsync.
+
+  Returns:
+    The `Schedule`.
+
+  Raises:
+    ValueError: for an unknown protocol or option, or an argument out of
+      range; raised before anything is simulated.
+
+  Example:
+    >>> from stalesgd.schedule import simulate
+    >>> run = simulate("softsync", learners=30, n=15, num_updates=10_000, seed=0)
+    >>> run.learner.shape
+    (10000, 2)
+  """
+  row, options = _resolve(protocol, learners, protocol_options)
+  num_updates = validation.check_integer("num_updates", num_updates, 1)
+  seed = validation.check_integer("seed", seed, 0)
+  validation.check_bool("record_events", record_events)
+  timing = TimingModel() if timing is None else timing
+  if not isinstance(timing, TimingModel):
+    raise ValueError(f"timing must be a TimingModel or None; got {type(timing).__name__}")
+  timing.check_learners(learners)
+  provenance = json.loads(json.dumps(
+      {"protocol_options": options, "seed": seed, "timing": timing.to_dict()}))
+  if not row.decentralized:
+    return run_parameter_server(
+        row.server(learners, **options), protocol=protocol, num_updates=num_updates, timing=timing, seed=seed,
+        options=provenance, record_events=record_events, progress=progress)
+  if record_events:
+    raise ValueError(f"record_events is only available for {', '.join(PARAMETER_SERVER_PROTOCOLS)}; "
+                     f"got protocol={protocol!r}")
+  return simulate_allreduce(
+      protocol=protocol, learners=learners, num_updates=num_updates, timing=timing, seed=seed,
+      staleness=options.get("staleness", row.fixed_settings.get("staleness")), overlap=options.get("overlap", False),
+      options=provenance,
+      progress=progress)

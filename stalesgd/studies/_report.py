@@ -1,0 +1,257 @@
+"""The report of a finished study: tables over seeds, learning curves with bands, and the claims' decisions.
+
+Written into the study's workdir by `stalesgd.studies.run_study` (and by
+``stalesgd-reproduce --gather`` after a job array):
+
+* ``runs.csv``: one row per run (variant x seed): its settings, results, final
+  value (mean of its last `Study.last_evaluations` test errors), status,
+  directory and command;
+* ``results.csv`` / ``results.md``: one row per variant: the final value's
+  mean ± std over seeds with min/max, the published number beside it, and the
+  means of the other summary fields;
+* ``evaluations.csv``: every evaluation of every run (its learning curve);
+  ``evaluations_over_seeds.csv``: per variant and evaluation epoch, mean, std,
+  min and max over seeds;
+* ``decisions.md`` / ``decisions.json``: every `Claim`: the rule, the paired
+  95 % interval, and the decision;
+* ``bands.md``, for a study with `Study.bands` (the demo): per variant, the
+  band its seeds' values fall in; this, with the decisions without their
+  intervals, is then what the command prints, so that the printed text is
+  the same on machines whose rounding moves the numbers within their bands;
+* ``test_error.png`` (mean over seeds with a ± std band, against epochs and
+  simulated time), ``train_loss.png``, ``staleness.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stalesgd.utils import _plots as plots
+from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
+from stalesgd.schedule import Schedule
+from stalesgd.studies import _seed_statistics as statistics
+from stalesgd.studies._definitions import RunSettings, Study
+from stalesgd.training._loop import SCHEDULE_FILENAME
+
+RUNS_FILENAME = "runs.csv"
+EVALUATIONS_FILENAME = "evaluations.csv"
+EVALUATIONS_OVER_SEEDS_FILENAME = "evaluations_over_seeds.csv"
+DECISIONS_FILENAME = "decisions.md"
+EVALUATION_COLUMNS = ("variant", "seed", "epoch", "step", "sim_time", "test_error", "test_loss", "train_accuracy",
+                      "train_loss", "correction_ratio", "displacement_norm")
+SEED_CURVE_FIELDS = ("test_error", "test_loss", "train_loss")
+# Per-variant means of these run fields, where the runs have them (DC-S3GD's per-learner diagnostics included).
+MEAN_FIELDS = ("epochs", "sim_time", "wall_time", "staleness_mean", "staleness_max", "correction_ratio",
+               "displacement_norm")
+FINAL = "final_test_error"
+
+
+def run_records(row: Mapping[str, Any]) -> list[dict[str, Any]]:
+  """The metric records of the run a row describes (empty if it left none)."""
+  path = pathlib.Path(row["workdir"]) / METRICS_FILENAME
+  return read_jsonl(path) if path.exists() else []
+
+
+def evaluations(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+  """The records that carry a test evaluation, in order."""
+  return [record for record in records if _number(record.get("test_error")) is not None]
+
+
+def run_final_value(row: Mapping[str, Any], records: Sequence[Mapping[str, Any]], last: int) -> float | None:
+  """A run's value: the mean of its last ``last`` test errors; a diverged run's is its recorded (chance) error."""
+  if str(row.get("status", "")).startswith("diverged"):
+    return _number(row.get("test_error"))
+  curve = [float(record["test_error"]) for record in evaluations(records)]
+  return statistics.final_value(curve, last) if curve else _number(row.get("test_error"))
+
+
+def _number(value: Any) -> float | None:
+  if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    return float(value)
+  return None
+
+
+def _last_diagnostics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+  """The mean over a run's logged records of DC-S3GD's diagnostics (absent for other protocols)."""
+  means = {}
+  for field in ("correction_ratio", "displacement_norm"):
+    values = [_number(record.get(field)) for record in records]
+    values = [value for value in values if value is not None]
+    if values:
+      means[field] = sum(values) / len(values)
+  return means
+
+
+def variant_rows(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  """One row per variant (study order): the final value over seeds, published numbers, field means."""
+  table = []
+  order = [variant.label for variant in study.variants]
+  for label in [label for label in order if any(row["variant"] == label for row in rows)]:
+    runs = [row for row in rows if row["variant"] == label]
+    finals = [row[FINAL] for row in runs if row.get(FINAL) is not None]
+    entry: dict[str, Any] = {"variant": label, "n": runs[0].get("n"), "seeds": len(runs)}
+    if finals:
+      values = statistics.spread(finals)
+      entry.update({FINAL: values.mean, f"{FINAL}_std": values.std, f"{FINAL}_min": values.low,
+                    f"{FINAL}_max": values.high, "final (mean ± std)": values.format()})
+    for field, value in runs[0].items():
+      if field.startswith(plots.PUBLISHED_PREFIX):
+        entry[field] = value
+    for field in MEAN_FIELDS:
+      present = [_number(row.get(field)) for row in runs]
+      present = [value for value in present if value is not None]
+      if present:
+        entry[field] = sum(present) / len(present)
+    statuses = [str(row["status"]) for row in runs]
+    entry["status"] = ", ".join(f"{statuses.count(status)} {status}" for status in dict.fromkeys(statuses))
+    table.append(entry)
+  return table
+
+
+def band_of(value: float | None, bands: Sequence[tuple[float, float, str]]) -> str:
+  """The label of the band holding ``value`` (inclusive ends), or why there is none."""
+  if value is None:
+    return "no value"
+  for low, high, label in bands:
+    if low <= value <= high:
+      return label
+  return f"outside every band ({value:.1f})"
+
+
+def band_table(study: Study, rows: Sequence[Mapping[str, Any]]) -> str:
+  """Per variant, the band of `Study.bands` that every seed's value falls in (Markdown), for coarse output."""
+  table = []
+  for label in dict.fromkeys(row["variant"] for row in rows):
+    runs = [row for row in rows if row["variant"] == label]
+    found = sorted({band_of(row.get(FINAL), study.bands) for row in runs})
+    table.append({"variant": label, "seeds": len(runs),
+                  f"test error, mean of the last {study.last_evaluations} evaluations":
+                      found[0] if len(found) == 1 else "seeds in different bands: " + "; ".join(found)})
+  return plots.markdown_table(table)
+
+
+def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  """Every claim of ``study`` decided from the runs: rule, paired interval, decision (`Claim`)."""
+  by_slug_seed = {(row["slug"], row["seed"]): row.get(FINAL) for row in rows}
+  decided = []
+  for claim in study.claims:
+    seeds = sorted(seed for slug, seed in by_slug_seed if slug == claim.variant
+                   and by_slug_seed.get((claim.reference, seed)) is not None
+                   and by_slug_seed[slug, seed] is not None)
+    entry: dict[str, Any] = {"claim": claim.statement, "rule": claim.rule(study.last_evaluations),
+                             "variant": claim.variant, "reference": claim.reference, "seeds": len(seeds)}
+    if not seeds:
+      entry.update(decision="not decided (no paired runs)", gap=None, low=None, high=None)
+      decided.append(entry)
+      continue
+    gaps = [by_slug_seed[claim.variant, seed] - by_slug_seed[claim.reference, seed] for seed in seeds]
+    interval = statistics.paired_interval(gaps)
+    entry.update(gap=statistics.spread(gaps).mean, low=interval and interval.low, high=interval and interval.high,
+                 interval=interval.format() if interval else f"{gaps[0]:+.2f} (1 seed: no interval)")
+    entry["decision"] = claim.decide(entry["low"], entry["high"])
+    decided.append(entry)
+  return decided
+
+
+def decisions_markdown(decided: Sequence[Mapping[str, Any]]) -> str:
+  """The decisions as Markdown: one bullet per claim with its rule, interval and decision."""
+  if not decided:
+    return "This study states no claim to decide.\n"
+  lines = []
+  for entry in decided:
+    lines.append(f"- **{entry['claim']}**: {entry['decision']}. Gap {entry.get('interval', 'none')}. "
+                 f"Rule: {entry['rule']}.")
+  return "\n".join(lines) + "\n"
+
+
+def seed_curves(rows: Sequence[Mapping[str, Any]], records_of: Mapping[int, Sequence[Mapping[str, Any]]]
+                ) -> list[dict[str, Any]]:
+  """Per variant and evaluation, over its seeds: mean, std, min and max of `SEED_CURVE_FIELDS` and sim_time.
+
+  The k-th evaluations of a variant's seeds are grouped (their epochs differ in the last digits where the
+  schedule's updates end at other points), at their mean epoch; ``seeds`` counts the runs that reached it.
+  """
+  grouped: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+  for index, row in enumerate(rows):
+    for position, record in enumerate(evaluations(records_of[index])):
+      grouped.setdefault((row["variant"], position), []).append(record)
+  curves = []
+  for (label, position), records in grouped.items():
+    entry: dict[str, Any] = {"variant": label, "evaluation": position + 1,
+                             "epoch": sum(float(record["epoch"]) for record in records) / len(records),
+                             "seeds": len(records)}
+    for field in SEED_CURVE_FIELDS + ("sim_time",):
+      values = [_number(record.get(field)) for record in records]
+      values = [value for value in values if value is not None]
+      if values:
+        values_spread = statistics.spread(values)
+        entry.update({f"{field}_mean": values_spread.mean, f"{field}_std": values_spread.std,
+                      f"{field}_min": values_spread.low, f"{field}_max": values_spread.high})
+    curves.append(entry)
+  order = list(dict.fromkeys(row["variant"] for row in rows))
+  curves.sort(key=lambda entry: (order.index(entry["variant"]), entry["evaluation"]))
+  return curves
+
+
+def bands(curves: Sequence[Mapping[str, Any]], field: str) -> list[plots.Band]:
+  """The `plots.Band` of every variant for ``field`` (mean ± std over seeds; min/max as the faint range)."""
+  result = []
+  for label in dict.fromkeys(entry["variant"] for entry in curves):
+    points = [entry for entry in curves if entry["variant"] == label and f"{field}_mean" in entry]
+    if points:
+      result.append(plots.Band(label, {"epoch": [entry["epoch"] for entry in points],
+                                       "sim_time": [entry.get("sim_time_mean") for entry in points]},
+                               mean=[entry[f"{field}_mean"] for entry in points],
+                               std=[entry[f"{field}_std"] or 0.0 for entry in points],
+                               low=[entry[f"{field}_min"] for entry in points],
+                               high=[entry[f"{field}_max"] for entry in points]))
+  return result
+
+
+def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path, *,
+                 settings: RunSettings | None = None) -> str:
+  """Writes every file of the module docstring and returns the per-variant Markdown table and the decisions."""
+  del settings  # the rows carry every run's settings
+  records_of = {index: run_records(row) for index, row in enumerate(rows)}
+  for index, row in enumerate(rows):
+    row[FINAL] = run_final_value(row, records_of[index], study.last_evaluations)
+    row.update(_last_diagnostics(records_of[index]))
+  plots.write_results_table(rows, workdir / RUNS_FILENAME)
+  table = variant_rows(study, rows)
+  plots.write_results_table(table, workdir / "results.csv")
+  columns = [column for column in ("variant", "n", "seeds", "epochs", "final (mean ± std)", f"{FINAL}_min",
+                                   f"{FINAL}_max", "published_test_error", "sim_time", "staleness_mean",
+                                   "correction_ratio", "displacement_norm", "status")
+             if any(entry.get(column) is not None for entry in table)]
+  markdown = plots.markdown_table(table, columns)
+  (workdir / "results.md").write_text(markdown, encoding="utf-8")
+  evaluation_rows = [{"variant": row["variant"], "seed": row["seed"],
+                      **{column: record.get(column) for column in EVALUATION_COLUMNS[2:]}}
+                     for index, row in enumerate(rows) for record in evaluations(records_of[index])]
+  plots.write_results_table(evaluation_rows, workdir / EVALUATIONS_FILENAME, columns=EVALUATION_COLUMNS)
+  curves = seed_curves(rows, records_of)
+  plots.write_results_table(curves, workdir / EVALUATIONS_OVER_SEEDS_FILENAME)
+  decided = decisions(study, rows)
+  decisions_text = decisions_markdown(decided)
+  (workdir / DECISIONS_FILENAME).write_text(decisions_text, encoding="utf-8")
+  (workdir / "decisions.json").write_text(json.dumps(decided, indent=2) + "\n", encoding="utf-8")
+  most = max(row["seed"] for row in rows) + 1
+  subtitle = f"{study.title} ({most} seed{'s' if most > 1 else ''} per variant at most; band: ± std)"
+  for field, name in (("test_error", "test_error.png"), ("train_loss", "train_loss.png")):
+    plots.plot_bands(bands(curves, field), workdir / name, y=field, title=subtitle)
+  staleness = {}
+  for row in rows:
+    schedule_path = pathlib.Path(row["workdir"]) / SCHEDULE_FILENAME
+    if row["variant"] not in staleness and schedule_path.exists():
+      staleness[row["variant"]] = Schedule.load(schedule_path).gradient_staleness
+  if staleness:
+    plots.plot_staleness_histograms(staleness, workdir / "staleness.png", title=study.title)
+  if study.bands:
+    coarse = band_table(study, rows)
+    (workdir / "bands.md").write_text(coarse, encoding="utf-8")
+    return coarse + "\n" + "\n".join(f"- {entry['claim']}: {entry['decision']}" for entry in decided) + "\n"
+  return markdown + "\n" + decisions_text

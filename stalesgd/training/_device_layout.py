@@ -1,0 +1,36 @@
+"""How many host devices a CPU run should emulate its learners on.
+
+On a CPU backend JAX's device count is a knob (``JAX_NUM_CPU_DEVICES``): every
+device is a share of the same cores, and the engine's results do not depend on
+it (the same weights bit for bit on 1 or 8 devices; `tests/engine`). What it
+changes is speed. A block computes about lambda gradients (one per learner of
+the emulated cluster), and this module gives each device about
+`SLOTS_PER_DEVICE` of them, the count that ran fastest in
+`experiments.benchmarks.layout` (its figures, per protocol, lambda and device
+count: `results/layout_benchmark.json`). Fewer learners than that per device
+leave devices idle in every collective; more make each device's program
+slower per gradient.
+
+Decentralized protocols (all-reduce SGD, S3GD, DC-S3GD) need one device per
+learner, so they get ``learners`` devices.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS
+
+SLOTS_PER_DEVICE = 4
+MAX_CPU_DEVICES = 8  # the most results/layout_benchmark.json tries; more cores may want more
+
+
+def cpu_device_count(config: ml_collections.ConfigDict) -> int:
+  """The number of host devices for ``config`` on a CPU: a power of two in [1, 8], or ``learners``."""
+  if config.protocol in DECENTRALIZED_PROTOCOLS:
+    return int(config.learners)
+  wanted = -(-int(config.learners) // SLOTS_PER_DEVICE)  # ceil(lambda / 4)
+  count = 1
+  while count < min(wanted, MAX_CPU_DEVICES):  # the smallest power of two that holds them, at most 8
+    count *= 2
+  return count

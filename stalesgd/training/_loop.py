@@ -1,0 +1,297 @@
+"""`train_and_evaluate(config, workdir)`: the one training loop, for every protocol.
+
+Reads top to bottom (big_vision style): config checks -> mesh -> input ->
+model and optimizer -> schedule (the simulated cluster) -> runner (the exact
+emulator for parameter-server protocols, real collectives for decentralized
+ones) -> checkpoint restore -> loop with "is it time?" checks for logs,
+evaluations and checkpoints -> final evaluation, plots and summary.
+
+Everything in ``workdir`` (written by process 0 only):
+
+* ``metrics.jsonl`` and TensorBoard event files: ``train_loss``,
+  ``staleness_mean``/``staleness_max``, ``lr_scale``, ``epoch``, ``sim_time``
+  (simulated seconds), ``wall_time``, ``images_per_s``, and at evaluations
+  ``test_accuracy``, ``test_error`` (percent), ``test_loss``, ``train_accuracy``;
+* ``checkpoints/``: everything needed to resume exactly (weights, ring buffer
+  or in-flight updates, optimizer state, position); a restarted run resumes
+  from the latest and ends with the same weights as an uninterrupted one;
+* ``schedule.npz``: the simulated schedule (`stalesgd.schedule.Schedule.load`);
+* ``config.json``: the run's config; a restart with another config (other than
+  the logging and checkpoint cadences) is refused instead of mixing two runs;
+* ``curves.png``, ``staleness.png`` and ``summary.json`` at the end; the
+  summary's ``wall_time_breakdown`` splits this session's wall time into
+  start-up, training (compilation included), evaluation and checkpoints.
+
+SIGTERM saves a checkpoint and returns (the process exits 0). A non-finite
+loss stops the run with `TrainingDiverged` (a `FloatingPointError`) naming the update; checkpoints are
+only written after the losses up to them were checked, so the last one is good.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import pathlib
+import time
+from typing import Any, NamedTuple
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from stalesgd import data as data_lib
+from stalesgd import models
+from stalesgd.utils import _plots as plots
+from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
+from stalesgd.training._run_config import contributions_per_update, updates_per_epoch, validate_config
+from stalesgd.training._evaluator import Evaluator
+from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
+from stalesgd.training._optimizer import build_optimizer
+from stalesgd.training._pending_metrics import PendingMetrics, TrainingDiverged  # noqa: F401  (TrainingDiverged: raised by the loop)
+from stalesgd.utils._progress import ProgressReporter
+from stalesgd.training._provenance import provenance
+from stalesgd.training._runners import Schedule, make_runner, run_label, simulate_schedule
+from stalesgd.training._workdir import check_same_run, write_config
+
+
+SCHEDULE_FILENAME = "schedule.npz"
+SUMMARY_FILENAME = "summary.json"
+PENDING_METRICS_KEY = "pending_metrics"  # checkpoint metadata: per-update metrics not yet in a record
+
+
+def _num_parameters(params: Any) -> int:
+  return sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(params))
+
+
+def params_digest(params: Any) -> str:
+  """sha256 of the weights' bytes in tree order: equal digests mean identical weights.
+
+  Called by every process: weights sharded over several processes (the
+  engine's server state) are gathered first.
+  """
+  digest = hashlib.sha256()
+  for leaf in jax.tree_util.tree_leaves(multihost_utils.process_allgather(params, tiled=True)):
+    digest.update(np.ascontiguousarray(leaf).tobytes())
+  return digest.hexdigest()
+
+
+def _next_point(value: int, interval: float) -> float:
+  """The first point of the grid {k * interval, k = 1, 2, ...} strictly after ``value``."""
+  return (math.floor(value / interval + 1e-9) + 1) * interval
+
+
+class RunInputs(NamedTuple):
+  """What a run trains, built from its config alone (`build_run`).
+
+  Attributes:
+    dataset: the data set, normalised as the config says.
+    model: the network.
+    batches: every learner's k-th mini-batch (`stalesgd.data.LearnerBatches`).
+    params: the initial weights.
+    optimizer: the server optimizer (`stalesgd.training.build_optimizer`).
+    schedule: the simulated cluster's schedule of updates.
+    updates_per_epoch: server updates per pass over the training split.
+  """
+
+  dataset: data_lib.Dataset
+  model: models.ModelSpec
+  batches: data_lib.LearnerBatches
+  params: Any
+  optimizer: Any
+  schedule: Schedule
+  updates_per_epoch: float
+
+
+def build_run(config: ml_collections.ConfigDict) -> RunInputs:
+  """Loads the data and builds the model, optimizer and schedule of a (validated) config.
+
+  Deterministic in the config: every process of a run, and every tool that
+  re-executes a run outside the training loop (the benchmarks), gets the same
+  weights, mini-batches and schedule.
+  """
+  dataset = data_lib.load_dataset(config.dataset, source=config.data_source, data_dir=config.data_dir,
+                                  normalization=config.normalization, image_size=config.image_size,
+                                  data_workers=config.data_workers)
+  model = models.get_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+  batches = data_lib.LearnerBatches(dataset, batch_per_learner=config.batch_per_learner, learners=config.learners,
+                                    seed=config.seed, augment=config.augment, dropout_seeds=model.uses_dropout)
+  params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
+  per_epoch = updates_per_epoch(config, dataset.num_train)
+  total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
+  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
+  schedule = simulate_schedule(config, total_updates, parameter_bytes=4 * _num_parameters(params))
+  return RunInputs(dataset, model, batches, params, optimizer, schedule, per_epoch)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Trains and evaluates one run; returns its summary (also written to ``summary.json``).
+
+  Args:
+    config: the run's config (`stalesgd.training.default_config` and the configs in
+      `stalesgd.configs`).
+    workdir: where metrics, checkpoints, plots and the summary go; a run
+      restarted with the same workdir resumes from its latest checkpoint.
+
+  Returns:
+    The summary: final test accuracy and error, simulated and wall-clock time,
+    images/s, staleness statistics, the weights' digest, and ``preempted``.
+  """
+  # SIGTERM is caught from the start, so a notice that arrives while the data
+  # loads or the step compiles still ends in a checkpoint and exit status 0.
+  with PreemptionGuard() as guard:
+    return _train_and_evaluate(config, workdir, guard)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: PreemptionGuard) -> dict[str, Any]:
+  """`train_and_evaluate` with its preemption guard active."""
+  entered = time.monotonic()
+  # ----------------------------------------------------------------- checks and mesh
+  mesh = sharding_lib.learner_mesh()
+  validate_config(config, num_devices=mesh.size)
+  workdir = pathlib.Path(workdir)
+  check_same_run(config, workdir)
+  primary = jax.process_index() == 0
+  if primary:
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_config(config, workdir)
+
+  # ----------------------------------------------------------------- input, model, optimizer, schedule
+  run = build_run(config)
+  dataset, model, batches, params, optimizer, schedule = (run.dataset, run.model, run.batches, run.params,
+                                                          run.optimizer, run.schedule)
+  per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
+  if primary and not (workdir / SCHEDULE_FILENAME).exists():
+    schedule.save(workdir / SCHEDULE_FILENAME)
+  examples_per_update = contributions_per_update(config) * config.batch_per_learner
+  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update, description=run_label(config))
+  progress.write(f"{run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
+                 f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
+                 f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s")
+  if config.protocol == "drop_stale" and schedule.num_dropped == 0:
+    progress.write(f"warning: protocol 'drop_stale' dropped no gradient: every sigma is <= config.max_staleness="
+                   f"{config.max_staleness} (n-softsync with config.n={config.n} has sigma of about n, at most about "
+                   "2n); raise config.n or lower config.max_staleness to drop stale gradients")
+
+  # ----------------------------------------------------------------- runner and checkpoint
+  runner = make_runner(config, model, optimizer, schedule, batches, mesh)
+  state = runner.init(params)
+  checkpointer = Checkpointer(str(workdir / "checkpoints"), max_to_keep=config.keep_checkpoints,
+                              save_interval_seconds=config.checkpoint_every_seconds)
+  writer = MetricWriter(str(workdir))
+  wall_offset = 0.0
+  restored = checkpointer.restore(state)
+  pending_snapshot = None
+  if restored is not None:
+    state, metadata = restored
+    writer.truncate_after(metadata["update"])
+    pending_snapshot = metadata.get(PENDING_METRICS_KEY)
+    wall_offset = metadata["wall_time"]
+    progress.write(f"resumed from the checkpoint at update {metadata['update']} in {workdir}")
+  elif (workdir / METRICS_FILENAME).exists():  # killed before its first checkpoint was whole: start over
+    writer.truncate_after(0)
+  block_starts = runner.block_starts
+  updates = runner.updates_done(state)
+  block = runner.block_at(updates)
+  updates_at_start = updates
+
+  # ----------------------------------------------------------------- loop
+  evaluator = Evaluator(model, dataset, mesh, batch_size=config.eval_batch_size,
+                        train_examples=config.train_eval_examples, precise_bn_batches=config.precise_bn_batches,
+                        precise_bn_batch_size=config.batch_per_learner * config.learners, seed=config.seed)
+  eval_interval = config.eval_every_epochs * per_epoch
+  start_time = time.monotonic()
+  wall = lambda: wall_offset + time.monotonic() - start_time
+  pending = PendingMetrics(schedule, examples_per_update, per_epoch)
+  pending.start(updates, wall())
+  pending.restore(pending_snapshot)
+  next_log = _next_point(updates, config.log_every_updates)
+  next_eval = _next_point(updates, eval_interval)
+  num_blocks = block_starts.shape[0] - 1
+  preempted = False
+  seconds = {"evaluation": 0.0, "checkpoint": 0.0}
+
+  def checkpoint(force: bool) -> None:
+    if force or checkpointer.should_save(updates):
+      began = time.monotonic()
+      metadata = {"update": updates, "wall_time": wall(), "seed": config.seed,
+                  PENDING_METRICS_KEY: pending.snapshot()}  # checks the losses before the weights are kept
+      writer.flush()  # every record up to this checkpoint survives a SIGKILL (TensorBoard buffers ~10 s)
+      checkpointer.save(updates, state, metadata, force=force)
+      seconds["checkpoint"] += time.monotonic() - began
+
+  # Leaving these blocks closes the checkpointer (finishing a save still being written in the
+  # background) and the writer, also when the loop stops on an error such as a non-finite loss:
+  # otherwise the dying process loses the last good checkpoint.
+  with checkpointer, writer:
+    while block < num_blocks:
+      state, metrics = runner.step(state, block)
+      pending.add(int(block_starts[block]), int(block_starts[block + 1]), metrics)
+      block += 1
+      updates = int(block_starts[block])
+      finished = block == num_blocks
+      if updates >= next_log or updates >= next_eval or finished:
+        record = pending.flush(wall())
+        if updates >= next_eval or finished:
+          began = time.monotonic()
+          record.update(evaluator(runner.params(state)))
+          seconds["evaluation"] += time.monotonic() - began
+          next_eval = _next_point(updates, eval_interval)
+        writer.write_scalars(updates, record)
+        progress.update(updates, {key: record[key] for key in ("train_loss", "test_error") if key in record})
+        next_log = _next_point(updates, config.log_every_updates)
+      else:
+        progress.update(updates)
+      if guard.should_stop(block):
+        checkpoint(force=True)
+        preempted = not finished
+        break
+      checkpoint(force=finished)
+  progress.close()
+  loop_seconds = time.monotonic() - start_time
+
+  # ----------------------------------------------------------------- summary and plots
+  summary = _summary(config, schedule, runner.params(state), updates, per_epoch, wall(), workdir, preempted)
+  summary["wall_time_breakdown"] = {
+      "startup_s": start_time - entered,  # data, model, schedule, state, restore (compilation is in the loop)
+      "training_s": loop_seconds - seconds["evaluation"] - seconds["checkpoint"],
+      "evaluation_s": seconds["evaluation"],
+      "checkpoint_s": seconds["checkpoint"],
+      "updates_this_session": updates - updates_at_start,
+  }
+  if primary:
+    (workdir / SUMMARY_FILENAME).write_text(json.dumps(summary, indent=2))
+    if not preempted:
+      records = read_jsonl(workdir / METRICS_FILENAME)
+      label = run_label(config)
+      plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
+      plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
+  return summary
+
+
+def _summary(config, schedule, params, updates, per_epoch, wall_time, workdir, preempted) -> dict[str, Any]:
+  records = read_jsonl(workdir / METRICS_FILENAME) if (workdir / METRICS_FILENAME).exists() else []
+  evaluated = [record for record in records if "test_accuracy" in record]
+  last = evaluated[-1] if evaluated else {}
+  staleness = schedule.staleness[:updates]
+  return {
+      "label": run_label(config),
+      "protocol": config.protocol,
+      "learners": config.learners,
+      "batch_per_learner": config.batch_per_learner,
+      "updates": updates,
+      "epochs": updates / per_epoch,
+      "test_accuracy": last.get("test_accuracy"),
+      "test_error": last.get("test_error"),
+      "train_accuracy": last.get("train_accuracy"),
+      "sim_time": float(schedule.update_time[updates - 1]) if updates else 0.0,
+      "wall_time": wall_time,
+      "staleness_mean": float(staleness.mean()) if staleness.size else 0.0,
+      "staleness_max": int(staleness.max()) if staleness.size else 0,
+      "dropped_gradients": int(schedule.num_dropped),
+      "params_sha256": params_digest(params),
+      "preempted": preempted,
+      "provenance": provenance(),
+  }

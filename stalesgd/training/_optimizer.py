@@ -1,0 +1,171 @@
+r"""The optimizer of a run, built from its config: the papers' solver, exactly.
+
+For parameter-server protocols this is the *server* optimizer the engine calls
+with a stack of c contributions (see `stalesgd.transforms._contributions`). It
+is Rudra's server, a Caffe SGD solver whose learning rate the staleness rule
+modulates per gradient (docs/semantics.md, "What the learning rate covers"):
+
+.. math::
+  v \leftarrow \mu_m v + \alpha_t\, m_{lr} \odot \frac{1}{c} \sum_{k=1}^{c}
+    s(\sigma_k)\, q_k\big(\tilde g_k + wd\, m_{wd} \odot w\big), \qquad
+  w \leftarrow w - v
+
+* :math:`\tilde g_k` is the loss gradient after delay compensation
+  (DC-ASGD: :math:`g_k + \lambda_t g_k \odot g_k \odot (w - w_{bak,k})`); the
+  correction sees the loss gradient only, as in the DC-ASGD paper's pseudo-code.
+* :math:`wd\, m_{wd} \odot w` is weight decay at the server's current weights,
+  with Caffe's per-layer ``decay_mult``; it is added to every contribution
+  *before* the staleness weight, so the modulated rate covers the whole step of
+  the gradient, as it does in a Caffe solver whose rate is changed.
+* :math:`s(\sigma_k)` is the staleness rule's weight and :math:`q_k` Gap-Aware's
+  per-coordinate penalty (both 1 when off).
+* :math:`m_{lr}` is Caffe's per-layer ``lr_mult``, :math:`\alpha_t` the
+  learning rate :math:`\alpha_0` times ``lr_decay_factor`` per decay boundary
+  passed, :math:`\mu_m` the momentum. The learning rate enters the momentum
+  buffer (Caffe's order, also MXNet's): a decay step changes new
+  contributions only, not what the buffer already holds. With Nesterov the step
+  is Caffe's NesterovSolver, :math:`(1+\mu_m) v_{new} - \mu_m v_{old}`.
+
+``weight_decay_placement="unmodulated"`` is an ablation, not a paper's rule:
+weight decay is added once after the staleness-weighted average, at the full
+rate :math:`\alpha_t` (this library's behaviour before docs/semantics.md).
+
+For decentralized protocols the same solver is each learner's local optimizer,
+without the per-contribution part: DC-S3GD applies its correction itself.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import jax
+import ml_collections
+import optax
+
+from stalesgd import transforms
+from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS, WEIGHT_DECAY_PLACEMENTS
+from stalesgd.models import ModelSpec
+
+
+def scale_per_parameter(multipliers: Any) -> optax.GradientTransformation:
+  """u <- m (.) u with a fixed pytree ``multipliers`` shaped like the updates (Caffe ``lr_mult``)."""
+
+  def update(updates, state, params=None):
+    del params
+    return jax.tree_util.tree_map(lambda u, m: u * m, updates, multipliers), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def add_weight_decay(weight_decay: float, multipliers: Any | None = None) -> optax.GradientTransformation:
+  """u <- u + weight_decay * m (.) w: L2 regularisation with per-parameter ``decay_mult`` m.
+
+  ``w`` is ``params``, the current weights. A stack of contributions (a leading
+  axis c on every update leaf) gets the same term added to each contribution,
+  by broadcasting.
+  """
+
+  def update(updates, state, params=None):
+    if params is None:
+      raise ValueError("add_weight_decay needs params (the current weights)")
+    if multipliers is None:
+      decay = jax.tree_util.tree_map(lambda w: weight_decay * w, params)
+    else:
+      decay = jax.tree_util.tree_map(lambda w, m: (weight_decay * m) * w, params, multipliers)
+    return jax.tree_util.tree_map(lambda u, d: (u + d).astype(u.dtype), updates, decay), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def caffe_sgd(learning_rate: optax.ScalarOrSchedule, momentum: Any = 0.0,
+              nesterov: bool = False) -> optax.GradientTransformation:
+  r"""Caffe's SGD solver: the learning rate is applied before the momentum buffer.
+
+  .. math::
+    v_t = \mu\, v_{t-1} + \alpha_t\, g_t, \qquad u_t = -v_t
+
+  and, with ``nesterov``, :math:`u_t = -\big((1+\mu) v_t - \mu v_{t-1}\big) =
+  -(\alpha_t g_t + \mu v_t)` (Caffe's NesterovSolver). For a constant rate this
+  equals `optax.sgd`; across a decay step the buffer keeps the old rate's
+  contributions, as Caffe's does, where `optax.sgd` rescales them. Momentum 0
+  keeps no buffer.
+  """
+  steps = [optax.scale_by_learning_rate(learning_rate)]
+  if not (isinstance(momentum, numbers.Real) and momentum == 0):
+    steps.append(optax.trace(decay=momentum, nesterov=nesterov))
+  return optax.chain(*steps)
+
+
+def learning_rate_schedule(config: ml_collections.ConfigDict, updates_per_epoch: float) -> optax.Schedule:
+  """alpha_0, multiplied by ``lr_decay_factor`` at each of ``lr_decay_epochs``.
+
+  Boundaries are epochs of applied samples converted to server updates
+  (`stalesgd.training.updates_per_epoch`); the rate of update u (counted from 0)
+  is decayed once u >= the boundary.
+
+  Raises:
+    ValueError: if two decay epochs fall on the same update (each must decay
+      once, and a dict of boundaries would silently keep only one).
+  """
+  updates = [int(round(epoch * updates_per_epoch)) for epoch in sorted(config.lr_decay_epochs)]
+  if len(set(updates)) < len(updates):
+    raise ValueError(f"config.lr_decay_epochs={tuple(config.lr_decay_epochs)!r} falls on server updates {updates} "
+                     f"({updates_per_epoch:g} updates per epoch); allowed: epochs at distinct updates")
+  return optax.piecewise_constant_schedule(config.learning_rate, {update: config.lr_decay_factor
+                                                                  for update in updates})
+
+
+def delay_compensation_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:
+  """DC-ASGD's correction of each contribution's loss gradient ([] when off)."""
+  if config.delay_compensation == "none":
+    return []
+  return [transforms.scale_by_delay_compensation(
+      dc_lambda=config.dc_lambda, adaptive=config.delay_compensation == "adaptive",
+      decay=config.dc_decay, layerwise=config.delay_compensation == "layerwise",
+      num_learners=config.learners if config.dc_per_learner_mean_square else None,
+      bias_correction=config.dc_mean_square_bias_correction)]
+
+
+def staleness_modulation_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:
+  """The staleness weight and Gap-Aware's penalty of each contribution ([] when off)."""
+  parts = []
+  if config.staleness_rule != "none":
+    parts.append(transforms.scale_by_staleness(
+        config.staleness_rule, mean_staleness=config.staleness_mean, exponent=config.staleness_exponent,
+        decay=config.staleness_decay, max_staleness=config.staleness_threshold,
+        normalize=config.staleness_normalize))
+  if config.gap_aware:
+    parts.append(transforms.scale_by_gap_aware())
+  return parts
+
+
+def build_optimizer(config: ml_collections.ConfigDict, *, model: ModelSpec, params: Any,
+                    updates_per_epoch: float) -> optax.GradientTransformation:
+  """The run's optimizer (server optimizer, or local optimizer for decentralized protocols).
+
+  See the module docstring for the equation. Parameter-server chain:
+  delay compensation -> weight decay -> staleness weight -> Gap-Aware ->
+  average over the c contributions -> ``lr_mult`` -> Caffe SGD with momentum
+  (with ``weight_decay_placement="unmodulated"``, weight decay moves after the
+  average).
+  """
+  decay = []
+  if config.weight_decay > 0:
+    decay.append(add_weight_decay(
+        config.weight_decay, model.weight_decay_multipliers(params) if config.model_multipliers else None))
+  solver = []
+  if config.model_multipliers:
+    solver.append(scale_per_parameter(model.learning_rate_multipliers(params)))
+  solver.append(caffe_sgd(learning_rate_schedule(config, updates_per_epoch), momentum=config.momentum,
+                          nesterov=config.nesterov))
+  if config.protocol in DECENTRALIZED_PROTOCOLS:
+    return optax.chain(*decay, *solver)
+  correct, modulate = delay_compensation_transforms(config), staleness_modulation_transforms(config)
+  average = [transforms.average_contributions()]
+  if config.weight_decay_placement == "modulated":
+    return optax.chain(*correct, *decay, *modulate, *average, *solver)
+  if config.weight_decay_placement == "unmodulated":
+    return optax.chain(*correct, *modulate, *average, *decay, *solver)
+  raise ValueError(f"config.weight_decay_placement={config.weight_decay_placement!r} is not allowed: one of "
+                   f"{WEIGHT_DECAY_PLACEMENTS}")

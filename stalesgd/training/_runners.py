@@ -1,0 +1,175 @@
+"""One interface over the two ways a protocol runs, so the training loop is one loop.
+
+* `ParameterServerRunner`: hardsync, softsync, async, SSP, backup workers and
+  drop-stale, emulated exactly by `stalesgd.engine` from a simulated schedule;
+  a block is a run of server updates whose gradients the engine computes at
+  once (`stalesgd.engine.plan_blocks`).
+* `DecentralizedRunner`: synchronous all-reduce SGD, S3GD and DC-S3GD, run for
+  real on the mesh by `stalesgd.decentral`; a block is one step (one update,
+  to which every learner contributes).
+
+A runner's state is a pytree of arrays (checkpointed as is); its blocks are
+fixed by the schedule, so a run stopped at a block boundary resumes exactly.
+
+Which runner a protocol gets, and how the run config sets its options, is the
+protocol's row of `stalesgd.schedule.PROTOCOL_TABLE`; this module also turns a
+config into the schedule it runs (`simulate_schedule`) and names the run
+(`run_label`), so the training loop needs no layer below this one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from stalesgd import decentral
+from stalesgd import engine as engine_lib
+from stalesgd import schedule as schedule_lib
+from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd.training._run_config import protocol_options, timing_model
+from stalesgd.parallel._dispatch import DispatchLimiter
+from stalesgd.engine import BlockMetrics  # both runners report a block this way
+from stalesgd.models import ModelSpec
+from stalesgd.schedule import Schedule  # also the type the training loop names, through this layer
+
+
+class _Blocks:
+  """What both runners share: their blocks, given by ``block_starts``."""
+
+  block_starts: np.ndarray
+
+  def block_at(self, updates: int) -> int:
+    """The block that starts at update ``updates`` (the number of blocks once all are done).
+
+    Raises:
+      ValueError: ``updates`` is inside a block (the schedule differs from the saved run's).
+    """
+    return engine_lib.block_starting_at(self.block_starts, updates)
+
+
+class ParameterServerRunner(_Blocks):
+  """Parameter-server protocols through the exact emulator."""
+
+  def __init__(self, model: ModelSpec, optimizer: optax.GradientTransformation, schedule: Schedule,
+               batches, mesh: jax.sharding.Mesh):
+    self.engine = engine_lib.Engine(model.loss_fn, optimizer, has_aux=True, mesh=mesh)
+    self.plan = self.engine.plan(schedule)
+    self.batches = batches
+
+  @property
+  def block_starts(self) -> np.ndarray:
+    """First update of every block, then the number of updates."""
+    return self.plan.block_starts
+
+  def init(self, params: Any) -> engine_lib.EngineState:
+    return self.engine.init(params, self.plan)
+
+  def step(self, state: engine_lib.EngineState, block: int) -> tuple[engine_lib.EngineState, BlockMetrics]:
+    return self.engine.step(state, self.plan, block, self.batches)
+
+  @staticmethod
+  def params(state: engine_lib.EngineState) -> Any:
+    return state.params
+
+  @staticmethod
+  def updates_done(state: engine_lib.EngineState) -> int:
+    return int(state.step)
+
+
+def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDConfig:
+  """The `stalesgd.decentral.DCS3GDConfig` of a decentralized run: its protocol's row fixes some fields,
+  the config sets the staleness S, eager updates and (where the row allows one) the correction."""
+  row = schedule_lib.protocol_row(config.protocol)
+  overrides = {}
+  if "staleness" not in row.fixed_settings:
+    overrides.update(staleness=config.allreduce_staleness)
+  if row.eager:
+    overrides.update(eager=config.eager_updates)
+  if row.corrects and config.delay_compensation != "none":
+    overrides.update(dc_lambda=config.dc_lambda, lambda_mode=config.delay_compensation,
+                     mean_square_decay=config.dc_decay)
+  return decentral.config_for_protocol(config.protocol, **overrides)
+
+
+# What DCS3GD.step measures per learner and the log records carry (mean over learners and updates):
+# ||g~ - g|| / ||g||, the correction's size relative to the gradient (0 without correction), and ||D||, how
+# far the consensus moved the learner's weights (docs/semantics.md, DC-S3GD).
+DECENTRALIZED_DIAGNOSTICS = ("correction_ratio", "displacement_norm")
+
+
+class DecentralizedRunner(_Blocks):
+  """All-reduce protocols on real collectives, one learner per device."""
+
+  def __init__(self, config: ml_collections.ConfigDict, model: ModelSpec, optimizer: optax.GradientTransformation,
+               num_updates: int, batches, mesh: jax.sharding.Mesh):
+    self.protocol_config = decentral_settings(config)
+    self.mesh = sharding_lib.learner_mesh(self.protocol_config.axis_name, devices=list(mesh.devices.flat))
+    self.trainer = decentral.DCS3GD(model.loss_fn, optimizer, self.protocol_config, self.mesh)
+    # Per-learner losses live on their learners' devices (possibly other
+    # processes'); a separate small program replicates them for the host, so
+    # the step's only collective stays the weight all-reduce.
+    self._replicate = jax.jit(lambda values: jax.tree.map(lambda value: value.reshape(1, -1), values),
+                              out_shardings=NamedSharding(self.mesh, PartitionSpec()))
+    self._split = NamedSharding(self.mesh, PartitionSpec(self.protocol_config.axis_name))
+    self.batches = batches
+    self.num_updates = num_updates
+    self._dispatch = DispatchLimiter()
+
+  @property
+  def block_starts(self) -> np.ndarray:
+    return np.arange(self.num_updates + 1, dtype=np.int64)
+
+  def init(self, params: Any) -> decentral.DCS3GDState:
+    return self.trainer.init(params)
+
+  def step(self, state: decentral.DCS3GDState, block: int) -> tuple[decentral.DCS3GDState, BlockMetrics]:
+    learners = np.arange(self.trainer.num_learners)
+    batch = sharding_lib.rows_from_batch_fn(self.batches, learners, np.full_like(learners, block), self._split)
+    state, metrics = self.trainer.step(state, batch)
+    self._dispatch.dispatched(metrics["loss"])
+    # One update, one contribution per learner; DC-S3GD's diagnostics as their mean over the learners.
+    replicated = self._replicate({name: metrics[name] for name in ("loss",) + DECENTRALIZED_DIAGNOSTICS})
+    diagnostics = {name: replicated[name].mean(axis=1) for name in DECENTRALIZED_DIAGNOSTICS}
+    return state, BlockMetrics(replicated["loss"], np.ones(1, np.float32), diagnostics)
+
+  def params(self, state: decentral.DCS3GDState) -> Any:
+    return self.trainer.consensus_params(state)
+
+  @staticmethod
+  def updates_done(state: decentral.DCS3GDState) -> int:
+    return int(state.step)
+
+
+def make_runner(config: ml_collections.ConfigDict, model: ModelSpec, optimizer: optax.GradientTransformation,
+                schedule: Schedule, batches, mesh: jax.sharding.Mesh):
+  """The runner for the config's protocol (its row of `stalesgd.schedule.PROTOCOL_TABLE` says which)."""
+  if schedule_lib.protocol_row(config.protocol).decentralized:
+    return DecentralizedRunner(config, model, optimizer, schedule.num_updates, batches, mesh)
+  return ParameterServerRunner(model, optimizer, schedule, batches, mesh)
+
+
+def simulate_schedule(config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int) -> Schedule:
+  """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config."""
+  return schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=num_updates,
+                               seed=config.seed, **protocol_options(config),
+                               timing=timing_model(config, parameter_bytes=parameter_bytes))
+
+
+def run_label(config: ml_collections.ConfigDict) -> str:
+  """A run's name in logs, plots and summaries, e.g. ``"4-softsync (lambda=30, mu=4, inverse)"``."""
+  row = schedule_lib.protocol_row(config.protocol)
+  protocol = (row.label or row.name).format(**config)
+  rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
+  correction = config.delay_compensation
+  if row.decentralized:  # DC-S3GD corrects even with delay_compensation="none" (its own default lambda)
+    settings = decentral_settings(config)
+    correction = settings.lambda_mode if settings.corrects else "none"
+  dc = "" if correction == "none" else f", DC-{correction}"
+  if config.dc_mean_square_bias_correction:
+    dc += " bias-corrected"
+  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"

@@ -1,0 +1,63 @@
+"""A run's directory and its config: whether a config may resume the run a workdir holds.
+
+A run writes its config to ``<workdir>/config.json``; a restart with the same
+workdir resumes only if its config is the same run (`check_same_run`), so a
+checkpoint of one config is never restored into another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import ml_collections
+
+from stalesgd.training._run_config import default_config
+
+# Fields a resumed run may change: they decide when to log, save, how to batch
+# evaluation or how many threads decode, never the weights or the metrics' values.
+RESUMABLE_CHANGES = ("log_every_updates", "checkpoint_every_seconds", "keep_checkpoints", "eval_batch_size",
+                     "data_workers")
+CONFIG_FILENAME = "config.json"
+
+
+def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
+  """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_CHANGES`.
+
+  A field that ``saved`` lacks but `default_config` has was added after the run
+  was saved; it counts as its default there (a new field's default keeps the
+  behaviour from before it existed), so the run resumes unless it is set otherwise.
+  """
+  current = json.loads(config.to_json())
+  defaults = json.loads(default_config().to_json())
+  saved = {**{field: defaults[field] for field in defaults.keys() - saved.keys()}, **saved}
+  return [f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
+          for field in sorted(saved.keys() | current.keys())
+          if field not in RESUMABLE_CHANGES and saved.get(field) != current.get(field)]
+
+
+def check_same_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> None:
+  """Refuses a workdir that holds a run of another config, before anything is resumed or reused.
+
+  A checkpoint of one config restored into another would silently mix two runs.
+
+  Raises:
+    ValueError: naming the workdir and the fields that differ.
+  """
+  path = pathlib.Path(workdir) / CONFIG_FILENAME
+  if not path.exists():
+    return
+  changes = config_changes(json.loads(path.read_text()), config)
+  if changes:
+    raise ValueError(f"{workdir} holds a run of another config ({', '.join(changes)}); allowed: the same config "
+                     f"(only {', '.join(RESUMABLE_CHANGES)} may change on resume), or another workdir")
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
+  """Writes ``<workdir>/config.json`` atomically: the other processes of a restarted run read it
+  (`check_same_run`) while process 0 rewrites it, and see the old file or the new one, never a part."""
+  path = pathlib.Path(workdir) / CONFIG_FILENAME
+  temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  temporary.write_text(config.to_json(indent=2))
+  os.replace(temporary, path)

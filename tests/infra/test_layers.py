@@ -1,0 +1,90 @@
+"""The two layers: the core needs only jax, optax and numpy, and no import runs upward.
+
+The core (`CORE_PACKAGES`) is what a user of the optax transforms, the timing
+model or the engine installs; the training stack builds on it. The order of
+`PACKAGE_ORDER` is the picture of README *Layout*: a module may import from its
+own package or from one earlier in the list, never from a later one.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import stalesgd
+
+PACKAGE_ROOT = pathlib.Path(stalesgd.__file__).parent
+CORE_PACKAGES = ("transforms", "schedule", "parallel", "engine", "decentral")
+PACKAGE_ORDER = CORE_PACKAGES + ("utils", "data", "models", "training", "configs", "studies", "cli")
+# absl is not here: optax itself imports it (absl.logging).
+TRAINING_STACK_DISTRIBUTIONS = ("flax", "orbax", "tensorflow_datasets", "ml_collections", "tensorboardX",
+                                "matplotlib", "sklearn", "PIL", "scipy", "etils")
+
+
+def _package_of(path: pathlib.Path) -> str:
+  relative = path.relative_to(PACKAGE_ROOT)
+  return relative.parts[0] if len(relative.parts) > 1 else ""
+
+
+def _stalesgd_imports(path: pathlib.Path) -> list[tuple[int, str]]:
+  """(line, first package below stalesgd) of every stalesgd import in the file, wherever it is."""
+  imports = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      names = [node.module] if node.module != "stalesgd" else [f"stalesgd.{alias.name}" for alias in node.names]
+    elif isinstance(node, ast.Import):
+      names = [alias.name for alias in node.names]
+    else:
+      continue
+    for name in names:
+      parts = name.split(".")
+      if parts[0] == "stalesgd" and len(parts) > 1:
+        imports.append((node.lineno, parts[1]))
+  return imports
+
+
+def test_every_package_is_placed_in_the_order():
+  packages = {path.name for path in PACKAGE_ROOT.iterdir() if (path / "__init__.py").exists()}
+  assert packages == set(PACKAGE_ORDER)
+
+
+def test_at_most_four_top_level_modules():
+  modules = [path.name for path in PACKAGE_ROOT.glob("*.py") if path.name != "__init__.py"]
+  assert len(modules) <= 4, modules
+
+
+def test_no_module_imports_a_later_layer():
+  upward = []
+  for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+    package = _package_of(path)
+    if not package:
+      continue  # stalesgd/__init__.py and the top-level modules: checked by the core-import test
+    rank = PACKAGE_ORDER.index(package)
+    for line, imported in _stalesgd_imports(path):
+      if imported in PACKAGE_ORDER and PACKAGE_ORDER.index(imported) > rank:
+        upward.append(f"{path.relative_to(PACKAGE_ROOT.parent)}:{line} imports stalesgd.{imported}")
+  assert not upward, "\n".join(upward)
+
+
+def test_the_core_imports_nothing_of_the_training_stack():
+  """In a fresh interpreter where the training stack's packages cannot be imported at all."""
+  program = textwrap.dedent(f"""
+      import importlib.abc, sys
+      BLOCKED = {TRAINING_STACK_DISTRIBUTIONS!r}
+      class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+          if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"the core imported {{name}}")
+      sys.meta_path.insert(0, Block())
+      import stalesgd, stalesgd.transforms, stalesgd.schedule, stalesgd.parallel, stalesgd.engine, stalesgd.decentral
+      loaded = sorted(name for name in sys.modules if name.startswith("stalesgd.")
+                      and name.split(".")[1] not in {CORE_PACKAGES!r} and name != "stalesgd._moved")
+      assert not loaded, loaded
+      print("ok")
+      """)
+  completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False,
+                             cwd=PACKAGE_ROOT.parent)
+  assert completed.returncode == 0 and completed.stdout.strip() == "ok", completed.stderr[-3000:]
