@@ -23,8 +23,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from stalesgd.schedule import TimingModel, simulate
 
@@ -43,8 +42,9 @@ def seconds_per_step(gpus: int, staleness: int, timing: TimingModel, steps: int)
   if staleness == 0:
     schedule = simulate("allreduce_sync", learners=gpus, num_updates=steps, seed=0, timing=timing)
   else:
-    schedule = simulate("s3gd", learners=gpus, num_updates=steps, seed=0, timing=timing, staleness=staleness,
-                        overlap=True)
+    schedule = simulate(
+      "s3gd", learners=gpus, num_updates=steps, seed=0, timing=timing, staleness=staleness, overlap=True
+    )
   return schedule.total_time / steps
 
 
@@ -52,32 +52,65 @@ def main(argv):
   del argv
   rows = []
   for network, (bandwidth, latency) in NETWORKS.items():
-    timing = TimingModel(compute_time=IMAGES_PER_GPU / IMAGES_PER_SECOND, jitter="lognormal", jitter_sigma=0.1,
-                         latency=latency, bandwidth=bandwidth, model_bytes=4 * RESNET50_PARAMETERS)
+    timing = TimingModel(
+      compute_time=IMAGES_PER_GPU / IMAGES_PER_SECOND,
+      jitter="lognormal",
+      jitter_sigma=0.1,
+      latency=latency,
+      bandwidth=bandwidth,
+      model_bytes=4 * RESNET50_PARAMETERS,
+    )
     for gpus in GPUS:
       base = seconds_per_step(gpus, 0, timing, _STEPS.value)
       for staleness in STALENESS:
         step = base if staleness == 0 else seconds_per_step(gpus, staleness, timing, _STEPS.value)
-        rows.append({"network": network, "gpus": gpus, "staleness": staleness, "seconds_per_step": step,
-                     "images_per_s": gpus * IMAGES_PER_GPU / step, "speedup_over_sync": base / step,
-                     "allreduce_s": timing.allreduce_time(gpus), "compute_s": timing.compute_time})
-  print("| network | GPUs | all-reduce (ms) | S = 0 step (ms) | " +
-        " | ".join(f"S = {s} speed-up" for s in STALENESS[1:]) + " |")
+        rows.append(
+          {
+            "network": network,
+            "gpus": gpus,
+            "staleness": staleness,
+            "seconds_per_step": step,
+            "images_per_s": gpus * IMAGES_PER_GPU / step,
+            "speedup_over_sync": base / step,
+            "allreduce_s": timing.allreduce_time(gpus),
+            "compute_s": timing.compute_time,
+          }
+        )
+  print(
+    "| network | GPUs | all-reduce (ms) | S = 0 step (ms) | "
+    + " | ".join(f"S = {s} speed-up" for s in STALENESS[1:])
+    + " |"
+  )
   print("|---|--:|--:|--:|" + "--:|" * (len(STALENESS) - 1))
   for network in NETWORKS:
     for gpus in GPUS:
       case = [row for row in rows if row["network"] == network and row["gpus"] == gpus]
-      print(f"| {network} | {gpus} | {1e3 * case[0]['allreduce_s']:.1f} | {1e3 * case[0]['seconds_per_step']:.1f} | "
-            + " | ".join(f"{row['speedup_over_sync']:.2f}x" for row in case[1:]) + " |")
+      print(
+        f"| {network} | {gpus} | {1e3 * case[0]['allreduce_s']:.1f} | {1e3 * case[0]['seconds_per_step']:.1f} | "
+        + " | ".join(f"{row['speedup_over_sync']:.2f}x" for row in case[1:])
+        + " |"
+      )
   output = pathlib.Path(_OUTPUT.value)
   output.parent.mkdir(parents=True, exist_ok=True)
-  output.write_text(json.dumps({"assumptions": {"parameters": RESNET50_PARAMETERS, "images_per_gpu": IMAGES_PER_GPU,
-                                                "images_per_second_per_gpu": IMAGES_PER_SECOND,
-                                                "jitter": "lognormal sigma 0.1",
-                                                "networks": {name: {"bytes_per_s": bandwidth, "latency_s": latency}
-                                                             for name, (bandwidth, latency) in NETWORKS.items()},
-                                                "steps": _STEPS.value},
-                                "rows": rows}, indent=2) + "\n")
+  output.write_text(
+    json.dumps(
+      {
+        "assumptions": {
+          "parameters": RESNET50_PARAMETERS,
+          "images_per_gpu": IMAGES_PER_GPU,
+          "images_per_second_per_gpu": IMAGES_PER_SECOND,
+          "jitter": "lognormal sigma 0.1",
+          "networks": {
+            name: {"bytes_per_s": bandwidth, "latency_s": latency} for name, (bandwidth, latency) in NETWORKS.items()
+          },
+          "steps": _STEPS.value,
+        },
+        "rows": rows,
+      },
+      indent=2,
+    )
+    + "\n"
+  )
   print(f"written: {output}")
 
 

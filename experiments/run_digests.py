@@ -37,15 +37,15 @@ REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 CONFIG_FILE = REPOSITORY / "tests" / "helpers" / "tiny_run_config.py"
 
 PROTOCOL_RUNS = {
-    "hardsync": ("hardsync",),
-    "softsync": ("hardsync", "--config.protocol=softsync", "--config.n=2"),
-    "async": ("async_dc",),
-    "ssp": ("hardsync", "--config.protocol=ssp", "--config.ssp_bound=2"),
-    "backup": ("hardsync", "--config.protocol=backup", "--config.backup_workers=2"),
-    "drop_stale": ("hardsync", "--config.protocol=drop_stale", "--config.max_staleness=3"),
-    "allreduce_sync": ("dcs3gd", "--config.protocol=allreduce_sync", "--config.delay_compensation=none"),
-    "s3gd": ("dcs3gd", "--config.protocol=s3gd", "--config.delay_compensation=none"),
-    "dcs3gd": ("dcs3gd",),
+  "hardsync": ("hardsync",),
+  "softsync": ("hardsync", "--config.protocol=softsync", "--config.n=2"),
+  "async": ("async_dc",),
+  "ssp": ("hardsync", "--config.protocol=ssp", "--config.ssp_bound=2"),
+  "backup": ("hardsync", "--config.protocol=backup", "--config.backup_workers=2"),
+  "drop_stale": ("hardsync", "--config.protocol=drop_stale", "--config.max_staleness=3"),
+  "allreduce_sync": ("dcs3gd", "--config.protocol=allreduce_sync", "--config.delay_compensation=none"),
+  "s3gd": ("dcs3gd", "--config.protocol=s3gd", "--config.delay_compensation=none"),
+  "dcs3gd": ("dcs3gd",),
 }
 """Protocol -> (tiny_run_config variant, overrides)."""
 
@@ -54,8 +54,11 @@ MEASURED_FIELDS = ("seconds", "wall", "time", "per_s", "provenance", "host", "co
 
 
 def _computed(record: dict) -> dict:
-  return {key: value for key, value in record.items()
-          if key.startswith("sim") or not any(part in key for part in MEASURED_FIELDS)}
+  return {
+    key: value
+    for key, value in record.items()
+    if key.startswith("sim") or not any(part in key for part in MEASURED_FIELDS)
+  }
 
 
 def _sha256(value) -> str:
@@ -64,14 +67,15 @@ def _sha256(value) -> str:
 
 def _event_scalars(workdir: pathlib.Path) -> list[tuple[str, int, float]]:
   """Every scalar of the run's TensorBoard event files, read with tensorboardX's protobuf (no TensorFlow)."""
-  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel  (the training stack's)
+  from tensorboardX.proto import event_pb2  # the training stack's
+
   scalars = []
   for path in sorted(workdir.glob("events.out.tfevents.*")):
     data = path.read_bytes()
     offset = 0
     while offset < len(data):
-      (length,) = struct.unpack("<Q", data[offset:offset + 8])
-      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      (length,) = struct.unpack("<Q", data[offset : offset + 8])
+      event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
       offset += 12 + length + 4
       for value in event.summary.value:
         if value.HasField("simple_value") and not any(part in value.tag for part in MEASURED_FIELDS):
@@ -82,15 +86,25 @@ def _event_scalars(workdir: pathlib.Path) -> list[tuple[str, int, float]]:
 def run_digests(protocol: str, workdir: pathlib.Path) -> dict[str, str]:
   variant, *overrides = PROTOCOL_RUNS[protocol]
   environment = {**os.environ, "JAX_NUM_CPU_DEVICES": "8", "PYTHONPATH": str(REPOSITORY)}
-  command = [sys.executable, "-m", "stalesgd.cli.train", f"--config={CONFIG_FILE}:{variant}", *overrides,
-             f"--workdir={workdir}"]
+  command = [
+    sys.executable,
+    "-m",
+    "stalesgd.cli.train",
+    f"--config={CONFIG_FILE}:{variant}",
+    *overrides,
+    f"--workdir={workdir}",
+  ]
   completed = subprocess.run(command, cwd=REPOSITORY, env=environment, capture_output=True, text=True, check=False)
   if completed.returncode != 0:
     raise RuntimeError(f"{protocol}: {' '.join(command)} exited {completed.returncode}:\n{completed.stderr[-3000:]}")
   summary = json.loads((workdir / "summary.json").read_text())
   records = [_computed(json.loads(line)) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line]
-  return {"params_sha256": summary["params_sha256"], "metrics_sha256": _sha256(records),
-          "scalars_sha256": _sha256(_event_scalars(workdir)), "records": len(records)}
+  return {
+    "params_sha256": summary["params_sha256"],
+    "metrics_sha256": _sha256(records),
+    "scalars_sha256": _sha256(_event_scalars(workdir)),
+    "records": len(records),
+  }
 
 
 def main() -> int:

@@ -27,14 +27,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
-from stalesgd.utils import _plots as plots
 from stalesgd import schedule as schedule_lib
-from stalesgd.utils import _schedule_plots as schedule_plots
 from stalesgd.schedule import _summary as statistics
+from stalesgd.utils import _plots as plots
+from stalesgd.utils import _schedule_plots as schedule_plots
 
 ZHANG_LEARNERS = 30
 ZHANG_SOFTSYNC_N = (1, 2, 4, 10, 15, 30)
@@ -52,9 +50,11 @@ _COMPUTE_TIME = flags.DEFINE_float("compute_time", 1.0, "Mean seconds per mini-b
 _JITTER = flags.DEFINE_enum("jitter", "lognormal", schedule_lib.JITTERS, "Per-step jitter law.")
 _JITTER_SIGMA = flags.DEFINE_float("jitter_sigma", 0.1, "Log-normal sigma (lognormal, straggler).")
 _STRAGGLER_PROB = flags.DEFINE_float(
-    "straggler_prob", 0.02, "Probability of a straggling step (with --jitter=straggler, and --sweep's stragglers).")
+  "straggler_prob", 0.02, "Probability of a straggling step (with --jitter=straggler, and --sweep's stragglers)."
+)
 _STRAGGLER_FACTOR = flags.DEFINE_float(
-    "straggler_factor", 5.0, "Slowdown of a straggling step (with --jitter=straggler, and --sweep's stragglers).")
+  "straggler_factor", 5.0, "Slowdown of a straggling step (with --jitter=straggler, and --sweep's stragglers)."
+)
 _SPEED_FACTOR_SIGMA = flags.DEFINE_float("speed_factor_sigma", 0.0, "Log-normal sigma of per-learner speed factors.")
 _TRACE = flags.DEFINE_string("trace", None, "Trace file of speed factors (.npy/.csv; see TimingModel).")
 _LATENCY = flags.DEFINE_float("latency", 0.0, "Seconds per message.")
@@ -71,15 +71,15 @@ _SWEEP = flags.DEFINE_bool("sweep", False, "Run the Zhang et al. sweep and the p
 
 # (summary key, column title, format, width) of the printed table.
 _COLUMNS = (
-    ("run", "run", "{}", 28),
-    ("contributions_per_update", "c", "{}", 4),
-    ("mean_staleness", "<σ>", "{:.2f}", 7),
-    ("max_staleness", "max σ", "{}", 6),
-    ("p_staleness_above_2n", "P(σ>2n)", "{:.1e}", 8),
-    ("updates_per_second", "updates/s", "{:.2f}", 10),
-    ("speedup", "speedup", "{:.1f}", 8),
-    ("dropped_fraction", "dropped", "{:.1%}", 8),
-    ("utilisation", "busy", "{:.1%}", 6),
+  ("run", "run", "{}", 28),
+  ("contributions_per_update", "c", "{}", 4),
+  ("mean_staleness", "<σ>", "{:.2f}", 7),
+  ("max_staleness", "max σ", "{}", 6),
+  ("p_staleness_above_2n", "P(σ>2n)", "{:.1e}", 8),
+  ("updates_per_second", "updates/s", "{:.2f}", 10),
+  ("speedup", "speedup", "{:.1f}", 8),
+  ("dropped_fraction", "dropped", "{:.1%}", 8),
+  ("utilisation", "busy", "{:.1%}", 6),
 )
 
 
@@ -90,23 +90,30 @@ def timing_from_flags(*, stragglers: bool | None = None) -> schedule_lib.TimingM
     jitter = "straggler" if stragglers else ("lognormal" if jitter == "straggler" else jitter)
   straggler = {"straggler_prob": _STRAGGLER_PROB.value, "straggler_factor": _STRAGGLER_FACTOR.value}
   return schedule_lib.TimingModel(
-      compute_time=_COMPUTE_TIME.value,
-      jitter=jitter,
-      jitter_sigma=_JITTER_SIGMA.value,
-      speed_factor_sigma=_SPEED_FACTOR_SIGMA.value,
-      trace=_TRACE.value,
-      latency=_LATENCY.value,
-      bandwidth=_BANDWIDTH.value,
-      model_bytes=_MODEL_BYTES.value,
-      server_shards=_SERVER_SHARDS.value,
-      apply_time=_APPLY_TIME.value,
-      **(straggler if jitter == "straggler" else {}))
+    compute_time=_COMPUTE_TIME.value,
+    jitter=jitter,
+    jitter_sigma=_JITTER_SIGMA.value,
+    speed_factor_sigma=_SPEED_FACTOR_SIGMA.value,
+    trace=_TRACE.value,
+    latency=_LATENCY.value,
+    bandwidth=_BANDWIDTH.value,
+    model_bytes=_MODEL_BYTES.value,
+    server_shards=_SERVER_SHARDS.value,
+    apply_time=_APPLY_TIME.value,
+    **(straggler if jitter == "straggler" else {}),
+  )
 
 
 def protocol_options_from_flags() -> dict[str, Any]:
   """The protocol options given on the command line (simulate rejects misplaced ones)."""
-  given = {"n": _N.value, "s": _S.value, "backup": _BACKUP.value, "max_staleness": _MAX_STALENESS.value,
-           "staleness": _STALENESS.value, "overlap": _OVERLAP.value}
+  given = {
+    "n": _N.value,
+    "s": _S.value,
+    "backup": _BACKUP.value,
+    "max_staleness": _MAX_STALENESS.value,
+    "staleness": _STALENESS.value,
+    "overlap": _OVERLAP.value,
+  }
   return {name: value for name, value in given.items() if value is not None}
 
 
@@ -115,8 +122,9 @@ def run_label(protocol: str, options: dict[str, Any]) -> str:
   return protocol + (f"({', '.join(f'{name}={value}' for name, value in options.items())})" if options else "")
 
 
-def simulate_logged(protocol: str, *, learners: int, num_updates: int, timing: schedule_lib.TimingModel,
-                    **options: Any) -> schedule_lib.Schedule:
+def simulate_logged(
+  protocol: str, *, learners: int, num_updates: int, timing: schedule_lib.TimingModel, **options: Any
+) -> schedule_lib.Schedule:
   """`simulate` with progress logged every 10% and the wall time at the end."""
   label = run_label(protocol, options)
   started = time.perf_counter()
@@ -128,8 +136,9 @@ def simulate_logged(protocol: str, *, learners: int, num_updates: int, timing: s
       logging.info("%s: %d/%d updates (%.1f s)", label, done, total, time.perf_counter() - started)
       next_tenth = 10 * done // total + 1
 
-  schedule = schedule_lib.simulate(protocol, learners=learners, num_updates=num_updates, seed=_SEED.value,
-                                   timing=timing, progress=progress, **options)
+  schedule = schedule_lib.simulate(
+    protocol, learners=learners, num_updates=num_updates, seed=_SEED.value, timing=timing, progress=progress, **options
+  )
   logging.info("%s: %d updates simulated in %.1f s", label, num_updates, time.perf_counter() - started)
   return schedule
 
@@ -162,12 +171,13 @@ def run_one(output_dir: str, timing: schedule_lib.TimingModel, options: dict[str
   """Simulates the protocol the flags name with ``options``; writes its histogram and summary."""
   protocol = _PROTOCOL.value
   label = run_label(protocol, options)
-  schedule = simulate_logged(protocol, learners=_LEARNERS.value, num_updates=_UPDATES.value, timing=timing,
-                             **options)
+  schedule = simulate_logged(protocol, learners=_LEARNERS.value, num_updates=_UPDATES.value, timing=timing, **options)
   rows = [summary_row(label, schedule)]
-  plots.plot_staleness_histograms({label: schedule.gradient_staleness},
-                                  os.path.join(output_dir, "staleness_histogram.png"),
-                                  title=f"{label}, λ = {_LEARNERS.value}")
+  plots.plot_staleness_histograms(
+    {label: schedule.gradient_staleness},
+    os.path.join(output_dir, "staleness_histogram.png"),
+    title=f"{label}, λ = {_LEARNERS.value}",
+  )
   _write_json(os.path.join(output_dir, "summary.json"), {"rows": rows, "timing": schedule.options["timing"]})
   return rows
 
@@ -182,27 +192,35 @@ def zhang_softsync_sweep(output_dir: str, timing: schedule_lib.TimingModel) -> l
   rows, staleness = [], {}
   for n in ZHANG_SOFTSYNC_N:
     label = run_label("softsync", {"n": n})
-    schedule = simulate_logged("softsync", learners=ZHANG_LEARNERS, n=n, timing=timing,
-                               num_updates=_num_updates_for("softsync", ZHANG_LEARNERS, {"n": n}))
+    schedule = simulate_logged(
+      "softsync",
+      learners=ZHANG_LEARNERS,
+      n=n,
+      timing=timing,
+      num_updates=_num_updates_for("softsync", ZHANG_LEARNERS, {"n": n}),
+    )
     rows.append(summary_row(label, schedule))
     staleness[f"{n}-softsync"] = schedule.gradient_staleness
-  plots.plot_staleness_histograms(staleness, os.path.join(output_dir, "zhang_softsync_staleness.png"),
-                                  title=f"n-softsync staleness, λ = {ZHANG_LEARNERS} (Zhang et al. Fig. 1 setting)")
+  plots.plot_staleness_histograms(
+    staleness,
+    os.path.join(output_dir, "zhang_softsync_staleness.png"),
+    title=f"n-softsync staleness, λ = {ZHANG_LEARNERS} (Zhang et al. Fig. 1 setting)",
+  )
   return rows
 
 
 def comparison_protocols(learners: int) -> list[tuple[str, dict[str, Any]]]:
   """The protocols of the runtime comparison, with representative options."""
   return [
-      ("hardsync", {}),
-      ("softsync", {"n": 1}),
-      ("softsync", {"n": min(4, learners)}),
-      ("async", {}),
-      ("ssp", {"s": 3}),
-      ("backup", {"backup": max(1, learners // 10)} if learners > 1 else {"backup": 0}),
-      ("drop_stale", {"max_staleness": learners}),
-      ("allreduce_sync", {}),
-      ("s3gd", {"staleness": 1}),
+    ("hardsync", {}),
+    ("softsync", {"n": 1}),
+    ("softsync", {"n": min(4, learners)}),
+    ("async", {}),
+    ("ssp", {"s": 3}),
+    ("backup", {"backup": max(1, learners // 10)} if learners > 1 else {"backup": 0}),
+    ("drop_stale", {"max_staleness": learners}),
+    ("allreduce_sync", {}),
+    ("s3gd", {"staleness": 1}),
   ]
 
 
@@ -214,14 +232,18 @@ def runtime_comparison(output_dir: str) -> dict[str, list[dict[str, Any]]]:
     timing = timing_from_flags(stragglers=stragglers)
     rows = []
     for protocol, options in comparison_protocols(learners):
-      schedule = simulate_logged(protocol, learners=learners, timing=timing,
-                                 num_updates=_num_updates_for(protocol, learners, options), **options)
+      schedule = simulate_logged(
+        protocol, learners=learners, timing=timing, num_updates=_num_updates_for(protocol, learners, options), **options
+      )
       rows.append(summary_row(run_label(protocol, options), schedule))
     tables[condition] = rows
     speedups[condition] = {row["run"]: row["speedup"] for row in rows}
   schedule_plots.plot_protocol_comparison(
-      speedups, os.path.join(output_dir, "protocol_speedup.png"), ylabel="speedup over one learner",
-      title=f"λ = {learners}; stragglers: p = {_STRAGGLER_PROB.value}, {_STRAGGLER_FACTOR.value}x slower")
+    speedups,
+    os.path.join(output_dir, "protocol_speedup.png"),
+    ylabel="speedup over one learner",
+    title=f"λ = {learners}; stragglers: p = {_STRAGGLER_PROB.value}, {_STRAGGLER_FACTOR.value}x slower",
+  )
   return tables
 
 
@@ -249,8 +271,9 @@ def main(argv: Sequence[str]) -> None:
   for condition, rows in tables.items():
     print(f"\nRuntime, λ = {_LEARNERS.value}, {condition}")
     print(format_table(rows))
-  _write_json(os.path.join(output_dir, "sweep.json"), {"zhang_softsync": zhang, "runtime": tables,
-                                                       "timing": timing.to_dict()})
+  _write_json(
+    os.path.join(output_dir, "sweep.json"), {"zhang_softsync": zhang, "runtime": tables, "timing": timing.to_dict()}
+  )
 
 
 if __name__ == "__main__":

@@ -123,9 +123,12 @@ class _MovedModuleLoader(importlib.abc.Loader):
     self._new_name = new_name
 
   def exec_module(self, module: types.ModuleType) -> None:
-    warnings.warn(f"{module.__name__} moved to {public_home(self._new_name)} in stalesgd 0.2 (its code is in "
-                  f"{self._new_name}); the old path is removed in stalesgd {REMOVED_IN}", DeprecationWarning,
-                  stacklevel=2)  # warnings skips importlib's frames: the importer's line
+    warnings.warn(
+      f"{module.__name__} moved to {public_home(self._new_name)} in stalesgd 0.2 (its code is in "
+      f"{self._new_name}); the old path is removed in stalesgd {REMOVED_IN}",
+      DeprecationWarning,
+      stacklevel=2,
+    )  # warnings skips importlib's frames: the importer's line
     target = importlib.import_module(self._new_name)
     module.__dict__.update({name: value for name, value in vars(target).items() if not name.startswith("__")})
     module.__getattr__ = lambda name: getattr(target, name)
@@ -134,7 +137,7 @@ class _MovedModuleLoader(importlib.abc.Loader):
 class _MovedModuleFinder(importlib.abc.MetaPathFinder):
   """Finds the old paths of `MOVED_MODULES` (and nothing else)."""
 
-  def find_spec(self, fullname, path=None, target=None):  # pylint: disable=unused-argument  (the finder protocol)
+  def find_spec(self, fullname, path=None, target=None):  # the finder protocol
     new_name = MOVED_MODULES.get(fullname)
     if new_name is None:
       return None

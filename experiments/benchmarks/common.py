@@ -18,32 +18,33 @@ from typing import Any
 import jax
 import numpy as np
 
-from stalesgd.configs import rudra_cifar10
 from stalesgd import engine as engine_lib
-from stalesgd.training._run_config import contributions_per_update
+from stalesgd.configs import rudra_cifar10
 from stalesgd.training._loop import build_run
+from stalesgd.training._run_config import contributions_per_update
 
 
 def machine_description() -> dict[str, Any]:
   """Where the numbers were measured (recorded in every benchmark's JSON)."""
   devices = jax.devices()
   return {
-      "platform": devices[0].platform,
-      "device_kind": devices[0].device_kind,
-      "num_devices": len(devices),
-      "num_processes": jax.process_count(),
-      "host_cpus": os.cpu_count(),
-      "processor": platform.processor() or platform.machine(),
-      "python": platform.python_version(),
-      "jax": jax.__version__,
-      "xla_flags": os.environ.get("XLA_FLAGS", ""),
-      # Other jobs on a shared host inflate absolute times; the paired ratios are robust to it.
-      "load_average_1_5_15_min": list(os.getloadavg()),
+    "platform": devices[0].platform,
+    "device_kind": devices[0].device_kind,
+    "num_devices": len(devices),
+    "num_processes": jax.process_count(),
+    "host_cpus": os.cpu_count(),
+    "processor": platform.processor() or platform.machine(),
+    "python": platform.python_version(),
+    "jax": jax.__version__,
+    "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    # Other jobs on a shared host inflate absolute times; the paired ratios are robust to it.
+    "load_average_1_5_15_min": list(os.getloadavg()),
   }
 
 
-def time_interleaved(programs: Mapping[str, Callable[[], Any]], steps_per_round: int,
-                     rounds: int) -> dict[str, list[float]]:
+def time_interleaved(
+  programs: Mapping[str, Callable[[], Any]], steps_per_round: int, rounds: int
+) -> dict[str, list[float]]:
   """Seconds per step of each program in every round; the programs alternate within a round.
 
   Each program is called once first to compile and warm up. A program's
@@ -81,8 +82,11 @@ def write_random_cifar10(directory: pathlib.Path, train_examples: int) -> None:
   """cifar10_{train,test}.npz of uniform random pixels and labels, CIFAR-10's layout."""
   rng = np.random.default_rng(0)
   for split, size in (("train", train_examples), ("test", max(1, train_examples // 5))):
-    np.savez(directory / f"cifar10_{split}.npz", images=rng.integers(0, 256, (size, 32, 32, 3), np.uint8),
-             labels=rng.integers(0, 10, size).astype(np.int64))
+    np.savez(
+      directory / f"cifar10_{split}.npz",
+      images=rng.integers(0, 256, (size, 32, 32, 3), np.uint8),
+      labels=rng.integers(0, 10, size).astype(np.int64),
+    )
 
 
 # The training-loop benchmarks' runs: Rudra's solver and network, mu = 4 per learner.
@@ -139,6 +143,6 @@ class EngineChunks:
       raise RuntimeError("the run's schedule is too short for the requested rounds; lower --rounds")
     self.state = self.engine.run(self.state, self.plan, self.batches, start_block=self.block, stop_block=stop)
     jax.block_until_ready(self.state.params)
-    applied = int(self.per_block[self.block:stop].sum())
+    applied = int(self.per_block[self.block : stop].sum())
     self.block = stop
     return applied

@@ -43,24 +43,24 @@ import os
 # backends), and the latency-hiding scheduler on GPU (ignored on CPU).
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 if "xla_gpu_enable_latency_hiding_scheduler" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                             " --xla_gpu_enable_latency_hiding_scheduler=true").strip()
+  os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_latency_hiding_scheduler=true"
+  ).strip()
 
 import json
 import pathlib
 import statistics
 
-from absl import app
-from absl import flags
 import jax
 import numpy as np
 import optax
+from absl import app, flags
 from jax.sharding import PartitionSpec
 
 from experiments.benchmarks.common import machine_description, paired_ratio, time_interleaved
-from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd import models
 from stalesgd.decentral import DCS3GD, config_for_protocol
+from stalesgd.parallel import _sharding as sharding_lib
 
 _MODEL = flags.DEFINE_string("model", "cifar10_full", "A stalesgd.models name (a conv net).")
 _BATCH_PER_WORKER = flags.DEFINE_integer("batch_per_worker", 32, "Images per worker per step (mu).")
@@ -118,11 +118,15 @@ def overlap_sentence(report: dict) -> str:
   if not report["overlap_ready"]:
     return "NOT overlap-ready: the weight all-reduce depends on this step's computation"
   if not report["asynchronous"]:
-    return ("overlap-ready (the weight all-reduce reads only the carried queue), but this backend runs "
-            "all-reduce synchronously: no overlap in the compiled schedule")
+    return (
+      "overlap-ready (the weight all-reduce reads only the carried queue), but this backend runs "
+      "all-reduce synchronously: no overlap in the compiled schedule"
+    )
   if report["compute_while_in_flight"]:
-    return (f"overlapped: {report['compute_while_in_flight']} compute ops scheduled between "
-            "all-reduce-start and all-reduce-done")
+    return (
+      f"overlapped: {report['compute_while_in_flight']} compute ops scheduled between "
+      "all-reduce-start and all-reduce-done"
+    )
   return "overlap-ready and asynchronous, but the scheduler placed no compute inside the all-reduce"
 
 
@@ -147,27 +151,44 @@ def main(argv):
   ratios["dcs3gd_over_s3gd"] = paired_ratio(samples, "dcs3gd", "s3gd")
 
   machine = machine_description()
-  print(f"{machine['num_devices']} x {machine['device_kind']} ({machine['platform']}), model {_MODEL.value} "
-        f"({spec.num_parameters(IMAGE_SHAPE):,} parameters), {_BATCH_PER_WORKER.value} images per worker, "
-        f"{rounds} rounds x {steps_per_round} steps")
+  print(
+    f"{machine['num_devices']} x {machine['device_kind']} ({machine['platform']}), model {_MODEL.value} "
+    f"({spec.num_parameters(IMAGE_SHAPE):,} parameters), {_BATCH_PER_WORKER.value} images per worker, "
+    f"{rounds} rounds x {steps_per_round} steps"
+  )
   for name in programs:
     ratio = 1.0 if name == "compute_only" else ratios[f"{name}_over_compute_only"]
-    print(f"  {name:>15}: median {median_time[name] * 1e3:8.2f} ms/step, fastest {fastest_time[name] * 1e3:8.2f}"
-          f"  ({ratio:.3f} x compute only, median of per-round ratios)")
-  print(f"  dcs3gd / allreduce_sync = {ratios['dcs3gd_over_allreduce_sync']:.3f}, "
-        f"dcs3gd / s3gd (cost of the correction) = {ratios['dcs3gd_over_s3gd']:.3f}")
+    print(
+      f"  {name:>15}: median {median_time[name] * 1e3:8.2f} ms/step, fastest {fastest_time[name] * 1e3:8.2f}"
+      f"  ({ratio:.3f} x compute only, median of per-round ratios)"
+    )
+  print(
+    f"  dcs3gd / allreduce_sync = {ratios['dcs3gd_over_allreduce_sync']:.3f}, "
+    f"dcs3gd / s3gd (cost of the correction) = {ratios['dcs3gd_over_s3gd']:.3f}"
+  )
   print(f"  DC-S3GD weight all-reduce: {overlap_sentence(reports['dcs3gd'])}")
 
   if jax.process_index() == 0:
     output = pathlib.Path(_OUTPUT.value)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({
-        "machine": machine, "model": _MODEL.value, "batch_per_worker": _BATCH_PER_WORKER.value,
-        "steps_per_round": steps_per_round, "rounds": rounds,
-        "median_step_seconds": median_time, "fastest_step_seconds": fastest_time, "ratios": ratios,
-        "step_seconds_per_round": samples,
-        "overlap": {name: {**report, "summary": overlap_sentence(report)} for name, report in reports.items()},
-    }, indent=2) + "\n")
+    output.write_text(
+      json.dumps(
+        {
+          "machine": machine,
+          "model": _MODEL.value,
+          "batch_per_worker": _BATCH_PER_WORKER.value,
+          "steps_per_round": steps_per_round,
+          "rounds": rounds,
+          "median_step_seconds": median_time,
+          "fastest_step_seconds": fastest_time,
+          "ratios": ratios,
+          "step_seconds_per_round": samples,
+          "overlap": {name: {**report, "summary": overlap_sentence(report)} for name, report in reports.items()},
+        },
+        indent=2,
+      )
+      + "\n"
+    )
     print(f"wrote {output}")
 
 

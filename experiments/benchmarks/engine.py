@@ -46,12 +46,11 @@ os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 import json
 import statistics
 
-from absl import app
-from absl import flags
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from absl import app, flags
 
 import stalesgd
 from experiments.benchmarks.common import machine_description, paired_ratio, time_interleaved
@@ -64,18 +63,31 @@ _QUICK = flags.DEFINE_bool("quick", False, "Small version (lambda in {8, 32}, fe
 _LEARNERS = flags.DEFINE_list("learners", None, "Override the list of learner counts.")
 _BATCH_PER_LEARNER = flags.DEFINE_integer("batch_per_learner", 4, "mu, Rudra's CIFAR-10 setting.")
 _OUTPUT = flags.DEFINE_string("output", "results/engine_benchmark.json", "Where to write the JSON rows.")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed rounds (each method once per round; medians reported); "
-                                "3 with --quick unless given.")
-_GRADIENTS_PER_CHUNK = flags.DEFINE_integer("gradients_per_chunk", None,
-                                            "Gradients per timed chunk (default 256, 96 with --quick).", lower_bound=1)
-_SCALING = flags.DEFINE_bool("scaling", False, "lambda in {8, 32, 128, 512, 1024}; writes engine_scaling.json "
-                             "and a plot (unless --output/--plot say otherwise).")
-_PLOT = flags.DEFINE_string("plot", None, "Where to draw the per-gradient cost and memory against lambda "
-                            "(default docs/engine_scaling.png with --scaling, none otherwise).")
+_REPEATS = flags.DEFINE_integer(
+  "repeats", 7, "Timed rounds (each method once per round; medians reported); 3 with --quick unless given."
+)
+_GRADIENTS_PER_CHUNK = flags.DEFINE_integer(
+  "gradients_per_chunk", None, "Gradients per timed chunk (default 256, 96 with --quick).", lower_bound=1
+)
+_SCALING = flags.DEFINE_bool(
+  "scaling",
+  False,
+  "lambda in {8, 32, 128, 512, 1024}; writes engine_scaling.json and a plot (unless --output/--plot say otherwise).",
+)
+_PLOT = flags.DEFINE_string(
+  "plot",
+  None,
+  "Where to draw the per-gradient cost and memory against lambda "
+  "(default docs/engine_scaling.png with --scaling, none otherwise).",
+)
 _PROTOCOLS = flags.DEFINE_list("protocols", ["async", "softsync"], "Which of async and (4-)softsync to run.")
 _NAIVE = flags.DEFINE_bool("naive", True, "Also time the naive event loop.")
-_GRADIENT_STRATEGY = flags.DEFINE_enum("gradient_strategy", None, list(engine_lib.GRADIENT_STRATEGIES),
-                                       "How a device computes its slots (default: the backend's default).")
+_GRADIENT_STRATEGY = flags.DEFINE_enum(
+  "gradient_strategy",
+  None,
+  list(engine_lib.GRADIENT_STRATEGIES),
+  "How a device computes its slots (default: the backend's default).",
+)
 
 SCALING_LEARNERS = (8, 32, 128, 512, 1024)
 
@@ -99,8 +111,9 @@ class RandomData:
     return {"image": self.images[indices], "label": self.labels[indices]}
 
 
-def engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk: int,
-                  gradient_strategy: str | None = None):
+def engine_chunks(
+  spec, params, optimizer, schedule, data, gradients_per_chunk: int, gradient_strategy: str | None = None
+):
   """The engine executing consecutive blocks of ``schedule``, about ``gradients_per_chunk`` at a time."""
   engine = engine_lib.Engine(spec.loss_fn, optimizer, has_aux=True, gradient_strategy=gradient_strategy)
   plan = engine.plan(schedule)
@@ -117,7 +130,7 @@ def engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk: 
     position["block"] = stop
 
   # Blocks in the middle of the schedule are representative; every chunk has the same count.
-  applied = int(per_block[plan.num_blocks // 2:plan.num_blocks // 2 + blocks_per_chunk].sum())
+  applied = int(per_block[plan.num_blocks // 2 : plan.num_blocks // 2 + blocks_per_chunk].sum())
   return (chunk, applied), plan, position
 
 
@@ -136,9 +149,12 @@ def sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk: in
     grads = jax.grad(lambda p: spec.loss_fn(p, batch)[0])(params)
     return jax.lax.pmean(grads, "learners")
 
-  gradient = jax.shard_map(local_gradient, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(),
-                                                               jax.sharding.PartitionSpec("learners")),
-                           out_specs=jax.sharding.PartitionSpec())
+  gradient = jax.shard_map(
+    local_gradient,
+    mesh=mesh,
+    in_specs=(jax.sharding.PartitionSpec(), jax.sharding.PartitionSpec("learners")),
+    out_specs=jax.sharding.PartitionSpec(),
+  )
 
   @jax.jit
   def train_step(params, opt_state, batch):
@@ -149,8 +165,10 @@ def sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk: in
   groups = per_step // data.batch_per_learner + 1
   batch = data(np.arange(groups), np.zeros(groups, np.int64))
   batch = {k: jax.device_put(v.reshape((-1,) + v.shape[2:])[:per_step], split) for k, v in batch.items()}
-  carry = {"params": jax.device_put(params, replicated),
-           "opt_state": jax.device_put(optimizer.init(params), replicated)}
+  carry = {
+    "params": jax.device_put(params, replicated),
+    "opt_state": jax.device_put(optimizer.init(params), replicated),
+  }
   steps = max(1, gradients_per_chunk // learners)
 
   def chunk():
@@ -176,12 +194,16 @@ def naive_chunks(spec, params, optimizer, schedule, data, events: int = 48):
       grads, stale = [], []
       for slot in range(schedule.contributions_per_update):
         weights = history.get(int(schedule.timestamp[update, slot]), position["params"])
-        batch = data(schedule.learner[update, slot:slot + 1], schedule.batch_index[update, slot:slot + 1])
+        batch = data(schedule.learner[update, slot : slot + 1], schedule.batch_index[update, slot : slot + 1])
         grads.append(grad_fn(weights, {k: v[0] for k, v in batch.items()}))
         stale.append(weights)
       position["params"], position["state"] = apply(
-          position["params"], position["state"], stack(grads),
-          jnp.asarray(schedule.staleness[update], jnp.int32), stack(stale))
+        position["params"],
+        position["state"],
+        stack(grads),
+        jnp.asarray(schedule.staleness[update], jnp.int32),
+        stack(stale),
+      )
       position["update"] += 1
       history[position["update"]] = position["params"]
       history.pop(position["update"] - schedule.max_staleness - 1, None)
@@ -207,6 +229,7 @@ def resident_bytes() -> int | None:
 def plot_scaling(rows: list[dict], path: str) -> None:
   """Time per gradient and ring memory against lambda, one line per protocol."""
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
@@ -218,10 +241,13 @@ def plot_scaling(rows: list[dict], path: str) -> None:
     cost.plot(learners, [1e3 / row["sync_grads_per_s"] for row in mine], "x--", label=f"{protocol}: synchronous")
     ratio.plot(learners, [row["cost_ratio_vs_sync"] for row in mine], "o-", label=protocol)
     memory.plot(learners, [row["ring_buffer_bytes"] / 2**20 for row in mine], "o-", label=f"{protocol}: ring")
-    memory.plot(learners, [(row["max_staleness"] + 1) * row["param_bytes"] / 2**20 for row in mine], "k:",
-                label=f"{protocol}: (sigma_max + 1) x parameters")
-  for axis, label in ((cost, "ms per gradient"), (ratio, "engine / synchronous, per gradient"),
-                      (memory, "MiB")):
+    memory.plot(
+      learners,
+      [(row["max_staleness"] + 1) * row["param_bytes"] / 2**20 for row in mine],
+      "k:",
+      label=f"{protocol}: (sigma_max + 1) x parameters",
+    )
+  for axis, label in ((cost, "ms per gradient"), (ratio, "engine / synchronous, per gradient"), (memory, "MiB")):
     axis.set_xscale("log", base=2)
     axis.set_xlabel("learners (lambda)")
     axis.set_ylabel(label)
@@ -259,8 +285,10 @@ def main(argv):
   data = RandomData(mu)
 
   rows = []
-  header = (f"{'protocol':>10} {'lambda':>6} {'engine g/s':>10} {'sync g/s':>9} {'naive g/s':>9} "
-            f"{'cost/sync':>9} {'vs naive':>8} {'max sigma':>9} {'ring MB':>8} {'slot use':>8}")
+  header = (
+    f"{'protocol':>10} {'lambda':>6} {'engine g/s':>10} {'sync g/s':>9} {'naive g/s':>9} "
+    f"{'cost/sync':>9} {'vs naive':>8} {'max sigma':>9} {'ring MB':>8} {'slot use':>8}"
+  )
   print(header)
   for learners in learner_counts:
     for protocol, options in PROTOCOLS:
@@ -270,10 +298,10 @@ def main(argv):
       # Warm-up + `repeats` chunks, with a block of slack per chunk.
       num_updates = (repeats + 2) * (gradients_per_chunk + 2 * learners) // contributions
       schedule = schedule_lib.simulate(protocol, learners=learners, seed=0, num_updates=num_updates, **options)
-      engine, plan, engine_position = engine_chunks(spec, params, optimizer, schedule, data, gradients_per_chunk,
-                                                    _GRADIENT_STRATEGY.value)
-      chunks = {"engine": engine,
-                "sync": sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk)}
+      engine, plan, engine_position = engine_chunks(
+        spec, params, optimizer, schedule, data, gradients_per_chunk, _GRADIENT_STRATEGY.value
+      )
+      chunks = {"engine": engine, "sync": sync_chunks(spec, params, optimizer, learners, data, gradients_per_chunk)}
       if _NAIVE.value:
         chunks["naive"] = naive_chunks(spec, params, optimizer, schedule, data)
       seconds = time_interleaved({name: run for name, (run, _) in chunks.items()}, 1, repeats)
@@ -282,30 +310,33 @@ def main(argv):
       # Time per gradient of one method over another's, round by round.
       per_gradient = lambda top, bottom: paired_ratio(seconds, top, bottom) * gradients[bottom] / gradients[top]
       row = {
-          "protocol": protocol if protocol == "async" else f"{options['n']}-softsync",
-          "learners": learners,
-          "batch_per_learner": mu,
-          "engine_grads_per_s": rate["engine"],
-          "sync_grads_per_s": rate["sync"],
-          "naive_grads_per_s": rate.get("naive"),
-          "cost_ratio_vs_sync": per_gradient("engine", "sync"),
-          "speedup_vs_naive": per_gradient("naive", "engine") if "naive" in rate else None,
-          "ring_buffer_bytes": engine_lib.ring_bytes(engine_position["state"].ring),
-          "engine_state_bytes": sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(engine_position["state"])),
-          "resident_bytes": resident_bytes(),
-          "param_bytes": param_bytes,
-          "max_staleness": schedule.max_staleness,
-          "gradient_strategy": engine_position["gradient_strategy"],
-          "slot_utilisation": plan.slot_utilisation,
-          "slots_per_block": plan.slots_per_block,
-          "rounds": repeats,
+        "protocol": protocol if protocol == "async" else f"{options['n']}-softsync",
+        "learners": learners,
+        "batch_per_learner": mu,
+        "engine_grads_per_s": rate["engine"],
+        "sync_grads_per_s": rate["sync"],
+        "naive_grads_per_s": rate.get("naive"),
+        "cost_ratio_vs_sync": per_gradient("engine", "sync"),
+        "speedup_vs_naive": per_gradient("naive", "engine") if "naive" in rate else None,
+        "ring_buffer_bytes": engine_lib.ring_bytes(engine_position["state"].ring),
+        "engine_state_bytes": sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(engine_position["state"])),
+        "resident_bytes": resident_bytes(),
+        "param_bytes": param_bytes,
+        "max_staleness": schedule.max_staleness,
+        "gradient_strategy": engine_position["gradient_strategy"],
+        "slot_utilisation": plan.slot_utilisation,
+        "slots_per_block": plan.slots_per_block,
+        "rounds": repeats,
       }
       rows.append(row)
       naive = f"{rate['naive']:>9.1f}" if "naive" in rate else f"{'-':>9}"
       speedup = f"{row['speedup_vs_naive']:>8.1f}" if "naive" in rate else f"{'-':>8}"
-      print(f"{row['protocol']:>10} {learners:>6} {rate['engine']:>10.1f} {rate['sync']:>9.1f} {naive} "
-            f"{row['cost_ratio_vs_sync']:>9.2f} {speedup} {row['max_staleness']:>9} "
-            f"{row['ring_buffer_bytes'] / 2**20:>8.2f} {row['slot_utilisation']:>8.2f}", flush=True)
+      print(
+        f"{row['protocol']:>10} {learners:>6} {rate['engine']:>10.1f} {rate['sync']:>9.1f} {naive} "
+        f"{row['cost_ratio_vs_sync']:>9.2f} {speedup} {row['max_staleness']:>9} "
+        f"{row['ring_buffer_bytes'] / 2**20:>8.2f} {row['slot_utilisation']:>8.2f}",
+        flush=True,
+      )
       assert row["ring_buffer_bytes"] <= (row["max_staleness"] + 1) * param_bytes
 
   os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
@@ -314,7 +345,9 @@ def main(argv):
   print(f"wrote {output}")
   if plot_path:
     for row in rows:
-      row["machine_label"] = f"({machine['num_devices']} {machine['device_kind']} devices, {machine['host_cpus']} cores)"
+      row["machine_label"] = (
+        f"({machine['num_devices']} {machine['device_kind']} devices, {machine['host_cpus']} cores)"
+      )
     plot_scaling(rows, plot_path)
     print(f"wrote {plot_path}")
 

@@ -36,8 +36,7 @@ import sys
 import tempfile
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 _TINY = flags.DEFINE_bool("tiny", False, "A seconds-long version of every part, to test the suite.")
 _OUTPUT = flags.DEFINE_string("output", "results/gpu_suite.json", "Where to write the suite's JSON.")
@@ -57,8 +56,9 @@ def _run_part(name: str, command: list[str], timeout: int, env: dict[str, str]) 
     status, output = completed.returncode, completed.stdout + completed.stderr
   except subprocess.TimeoutExpired as expired:
     status = "timeout"
-    output = (expired.stdout or b"").decode(errors="replace") if isinstance(expired.stdout, bytes) else (
-        expired.stdout or "")
+    output = (
+      (expired.stdout or b"").decode(errors="replace") if isinstance(expired.stdout, bytes) else (expired.stdout or "")
+    )
   seconds = time.perf_counter() - start
   print(f"[gpu_suite] {name}: status {status} after {seconds:.0f} s", flush=True)
   return {"seconds": seconds, "status": status, "output_tail": output[-2000:]}
@@ -73,8 +73,15 @@ def engine_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, 
   results = {}
   for strategy in STRATEGIES:
     output = scratch / f"engine_{strategy}.json"
-    command = [sys.executable, "-m", "experiments.benchmarks.engine", f"--learners={learners}",
-               f"--gradient_strategy={strategy}", f"--output={output}", "--repeats=" + ("1" if tiny else "5")]
+    command = [
+      sys.executable,
+      "-m",
+      "experiments.benchmarks.engine",
+      f"--learners={learners}",
+      f"--gradient_strategy={strategy}",
+      f"--output={output}",
+      "--repeats=" + ("1" if tiny else "5"),
+    ]
     if tiny:  # both protocols once (the test of the engine benchmark's output), async only for vmap
       protocols = "async,softsync" if strategy == STRATEGIES[0] else "async"
       command += ["--quick", "--gradients_per_chunk=32", f"--protocols={protocols}"]
@@ -87,10 +94,12 @@ def engine_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, 
 
 def training_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, str]) -> dict:
   output = scratch / "training.json"
-  command = [sys.executable, "-m", "experiments.benchmarks.training", f"--output={output}",
-             "--emulator_processes=0"]
-  command += ["--cases=async:8", "--train_examples=1024", "--rounds=1", "--gradients_per_chunk=32"] if tiny else [
-      "--cases=async:32", "--train_examples=12500", "--rounds=4"]
+  command = [sys.executable, "-m", "experiments.benchmarks.training", f"--output={output}", "--emulator_processes=0"]
+  command += (
+    ["--cases=async:8", "--train_examples=1024", "--rounds=1", "--gradients_per_chunk=32"]
+    if tiny
+    else ["--cases=async:32", "--train_examples=12500", "--rounds=4"]
+  )
   part = _run_part("training loop", command, timeout, env)
   report = _read(output)
   part["rows"] = report["rows"] if report else None
@@ -105,10 +114,19 @@ def real_run_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str
   write_random_cifar10(data_dir, 1024 if tiny else 12_000)
   workdir = scratch / "real_run"
   epochs = 0.25 if tiny else 0.4  # 12,000 images x 0.4 / (4 per update) = 1,200 updates
-  command = [sys.executable, "-m", "experiments.main", "--config=experiments/configs/rudra_cifar10.py:async_inverse",
-             f"--workdir={workdir}", "--config.data_source=npz", f"--config.data_dir={data_dir}",
-             f"--config.num_epochs={epochs}", f"--config.eval_every_epochs={epochs}", "--config.log_every_updates=100",
-             "--config.timing.jitter=deterministic"]
+  command = [
+    sys.executable,
+    "-m",
+    "experiments.main",
+    "--config=experiments/configs/rudra_cifar10.py:async_inverse",
+    f"--workdir={workdir}",
+    "--config.data_source=npz",
+    f"--config.data_dir={data_dir}",
+    f"--config.num_epochs={epochs}",
+    f"--config.eval_every_epochs={epochs}",
+    "--config.log_every_updates=100",
+    "--config.timing.jitter=deterministic",
+  ]
   if not tiny:
     command.append("--compilation_cache_dir=")  # a first run's start-up, compilation included
   part = _run_part("short real run", command, timeout, env)
@@ -116,9 +134,10 @@ def real_run_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str
   if summary:
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     steady = [record["images_per_s"] for record in records[1:]] or [records[-1]["images_per_s"]]
-    part.update(summary={key: summary[key] for key in ("label", "updates", "wall_time", "test_error",
-                                                       "wall_time_breakdown")},
-                steady_images_per_s=sorted(steady)[len(steady) // 2])
+    part.update(
+      summary={key: summary[key] for key in ("label", "updates", "wall_time", "test_error", "wall_time_breakdown")},
+      steady_images_per_s=sorted(steady)[len(steady) // 2],
+    )
   return part
 
 
@@ -129,13 +148,17 @@ def check_targets(engine: dict, training: dict) -> dict:
     for row in part.get("rows") or []:
       if row["learners"] >= 32:
         key = f"{row['protocol']}_lambda{row['learners']}_{strategy}"
-        targets[key] = {"cost_ratio_vs_sync": row["cost_ratio_vs_sync"],
-                        "cost_target_met": row["cost_ratio_vs_sync"] <= COST_TARGET,
-                        "speedup_vs_naive": row["speedup_vs_naive"],
-                        "naive_target_met": (row["speedup_vs_naive"] or 0) >= NAIVE_TARGET}
+        targets[key] = {
+          "cost_ratio_vs_sync": row["cost_ratio_vs_sync"],
+          "cost_target_met": row["cost_ratio_vs_sync"] <= COST_TARGET,
+          "speedup_vs_naive": row["speedup_vs_naive"],
+          "naive_target_met": (row["speedup_vs_naive"] or 0) >= NAIVE_TARGET,
+        }
   for row in training.get("rows") or []:
-    targets[f"loop_{row['case']}"] = {"loop_over_engine": row["loop_over_engine"],
-                                      "loop_target_met": row["loop_over_engine"] >= LOOP_TARGET}
+    targets[f"loop_{row['case']}"] = {
+      "loop_over_engine": row["loop_over_engine"],
+      "loop_target_met": row["loop_over_engine"] >= LOOP_TARGET,
+    }
   return targets
 
 
@@ -152,14 +175,28 @@ def main(argv):
     real_run = real_run_part(scratch, tiny, _PART_TIMEOUT.value, env)
   from experiments.benchmarks.common import machine_description  # starts JAX here only now, after the parts
 
-  report = {"machine": machine_description(), "tiny": tiny, "seconds": time.perf_counter() - started,
-            "engine": engine, "training": training, "real_run": real_run,
-            "targets": check_targets(engine, training)}
+  report = {
+    "machine": machine_description(),
+    "tiny": tiny,
+    "seconds": time.perf_counter() - started,
+    "engine": engine,
+    "training": training,
+    "real_run": real_run,
+    "targets": check_targets(engine, training),
+  }
   os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
   with open(_OUTPUT.value, "w") as f:
     json.dump(report, f, indent=2)
-  failed = [name for name, part in (("engine unroll", engine["unroll"]), ("engine vmap", engine["vmap"]),
-                                    ("training", training), ("real run", real_run)) if part["status"] != 0]
+  failed = [
+    name
+    for name, part in (
+      ("engine unroll", engine["unroll"]),
+      ("engine vmap", engine["vmap"]),
+      ("training", training),
+      ("real run", real_run),
+    )
+    if part["status"] != 0
+  ]
   print(f"[gpu_suite] {report['seconds']:.0f} s; targets: {json.dumps(report['targets'], indent=1)}")
   print(f"wrote {_OUTPUT.value}" + (f"; FAILED parts: {failed}" if failed else ""))
   if failed:

@@ -40,8 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 from PIL import Image
 
 from stalesgd.data._augmentation import draw_crop_and_flip, random_crop_and_flip
@@ -56,8 +55,12 @@ _ROUNDS = flags.DEFINE_integer("rounds", 5, "Rounds (the pipelines alternate wit
 _WORKERS = flags.DEFINE_list("workers", ["1", "2", "4", "8"], "Thread (and grain process) counts to try.")
 _GRAIN = flags.DEFINE_bool("grain", True, "Also time grain, if it is installed.")
 _IMAGE_SIZE = flags.DEFINE_integer("image_size", 224, "Crop side.")
-_QUICK = flags.DEFINE_bool("quick", False, "128 images, 3 rounds of 2 batches of 16, no grain (each grain loader "
-                           "starts worker processes, slow to start on few cores).")
+_QUICK = flags.DEFINE_bool(
+  "quick",
+  False,
+  "128 images, 3 rounds of 2 batches of 16, no grain (each grain loader "
+  "starts worker processes, slow to start on few cores).",
+)
 _OUTPUT = flags.DEFINE_string("output", "results/input_pipeline_benchmark.json", "Where to write the JSON.")
 
 SEED = 0
@@ -84,8 +87,8 @@ def write_imagenet_like(directory: pathlib.Path, train_images: int) -> str:
   """Writes ``train/<wnid>/*.JPEG`` (and one validation image per class), prepares it; returns the data_dir."""
   import tensorflow_datasets as tfds
 
-  from stalesgd.data.prepare import prepare
   from stalesgd.data.preparation import _tfds_writer as tfds_writer
+  from stalesgd.data.prepare import prepare
 
   data_dir = directory / "tfds"
   wnids = tfds_writer.local_builder("imagenet2012", str(data_dir)).info.features["label"].names[:CLASSES]
@@ -106,8 +109,9 @@ def open_train_split(data_dir: str) -> Any:
   """The prepared training split as ``tfds.data_source`` gives it to a run (JPEG bytes, not decoded)."""
   import tensorflow_datasets as tfds
 
-  return tfds.data_source("imagenet2012", split="train", data_dir=data_dir, download=False,
-                          decoders={"image": tfds.decode.SkipDecoding()})
+  return tfds.data_source(
+    "imagenet2012", split="train", data_dir=data_dir, download=False, decoders={"image": tfds.decode.SkipDecoding()}
+  )
 
 
 def batch_indices(batch: int, batch_size: int, num_examples: int) -> np.ndarray:
@@ -168,39 +172,54 @@ def _grain_crop_transform(batch_size: int, image_size: int):
     def map(self, element: dict[str, Any]) -> np.ndarray:
       batch, sample = divmod(int(element["position"]), batch_size)
       draws = draw_inception_crops(batch_keys(SEED, AUGMENTATION_STREAM, [batch]), batch_size)
-      return decode_inception_crop(element["image"], draws.uniforms[sample], bool(draws.flips[sample]),
-                                   image_size, round(image_size * 256 / 224))
+      return decode_inception_crop(
+        element["image"], draws.uniforms[sample], bool(draws.flips[sample]), image_size, round(image_size * 256 / 224)
+      )
 
   return InceptionCrop()
 
 
-def grain_batches(examples: Any, batch_size: int, image_size: int, workers: int,
-                  first_batch: int) -> Iterator[np.ndarray]:
+def grain_batches(
+  examples: Any, batch_size: int, image_size: int, workers: int, first_batch: int
+) -> Iterator[np.ndarray]:
   """Batches first_batch, first_batch + 1, ... from a fresh grain DataLoader with ``workers`` processes."""
   import grain.python as grain
 
   source = _Positioned(examples, batch_size=batch_size, workers=workers, first_batch=first_batch)
-  sampler = grain.IndexSampler(num_records=len(source), shard_options=grain.NoSharding(), shuffle=False,
-                               num_epochs=1, seed=SEED)
-  loader = grain.DataLoader(data_source=source, sampler=sampler, worker_count=workers,
-                            operations=[_grain_crop_transform(batch_size, image_size),
-                                        grain.Batch(batch_size, drop_remainder=True)])
+  sampler = grain.IndexSampler(
+    num_records=len(source), shard_options=grain.NoSharding(), shuffle=False, num_epochs=1, seed=SEED
+  )
+  loader = grain.DataLoader(
+    data_source=source,
+    sampler=sampler,
+    worker_count=workers,
+    operations=[_grain_crop_transform(batch_size, image_size), grain.Batch(batch_size, drop_remainder=True)],
+  )
   return iter(loader)
 
 
 def _grain_available() -> bool:
   try:
-    import grain.python  # noqa: F401
+    import grain.python  # noqa: F401  (imported only to learn whether it is installed)
   except ImportError:
     return False
   return True
 
 
-def time_pipelines(examples: Any, *, batch_size: int, image_size: int, batches_per_round: int, rounds: int,
-                   workers: list[int], grain_workers: list[int]) -> list[dict[str, Any]]:
+def time_pipelines(
+  examples: Any,
+  *,
+  batch_size: int,
+  image_size: int,
+  batches_per_round: int,
+  rounds: int,
+  workers: list[int],
+  grain_workers: list[int],
+) -> list[dict[str, Any]]:
   """Images/s of every pipeline in every round (they alternate within a round); rows with medians."""
   pipelines: dict[tuple[str, int], Callable[[int], np.ndarray]] = {
-      ("serial_center_pad", 1): serial_center_pad(examples, batch_size, image_size)}
+    ("serial_center_pad", 1): serial_center_pad(examples, batch_size, image_size)
+  }
   for count in workers:
     pipelines[("threads", count)] = threaded_inception(examples, batch_size, image_size, count)
   for read in pipelines.values():
@@ -235,8 +254,13 @@ def time_pipelines(examples: Any, *, batch_size: int, image_size: int, batches_p
   rows = []
   for (pipeline, count), samples in rates.items():
     median = statistics.median(samples)
-    row = {"pipeline": pipeline, "workers": count, "images_per_s": median, "images_per_s_rounds": samples,
-           "speedup_over_one_thread": median / serial if serial else None}
+    row = {
+      "pipeline": pipeline,
+      "workers": count,
+      "images_per_s": median,
+      "images_per_s_rounds": samples,
+      "speedup_over_one_thread": median / serial if serial else None,
+    }
     if pipeline == "grain":
       row["startup_s_median"] = statistics.median(startup[count])
     rows.append(row)
@@ -247,8 +271,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
   lines = [f"{'pipeline':>18} {'workers':>7} {'images/s':>9} {'x 1 thread':>10}  rounds"]
   for row in rows:
     speedup = f"{row['speedup_over_one_thread']:.2f}" if row["speedup_over_one_thread"] else "-"
-    lines.append(f"{row['pipeline']:>18} {row['workers']:>7} {row['images_per_s']:9.1f} {speedup:>10}  "
-                 f"{[round(rate) for rate in row['images_per_s_rounds']]}")
+    lines.append(
+      f"{row['pipeline']:>18} {row['workers']:>7} {row['images_per_s']:9.1f} {speedup:>10}  "
+      f"{[round(rate) for rate in row['images_per_s_rounds']]}"
+    )
   return "\n".join(lines)
 
 
@@ -269,19 +295,39 @@ def main(argv):
     data_dir = write_imagenet_like(pathlib.Path(scratch), images)
     examples = open_train_split(data_dir)
     sizes = [len(examples[index]["image"]) for index in range(len(examples))]
-    print(f"{len(examples)} JPEGs, mean {np.mean(sizes) / 1e3:.0f} kB, written and prepared in "
-          f"{time.perf_counter() - start:.1f} s", flush=True)
-    rows = time_pipelines(examples, batch_size=batch_size, image_size=_IMAGE_SIZE.value, batches_per_round=batches,
-                          rounds=rounds, workers=workers, grain_workers=grain_workers)
+    print(
+      f"{len(examples)} JPEGs, mean {np.mean(sizes) / 1e3:.0f} kB, written and prepared in "
+      f"{time.perf_counter() - start:.1f} s",
+      flush=True,
+    )
+    rows = time_pipelines(
+      examples,
+      batch_size=batch_size,
+      image_size=_IMAGE_SIZE.value,
+      batches_per_round=batches,
+      rounds=rounds,
+      workers=workers,
+      grain_workers=grain_workers,
+    )
   print(format_table(rows))
   with open("/proc/loadavg") as f:
     load_at_end = f.read().strip()
   result = {
-      "machine": machine, "loadavg_at_start": load_at_start, "loadavg_at_end": load_at_end,
-      "settings": {"images": images, "batch_size": batch_size, "batches_per_round": batches, "rounds": rounds,
-                   "image_size": _IMAGE_SIZE.value, "jpeg_quality": JPEG_QUALITY, "mean_jpeg_bytes": float(np.mean(sizes)),
-                   "grain": grain_workers != [], "quick": _QUICK.value},
-      "rows": rows,
+    "machine": machine,
+    "loadavg_at_start": load_at_start,
+    "loadavg_at_end": load_at_end,
+    "settings": {
+      "images": images,
+      "batch_size": batch_size,
+      "batches_per_round": batches,
+      "rounds": rounds,
+      "image_size": _IMAGE_SIZE.value,
+      "jpeg_quality": JPEG_QUALITY,
+      "mean_jpeg_bytes": float(np.mean(sizes)),
+      "grain": grain_workers != [],
+      "quick": _QUICK.value,
+    },
+    "rows": rows,
   }
   os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
   with open(_OUTPUT.value, "w") as f:

@@ -29,11 +29,13 @@ import sys
 import tempfile
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
-_CASES = flags.DEFINE_list("cases", ["async:8", "softsync4:8", "async:32", "softsync4:32", "async:128",
-                                     "softsync4:128"], "protocol:learners cases.")
+_CASES = flags.DEFINE_list(
+  "cases",
+  ["async:8", "softsync4:8", "async:32", "softsync4:32", "async:128", "softsync4:128"],
+  "protocol:learners cases.",
+)
 _DEVICES = flags.DEFINE_list("devices", ["1", "2", "4", "8"], "Forced host device counts to try.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed chunks per case and count.")
 _GRADIENTS = flags.DEFINE_integer("gradients_per_chunk", 256, "Gradients per timed chunk.")
@@ -42,8 +44,9 @@ _WORKER = flags.DEFINE_string("worker", None, "Internal: time one case in this p
 
 
 def _time_one(case: str, data_dir: str, rounds: int, gradients: int) -> dict:
-  from experiments.benchmarks.common import EngineChunks, benchmark_config, parse_case
   import jax
+
+  from experiments.benchmarks.common import EngineChunks, benchmark_config, parse_case
 
   protocol, n, learners = parse_case(case)
   config = benchmark_config(protocol, n, learners, data_dir, train_examples=12_500)
@@ -57,9 +60,15 @@ def _time_one(case: str, data_dir: str, rounds: int, gradients: int) -> dict:
     start = time.perf_counter()
     applied = engine()
     rates.append(applied / (time.perf_counter() - start))
-  return {"case": case, "devices": len(jax.devices()), "grads_per_s": statistics.median(rates),
-          "grads_per_s_rounds": rates, "first_chunk_s": compile_seconds,
-          "slots_per_block": engine.plan.slots_per_block, "rows_per_block": engine.plan.rows_per_block}
+  return {
+    "case": case,
+    "devices": len(jax.devices()),
+    "grads_per_s": statistics.median(rates),
+    "grads_per_s_rounds": rates,
+    "first_chunk_s": compile_seconds,
+    "slots_per_block": engine.plan.slots_per_block,
+    "rows_per_block": engine.plan.rows_per_block,
+  }
 
 
 def main(argv):
@@ -69,8 +78,9 @@ def main(argv):
     with open(output, "w") as f:
       json.dump(_time_one(case, data_dir, _ROUNDS.value, _GRADIENTS.value), f)
     return
-  from experiments.benchmarks.common import machine_description, parse_case, write_random_cifar10
   import pathlib
+
+  from experiments.benchmarks.common import machine_description, parse_case, write_random_cifar10
 
   for case in _CASES.value:
     parse_case(case)
@@ -83,23 +93,38 @@ def main(argv):
         output = os.path.join(scratch, f"{case.replace(':', '_')}_{count}.json")
         env = {**os.environ, "JAX_NUM_CPU_DEVICES": str(count), "JAX_PLATFORMS": "cpu"}
         completed = subprocess.run(
-            [sys.executable, "-m", "experiments.benchmarks.layout", f"--worker={case},{scratch},{output}",
-             f"--rounds={_ROUNDS.value}", f"--gradients_per_chunk={_GRADIENTS.value}"],
-            env=env, capture_output=True, text=True, check=False)
+          [
+            sys.executable,
+            "-m",
+            "experiments.benchmarks.layout",
+            f"--worker={case},{scratch},{output}",
+            f"--rounds={_ROUNDS.value}",
+            f"--gradients_per_chunk={_GRADIENTS.value}",
+          ],
+          env=env,
+          capture_output=True,
+          text=True,
+          check=False,
+        )
         if completed.returncode != 0:
           raise RuntimeError(f"{case} on {count} devices failed:\n{completed.stderr[-3000:]}")
         with open(output) as f:
           row = json.load(f)
         rows.append(row)
-        print(f"{case:>14} {count:>2} devices: {row['grads_per_s']:7.1f} gradients/s "
-              f"(rounds {[round(rate) for rate in row['grads_per_s_rounds']]})", flush=True)
+        print(
+          f"{case:>14} {count:>2} devices: {row['grads_per_s']:7.1f} gradients/s "
+          f"(rounds {[round(rate) for rate in row['grads_per_s_rounds']]})",
+          flush=True,
+        )
   best = {}
   for case in _CASES.value:
     mine = [row for row in rows if row["case"] == case]
     fastest = max(mine, key=lambda row: row["grads_per_s"])
-    best[case] = {"devices": fastest["devices"],
-                  "speed_over_8": fastest["grads_per_s"] / next(
-                      (row["grads_per_s"] for row in mine if row["devices"] == 8), fastest["grads_per_s"])}
+    best[case] = {
+      "devices": fastest["devices"],
+      "speed_over_8": fastest["grads_per_s"]
+      / next((row["grads_per_s"] for row in mine if row["devices"] == 8), fastest["grads_per_s"]),
+    }
     print(f"{case:>14}: fastest with {fastest['devices']} devices")
   os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
   with open(_OUTPUT.value, "w") as f:

@@ -36,7 +36,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -53,9 +54,10 @@ def check_round_robin(schedule) -> None:
   steady = schedule.staleness[first:]
   if steady.shape[0] < 2 or not np.all(steady == steady[0]):
     raise ValueError(
-        "the schedule is not a deterministic round-robin rotation (its staleness varies after update "
-        f"{first}); the specialised emulator is the reference only for config.timing.jitter='deterministic' "
-        "async and n-softsync schedules")
+      "the schedule is not a deterministic round-robin rotation (its staleness varies after update "
+      f"{first}); the specialised emulator is the reference only for config.timing.jitter='deterministic' "
+      "async and n-softsync schedules"
+    )
 
 
 class RoundRobinEmulator:
@@ -65,8 +67,18 @@ class RoundRobinEmulator:
   ``updates_per_call``), the unit the benchmark times.
   """
 
-  def __init__(self, loss_fn: Callable, optimizer, schedule, batch_fn: Callable, params: PyTree, *,
-               updates_per_chunk: int, updates_per_call: int = 8, has_aux: bool = True):
+  def __init__(
+    self,
+    loss_fn: Callable,
+    optimizer,
+    schedule,
+    batch_fn: Callable,
+    params: PyTree,
+    *,
+    updates_per_chunk: int,
+    updates_per_call: int = 8,
+    has_aux: bool = True,
+  ):
     import jax
     import jax.numpy as jnp
     import optax
@@ -88,8 +100,9 @@ class RoundRobinEmulator:
         grads.append(value_and_grad(weights, slot_batch)[1])
       stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *grads)
       stale = jax.tree_util.tree_map(lambda leaf: leaf[timestamp % depth], ring)
-      updates, opt_state = optimizer.update(stacked, opt_state, params, staleness=staleness,
-                                            stale_params=stale, learner=learner)
+      updates, opt_state = optimizer.update(
+        stacked, opt_state, params, staleness=staleness, stale_params=stale, learner=learner
+      )
       params = optax.apply_updates(params, updates)
       step = step + 1
       ring = jax.tree_util.tree_map(lambda buffer, leaf: buffer.at[step % depth].set(leaf), ring, params)
@@ -99,8 +112,9 @@ class RoundRobinEmulator:
       # Straight-line code, not lax.scan: XLA:CPU runs convolutions inside a
       # while loop much slower (docs/performance.md has the figure).
       for row in range(timestamp.shape[0]):
-        carry = update(carry, timestamp[row], staleness[row], learner[row],
-                       jax.tree_util.tree_map(lambda leaf: leaf[row], batch))
+        carry = update(
+          carry, timestamp[row], staleness[row], learner[row], jax.tree_util.tree_map(lambda leaf: leaf[row], batch)
+        )
       return carry
 
     self._call = jax.jit(call, donate_argnums=0)
@@ -113,6 +127,7 @@ class RoundRobinEmulator:
   def _inputs(self, first: int):
     """The device inputs of updates [first, first + updates_per_call)."""
     import jax
+
     stop = first + self.updates_per_call
     if stop > self.schedule.num_updates:
       raise RuntimeError(f"the schedule has {self.schedule.num_updates} updates; asked for up to {stop}")
@@ -120,8 +135,14 @@ class RoundRobinEmulator:
     learner, batch_index = self.schedule.learner[rows], self.schedule.batch_index[rows]
     batch = self.batch_fn(learner.reshape(-1), batch_index.reshape(-1))
     batch = {key: value.reshape(learner.shape + value.shape[1:]) for key, value in batch.items()}
-    return jax.device_put((self.schedule.timestamp[rows].astype(np.int32),
-                           self.schedule.staleness[rows].astype(np.int32), learner.astype(np.int32), batch))
+    return jax.device_put(
+      (
+        self.schedule.timestamp[rows].astype(np.int32),
+        self.schedule.staleness[rows].astype(np.int32),
+        learner.astype(np.int32),
+        batch,
+      )
+    )
 
   def run_call(self) -> None:
     """Dispatches the next call, then prepares the following one while the device works."""
@@ -130,8 +151,9 @@ class RoundRobinEmulator:
     self.carry = self._call(self.carry, *inputs)
     self.next_update = first + self.updates_per_call
     following = self.next_update + self.updates_per_call
-    self._prepared = ((self.next_update, self._inputs(self.next_update))
-                      if following <= self.schedule.num_updates else None)
+    self._prepared = (
+      (self.next_update, self._inputs(self.next_update)) if following <= self.schedule.num_updates else None
+    )
 
   def run_chunk(self) -> None:
     for _ in range(self.calls_per_chunk):
@@ -142,10 +164,12 @@ class RoundRobinEmulator:
 
   def wait(self) -> None:
     import jax
+
     jax.block_until_ready(self.carry)
 
 
 # ------------------------------------------------------------------ one process per core
+
 
 def _worker(connection, core: int | None, build: Callable[[], RoundRobinEmulator]) -> None:
   """A process emulating on one core; answers ("run", chunks) with the seconds they took."""
@@ -153,6 +177,7 @@ def _worker(connection, core: int | None, build: Callable[[], RoundRobinEmulator
     os.sched_setaffinity(0, {core})
   os.environ["JAX_PLATFORMS"] = "cpu"
   import jax
+
   jax.config.update("jax_num_cpu_devices", 1)
   try:
     emulator = build()
@@ -239,5 +264,6 @@ def build_from_config(config, updates_per_chunk: int) -> RoundRobinEmulator:
 
   run = build_run(config)
   check_round_robin(run.schedule)
-  return RoundRobinEmulator(run.model.loss_fn, run.optimizer, run.schedule, run.batches, run.params,
-                            updates_per_chunk=updates_per_chunk)
+  return RoundRobinEmulator(
+    run.model.loss_fn, run.optimizer, run.schedule, run.batches, run.params, updates_per_chunk=updates_per_chunk
+  )

@@ -24,9 +24,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from absl import app
-from absl import flags
 import numpy as np
+from absl import app, flags
 
 import stalesgd
 from experiments.benchmarks.common import machine_description
@@ -43,15 +42,15 @@ TARGET_SECONDS_PER_MILLION = 10.0
 def benchmark_protocols(learners: int) -> list[tuple[str, dict[str, Any]]]:
   """Every protocol, with options that exercise its rules (waits, drops)."""
   return [
-      ("hardsync", {}),
-      ("softsync", {"n": min(4, learners)}),
-      ("async", {}),
-      ("ssp", {"s": 3}),
-      ("backup", {"backup": learners // 10}),
-      ("drop_stale", {"max_staleness": learners}),
-      ("allreduce_sync", {}),
-      ("s3gd", {"staleness": 1}),
-      ("dcs3gd", {"staleness": 1, "overlap": False}),
+    ("hardsync", {}),
+    ("softsync", {"n": min(4, learners)}),
+    ("async", {}),
+    ("ssp", {"s": 3}),
+    ("backup", {"backup": learners // 10}),
+    ("drop_stale", {"max_staleness": learners}),
+    ("allreduce_sync", {}),
+    ("s3gd", {"staleness": 1}),
+    ("dcs3gd", {"staleness": 1, "overlap": False}),
   ]
 
 
@@ -67,15 +66,15 @@ def time_protocol(protocol: str, options: dict[str, Any], learners: int, arrival
     counted = schedule.learner.size + schedule.num_dropped
   median = statistics.median(seconds)
   return {
-      "protocol": protocol,
-      "options": options,
-      "learners": learners,
-      "num_updates": num_updates,
-      "arrivals": counted,
-      "seconds_median": median,
-      "seconds_all": seconds,
-      "arrivals_per_second": counted / median,
-      "seconds_per_million_arrivals": median * 1e6 / counted,
+    "protocol": protocol,
+    "options": options,
+    "learners": learners,
+    "num_updates": num_updates,
+    "arrivals": counted,
+    "seconds_median": median,
+    "seconds_all": seconds,
+    "arrivals_per_second": counted / median,
+    "seconds_per_million_arrivals": median * 1e6 / counted,
   }
 
 
@@ -87,8 +86,11 @@ def main(argv: Sequence[str]) -> None:
   for protocol, options in benchmark_protocols(_LEARNERS.value):
     row = time_protocol(protocol, options, _LEARNERS.value, _ARRIVALS.value, _REPEATS.value)
     rows.append(row)
-    print(f"{protocol:>16}  {row['arrivals']:>9}  {row['seconds_median']:>8.2f}  {row['arrivals_per_second']:>11,.0f}  "
-          f"{row['seconds_per_million_arrivals']:>10.2f}", flush=True)
+    print(
+      f"{protocol:>16}  {row['arrivals']:>9}  {row['seconds_median']:>8.2f}  {row['arrivals_per_second']:>11,.0f}  "
+      f"{row['seconds_per_million_arrivals']:>10.2f}",
+      flush=True,
+    )
   slowest = max(row["seconds_per_million_arrivals"] for row in rows)
   verdict = "meets" if slowest < TARGET_SECONDS_PER_MILLION else "MISSES"
   print(f"slowest: {slowest:.2f} s per 10^6 arrivals ({verdict} the {TARGET_SECONDS_PER_MILLION:.0f} s target)")
@@ -96,8 +98,15 @@ def main(argv: Sequence[str]) -> None:
   if directory:
     os.makedirs(directory, exist_ok=True)
   with open(_OUTPUT.value, "w") as file:
-    json.dump({"machine": {**machine_description(), "numpy": np.__version__, "stalesgd": stalesgd.__version__}, "target_seconds_per_million": TARGET_SECONDS_PER_MILLION,
-               "rows": rows}, file, indent=2)
+    json.dump(
+      {
+        "machine": {**machine_description(), "numpy": np.__version__, "stalesgd": stalesgd.__version__},
+        "target_seconds_per_million": TARGET_SECONDS_PER_MILLION,
+        "rows": rows,
+      },
+      file,
+      indent=2,
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,7 @@ import sys
 import tempfile
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 _STUDY = flags.DEFINE_string("study", "demo", "The study.")
 _VARIANTS = flags.DEFINE_list("variants", None, "Its variants (directory names); default all.")
@@ -40,9 +39,17 @@ _OUTPUT = flags.DEFINE_string("output", "results/study_parallel_benchmark.json",
 
 def study_command(workdir: pathlib.Path, parallel: int) -> list[str]:
   """The ``stalesgd-reproduce`` command of one side."""
-  command = [sys.executable, "-m", "stalesgd.cli.reproduce", f"--study={_STUDY.value}", f"--workdir={workdir}",
-             f"--epochs={_EPOCHS.value}", f"--seeds={_SEEDS.value}", f"--parallel={parallel}",
-             "--compilation_cache_dir="]  # no cache: each side compiles for itself
+  command = [
+    sys.executable,
+    "-m",
+    "stalesgd.cli.reproduce",
+    f"--study={_STUDY.value}",
+    f"--workdir={workdir}",
+    f"--epochs={_EPOCHS.value}",
+    f"--seeds={_SEEDS.value}",
+    f"--parallel={parallel}",
+    "--compilation_cache_dir=",
+  ]  # no cache: each side compiles for itself
   if _VARIANTS.value:
     command.append("--variants=" + ",".join(_VARIANTS.value))
   if _DATA_SOURCE.value:
@@ -56,8 +63,10 @@ def run_side(workdir: pathlib.Path, parallel: int) -> tuple[float, dict[str, str
   started = time.perf_counter()
   subprocess.run(study_command(workdir, parallel), check=True, stdout=subprocess.DEVNULL)
   seconds = time.perf_counter() - started
-  digests = {str(path.parent.relative_to(workdir)): json.loads(path.read_text())["params_sha256"]
-             for path in sorted(workdir.glob("*/seed_*/summary.json"))}
+  digests = {
+    str(path.parent.relative_to(workdir)): json.loads(path.read_text())["params_sha256"]
+    for path in sorted(workdir.glob("*/seed_*/summary.json"))
+  }
   return seconds, digests
 
 
@@ -72,24 +81,42 @@ def main(argv):
         measured[parallel] = run_side(pathlib.Path(scratch) / f"parallel_{parallel}", parallel)
         print(f"round {index + 1}: --parallel={parallel}: {measured[parallel][0]:.1f} s")
       (sequential, sequential_digests), (parallel_seconds, parallel_digests) = measured[1], measured[_PARALLEL.value]
-      rounds.append({"order": list(order), "sequential_s": sequential, "parallel_s": parallel_seconds,
-                     "ratio": sequential / parallel_seconds, "runs": len(sequential_digests),
-                     "bit_identical": sequential_digests == parallel_digests and bool(sequential_digests)})
+      rounds.append(
+        {
+          "order": list(order),
+          "sequential_s": sequential,
+          "parallel_s": parallel_seconds,
+          "ratio": sequential / parallel_seconds,
+          "runs": len(sequential_digests),
+          "bit_identical": sequential_digests == parallel_digests and bool(sequential_digests),
+        }
+      )
   ratio = statistics.median(entry["ratio"] for entry in rounds)
   result = {
-      "machine": {"host_cpus": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
-                  "load_average_1_5_15_min": list(os.getloadavg()), "python": sys.version.split()[0]},
-      "study": _STUDY.value, "variants": _VARIANTS.value, "seeds": _SEEDS.value, "epochs": _EPOCHS.value,
-      "parallel": _PARALLEL.value, "data_source": _DATA_SOURCE.value, "rounds": rounds,
-      "median_sequential_over_parallel": ratio,
-      "bit_identical_every_round": all(entry["bit_identical"] for entry in rounds),
+    "machine": {
+      "host_cpus": os.cpu_count(),
+      "usable_cores": len(os.sched_getaffinity(0)),
+      "load_average_1_5_15_min": list(os.getloadavg()),
+      "python": sys.version.split()[0],
+    },
+    "study": _STUDY.value,
+    "variants": _VARIANTS.value,
+    "seeds": _SEEDS.value,
+    "epochs": _EPOCHS.value,
+    "parallel": _PARALLEL.value,
+    "data_source": _DATA_SOURCE.value,
+    "rounds": rounds,
+    "median_sequential_over_parallel": ratio,
+    "bit_identical_every_round": all(entry["bit_identical"] for entry in rounds),
   }
   # No JAX in this process (experiments.benchmarks.common would start a backend): each side is its own program.
   output = pathlib.Path(_OUTPUT.value)
   output.parent.mkdir(parents=True, exist_ok=True)
   output.write_text(json.dumps(result, indent=2) + "\n")
-  print(f"sequential / parallel wall time: {ratio:.2f} (median of {len(rounds)} rounds); every run's weights "
-        f"bit-identical: {result['bit_identical_every_round']}; {_OUTPUT.value}")
+  print(
+    f"sequential / parallel wall time: {ratio:.2f} (median of {len(rounds)} rounds); every run's weights "
+    f"bit-identical: {result['bit_identical_every_round']}; {_OUTPUT.value}"
+  )
 
 
 if __name__ == "__main__":

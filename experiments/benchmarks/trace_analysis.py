@@ -57,8 +57,14 @@ def device_seconds(events: list[dict], module: str) -> dict:
     ``{category: microseconds}``, ``wall_us`` (the longest device's wall
     clock), ``devices`` and ``thunks`` (how many op executions were traced).
   """
-  ops = [event for event in events if event.get("ph") == "X" and event.get("args", {}).get("hlo_module") == module
-         and "hlo_op" in event["args"] and "device_ordinal" in event["args"]]
+  ops = [
+    event
+    for event in events
+    if event.get("ph") == "X"
+    and event.get("args", {}).get("hlo_module") == module
+    and "hlo_op" in event["args"]
+    and "device_ordinal" in event["args"]
+  ]
   if not ops:
     raise ValueError(f"the trace holds no thunk of module {module!r}")
   totals = dict.fromkeys(CATEGORIES, 0.0)

@@ -51,11 +51,16 @@ import tempfile
 import time
 
 import jax
-from absl import app
-from absl import flags
+from absl import app, flags
 
-from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benchmark_config, cifar10_data_dir,
-                                           machine_description, parse_case)
+from experiments.benchmarks.common import (
+  BATCH_PER_LEARNER,
+  EngineChunks,
+  benchmark_config,
+  cifar10_data_dir,
+  machine_description,
+  parse_case,
+)
 from experiments.benchmarks.round_robin import build_from_config
 from experiments.benchmarks.trace_analysis import CATEGORIES, device_seconds, per_gradient
 from stalesgd.training import _device_layout as device_layout
@@ -64,8 +69,12 @@ from stalesgd.training._run_config import contributions_per_update
 _CASE = flags.DEFINE_string("case", "async:8", "protocol:learners, as in experiments.benchmarks.training.")
 _CHUNKS = flags.DEFINE_integer("chunks", 6, "Traced chunks per program (after one untraced warm-up chunk).")
 _GRADIENTS_PER_CHUNK = flags.DEFINE_integer("gradients_per_chunk", 256, "Gradients per chunk.")
-_TRAIN_EXAMPLES = flags.DEFINE_integer("train_examples", None, "Size of the generated training split (default: "
-                                       "enough one-gradient-per-example updates for the chunks, at least 6,250).")
+_TRAIN_EXAMPLES = flags.DEFINE_integer(
+  "train_examples",
+  None,
+  "Size of the generated training split (default: "
+  "enough one-gradient-per-example updates for the chunks, at least 6,250).",
+)
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "cifar10_{train,test}.npz; default: random images.")
 _TRACE_DIR = flags.DEFINE_string("trace_dir", None, "Keep the traces here (default: a temporary directory).")
 _OUTPUT = flags.DEFINE_string("output", "results/trace_breakdown.json", "Where to write the JSON.")
@@ -98,6 +107,7 @@ def _worker(program: str, case: str, data_dir: str, trace_dir: str, output: str,
       emulator.run_chunk()
       emulator.wait()
       return emulator.updates_per_chunk * contributions
+
   run_chunk()  # compiles
   options = jax.profiler.ProfileOptions()
   options.python_tracer_level = 0
@@ -129,18 +139,24 @@ def main(argv):
     scratch = pathlib.Path(scratch)
     traces = pathlib.Path(_TRACE_DIR.value) if _TRACE_DIR.value else scratch / "traces"
     data_dir = cifar10_data_dir(_DATA_DIR.value, scratch, train_examples)
-    engine_devices = os.environ.get("JAX_NUM_CPU_DEVICES") or str(device_layout.cpu_device_count(
-        benchmark_config(protocol, n, learners, data_dir, train_examples)))
+    engine_devices = os.environ.get("JAX_NUM_CPU_DEVICES") or str(
+      device_layout.cpu_device_count(benchmark_config(protocol, n, learners, data_dir, train_examples))
+    )
     cores = sorted(os.sched_getaffinity(0))
     for program, devices, processes in (("engine", engine_devices, [""]), ("emulator", "1", cores)):
       # The emulator runs as the training benchmark runs it: one process per core, side by side.
       running = []
       for index, core in enumerate(processes):
         output = scratch / f"{program}{index}.json"
-        command = [sys.executable, "-m", "experiments.benchmarks.trace_breakdown",
-                   f"--worker={program},{_CASE.value},{data_dir},{traces / f'{program}{index}'},{output},{core}",
-                   f"--chunks={_CHUNKS.value}", f"--gradients_per_chunk={_GRADIENTS_PER_CHUNK.value}",
-                   f"--train_examples={train_examples}"]
+        command = [
+          sys.executable,
+          "-m",
+          "experiments.benchmarks.trace_breakdown",
+          f"--worker={program},{_CASE.value},{data_dir},{traces / f'{program}{index}'},{output},{core}",
+          f"--chunks={_CHUNKS.value}",
+          f"--gradients_per_chunk={_GRADIENTS_PER_CHUNK.value}",
+          f"--train_examples={train_examples}",
+        ]
         running.append((subprocess.Popen(command, env={**os.environ, "JAX_NUM_CPU_DEVICES": devices}), output))
       parts = []
       for process, output in running:
@@ -150,13 +166,19 @@ def main(argv):
       rows.append({"program": program, "processes": len(parts), **per_gradient(parts)})
     machine = machine_description()
   print(f"machine: {machine}")
-  print(f"{'program':>9} {'devices':>7} " + " ".join(f"{name:>11}" for name in CATEGORIES)
-        + f" {'sum':>8} {'grads/s':>8} {'thunks':>7}  (device-microseconds per gradient; grads/s while traced;"
-        " thunks per gradient)")
+  print(
+    f"{'program':>9} {'devices':>7} "
+    + " ".join(f"{name:>11}" for name in CATEGORIES)
+    + f" {'sum':>8} {'grads/s':>8} {'thunks':>7}  (device-microseconds per gradient; grads/s while traced;"
+    " thunks per gradient)"
+  )
   for row in rows:
     total = sum(row[name] for name in CATEGORIES)
-    print(f"{row['program']:>9} {row['devices']:>7} " + " ".join(f"{row[name]:11.0f}" for name in CATEGORIES)
-          + f" {total:8.0f} {row['traced_grads_per_s']:8.1f} {row['thunks_per_gradient']:7.1f}")
+    print(
+      f"{row['program']:>9} {row['devices']:>7} "
+      + " ".join(f"{row[name]:11.0f}" for name in CATEGORIES)
+      + f" {total:8.0f} {row['traced_grads_per_s']:8.1f} {row['thunks_per_gradient']:7.1f}"
+    )
   engine, emulator = rows
   print(f"engine / emulator, gradients per second: {engine['traced_grads_per_s'] / emulator['traced_grads_per_s']:.2f}")
   os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)

@@ -47,31 +47,45 @@ import sys
 import tempfile
 import time
 
-from absl import app
-from absl import flags
-from absl import logging
 import jax
-import numpy as np
+from absl import app, flags, logging
 
-from experiments.benchmarks.common import (BATCH_PER_LEARNER, EngineChunks, benchmark_config, cifar10_data_dir,
-                                           machine_description, parse_case)
+from experiments.benchmarks.common import (
+  BATCH_PER_LEARNER,
+  EngineChunks,
+  benchmark_config,
+  cifar10_data_dir,
+  machine_description,
+  parse_case,
+)
 from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
 from stalesgd.training import _device_layout as device_layout
+from stalesgd.training._loop import train_and_evaluate
 from stalesgd.training._run_config import contributions_per_update
 from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
-from stalesgd.training._loop import train_and_evaluate
 
-_QUICK = flags.DEFINE_bool("quick", False, "async at lambda = 8 only, 1/8 of CIFAR-10's size, 2 rounds: "
-                           "about a minute.")
+_QUICK = flags.DEFINE_bool(
+  "quick", False, "async at lambda = 8 only, 1/8 of CIFAR-10's size, 2 rounds: about a minute."
+)
 _CASES = flags.DEFINE_list("cases", None, "Override the cases, e.g. async:8,softsync4:32.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "A directory with cifar10_{train,test}.npz (real images); "
-                                "default: random images of the same shape in a temporary directory.")
-_TRAIN_EXAMPLES = flags.DEFINE_integer("train_examples", None, "Size of the generated training split "
-                                       "(default 50,000; 6,250 with --quick); the test split is a fifth of it.")
+_DATA_DIR = flags.DEFINE_string(
+  "data_dir",
+  None,
+  "A directory with cifar10_{train,test}.npz (real images); "
+  "default: random images of the same shape in a temporary directory.",
+)
+_TRAIN_EXAMPLES = flags.DEFINE_integer(
+  "train_examples",
+  None,
+  "Size of the generated training split (default 50,000; 6,250 with --quick); the test split is a fifth of it.",
+)
 _ROUNDS = flags.DEFINE_integer("rounds", None, "Engine/emulator rounds (default 6; 2 with --quick).")
 _GRADIENTS_PER_CHUNK = flags.DEFINE_integer("gradients_per_chunk", 256, "Gradients per timed chunk.")
-_PROCESSES = flags.DEFINE_integer("emulator_processes", None, "Emulator processes (default: one per core; "
-                                   "0 skips the emulator, e.g. on an accelerator).")
+_PROCESSES = flags.DEFINE_integer(
+  "emulator_processes",
+  None,
+  "Emulator processes (default: one per core; 0 skips the emulator, e.g. on an accelerator).",
+)
 _OUTPUT = flags.DEFINE_string("output", "results/training_benchmark.json", "Where to write the JSON.")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: run one case in this process (CASE,DATA_DIR,SCRATCH,OUT).")
 
@@ -92,17 +106,18 @@ def user_run(config, workdir: pathlib.Path) -> dict:
   loop_seconds = steady[-1]["wall_time"] - steady[0]["wall_time"]
   loop_updates = steady[-1]["step"] - steady[0]["step"]
   return {
-      "wall_s": wall,
-      "updates": summary["updates"],
-      "user_images_per_s": summary["updates"] * examples_per_update / wall,
-      "loop_images_per_s": loop_updates * examples_per_update / loop_seconds,
-      "wall_time_breakdown": summary["wall_time_breakdown"],
-      "test_error": summary["test_error"],
+    "wall_s": wall,
+    "updates": summary["updates"],
+    "user_images_per_s": summary["updates"] * examples_per_update / wall,
+    "loop_images_per_s": loop_updates * examples_per_update / loop_seconds,
+    "wall_time_breakdown": summary["wall_time_breakdown"],
+    "test_error": summary["test_error"],
   }
 
 
-def run_case(case: str, data_dir: str, train_examples: int, rounds: int, gradients: int, processes: int,
-             scratch: pathlib.Path) -> dict:
+def run_case(
+  case: str, data_dir: str, train_examples: int, rounds: int, gradients: int, processes: int, scratch: pathlib.Path
+) -> dict:
   protocol, n, learners = parse_case(case)
   config = benchmark_config(protocol, n, learners, data_dir, train_examples)
   contributions = contributions_per_update(config)
@@ -133,35 +148,44 @@ def run_case(case: str, data_dir: str, train_examples: int, rounds: int, gradien
   emulator_grads = statistics.median(emulator_rates) if emulator_rates else None
   loop_grads = user["loop_images_per_s"] / BATCH_PER_LEARNER
   return {
-      "case": case,
-      "protocol": "async" if protocol == "async" else f"{n}-softsync",
-      "learners": learners,
-      "batch_per_learner": BATCH_PER_LEARNER,
-      "engine_grads_per_s": engine_grads,
-      "emulator_grads_per_s": emulator_grads,
-      "loop_grads_per_s": loop_grads,
-      "user_grads_per_s": user["user_images_per_s"] / BATCH_PER_LEARNER,
-      "loop_over_engine": loop_grads / engine_grads,
-      "engine_over_emulator": engine_grads / emulator_grads if emulator_grads else None,
-      "user_over_loop": user["user_images_per_s"] / user["loop_images_per_s"],
-      "engine_grads_per_s_rounds": engine_rates,
-      "emulator_grads_per_s_rounds": emulator_rates,
-      "emulator_processes": processes,
-      "user_run": user,
+    "case": case,
+    "protocol": "async" if protocol == "async" else f"{n}-softsync",
+    "learners": learners,
+    "batch_per_learner": BATCH_PER_LEARNER,
+    "engine_grads_per_s": engine_grads,
+    "emulator_grads_per_s": emulator_grads,
+    "loop_grads_per_s": loop_grads,
+    "user_grads_per_s": user["user_images_per_s"] / BATCH_PER_LEARNER,
+    "loop_over_engine": loop_grads / engine_grads,
+    "engine_over_emulator": engine_grads / emulator_grads if emulator_grads else None,
+    "user_over_loop": user["user_images_per_s"] / user["loop_images_per_s"],
+    "engine_grads_per_s_rounds": engine_rates,
+    "emulator_grads_per_s_rounds": emulator_rates,
+    "emulator_processes": processes,
+    "user_run": user,
   }
 
 
-def _run_case_in_a_process(case: str, data_dir: str, train_examples: int, rounds: int, processes: int,
-                           scratch: pathlib.Path) -> dict:
+def _run_case_in_a_process(
+  case: str, data_dir: str, train_examples: int, rounds: int, processes: int, scratch: pathlib.Path
+) -> dict:
   """`run_case` in a fresh process, on the host device count experiments.main would use for it
   (`stalesgd.training._device_layout`; ``JAX_NUM_CPU_DEVICES``, when set, wins)."""
   protocol, n, learners = parse_case(case)
   devices = os.environ.get("JAX_NUM_CPU_DEVICES") or str(
-      device_layout.cpu_device_count(benchmark_config(protocol, n, learners, data_dir, train_examples)))
+    device_layout.cpu_device_count(benchmark_config(protocol, n, learners, data_dir, train_examples))
+  )
   output = scratch / f"{case.replace(':', '_')}.json"
-  command = [sys.executable, "-m", "experiments.benchmarks.training", f"--worker={case},{data_dir},{scratch},{output}",
-             f"--train_examples={train_examples}", f"--rounds={rounds}", f"--emulator_processes={processes}",
-             f"--gradients_per_chunk={_GRADIENTS_PER_CHUNK.value}"]
+  command = [
+    sys.executable,
+    "-m",
+    "experiments.benchmarks.training",
+    f"--worker={case},{data_dir},{scratch},{output}",
+    f"--train_examples={train_examples}",
+    f"--rounds={rounds}",
+    f"--emulator_processes={processes}",
+    f"--gradients_per_chunk={_GRADIENTS_PER_CHUNK.value}",
+  ]
   completed = subprocess.run(command, env={**os.environ, "JAX_NUM_CPU_DEVICES": devices}, check=False)
   if completed.returncode != 0:
     raise RuntimeError(f"case {case} failed (exit status {completed.returncode}); its output is above")
@@ -175,8 +199,15 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
   if _WORKER.value:
     case, data_dir, scratch, output = _WORKER.value.split(",")
-    row = run_case(case, data_dir, _TRAIN_EXAMPLES.value, _ROUNDS.value, _GRADIENTS_PER_CHUNK.value,
-                   _PROCESSES.value, pathlib.Path(scratch))
+    row = run_case(
+      case,
+      data_dir,
+      _TRAIN_EXAMPLES.value,
+      _ROUNDS.value,
+      _GRADIENTS_PER_CHUNK.value,
+      _PROCESSES.value,
+      pathlib.Path(scratch),
+    )
     row["devices"] = len(jax.devices())
     with open(output, "w") as f:
       json.dump(row, f)
@@ -191,8 +222,10 @@ def main(argv):
   machine = machine_description()
   print(f"machine: {machine}")
   rows = []
-  header = (f"{'case':>13} {'devices':>7} {'loop g/s':>9} {'engine g/s':>10} {'emul. g/s':>9} {'user g/s':>9} "
-            f"{'loop/eng':>8} {'eng/emul':>8} {'user/loop':>9}")
+  header = (
+    f"{'case':>13} {'devices':>7} {'loop g/s':>9} {'engine g/s':>10} {'emul. g/s':>9} {'user g/s':>9} "
+    f"{'loop/eng':>8} {'eng/emul':>8} {'user/loop':>9}"
+  )
   with tempfile.TemporaryDirectory(prefix="stalesgd_training_benchmark_") as scratch:
     scratch = pathlib.Path(scratch)
     data_dir = cifar10_data_dir(_DATA_DIR.value, scratch, train_examples)
@@ -202,14 +235,27 @@ def main(argv):
       print(header)
       emulator = "-" if row["emulator_grads_per_s"] is None else f"{row['emulator_grads_per_s']:.1f}"
       versus = "-" if row["engine_over_emulator"] is None else f"{row['engine_over_emulator']:.2f}"
-      print(f"{case:>13} {row['devices']:>7} {row['loop_grads_per_s']:>9.1f} {row['engine_grads_per_s']:>10.1f} {emulator:>9} "
-            f"{row['user_grads_per_s']:>9.1f} {row['loop_over_engine']:>8.2f} {versus:>8} "
-            f"{row['user_over_loop']:>9.2f}", flush=True)
+      print(
+        f"{case:>13} {row['devices']:>7} {row['loop_grads_per_s']:>9.1f} {row['engine_grads_per_s']:>10.1f} "
+        f"{emulator:>9} "
+        f"{row['user_grads_per_s']:>9.1f} {row['loop_over_engine']:>8.2f} {versus:>8} "
+        f"{row['user_over_loop']:>9.2f}",
+        flush=True,
+      )
       print(f"  user run: {json.dumps(row['user_run']['wall_time_breakdown'])}", flush=True)
   os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
   with open(_OUTPUT.value, "w") as f:
-    json.dump({"machine": machine, "quick": quick, "train_examples": train_examples,
-               "real_data": _DATA_DIR.value is not None, "rows": rows}, f, indent=2)
+    json.dump(
+      {
+        "machine": machine,
+        "quick": quick,
+        "train_examples": train_examples,
+        "real_data": _DATA_DIR.value is not None,
+        "rows": rows,
+      },
+      f,
+      indent=2,
+    )
   print(f"wrote {_OUTPUT.value}")
 
 

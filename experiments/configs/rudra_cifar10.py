@@ -1,4 +1,5 @@
-"""The packaged config `stalesgd.configs.rudra_cifar10` as a file: ``--config=experiments/configs/rudra_cifar10.py[:ARG]``.
+"""The packaged config `stalesgd.configs.rudra_cifar10` as a file:
+``--config=experiments/configs/rudra_cifar10.py[:ARG]``.
 
 From a clone's root this path and the name (``--config=rudra_cifar10[:ARG]``) select the same config; its
 variants, command lines and expected results are in `stalesgd/configs/rudra_cifar10.py`.

@@ -1,4 +1,5 @@
-"""The packaged config `stalesgd.configs.zhang_imagenet` as a file: ``--config=experiments/configs/zhang_imagenet.py[:ARG]``.
+"""The packaged config `stalesgd.configs.zhang_imagenet` as a file:
+``--config=experiments/configs/zhang_imagenet.py[:ARG]``.
 
 From a clone's root this path and the name (``--config=zhang_imagenet[:ARG]``) select the same config; its
 variants, command lines and expected results are in `stalesgd/configs/zhang_imagenet.py`.

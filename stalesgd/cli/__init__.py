@@ -25,8 +25,10 @@ def run_main(main: Callable[[list[str]], None], module: ModuleType) -> None:
   console script or ``experiments/main.py`` rather than the module that
   defines them, so they are declared key flags of that program as well.
   """
-  from absl import app  # pylint: disable=g-import-not-at-top
-  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl import (
+    app,
+    flags,
+  )
 
   for flag in flags.FLAGS.get_key_flags_for_module(module):
     flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)

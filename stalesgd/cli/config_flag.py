@@ -39,8 +39,9 @@ class NamedConfigParser(flags.ArgumentParser):
     return self.file_parser.flag_type()
 
 
-def define_config_flag(name: str, help_string: str, flag_values: flags.FlagValues = flags.FLAGS,
-                       sys_argv: list[str] | None = None) -> flags.FlagHolder:
+def define_config_flag(
+  name: str, help_string: str, flag_values: flags.FlagValues = flags.FLAGS, sys_argv: list[str] | None = None
+) -> flags.FlagHolder:
   """Defines the locked config flag ``name`` (no default) that takes a config file's path or a packaged name.
 
   Args:
@@ -52,8 +53,9 @@ def define_config_flag(name: str, help_string: str, flag_values: flags.FlagValue
   Returns:
     The flag's holder; its ``value`` is the config.
   """
-  holder = config_flags.DEFINE_config_file(name, None, help_string, flag_values=flag_values, lock_config=True,
-                                           sys_argv=sys_argv)
+  holder = config_flags.DEFINE_config_file(
+    name, None, help_string, flag_values=flag_values, lock_config=True, sys_argv=sys_argv
+  )
   flag = flag_values[name]
   flag.parser = NamedConfigParser(flag.parser)
   return holder

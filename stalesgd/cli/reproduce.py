@@ -59,44 +59,69 @@ _DEVICES_CHOSEN = "JAX_NUM_CPU_DEVICES" in os.environ
 STUDY_CPU_DEVICES = 8
 PROGRAM = "stalesgd.cli.reproduce"  # what each process of a parallel sweep runs, with --task
 
-import time  # noqa: E402
+import time
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
+import jax
+from absl import app, flags, logging
 
-import jax  # noqa: E402
-from stalesgd import cli  # noqa: E402
-from stalesgd.utils import _compilation_cache as compilation_cache  # noqa: E402
-from stalesgd.data import SOURCES  # noqa: E402
-from stalesgd.studies import STUDIES, RunSettings, plan_tasks, run_study  # noqa: E402
+from stalesgd import cli
+from stalesgd.data import SOURCES
+from stalesgd.studies import STUDIES, RunSettings, plan_tasks, run_study
 from stalesgd.studies import _processes as processes
+from stalesgd.utils import _compilation_cache as compilation_cache
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
 _QUICK = flags.DEFINE_bool("quick", False, "CPU-sized runs (embedded digits, or short runs with --data_source).")
-_WORKDIR = flags.DEFINE_string("workdir", None,
-                                "The study's directory (default runs/<study>[_quick][_<data_source>]).")
-_DATA_SOURCE = flags.DEFINE_enum("data_source", None, [source for source in SOURCES if source != "embedded"],
-                                 "Read the paper's data set from this source.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "The study's directory (default runs/<study>[_quick][_<data_source>]).")
+_DATA_SOURCE = flags.DEFINE_enum(
+  "data_source",
+  None,
+  [source for source in SOURCES if source != "embedded"],
+  "Read the paper's data set from this source.",
+)
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "The data source's directory.")
-_EPOCHS = flags.DEFINE_float("epochs", None, "Epochs per run, overriding the study's (the learning-rate decay "
-                             "epochs stay where the config puts them).")
+_EPOCHS = flags.DEFINE_float(
+  "epochs",
+  None,
+  "Epochs per run, overriding the study's (the learning-rate decay epochs stay where the config puts them).",
+)
 _SCHEDULE_EPOCHS = flags.DEFINE_float(
-    "schedule_epochs", None, "Compress each config's whole schedule to this many epochs: the learning-rate decay "
-    "epochs move to the same fractions of the run (e.g. 140 epochs with x0.1 at 120 and 130 -> 20 epochs with "
-    "x0.1 at 17.14 and 18.57). Not with --epochs.")
-_EVAL_EVERY = flags.DEFINE_float("eval_every", None, "Evaluate every run every this many epochs (default: the "
-                                 "config's, or 4 evaluations of a shortened run).")
-_VARIANTS = flags.DEFINE_list("variants", None, "Run only these variants (their directory names), e.g. "
-                              "hardsync,30_softsync_a0_sigma.")
-_SEEDS = flags.DEFINE_integer("seeds", 1, "Seeds per variant: runs seeds 0 .. K-1 (config.seed: initialisation, "
-                              "data order and timing jitter); more seeds later reuse the finished ones.")
-_PARALLEL = flags.DEFINE_string("parallel", "1", "Runs at once, each its own process: an integer, or 'auto' (one "
-                                "per GPU on a GPU host, else one per usable core).")
-_TASK = flags.DEFINE_integer("task", None, "Run only this run of the grid (its index in --list_tasks) and write no "
-                             "report: one element of a job array (launch/study_array.sbatch).")
-_GATHER = flags.DEFINE_bool("gather", False, "Train nothing: write the report from the finished runs (after a job "
-                            "array); refused while a run is unfinished.")
+  "schedule_epochs",
+  None,
+  "Compress each config's whole schedule to this many epochs: the learning-rate decay "
+  "epochs move to the same fractions of the run (e.g. 140 epochs with x0.1 at 120 and 130 -> 20 epochs with "
+  "x0.1 at 17.14 and 18.57). Not with --epochs.",
+)
+_EVAL_EVERY = flags.DEFINE_float(
+  "eval_every",
+  None,
+  "Evaluate every run every this many epochs (default: the config's, or 4 evaluations of a shortened run).",
+)
+_VARIANTS = flags.DEFINE_list(
+  "variants", None, "Run only these variants (their directory names), e.g. hardsync,30_softsync_a0_sigma."
+)
+_SEEDS = flags.DEFINE_integer(
+  "seeds",
+  1,
+  "Seeds per variant: runs seeds 0 .. K-1 (config.seed: initialisation, "
+  "data order and timing jitter); more seeds later reuse the finished ones.",
+)
+_PARALLEL = flags.DEFINE_string(
+  "parallel",
+  "1",
+  "Runs at once, each its own process: an integer, or 'auto' (one per GPU on a GPU host, else one per usable core).",
+)
+_TASK = flags.DEFINE_integer(
+  "task",
+  None,
+  "Run only this run of the grid (its index in --list_tasks) and write no "
+  "report: one element of a job array (launch/study_array.sbatch).",
+)
+_GATHER = flags.DEFINE_bool(
+  "gather",
+  False,
+  "Train nothing: write the report from the finished runs (after a job array); refused while a run is unfinished.",
+)
 _LIST_TASKS = flags.DEFINE_bool("list_tasks", False, "Print the grid's runs with their --task index and exit.")
 _COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 flags.mark_flag_as_required("study")
@@ -117,12 +142,23 @@ def parse_parallel(value: str, *, num_tasks: int, gpu_ids, cores: int) -> int:
 
 def task_flags(task_index: int, workdir: str) -> list[str]:
   """The flags of the process that runs one task of this sweep alone: this sweep's, with ``--task``."""
-  values = {"study": _STUDY.value, "workdir": os.path.abspath(workdir), "data_source": _DATA_SOURCE.value,
-            "data_dir": _DATA_DIR.value, "epochs": _EPOCHS.value, "schedule_epochs": _SCHEDULE_EPOCHS.value,
-            "eval_every": _EVAL_EVERY.value, "seeds": _SEEDS.value, "task": task_index,
-            "compilation_cache_dir": _COMPILATION_CACHE_DIR.value}
-  result = [f"--{name}={value!r}" if isinstance(value, float) else f"--{name}={value}"
-            for name, value in values.items() if value is not None]
+  values = {
+    "study": _STUDY.value,
+    "workdir": os.path.abspath(workdir),
+    "data_source": _DATA_SOURCE.value,
+    "data_dir": _DATA_DIR.value,
+    "epochs": _EPOCHS.value,
+    "schedule_epochs": _SCHEDULE_EPOCHS.value,
+    "eval_every": _EVAL_EVERY.value,
+    "seeds": _SEEDS.value,
+    "task": task_index,
+    "compilation_cache_dir": _COMPILATION_CACHE_DIR.value,
+  }
+  result = [
+    f"--{name}={value!r}" if isinstance(value, float) else f"--{name}={value}"
+    for name, value in values.items()
+    if value is not None
+  ]
   if _QUICK.value:
     result.append("--quick")
   if _VARIANTS.value is not None:
@@ -136,9 +172,14 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
   try:
-    settings = RunSettings(quick=_QUICK.value, data_source=_DATA_SOURCE.value, data_dir=_DATA_DIR.value,
-                           num_epochs=_EPOCHS.value, schedule_epochs=_SCHEDULE_EPOCHS.value,
-                           eval_every_epochs=_EVAL_EVERY.value)
+    settings = RunSettings(
+      quick=_QUICK.value,
+      data_source=_DATA_SOURCE.value,
+      data_dir=_DATA_DIR.value,
+      num_epochs=_EPOCHS.value,
+      schedule_epochs=_SCHEDULE_EPOCHS.value,
+      eval_every_epochs=_EVAL_EVERY.value,
+    )
   except ValueError as error:
     raise app.UsageError(f"--epochs/--schedule_epochs/--eval_every: {error}") from error
   study = STUDIES[_STUDY.value]
@@ -148,8 +189,9 @@ def main(argv):
     raise app.UsageError(f"--variants: {error}") from error
   if _SEEDS.value < 1:
     raise app.UsageError(f"--seeds={_SEEDS.value}; allowed: an integer >= 1")
-  default_name = "_".join([study.name] + (["quick"] if _QUICK.value else []) +
-                          ([_DATA_SOURCE.value] if _DATA_SOURCE.value else []))
+  default_name = "_".join(
+    [study.name] + (["quick"] if _QUICK.value else []) + ([_DATA_SOURCE.value] if _DATA_SOURCE.value else [])
+  )
   workdir = _WORKDIR.value or os.path.join("runs", default_name)
   tasks = plan_tasks(study, workdir, settings, variants=_VARIANTS.value, seeds=_SEEDS.value)
   if _LIST_TASKS.value:
@@ -172,23 +214,34 @@ def main(argv):
     jax.config.update("jax_num_cpu_devices", STUDY_CPU_DEVICES)
   started = time.monotonic()
   result = run_study(
-      study, workdir, settings, variants=_VARIANTS.value, seeds=_SEEDS.value, parallel=parallel,
-      task_command=lambda task: processes.python_module_command(PROGRAM, task_flags(task.index, workdir)),
-      cpu_devices=study_devices,
-      gpu_ids=gpu_ids, only_task=_TASK.value, gather_only=_GATHER.value)
+    study,
+    workdir,
+    settings,
+    variants=_VARIANTS.value,
+    seeds=_SEEDS.value,
+    parallel=parallel,
+    task_command=lambda task: processes.python_module_command(PROGRAM, task_flags(task.index, workdir)),
+    cpu_devices=study_devices,
+    gpu_ids=gpu_ids,
+    only_task=_TASK.value,
+    gather_only=_GATHER.value,
+  )
   if _TASK.value is not None:
     if result.rows:
       row = result.rows[0]
-      print(f"\n{row['variant']}, seed {row['seed']}: {row['status']}, test error {row['test_error']} "
-            f"({row['workdir']})")
+      print(
+        f"\n{row['variant']}, seed {row['seed']}: {row['status']}, test error {row['test_error']} ({row['workdir']})"
+      )
     return
   if result.table is None:
     print(f"\n{study.name}: preempted before every run finished; rerun to resume ({workdir})")
     return
   print(f"\n{study.name}. The published claims this grid decides: {study.finding}\n")
   print(result.table)
-  print(f"{len(result.rows)} runs in {time.monotonic() - started:.0f} s; results, metrics and plots in "
-        f"{os.path.abspath(workdir)}")
+  print(
+    f"{len(result.rows)} runs in {time.monotonic() - started:.0f} s; results, metrics and plots in "
+    f"{os.path.abspath(workdir)}"
+  )
 
 
 def run() -> None:

@@ -41,32 +41,35 @@ import sys
 # fastest for the run (`stalesgd.training._device_layout`) before JAX starts.
 _DEVICES_CHOSEN = "JAX_NUM_CPU_DEVICES" in os.environ
 
-from absl import app
-from absl import flags
-from absl import logging
-
 import jax
-from stalesgd import cli
-from stalesgd.utils import _compilation_cache as compilation_cache
-from stalesgd import configs
-from stalesgd.training import _device_layout as device_layout
-from stalesgd.utils import _distributed as distributed
+from absl import app, flags, logging
+
+from stalesgd import cli, configs
 from stalesgd.cli import config_flag
+from stalesgd.training import _device_layout as device_layout
+from stalesgd.utils import _compilation_cache as compilation_cache
+from stalesgd.utils import _distributed as distributed
 
 _CONFIG = config_flag.define_config_flag(
-    "config", "A packaged config's name (one of " + ", ".join(configs.names()) + ") or a config "
-    "file's path, optionally followed by :ARG, the argument of its get_config.")
+  "config",
+  "A packaged config's name (one of " + ", ".join(configs.names()) + ") or a config "
+  "file's path, optionally followed by :ARG, the argument of its get_config.",
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, checkpoints, plots and the summary.")
-_COORDINATOR_ADDRESS = flags.DEFINE_string("coordinator_address", None,
-                                           "host:port of process 0 in a multi-process run.")
+_COORDINATOR_ADDRESS = flags.DEFINE_string(
+  "coordinator_address", None, "host:port of process 0 in a multi-process run."
+)
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Index of this process, in [0, num_processes).")
 _INITIALIZATION_TIMEOUT = flags.DEFINE_integer(
-    "initialization_timeout", 600, "Seconds to wait for every process to join before failing.")
+  "initialization_timeout", 600, "Seconds to wait for every process to join before failing."
+)
 _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
-    "heartbeat_timeout", distributed.DEFAULT_HEARTBEAT_TIMEOUT,
-    "Seconds without a heartbeat after which a peer process is declared dead and every survivor exits with an "
-    "error instead of waiting in a collective (multi-process runs).")
+  "heartbeat_timeout",
+  distributed.DEFAULT_HEARTBEAT_TIMEOUT,
+  "Seconds without a heartbeat after which a peer process is declared dead and every survivor exits with an "
+  "error instead of waiting in a collective (multi-process runs).",
+)
 _COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -81,13 +84,21 @@ def main(argv):
   if not _DEVICES_CHOSEN:
     # One process: the layout the engine runs fastest on (ignored by GPU/TPU backends). Several
     # processes keep 8 each, as launch/local.sh and the cluster launchers expect.
-    single = ((_NUM_PROCESSES.value or 1) == 1 and _COORDINATOR_ADDRESS.value is None
-              and distributed.detect_environment() is None)
+    single = (
+      (_NUM_PROCESSES.value or 1) == 1
+      and _COORDINATOR_ADDRESS.value is None
+      and distributed.detect_environment() is None
+    )
     jax.config.update("jax_num_cpu_devices", device_layout.cpu_device_count(_CONFIG.value) if single else 8)
-  distributed.initialize(coordinator_address=_COORDINATOR_ADDRESS.value, num_processes=_NUM_PROCESSES.value,
-                         process_id=_PROCESS_ID.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value,
-                         heartbeat_timeout=_HEARTBEAT_TIMEOUT.value)
+  distributed.initialize(
+    coordinator_address=_COORDINATOR_ADDRESS.value,
+    num_processes=_NUM_PROCESSES.value,
+    process_id=_PROCESS_ID.value,
+    initialization_timeout=_INITIALIZATION_TIMEOUT.value,
+    heartbeat_timeout=_HEARTBEAT_TIMEOUT.value,
+  )
   from stalesgd.training import _loop as train  # after jax.distributed is initialized: importing it touches no devices,
+
   # but keeping all JAX work after initialize() is JAX's rule.
   summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   logging.info("summary: %s", summary)

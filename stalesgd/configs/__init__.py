@@ -29,8 +29,11 @@ __all__ = ["CONFIG_DIR", "HELPER_MODULES", "config_path", "names", "resolve"]
 
 def names() -> tuple[str, ...]:
   """The packaged configs' names (module names, sorted), e.g. ``"demo"``, ``"rudra_cifar10"``."""
-  return tuple(sorted(path.stem for path in CONFIG_DIR.glob("*.py")
-                      if path.stem not in HELPER_MODULES and not path.stem.startswith("_")))
+  return tuple(
+    sorted(
+      path.stem for path in CONFIG_DIR.glob("*.py") if path.stem not in HELPER_MODULES and not path.stem.startswith("_")
+    )
+  )
 
 
 def config_path(name: str) -> pathlib.Path:
@@ -39,7 +42,7 @@ def config_path(name: str) -> pathlib.Path:
   Raises:
     ValueError: for a name that is not a packaged config, listing the names.
   """
-  stem = name[:-len(".py")] if name.endswith(".py") else name
+  stem = name[: -len(".py")] if name.endswith(".py") else name
   if stem not in names():
     raise ValueError(f"no packaged config named {name!r}; allowed: one of {list(names())}")
   return CONFIG_DIR / f"{stem}.py"
@@ -67,5 +70,7 @@ def resolve(value: str) -> str:
       return f"{config_path(location)}{colon}{argument}"
     except ValueError:
       pass
-  raise ValueError(f"{location!r} is neither a config file (from {os.getcwd()}) nor a packaged config's name; "
-                   f"allowed: a file's path or one of {list(names())} (optionally NAME.py), then optionally :ARG")
+  raise ValueError(
+    f"{location!r} is neither a config file (from {os.getcwd()}) nor a packaged config's name; "
+    f"allowed: a file's path or one of {list(names())} (optionally NAME.py), then optionally :ARG"
+  )

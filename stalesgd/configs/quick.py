@@ -22,8 +22,9 @@ DATA_FIELDS = ("dataset", "data_source", "data_dir", "normalization", "augment",
 MODEL_FIELDS = ("model", "model_options", "model_multipliers")
 
 
-def run_on_embedded_digits(config: ml_collections.ConfigDict, *, num_epochs: float,
-                           model: str | None = None) -> ml_collections.ConfigDict:
+def run_on_embedded_digits(
+  config: ml_collections.ConfigDict, *, num_epochs: float, model: str | None = None
+) -> ml_collections.ConfigDict:
   """Switches ``config`` (in place) to a short run on the embedded digits with a digits-sized model.
 
   The run lasts ``num_epochs``, evaluates every epoch and has no learning-rate
@@ -53,8 +54,9 @@ def run_on_embedded_digits(config: ml_collections.ConfigDict, *, num_epochs: flo
 IMAGENET_TRAIN_EXAMPLES = 1_281_167  # imagenet2012's train split
 
 
-def run_a_few_imagenet_updates(config: ml_collections.ConfigDict, *, image_size: int,
-                               updates: int = 4) -> ml_collections.ConfigDict:
+def run_a_few_imagenet_updates(
+  config: ml_collections.ConfigDict, *, image_size: int, updates: int = 4
+) -> ml_collections.ConfigDict:
   """Shrinks an ImageNet config (in place) to a smoke run: small crops and ``updates`` server updates.
 
   This only checks that the configuration builds and steps on the real data

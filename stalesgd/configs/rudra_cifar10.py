@@ -72,9 +72,11 @@ LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 30, 4, 15
 BASELINE_BATCH = 128
 RULES = {"fixed": "none", "inverse": "inverse", "inverse_mean": "inverse_mean"}
 MU_LAMBDA_BATCHES = (4, 8, 16, 32, 64, 128)
-VARIANTS = (("baseline", "hardsync")
-            + tuple(f"{protocol}_{rule}" for protocol in ("softsync", "async") for rule in RULES)
-            + tuple(f"mu_lambda_{LEARNERS * batch}" for batch in MU_LAMBDA_BATCHES))
+VARIANTS = (
+  ("baseline", "hardsync")
+  + tuple(f"{protocol}_{rule}" for protocol in ("softsync", "async") for rule in RULES)
+  + tuple(f"mu_lambda_{LEARNERS * batch}" for batch in MU_LAMBDA_BATCHES)
+)
 
 
 def paper_config() -> ml_collections.ConfigDict:

@@ -16,7 +16,18 @@ from stalesgd.data._normalization import NORMALIZATIONS, Normalization, fit_norm
 from stalesgd.data._sources import ArraySource, ImageSource, LazyImageSource
 
 __all__ = [
-    "ArraySource", "Dataset", "DatasetNotPreparedError", "ImageSource", "LazyImageSource",
-    "LearnerBatches", "NORMALIZATIONS", "Normalization", "SOURCES", "evaluation_batches",
-    "evaluation_indices", "fit_normalization", "load_dataset", "precise_bn_batches",
+  "ArraySource",
+  "Dataset",
+  "DatasetNotPreparedError",
+  "ImageSource",
+  "LazyImageSource",
+  "LearnerBatches",
+  "NORMALIZATIONS",
+  "Normalization",
+  "SOURCES",
+  "evaluation_batches",
+  "evaluation_indices",
+  "fit_normalization",
+  "load_dataset",
+  "precise_bn_batches",
 ]

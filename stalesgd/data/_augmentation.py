@@ -14,8 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from stalesgd.data._counter_hash import sample_hashes
 
 
-def random_crop_and_flip(images: np.ndarray, offsets: np.ndarray, flips: np.ndarray,
-                         padding: int) -> np.ndarray:
+def random_crop_and_flip(images: np.ndarray, offsets: np.ndarray, flips: np.ndarray, padding: int) -> np.ndarray:
   """Crops each zero-padded image at its offset and mirrors it where flips is set.
 
   Args:

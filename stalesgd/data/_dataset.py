@@ -44,8 +44,7 @@ class Dataset:
 
   def __post_init__(self):
     if self.train.image_shape != self.test.image_shape:
-      raise ValueError(f"train and test image shapes differ: {self.train.image_shape} vs "
-                       f"{self.test.image_shape}")
+      raise ValueError(f"train and test image shapes differ: {self.train.image_shape} vs {self.test.image_shape}")
 
   @property
   def image_shape(self) -> tuple[int, int, int]:

@@ -19,8 +19,9 @@ from stalesgd.data._dataset import Dataset
 EVALUATION_SPLITS = ("test", "train")
 
 
-def evaluation_indices(dataset: Dataset, *, split: str = "test", num_examples: int | None = None,
-                       subset_seed: int = 0) -> np.ndarray:
+def evaluation_indices(
+  dataset: Dataset, *, split: str = "test", num_examples: int | None = None, subset_seed: int = 0
+) -> np.ndarray:
   """The examples an evaluation visits, in order.
 
   All of the split when ``num_examples`` is None or covers it; otherwise a
@@ -36,9 +37,9 @@ def evaluation_indices(dataset: Dataset, *, split: str = "test", num_examples: i
   return np.sort(np.random.default_rng(subset_seed).permutation(size)[:num_examples])
 
 
-def evaluation_batches(dataset: Dataset, *, batch_size: int, split: str = "test",
-                       num_examples: int | None = None,
-                       subset_seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
+def evaluation_batches(
+  dataset: Dataset, *, batch_size: int, split: str = "test", num_examples: int | None = None, subset_seed: int = 0
+) -> Iterator[dict[str, np.ndarray]]:
   """Yields ``{"image": float32 [B, H, W, C], "label": int32 [B], "mask": bool [B]}``.
 
   Args:
@@ -53,16 +54,19 @@ def evaluation_batches(dataset: Dataset, *, batch_size: int, split: str = "test"
   indices = evaluation_indices(dataset, split=split, num_examples=num_examples, subset_seed=subset_seed)
   source = dataset.test if split == "test" else dataset.train
   for start in range(0, indices.size, batch_size):
-    chunk = indices[start:start + batch_size]
+    chunk = indices[start : start + batch_size]
     images, labels = source.read(chunk)
     padding = batch_size - chunk.size
-    yield {"image": np.pad(dataset.preprocess(images), ((0, padding),) + ((0, 0),) * 3),
-           "label": np.pad(labels, (0, padding)),
-           "mask": np.arange(batch_size) < chunk.size}
+    yield {
+      "image": np.pad(dataset.preprocess(images), ((0, padding),) + ((0, 0),) * 3),
+      "label": np.pad(labels, (0, padding)),
+      "mask": np.arange(batch_size) < chunk.size,
+    }
 
 
-def precise_bn_batches(dataset: Dataset, *, batch_size: int, num_batches: int,
-                       seed: int = 0) -> list[dict[str, np.ndarray]]:
+def precise_bn_batches(
+  dataset: Dataset, *, batch_size: int, num_batches: int, seed: int = 0
+) -> list[dict[str, np.ndarray]]:
   """``num_batches`` distinct training batches of ``batch_size`` (fixed by ``seed``), no augmentation.
 
   Returns:
@@ -71,9 +75,10 @@ def precise_bn_batches(dataset: Dataset, *, batch_size: int, num_batches: int,
   if batch_size < 1 or num_batches < 1:
     raise ValueError(f"batch_size and num_batches must be >= 1; got {batch_size!r}, {num_batches!r}")
   if batch_size * num_batches > dataset.num_train:
-    raise ValueError(f"batch_size * num_batches = {batch_size * num_batches} exceeds the "
-                     f"{dataset.num_train} training examples")
-  order = np.random.default_rng(seed).permutation(dataset.num_train)[:batch_size * num_batches]
+    raise ValueError(
+      f"batch_size * num_batches = {batch_size * num_batches} exceeds the {dataset.num_train} training examples"
+    )
+  order = np.random.default_rng(seed).permutation(dataset.num_train)[: batch_size * num_batches]
   batches = []
   for chunk in order.reshape(num_batches, batch_size):
     images, labels = dataset.train.read(chunk)

@@ -81,7 +81,7 @@ def draw_inception_crops(keys: np.ndarray, batch_size: int) -> CropDraws:
   """
   hashes = sample_hashes(keys, batch_size)
   draws = splitmix64(hashes[:, None] ^ splitmix64(_DRAW_COUNTERS)[None, :])
-  uniforms = (draws[:, :-1] >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+  uniforms = (draws[:, :-1] >> np.uint64(11)).astype(np.float64) * 2.0**-53
   flips = (draws[:, -1] & np.uint64(1)).astype(bool)
   return CropDraws(uniforms.reshape(-1, ATTEMPTS, _FIELDS), flips)
 
@@ -100,13 +100,18 @@ def crop_window(width: int, height: int, uniforms: np.ndarray) -> tuple[int, int
     ratio = math.exp(log_low + (log_high - log_low) * ratio_u)
     crop_width, crop_height = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
     if 1 <= crop_width <= width and 1 <= crop_height <= height:
-      return (math.floor(left_u * (width - crop_width + 1)), math.floor(top_u * (height - crop_height + 1)),
-              crop_width, crop_height)
+      return (
+        math.floor(left_u * (width - crop_width + 1)),
+        math.floor(top_u * (height - crop_height + 1)),
+        crop_width,
+        crop_height,
+      )
   return None
 
 
-def decode_inception_crop(image: Any, uniforms: np.ndarray, flip: bool, image_size: int,
-                          resize_size: int) -> np.ndarray:
+def decode_inception_crop(
+  image: Any, uniforms: np.ndarray, flip: bool, image_size: int, resize_size: int
+) -> np.ndarray:
   """Encoded (JPEG/PNG bytes) or decoded image -> its Inception crop, uint8 [image_size, image_size, 3].
 
   Args:

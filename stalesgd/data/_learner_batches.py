@@ -60,24 +60,33 @@ class LearnerBatches:
     ((2, 4, 8, 8, 1), (2, 4))
   """
 
-  def __init__(self, dataset: Dataset, *, batch_per_learner: int, learners: int, seed: int,
-               augment: bool = False, crop_padding: int = 4, dropout_seeds: bool = False,
-               cached_epochs: int = 4):
+  def __init__(
+    self,
+    dataset: Dataset,
+    *,
+    batch_per_learner: int,
+    learners: int,
+    seed: int,
+    augment: bool = False,
+    crop_padding: int = 4,
+    dropout_seeds: bool = False,
+    cached_epochs: int = 4,
+  ):
     """Args:
-      dataset: the data set; its training split is batched.
-      batch_per_learner: mu, samples per mini-batch.
-      learners: lambda, number of learners sharing the data.
-      seed: non-negative int; with (learner, k) it determines every batch.
-      augment: the training augmentation of the data set's kind: for a split
-        held in memory (CIFAR-10, MNIST, npz) a random crop of the
-        zero-padded image (``crop_padding``) and a horizontal flip
-        (`stalesgd.data._augmentation`); for a lazily decoded split (tfds
-        ImageNet, a `LazyImageSource`) the Inception random-resized crop of
-        the original image and a flip (`stalesgd.data._inception_crop`).
-      crop_padding: padding of the in-memory random crop, in pixels.
-      dropout_seeds: add ``"dropout_seed"`` (uint32 [S]) to every batch, for
-        models whose `ModelSpec.uses_dropout`.
-      cached_epochs: how many epoch permutations to keep.
+    dataset: the data set; its training split is batched.
+    batch_per_learner: mu, samples per mini-batch.
+    learners: lambda, number of learners sharing the data.
+    seed: non-negative int; with (learner, k) it determines every batch.
+    augment: the training augmentation of the data set's kind: for a split
+      held in memory (CIFAR-10, MNIST, npz) a random crop of the
+      zero-padded image (``crop_padding``) and a horizontal flip
+      (`stalesgd.data._augmentation`); for a lazily decoded split (tfds
+      ImageNet, a `LazyImageSource`) the Inception random-resized crop of
+      the original image and a flip (`stalesgd.data._inception_crop`).
+    crop_padding: padding of the in-memory random crop, in pixels.
+    dropout_seeds: add ``"dropout_seed"`` (uint32 [S]) to every batch, for
+      models whose `ModelSpec.uses_dropout`.
+    cached_epochs: how many epoch permutations to keep.
     """
     self.batch_per_learner = _positive_int(batch_per_learner, "batch_per_learner")
     self.learners = _positive_int(learners, "learners")
@@ -111,13 +120,13 @@ class LearnerBatches:
   def global_batch(self, learner: np.ndarray, k: np.ndarray) -> np.ndarray:
     """g = k * learners + learner, int64 [S], after validating the arguments."""
     learner, k = np.broadcast_arrays(np.atleast_1d(np.asarray(learner)), np.atleast_1d(np.asarray(k)))
-    if learner.ndim != 1 or not (np.issubdtype(learner.dtype, np.integer)
-                                 and np.issubdtype(k.dtype, np.integer)):
-      raise ValueError(f"learner and k must be 1-D integer arrays of one length; got shapes "
-                       f"{learner.shape}, {k.shape} and dtypes {learner.dtype}, {k.dtype}")
+    if learner.ndim != 1 or not (np.issubdtype(learner.dtype, np.integer) and np.issubdtype(k.dtype, np.integer)):
+      raise ValueError(
+        f"learner and k must be 1-D integer arrays of one length; got shapes "
+        f"{learner.shape}, {k.shape} and dtypes {learner.dtype}, {k.dtype}"
+      )
     if learner.size and (learner.min() < 0 or learner.max() >= self.learners):
-      raise ValueError(f"learner must lie in [0, {self.learners}); got range "
-                       f"[{learner.min()}, {learner.max()}]")
+      raise ValueError(f"learner must lie in [0, {self.learners}); got range [{learner.min()}, {learner.max()}]")
     if k.size and k.min() < 0:
       raise ValueError(f"k must be >= 0; got minimum {k.min()}")
     return k.astype(np.int64) * self.learners + learner.astype(np.int64)
@@ -149,18 +158,20 @@ class LearnerBatches:
     global_batches = self.global_batch(learner, k)
     indices = self._indices_of_global_batches(global_batches)
     if self.augmentation == INCEPTION_CROP:
-      draws = draw_inception_crops(batch_keys(self.seed, AUGMENTATION_STREAM, global_batches),
-                                   self.batch_per_learner)
+      draws = draw_inception_crops(batch_keys(self.seed, AUGMENTATION_STREAM, global_batches), self.batch_per_learner)
       images, labels = self.dataset.train.read_inception_crops(indices.reshape(-1), draws)
     else:
       images, labels = self.dataset.train.read(indices.reshape(-1))
     if self.augmentation == PAD_CROP:
-      offsets, flips = draw_crop_and_flip(batch_keys(self.seed, AUGMENTATION_STREAM, global_batches),
-                                          self.batch_per_learner, self.crop_padding)
+      offsets, flips = draw_crop_and_flip(
+        batch_keys(self.seed, AUGMENTATION_STREAM, global_batches), self.batch_per_learner, self.crop_padding
+      )
       images = random_crop_and_flip(images, offsets, flips, self.crop_padding)
     shape = indices.shape
-    batch = {"image": self.dataset.preprocess(images).reshape(*shape, *images.shape[1:]),
-             "label": labels.reshape(shape)}
+    batch = {
+      "image": self.dataset.preprocess(images).reshape(*shape, *images.shape[1:]),
+      "label": labels.reshape(shape),
+    }
     if self.dropout_seeds:
       keys = batch_keys(self.seed, DROPOUT_STREAM, global_batches)
       batch["dropout_seed"] = (keys >> np.uint64(32)).astype(np.uint32)

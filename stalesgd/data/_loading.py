@@ -31,14 +31,23 @@ def _check_arguments(name: str, source: str, normalization: str) -> None:
   if normalization not in NORMALIZATIONS:
     raise ValueError(f"normalization must be one of {NORMALIZATIONS}; got {normalization!r}")
   if source == "tfds" and name not in TFDS_SPLITS:
-    raise ValueError(f"dataset {name!r} is not available with source='tfds'; choose from "
-                     f"{sorted(TFDS_SPLITS)}, or use source='npz' for local arrays")
+    raise ValueError(
+      f"dataset {name!r} is not available with source='tfds'; choose from "
+      f"{sorted(TFDS_SPLITS)}, or use source='npz' for local arrays"
+    )
   if source == "embedded" and name not in EMBEDDED_DATASETS:
     raise ValueError(f"dataset {name!r} is not embedded; the embedded data sets are {EMBEDDED_DATASETS}")
 
 
-def load_dataset(name: str, *, source: str = "tfds", data_dir: str | None = None,
-                 normalization: str = "per_channel", image_size: int = 224, data_workers: int = 1) -> Dataset:
+def load_dataset(
+  name: str,
+  *,
+  source: str = "tfds",
+  data_dir: str | None = None,
+  normalization: str = "per_channel",
+  image_size: int = 224,
+  data_workers: int = 1,
+) -> Dataset:
   """Loads a data set and fits its input normalisation on the training split.
 
   Args:
@@ -70,5 +79,11 @@ def load_dataset(name: str, *, source: str = "tfds", data_dir: str | None = None
   else:
     train, test = load_digits_splits()
     num_classes = 10
-  return Dataset(name=name, source=source, train=train, test=test, num_classes=num_classes,
-                 normalization=fit_normalization(normalization, train))
+  return Dataset(
+    name=name,
+    source=source,
+    train=train,
+    test=test,
+    num_classes=num_classes,
+    normalization=fit_normalization(normalization, train),
+  )

@@ -65,7 +65,7 @@ def _training_moments(images: np.ndarray, *, squares: bool = True) -> tuple[np.n
   by_histogram = images.dtype == np.uint8
   values = np.arange(256, dtype=np.int64)
   for start in range(0, images.shape[0], _CHUNK):
-    chunk = images[start:start + _CHUNK]
+    chunk = images[start : start + _CHUNK]
     pixel_sum += chunk.sum(axis=0, dtype=accumulate)
     if squares and by_histogram:  # sum of v^2 = sum over the 256 values of count(v) v^2
       for channel in range(images.shape[-1]):
@@ -105,9 +105,12 @@ def fit_normalization(kind: str, train: ImageSource) -> Normalization:
   elif kind == "per_channel" and train.image_shape[-1] == 3:
     mean_image, channel_mean, channel_std = None, IMAGENET_CHANNEL_MEAN, IMAGENET_CHANNEL_STD
   else:
-    raise ValueError(f"normalization={kind!r} needs an in-memory training split; for a lazily read "
-                     "data set (imagenet2012) use 'per_channel', 'unit' or 'raw'")
+    raise ValueError(
+      f"normalization={kind!r} needs an in-memory training split; for a lazily read "
+      "data set (imagenet2012) use 'per_channel', 'unit' or 'raw'"
+    )
   if kind == "per_pixel_mean":
     return Normalization(kind, mean_image.astype(np.float32), np.float32(1.0))
-  return Normalization(kind, (255 * channel_mean).astype(np.float32),
-                       (1 / (255 * np.maximum(channel_std, 1e-8))).astype(np.float32))
+  return Normalization(
+    kind, (255 * channel_mean).astype(np.float32), (1 / (255 * np.maximum(channel_std, 1e-8))).astype(np.float32)
+  )

@@ -24,8 +24,7 @@ class ImageSource(Protocol):
 
   image_shape: tuple[int, int, int]
 
-  def __len__(self) -> int:
-    ...
+  def __len__(self) -> int: ...
 
   def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 [n, H, W, C], labels int32 [n]) of the given examples."""
@@ -55,11 +54,13 @@ class ArraySource:
     if images.ndim == 3:
       images = images[..., None]
     if images.dtype != np.uint8 or images.ndim != 4:
-      raise ValueError("images must be uint8 [N, H, W] or [N, H, W, C]; "
-                       f"got dtype {images.dtype}, shape {images.shape}")
+      raise ValueError(
+        f"images must be uint8 [N, H, W] or [N, H, W, C]; got dtype {images.dtype}, shape {images.shape}"
+      )
     if labels.ndim != 1 or labels.shape[0] != images.shape[0] or not np.issubdtype(labels.dtype, np.integer):
-      raise ValueError(f"labels must be integers [N] with N = {images.shape[0]} images; "
-                       f"got dtype {labels.dtype}, shape {labels.shape}")
+      raise ValueError(
+        f"labels must be integers [N] with N = {images.shape[0]} images; got dtype {labels.dtype}, shape {labels.shape}"
+      )
     if labels.size and labels.min() < 0:
       raise ValueError(f"labels must be >= 0; got minimum {labels.min()}")
     self.images = images
@@ -92,12 +93,17 @@ class LazyImageSource:
     workers: decoding threads (1: the calling thread decodes).
   """
 
-  def __init__(self, examples: Sequence[Mapping[str, Any]], *, image_size: int = 224,
-               resize_size: int | None = None, workers: int = 1):
+  def __init__(
+    self,
+    examples: Sequence[Mapping[str, Any]],
+    *,
+    image_size: int = 224,
+    resize_size: int | None = None,
+    workers: int = 1,
+  ):
     resize_size = resize_size if resize_size is not None else round(image_size * 256 / 224)
     if image_size < 1 or resize_size < image_size:
-      raise ValueError(f"need 1 <= image_size <= resize_size; got image_size={image_size}, "
-                       f"resize_size={resize_size}")
+      raise ValueError(f"need 1 <= image_size <= resize_size; got image_size={image_size}, resize_size={resize_size}")
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
       raise ValueError(f"workers (decoding threads) must be a positive int; got {workers!r}")
     self.examples = examples
@@ -110,18 +116,22 @@ class LazyImageSource:
 
   def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Centre crops (evaluation) and labels of the given examples."""
-    return self._decode(indices, lambda position, image: decode_and_center_crop(
-        image, self.image_size, self.resize_size))
+    return self._decode(
+      indices, lambda position, image: decode_and_center_crop(image, self.image_size, self.resize_size)
+    )
 
   def read_inception_crops(self, indices: np.ndarray, draws: CropDraws) -> tuple[np.ndarray, np.ndarray]:
     """Training crops and labels: example ``indices[i]`` cropped and flipped as row i of ``draws`` says."""
     if draws.uniforms.shape[0] != np.size(indices) or draws.flips.shape[0] != np.size(indices):
       raise ValueError(f"need one draw per index; got {draws.uniforms.shape[0]} draws for {np.size(indices)} indices")
-    return self._decode(indices, lambda position, image: decode_inception_crop(
-        image, draws.uniforms[position], bool(draws.flips[position]), self.image_size, self.resize_size))
+    return self._decode(
+      indices,
+      lambda position, image: decode_inception_crop(
+        image, draws.uniforms[position], bool(draws.flips[position]), self.image_size, self.resize_size
+      ),
+    )
 
-  def _decode(self, indices: np.ndarray,
-              decode: Callable[[int, Any], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+  def _decode(self, indices: np.ndarray, decode: Callable[[int, Any], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     indices = _check_indices(indices, len(self))
     examples = [self.examples[int(index)] for index in indices]
     images = np.empty((len(examples), *self.image_shape), np.uint8)

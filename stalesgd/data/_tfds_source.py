@@ -22,10 +22,10 @@ from stalesgd.data._dataset import DatasetNotPreparedError
 from stalesgd.data._sources import ArraySource, ImageSource, LazyImageSource
 
 TFDS_SPLITS = {
-    "cifar10": ("train", "test"),
-    "mnist": ("train", "test"),
-    "fashion_mnist": ("train", "test"),
-    "imagenet2012": ("train", "validation"),
+  "cifar10": ("train", "test"),
+  "mnist": ("train", "test"),
+  "fashion_mnist": ("train", "test"),
+  "imagenet2012": ("train", "validation"),
 }
 LAZY_TFDS_DATASETS = ("imagenet2012",)
 
@@ -37,17 +37,19 @@ def _not_prepared(name: str, data_dir: str | None, error: Exception) -> DatasetN
   builder = tfds.builder(name, data_dir=data_dir)
   if not builder.is_prepared():
     return DatasetNotPreparedError(
-        f"dataset {name!r} is not prepared in {where} (looked in {builder.data_dir}). stalesgd never "
-        "downloads: convert a local copy with `python -m stalesgd.data.prepare "
-        f"{name} --from=DIR --data_dir=DATA_DIR` (docs/data.md lists the accepted files), or on a machine "
-        f"with network run tfds.builder({name!r}, data_dir=DATA_DIR).download_and_prepare("
-        "file_format='array_record'); then pass DATA_DIR as data_dir. Or use source='npz' (local arrays) "
-        f"or source='embedded' (dataset 'digits'). tfds said: {error}")
+      f"dataset {name!r} is not prepared in {where} (looked in {builder.data_dir}). stalesgd never "
+      "downloads: convert a local copy with `python -m stalesgd.data.prepare "
+      f"{name} --from=DIR --data_dir=DATA_DIR` (docs/data.md lists the accepted files), or on a machine "
+      f"with network run tfds.builder({name!r}, data_dir=DATA_DIR).download_and_prepare("
+      "file_format='array_record'); then pass DATA_DIR as data_dir. Or use source='npz' (local arrays) "
+      f"or source='embedded' (dataset 'digits'). tfds said: {error}"
+    )
   return DatasetNotPreparedError(
-      f"dataset {name!r} in {where} is prepared as {builder.info.file_format}, which has no random "
-      "access: re-prepare it into another data_dir with download_and_prepare(file_format='array_record') "
-      f"or, from local files, `python -m stalesgd.data.prepare {name} --from=DIR --data_dir=DATA_DIR`. "
-      f"tfds said: {error}")
+    f"dataset {name!r} in {where} is prepared as {builder.info.file_format}, which has no random "
+    "access: re-prepare it into another data_dir with download_and_prepare(file_format='array_record') "
+    f"or, from local files, `python -m stalesgd.data.prepare {name} --from=DIR --data_dir=DATA_DIR`. "
+    f"tfds said: {error}"
+  )
 
 
 def _materialise(examples: Any) -> ArraySource:
@@ -58,8 +60,9 @@ def _materialise(examples: Any) -> ArraySource:
   return ArraySource(images, labels)
 
 
-def load_tfds_splits(name: str, data_dir: str | None, *, image_size: int = 224,
-                     data_workers: int = 1) -> tuple[ImageSource, ImageSource, int]:
+def load_tfds_splits(
+  name: str, data_dir: str | None, *, image_size: int = 224, data_workers: int = 1
+) -> tuple[ImageSource, ImageSource, int]:
   """(train, test, num_classes) of a prepared tfds data set.
 
   Args:
@@ -78,12 +81,16 @@ def load_tfds_splits(name: str, data_dir: str | None, *, image_size: int = 224,
   lazy = name in LAZY_TFDS_DATASETS
   decoders = {"image": tfds.decode.SkipDecoding()} if lazy else None
   try:
-    train, test = tfds.data_source(name, split=list(TFDS_SPLITS[name]), data_dir=data_dir,
-                                   download=False, decoders=decoders)
+    train, test = tfds.data_source(
+      name, split=list(TFDS_SPLITS[name]), data_dir=data_dir, download=False, decoders=decoders
+    )
   except (ValueError, NotImplementedError, AssertionError, OSError) as error:
     raise _not_prepared(name, data_dir, error) from error
   num_classes = tfds.builder(name, data_dir=data_dir).info.features["label"].num_classes
   if lazy:
-    return (LazyImageSource(train, image_size=image_size, workers=data_workers),
-            LazyImageSource(test, image_size=image_size, workers=data_workers), num_classes)
+    return (
+      LazyImageSource(train, image_size=image_size, workers=data_workers),
+      LazyImageSource(test, image_size=image_size, workers=data_workers),
+      num_classes,
+    )
   return _materialise(train), _materialise(test), num_classes

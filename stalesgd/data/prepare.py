@@ -30,20 +30,26 @@ import os
 import sys
 from typing import TextIO
 
+from stalesgd.data._tfds_source import TFDS_SPLITS
 from stalesgd.data.preparation import _cifar10 as cifar10
 from stalesgd.data.preparation import _imagenet as imagenet
 from stalesgd.data.preparation import _mnist as mnist
 from stalesgd.data.preparation import _tfds_writer as tfds_writer
 from stalesgd.data.preparation._layouts import MissingInputError, check_directory
-from stalesgd.data._tfds_source import TFDS_SPLITS
 
 # Every data set the tfds source reads can be prepared.
 PREPARABLE = tuple(TFDS_SPLITS)
 USAGE = f"python -m stalesgd.data.prepare {{{'|'.join(PREPARABLE)}}} --from=DIR [--data_dir=DIR] [--overwrite]"
 
 
-def prepare(name: str, from_dir: str, data_dir: str | None = None, *, overwrite: bool = False,
-            progress: TextIO | None = sys.stderr) -> str:
+def prepare(
+  name: str,
+  from_dir: str,
+  data_dir: str | None = None,
+  *,
+  overwrite: bool = False,
+  progress: TextIO | None = sys.stderr,
+) -> str:
   """Converts the data set ``name`` found in ``from_dir`` into a tfds data set under ``data_dir``.
 
   Args:
@@ -89,13 +95,12 @@ def prepare(name: str, from_dir: str, data_dir: str | None = None, *, overwrite:
     counts = ", ".join(f"{split} {examples.num_examples}" for split, examples in splits.items())
     progress.write(f"{name}: read {description} ({counts} examples); writing {builder.data_dir}\n")
     progress.flush()
-  return tfds_writer.write_splits(builder, splits, overwrite=overwrite, label_names=label_names,
-                                  progress=progress)
+  return tfds_writer.write_splits(builder, splits, overwrite=overwrite, label_names=label_names, progress=progress)
 
 
 def _main(argv: list[str]) -> None:
-  from absl import app, flags
   import tensorflow_datasets as tfds
+  from absl import app, flags
 
   if len(argv) != 2:
     raise app.UsageError(f"name one data set to prepare, one of {', '.join(PREPARABLE)}; usage: {USAGE}")
@@ -108,8 +113,10 @@ def _main(argv: list[str]) -> None:
   except (ValueError, MissingInputError, FileExistsError) as error:
     sys.exit(f"stalesgd.data.prepare: {error}")
   data_dir = data_dir or "<the tfds default data_dir>"
-  print(f"prepared {argv[1]} in {path}\nread it with load_dataset({argv[1]!r}, source='tfds', "
-        f"data_dir={data_dir!r}), or train with --config.data_source=tfds --config.data_dir={data_dir}")
+  print(
+    f"prepared {argv[1]} in {path}\nread it with load_dataset({argv[1]!r}, source='tfds', "
+    f"data_dir={data_dir!r}), or train with --config.data_source=tfds --config.data_dir={data_dir}"
+  )
 
 
 def run() -> None:
@@ -117,8 +124,12 @@ def run() -> None:
   from absl import app, flags
 
   flags.DEFINE_string("from", None, "Directory holding the data set's local files (layouts: docs/data.md).")
-  flags.DEFINE_string("data_dir", None, "tfds data directory to write (default: tfds's, $TFDS_DATA_DIR or "
-                      "~/tensorflow_datasets); pass it as --config.data_dir with --config.data_source=tfds.")
+  flags.DEFINE_string(
+    "data_dir",
+    None,
+    "tfds data directory to write (default: tfds's, $TFDS_DATA_DIR or "
+    "~/tensorflow_datasets); pass it as --config.data_dir with --config.data_source=tfds.",
+  )
   flags.DEFINE_bool("overwrite", False, "Replace the data set if it is already prepared in --data_dir.")
   flags.mark_flag_as_required("from")
   app.run(_main)

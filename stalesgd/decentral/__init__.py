@@ -7,18 +7,14 @@ learner per device along a ``learners`` mesh axis.
 
 from __future__ import annotations
 
-from stalesgd.decentral._settings import DCS3GDConfig
-from stalesgd.decentral._settings import LAMBDA_MODES
-from stalesgd.decentral._settings import PROTOCOLS
-from stalesgd.decentral._settings import config_for_protocol
-from stalesgd.decentral._dcs3gd import DCS3GD
-from stalesgd.decentral._dcs3gd import DCS3GDState
+from stalesgd.decentral._dcs3gd import DCS3GD, DCS3GDState
+from stalesgd.decentral._settings import LAMBDA_MODES, PROTOCOLS, DCS3GDConfig, config_for_protocol
 
 __all__ = [
-    "DCS3GD",
-    "DCS3GDConfig",
-    "DCS3GDState",
-    "LAMBDA_MODES",
-    "PROTOCOLS",
-    "config_for_protocol",
+  "DCS3GD",
+  "DCS3GDConfig",
+  "DCS3GDState",
+  "LAMBDA_MODES",
+  "PROTOCOLS",
+  "config_for_protocol",
 ]

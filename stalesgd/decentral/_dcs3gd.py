@@ -55,8 +55,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from stalesgd.decentral import _hlo as hlo
 from stalesgd.decentral._settings import DCS3GDConfig
-from stalesgd.transforms import delay_compensated_gradient
-from stalesgd.transforms import update_mean_square
+from stalesgd.transforms import delay_compensated_gradient, update_mean_square
 from stalesgd.transforms._hyperparameters import value_at
 
 LossFn = Callable[[Any, Any], tuple[jax.Array, Any]]
@@ -96,8 +95,7 @@ class DCS3GD:
   them in a separate program.
   """
 
-  def __init__(self, loss_fn: LossFn, optimizer: optax.GradientTransformation, config: DCS3GDConfig,
-               mesh: Mesh):
+  def __init__(self, loss_fn: LossFn, optimizer: optax.GradientTransformation, config: DCS3GDConfig, mesh: Mesh):
     """Builds the trainer; nothing is compiled until the first step.
 
     Args:
@@ -114,8 +112,7 @@ class DCS3GD:
       ValueError: the mesh has no ``config.axis_name`` axis.
     """
     if config.axis_name not in mesh.axis_names:
-      raise ValueError(f"mesh axes {tuple(mesh.axis_names)} do not include config.axis_name="
-                       f"{config.axis_name!r}")
+      raise ValueError(f"mesh axes {tuple(mesh.axis_names)} do not include config.axis_name={config.axis_name!r}")
     self.loss_fn = loss_fn
     self.optimizer = optimizer
     self.config = config
@@ -132,26 +129,33 @@ class DCS3GD:
   def _state_specs(self, state: DCS3GDState) -> DCS3GDState:
     learner = PartitionSpec(self.config.axis_name)
     per_learner = lambda tree: jax.tree.map(lambda _: learner, tree)
-    return DCS3GDState(step=PartitionSpec(), consensus_params=jax.tree.map(lambda _: PartitionSpec(),
-                                                                           state.consensus_params),
-                       local_params=per_learner(state.local_params), opt_state=per_learner(state.opt_state),
-                       in_flight=per_learner(state.in_flight), mean_square=per_learner(state.mean_square))
+    return DCS3GDState(
+      step=PartitionSpec(),
+      consensus_params=jax.tree.map(lambda _: PartitionSpec(), state.consensus_params),
+      local_params=per_learner(state.local_params),
+      opt_state=per_learner(state.opt_state),
+      in_flight=per_learner(state.in_flight),
+      mean_square=per_learner(state.mean_square),
+    )
 
   def _build_state(self, params: Any) -> DCS3GDState:
     learners, staleness = self.num_learners, self.config.staleness
-    per_learner = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (learners,) + leaf.shape),
-                                           tree)
+    per_learner = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (learners,) + leaf.shape), tree)
     update_shapes = jax.eval_shape(self.optimizer.update, params, self.optimizer.init(params), params)[0]
     in_flight = None
     if staleness > 0:
-      in_flight = jax.tree.map(lambda leaf: jnp.zeros((learners, staleness) + leaf.shape, leaf.dtype),
-                               update_shapes)
+      in_flight = jax.tree.map(lambda leaf: jnp.zeros((learners, staleness) + leaf.shape, leaf.dtype), update_shapes)
     mean_square = None
     if self.config.lambda_mode == "adaptive" and self.config.corrects:
       mean_square = jax.tree.map(lambda leaf: jnp.zeros((learners,) + leaf.shape, leaf.dtype), params)
-    return DCS3GDState(step=jnp.zeros([], jnp.int32), consensus_params=params,
-                       local_params=per_learner(params), opt_state=per_learner(self.optimizer.init(params)),
-                       in_flight=in_flight, mean_square=mean_square)
+    return DCS3GDState(
+      step=jnp.zeros([], jnp.int32),
+      consensus_params=params,
+      local_params=per_learner(params),
+      opt_state=per_learner(self.optimizer.init(params)),
+      in_flight=in_flight,
+      mean_square=mean_square,
+    )
 
   def _shardings(self, state: DCS3GDState) -> DCS3GDState:
     to_sharding = lambda spec: NamedSharding(self.mesh, spec)
@@ -164,8 +168,11 @@ class DCS3GD:
   def abstract_state(self, params: Any) -> DCS3GDState:
     """Shapes, dtypes and shardings of the state, without allocating it (a restore target)."""
     abstract = jax.eval_shape(self._build_state, params)
-    return jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
-                        abstract, self._shardings(abstract))
+    return jax.tree.map(
+      lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+      abstract,
+      self._shardings(abstract),
+    )
 
   def init(self, params: Any) -> DCS3GDState:
     """The state before step 0: every learner's local weights and the consensus equal ``params``.
@@ -201,8 +208,10 @@ class DCS3GD:
     """
     for path, leaf in jax.tree_util.tree_flatten_with_path(batch)[0]:
       if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != self.num_learners:
-        raise ValueError(f"batch{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; its leading axis "
-                         f"must be the number of learners, {self.num_learners} ([learners, mu, ...])")
+        raise ValueError(
+          f"batch{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; its leading axis "
+          f"must be the number of learners, {self.num_learners} ([learners, mu, ...])"
+        )
     return self._step(state, batch)
 
   def lower(self, state: DCS3GDState, batch: Any) -> jax.stages.Lowered:
@@ -213,29 +222,41 @@ class DCS3GD:
     state_specs = self._state_specs(state)
     learner = PartitionSpec(self.config.axis_name)
     step_fn = jax.shard_map(
-        self._learner_step, mesh=self.mesh,
-        in_specs=(state_specs, jax.tree.map(lambda _: learner, batch)),
-        out_specs=(state_specs, learner))
+      self._learner_step,
+      mesh=self.mesh,
+      in_specs=(state_specs, jax.tree.map(lambda _: learner, batch)),
+      out_specs=(state_specs, learner),
+    )
     return step_fn(state, batch)
 
   def _learner_step(self, state: DCS3GDState, batch: Any) -> tuple[DCS3GDState, dict[str, Any]]:
     """One learner's step, inside shard_map (per-learner leaves have a leading axis of 1)."""
     unstack = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)
     restack = lambda tree: jax.tree.map(lambda leaf: leaf[None], tree)
-    local = state._replace(local_params=unstack(state.local_params), opt_state=unstack(state.opt_state),
-                           in_flight=unstack(state.in_flight), mean_square=unstack(state.mean_square))
+    local = state._replace(
+      local_params=unstack(state.local_params),
+      opt_state=unstack(state.opt_state),
+      in_flight=unstack(state.in_flight),
+      mean_square=unstack(state.mean_square),
+    )
     if self.config.staleness == 0:
       new_local, grads, corrected, displacement, (loss, aux) = self._synchronous_update(local, unstack(batch))
     else:
       new_local, grads, corrected, displacement, (loss, aux) = self._stale_update(local, unstack(batch))
-    metrics = {"loss": loss, "aux": aux,
-               "correction_ratio": _global_norm(jax.tree.map(jnp.subtract, corrected, grads))
-                                   / jnp.maximum(_global_norm(grads), jnp.finfo(jnp.float32).tiny),
-               "displacement_norm": _global_norm(displacement)}
+    metrics = {
+      "loss": loss,
+      "aux": aux,
+      "correction_ratio": _global_norm(jax.tree.map(jnp.subtract, corrected, grads))
+      / jnp.maximum(_global_norm(grads), jnp.finfo(jnp.float32).tiny),
+      "displacement_norm": _global_norm(displacement),
+    }
     new_state = new_local._replace(
-        step=state.step + 1, local_params=restack(new_local.local_params),
-        opt_state=restack(new_local.opt_state), in_flight=restack(new_local.in_flight),
-        mean_square=restack(new_local.mean_square))
+      step=state.step + 1,
+      local_params=restack(new_local.local_params),
+      opt_state=restack(new_local.opt_state),
+      in_flight=restack(new_local.in_flight),
+      mean_square=restack(new_local.mean_square),
+    )
     return new_state, restack(metrics)
 
   def _gradient(self, params: Any, batch: Any) -> tuple[tuple[jax.Array, Any], Any]:
@@ -249,8 +270,11 @@ class DCS3GD:
     loss_and_aux, grads = self._gradient(local.local_params, batch)
     updates, opt_state = self.optimizer.update(grads, local.opt_state, local.local_params)
     averaged = jax.lax.pmean(updates, self.config.axis_name)
-    new_local = local._replace(consensus_params=_add(local.consensus_params, averaged),
-                               local_params=_add(local.local_params, averaged), opt_state=opt_state)
+    new_local = local._replace(
+      consensus_params=_add(local.consensus_params, averaged),
+      local_params=_add(local.local_params, averaged),
+      opt_state=opt_state,
+    )
     return new_local, grads, grads, jax.tree.map(jnp.zeros_like, averaged), loss_and_aux
 
   def _stale_update(self, local: DCS3GDState, batch: Any):
@@ -265,13 +289,17 @@ class DCS3GD:
     displacement = jax.tree.map(lambda mean, own: mean - own_weight * own, averaged, oldest)
     corrected, mean_square = self._correct(grads, displacement, local.mean_square, local.step)
     updates, opt_state = self.optimizer.update(corrected, local.opt_state, local.local_params)
-    local_params = jax.tree.map(lambda param, jump, update: param + jump + own_weight * update,
-                                local.local_params, displacement, updates)
-    in_flight = jax.tree.map(lambda queue, update: jnp.concatenate([queue[1:], update[None]]),
-                             local.in_flight, updates)
-    new_local = local._replace(consensus_params=_add(local.consensus_params, averaged),
-                               local_params=local_params, opt_state=opt_state, in_flight=in_flight,
-                               mean_square=mean_square)
+    local_params = jax.tree.map(
+      lambda param, jump, update: param + jump + own_weight * update, local.local_params, displacement, updates
+    )
+    in_flight = jax.tree.map(lambda queue, update: jnp.concatenate([queue[1:], update[None]]), local.in_flight, updates)
+    new_local = local._replace(
+      consensus_params=_add(local.consensus_params, averaged),
+      local_params=local_params,
+      opt_state=opt_state,
+      in_flight=in_flight,
+      mean_square=mean_square,
+    )
     return new_local, grads, corrected, displacement, loss_and_aux
 
   def _correct(self, grads: Any, displacement: Any, mean_square: Any, step: jax.Array) -> tuple[Any, Any]:
@@ -282,11 +310,9 @@ class DCS3GD:
     dc_lambda = value_at(config.dc_lambda, step)
     if config.lambda_mode == "adaptive":
       mean_square = update_mean_square(mean_square, grads, config.mean_square_decay)
-      corrected = delay_compensated_gradient(grads, displacement, dc_lambda, mean_square=mean_square,
-                                             eps=config.eps)
+      corrected = delay_compensated_gradient(grads, displacement, dc_lambda, mean_square=mean_square, eps=config.eps)
       return corrected, mean_square
-    corrected = delay_compensated_gradient(grads, displacement, dc_lambda,
-                                           layerwise=config.lambda_mode == "layerwise")
+    corrected = delay_compensated_gradient(grads, displacement, dc_lambda, layerwise=config.lambda_mode == "layerwise")
     return corrected, mean_square
 
   # ---------------------------------------------------------------- reading the state
@@ -320,16 +346,23 @@ class DCS3GD:
       collectives exist on GPU/TPU, not on CPU).
     """
     paths = [path for path, _ in jax.tree_util.tree_flatten_with_path((state, batch))[0]]
-    queue_parameters = {number for number, path in enumerate(paths)
-                        if path[:2] == (jax.tree_util.SequenceKey(0), jax.tree_util.GetAttrKey("in_flight"))}
+    queue_parameters = {
+      number
+      for number, path in enumerate(paths)
+      if path[:2] == (jax.tree_util.SequenceKey(0), jax.tree_util.GetAttrKey("in_flight"))
+    }
     compiled_text = self.lower(state, batch).compile().as_text()
     found = hlo.all_reduces(compiled_text)
     read = sorted({number for reduce in found for number in reduce.parameters})
     reads = [jax.tree_util.keystr(paths[number]) for number in read]
     ready = len(found) == 1 and bool(read) and set(read) <= queue_parameters
-    return {"all_reduces": len(found), "update_all_reduce_reads": reads, "overlap_ready": ready,
-            "asynchronous": any(reduce.asynchronous for reduce in found),
-            "compute_while_in_flight": sum(len(reduce.compute_while_in_flight) for reduce in found)}
+    return {
+      "all_reduces": len(found),
+      "update_all_reduce_reads": reads,
+      "overlap_ready": ready,
+      "asynchronous": any(reduce.asynchronous for reduce in found),
+      "compute_while_in_flight": sum(len(reduce.compute_while_in_flight) for reduce in found),
+    }
 
 
 def _add(tree: Any, other: Any) -> Any:

@@ -44,8 +44,20 @@ _COMPUTATION_HEADER = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
 
 ALL_REDUCE_OPCODES = ("all-reduce", "all-reduce-start")
 # Opcodes that do arithmetic work worth overlapping a collective with.
-COMPUTE_OPCODES = ("fusion", "convolution", "dot", "custom-call", "reduce", "reduce-window",
-                   "select-and-scatter", "sort", "scatter", "gather", "while", "call")
+COMPUTE_OPCODES = (
+  "fusion",
+  "convolution",
+  "dot",
+  "custom-call",
+  "reduce",
+  "reduce-window",
+  "select-and-scatter",
+  "sort",
+  "scatter",
+  "gather",
+  "while",
+  "call",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +90,7 @@ def _split_shape(right_hand_side: str) -> str:
       depth += char == "("
       depth -= char == ")"
       if depth == 0:
-        return right_hand_side[index + 1:].lstrip()
+        return right_hand_side[index + 1 :].lstrip()
     raise ValueError(f"unbalanced tuple shape in HLO line: {right_hand_side!r}")
   return right_hand_side.split(" ", 1)[1].lstrip() if " " in right_hand_side else ""
 
@@ -105,12 +117,17 @@ def parse_instruction(line: str) -> Instruction | None:
   if opcode_match is None:
     return None
   opcode = opcode_match.group(1)
-  operands = tuple(_OPERAND_NAME.findall(_operand_text(rest[len(opcode):])))
+  operands = tuple(_OPERAND_NAME.findall(_operand_text(rest[len(opcode) :])))
   number = _PARAMETER_NUMBER.match(rest)
   called = _CALLS.search(rest)
-  return Instruction(name=name, opcode=opcode, operands=operands,
-                     parameter_number=int(number.group(1)) if number else None,
-                     called=called.group(1) if called else None, text=line.strip())
+  return Instruction(
+    name=name,
+    opcode=opcode,
+    operands=operands,
+    parameter_number=int(number.group(1)) if number else None,
+    called=called.group(1) if called else None,
+    text=line.strip(),
+  )
 
 
 def computation_opcodes(hlo_text: str) -> dict[str, set[str]]:
@@ -146,16 +163,17 @@ def entry_computation(hlo_text: str) -> list[Instruction]:
   if start is None:
     raise ValueError("hlo_text has no ENTRY computation")
   instructions = []
-  for line in lines[start + 1:]:
+  for line in lines[start + 1 :]:
     if line.strip() == "}":
       break
     instruction = parse_instruction(line)
     if instruction is not None:
       instructions.append(instruction)
   defined = {instruction.name for instruction in instructions}
-  return [dataclasses.replace(instruction,
-                              operands=tuple(name for name in instruction.operands if name in defined))
-          for instruction in instructions]
+  return [
+    dataclasses.replace(instruction, operands=tuple(name for name in instruction.operands if name in defined))
+    for instruction in instructions
+  ]
 
 
 def ancestors(instructions: list[Instruction], name: str) -> set[str]:
@@ -175,8 +193,11 @@ def ancestors(instructions: list[Instruction], name: str) -> set[str]:
 def parameter_dependencies(instructions: list[Instruction], name: str) -> set[int]:
   """The entry-parameter numbers that instruction ``name`` transitively reads."""
   by_name = {instruction.name: instruction for instruction in instructions}
-  return {by_name[ancestor].parameter_number for ancestor in ancestors(instructions, name)
-          if by_name[ancestor].opcode == "parameter"}
+  return {
+    by_name[ancestor].parameter_number
+    for ancestor in ancestors(instructions, name)
+    if by_name[ancestor].opcode == "parameter"
+  }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,20 +233,27 @@ def all_reduces(hlo_text: str) -> list[AllReduce]:
   position = {instruction.name: index for index, instruction in enumerate(instructions)}
   found = []
   for instruction in instructions:
-    wrapped = (instruction.opcode == "async-start"
-               and "all-reduce" in called_opcodes.get(instruction.called or "", set()))
+    wrapped = instruction.opcode == "async-start" and "all-reduce" in called_opcodes.get(
+      instruction.called or "", set()
+    )
     if instruction.opcode not in ALL_REDUCE_OPCODES and not wrapped:
       continue
     asynchronous = instruction.opcode == "all-reduce-start" or wrapped
     done_opcode = "async-done" if wrapped else "all-reduce-done"
     in_flight: tuple[str, ...] = ()
     if asynchronous:
-      done = next((other for other in instructions
-                   if other.opcode == done_opcode and instruction.name in other.operands), None)
+      done = next(
+        (other for other in instructions if other.opcode == done_opcode and instruction.name in other.operands), None
+      )
       if done is not None:
-        between = instructions[position[instruction.name] + 1:position[done.name]]
+        between = instructions[position[instruction.name] + 1 : position[done.name]]
         in_flight = tuple(other.name for other in between if other.opcode in COMPUTE_OPCODES)
-    found.append(AllReduce(name=instruction.name, asynchronous=asynchronous,
-                           parameters=frozenset(parameter_dependencies(instructions, instruction.name)),
-                           compute_while_in_flight=in_flight))
+    found.append(
+      AllReduce(
+        name=instruction.name,
+        asynchronous=asynchronous,
+        parameters=frozenset(parameter_dependencies(instructions, instruction.name)),
+        compute_while_in_flight=in_flight,
+      )
+    )
   return found

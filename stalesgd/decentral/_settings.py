@@ -65,8 +65,9 @@ class DCS3GDConfig:
     if not _is_number(self.eps) or self.eps <= 0:
       raise ValueError(f"eps={self.eps!r} must be a number > 0")
     if self.eager and self.staleness == 0:
-      raise ValueError("eager=True needs staleness >= 1 (there is no pending update at staleness=0); "
-                       f"got staleness={self.staleness}")
+      raise ValueError(
+        f"eager=True needs staleness >= 1 (there is no pending update at staleness=0); got staleness={self.staleness}"
+      )
     if not isinstance(self.axis_name, str) or not self.axis_name:
       raise ValueError(f"axis_name={self.axis_name!r} must be a non-empty string")
 
@@ -118,13 +119,18 @@ def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
   row = schedule.protocol_row(protocol)
   config = DCS3GDConfig(**{**row.fixed_settings, **overrides})
   if not row.corrects and config.corrects:
-    raise ValueError(f"protocol={protocol!r} has no correction; got dc_lambda={config.dc_lambda!r} "
-                     f"(use protocol={schedule.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r})")
+    raise ValueError(
+      f"protocol={protocol!r} has no correction; got dc_lambda={config.dc_lambda!r} "
+      f"(use protocol={schedule.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r})"
+    )
   fixed_staleness = row.fixed_settings.get("staleness")
   if fixed_staleness is not None and config.staleness != fixed_staleness:
-    raise ValueError(f"protocol={protocol!r} is synchronous; got staleness={config.staleness} "
-                     "(use protocol='s3gd' or 'dcs3gd')")
+    raise ValueError(
+      f"protocol={protocol!r} is synchronous; got staleness={config.staleness} (use protocol='s3gd' or 'dcs3gd')"
+    )
   if fixed_staleness is None and not row.corrects and config.staleness == 0:  # that is allreduce_sync
-    raise ValueError(f"protocol={protocol!r} is stale-synchronous and needs staleness >= 1; got staleness=0 "
-                     "(use protocol='allreduce_sync')")
+    raise ValueError(
+      f"protocol={protocol!r} is stale-synchronous and needs staleness >= 1; got staleness=0 "
+      "(use protocol='allreduce_sync')"
+    )
   return config

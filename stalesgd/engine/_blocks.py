@@ -127,8 +127,19 @@ class BlockPlan:
     slot_timestamp = np.concatenate([timestamp.reshape(-1), np.full(padding, first, np.int32)])
     slot_learner = np.concatenate([learner.reshape(-1), np.zeros(padding, np.int32)])
     slot_batch_index = np.concatenate([batch_index.reshape(-1), np.zeros(padding, np.int64)])
-    return Block(index, first, count, row_valid, timestamp, staleness, learner, batch_index,
-                slot_timestamp, slot_learner, slot_batch_index)
+    return Block(
+      index,
+      first,
+      count,
+      row_valid,
+      timestamp,
+      staleness,
+      learner,
+      batch_index,
+      slot_timestamp,
+      slot_learner,
+      slot_batch_index,
+    )
 
 
 def block_starting_at(starts: np.ndarray, update: int) -> int:
@@ -142,8 +153,9 @@ def block_starting_at(starts: np.ndarray, update: int) -> int:
   index = int(np.searchsorted(starts, update))
   if index >= starts.shape[0] or starts[index] != update:
     raise ValueError(
-        f"update={update} is not the first update of a block of this plan; a run can only stop and resume at "
-        "block boundaries, so the schedule or plan differs from the one the run was saved with")
+      f"update={update} is not the first update of a block of this plan; a run can only stop and resume at "
+      "block boundaries, so the schedule or plan differs from the one the run was saved with"
+    )
   return index
 
 
@@ -186,8 +198,9 @@ def _padded_slots(rows: int, contributions: int, num_devices: int) -> int:
   return -(-slots // num_devices) * num_devices
 
 
-def plan_blocks(schedule: Schedule, *, num_devices: int = 1, rows_per_block: int | None = None,
-               max_slots_per_device: int | None = 32) -> BlockPlan:
+def plan_blocks(
+  schedule: Schedule, *, num_devices: int = 1, rows_per_block: int | None = None, max_slots_per_device: int | None = 32
+) -> BlockPlan:
   """Cuts ``schedule`` into fixed-shape blocks for ``num_devices`` devices.
 
   Args:
@@ -213,13 +226,17 @@ def plan_blocks(schedule: Schedule, *, num_devices: int = 1, rows_per_block: int
     rows_per_block = _best_rows_per_block(reach, contributions, num_devices, max_slots_per_device)
   elif rows_per_block < 1:
     raise ValueError(f"rows_per_block must be >= 1, got {rows_per_block}")
-  return BlockPlan(schedule=schedule, rows_per_block=rows_per_block,
-                  slots_per_block=_padded_slots(rows_per_block, contributions, num_devices),
-                  block_starts=_greedy_starts(reach, rows_per_block))
+  return BlockPlan(
+    schedule=schedule,
+    rows_per_block=rows_per_block,
+    slots_per_block=_padded_slots(rows_per_block, contributions, num_devices),
+    block_starts=_greedy_starts(reach, rows_per_block),
+  )
 
 
-def _best_rows_per_block(reach: np.ndarray, contributions: int, num_devices: int,
-                        max_slots_per_device: int | None) -> int:
+def _best_rows_per_block(
+  reach: np.ndarray, contributions: int, num_devices: int, max_slots_per_device: int | None
+) -> int:
   prefix = reach[:_SCORING_PREFIX_UPDATES]
   prefix = np.minimum(prefix, prefix.shape[0])
   longest = int((prefix - np.arange(prefix.shape[0])).max())

@@ -40,8 +40,8 @@ own devices.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Callable, Iterator, NamedTuple
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -50,11 +50,11 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd import transforms
-from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.engine import _ring_buffer as ring_buffer
 from stalesgd.engine._blocks import Block, BlockPlan, plan_blocks
+from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.schedule._schedule_arrays import Schedule
 
 PyTree = Any
@@ -125,22 +125,29 @@ class Engine:
     state = engine.run(state, plan, batch_fn)
   """
 
-  def __init__(self, loss_fn: LossFn, optimizer: optax.GradientTransformation, *,
-               has_aux: bool = False, mesh: jax.sharding.Mesh | None = None,
-               axis_name: str | None = None, gradient_strategy: str | None = None):
+  def __init__(
+    self,
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    *,
+    has_aux: bool = False,
+    mesh: jax.sharding.Mesh | None = None,
+    axis_name: str | None = None,
+    gradient_strategy: str | None = None,
+  ):
     """Args:
-      loss_fn: ``loss_fn(params, batch) -> loss`` (or ``(loss, aux)`` with
-        ``has_aux=True``) for one contribution's mini-batch.
-      optimizer: the server optimizer; receives stacks of c contributions
-        with extra args ``staleness``, ``stale_params`` and ``learner`` and
-        must reduce the stack (e.g. end its per-contribution part with
-        `stalesgd.average_contributions()`).
-      has_aux: whether ``loss_fn`` returns ``(loss, aux)``.
-      mesh: a 1-D mesh; by default all devices of all processes.
-      axis_name: the mesh axis gradients are spread over (the mesh's only axis
-        by default).
-      gradient_strategy: "unroll" (one gradient call per slot) or "vmap";
-        by default the faster one for the backend.
+    loss_fn: ``loss_fn(params, batch) -> loss`` (or ``(loss, aux)`` with
+      ``has_aux=True``) for one contribution's mini-batch.
+    optimizer: the server optimizer; receives stacks of c contributions
+      with extra args ``staleness``, ``stale_params`` and ``learner`` and
+      must reduce the stack (e.g. end its per-contribution part with
+      `stalesgd.average_contributions()`).
+    has_aux: whether ``loss_fn`` returns ``(loss, aux)``.
+    mesh: a 1-D mesh; by default all devices of all processes.
+    axis_name: the mesh axis gradients are spread over (the mesh's only axis
+      by default).
+    gradient_strategy: "unroll" (one gradient call per slot) or "vmap";
+      by default the faster one for the backend.
     """
     self.loss_fn = loss_fn
     self.optimizer = optimizer
@@ -175,20 +182,24 @@ class Engine:
     and hold 1/N of the ring buffer, instead of N redundant copies.
     """
     spec = [None] * len(shape)
-    candidates = [(size, axis) for axis, size in enumerate(shape) if axis >= leading
-                  and size >= self.num_devices and size % self.num_devices == 0]
+    candidates = [
+      (size, axis)
+      for axis, size in enumerate(shape)
+      if axis >= leading and size >= self.num_devices and size % self.num_devices == 0
+    ]
     if candidates and self.num_devices > 1:
       spec[max(candidates)[1]] = self.axis_name
     return NamedSharding(self.mesh, P(*spec))
 
   def state_shardings(self, state: EngineState) -> EngineState:
     """The sharding of every leaf of an engine state (or of its abstract shapes)."""
-    by_shape = lambda leading: (lambda leaf: self._parameter_sharding(np.shape(leaf), leading))
+    by_shape = lambda leading: lambda leaf: self._parameter_sharding(np.shape(leaf), leading)
     return EngineState(
-        params=jax.tree_util.tree_map(by_shape(0), state.params),
-        opt_state=jax.tree_util.tree_map(by_shape(0), state.opt_state),
-        ring=jax.tree_util.tree_map(by_shape(1), state.ring),
-        step=self._replicated)
+      params=jax.tree_util.tree_map(by_shape(0), state.params),
+      opt_state=jax.tree_util.tree_map(by_shape(0), state.opt_state),
+      ring=jax.tree_util.tree_map(by_shape(1), state.ring),
+      step=self._replicated,
+    )
 
   # ---------------------------------------------------------------- planning
   def plan(self, schedule: Schedule, **options) -> BlockPlan:
@@ -229,38 +240,47 @@ class Engine:
       if isinstance(leaf, jax.Array) and leaf.sharding == self._replicated:
         return leaf
       return sharding_lib.global_array(jax.device_get(leaf), self._replicated)
+
     return jax.tree_util.tree_map(put, tree)
 
   @staticmethod
   def _check_history(depth: int, staleness: int, what: str) -> None:
     if staleness + 1 > depth:
       raise ValueError(
-          f"{what} applies gradients with staleness up to {staleness}, which needs the last {staleness + 1} "
-          f"weight versions, but the ring buffer holds ring_depth={depth}; use ring_depth >= {staleness + 1}")
+        f"{what} applies gradients with staleness up to {staleness}, which needs the last {staleness + 1} "
+        f"weight versions, but the ring buffer holds ring_depth={depth}; use ring_depth >= {staleness + 1}"
+      )
 
   def _check_optimizer(self, params: PyTree, contributions: int) -> None:
     """Rejects, before compiling, an optimizer that does not reduce a stack."""
     shapes = jax.tree_util.tree_map(lambda p: jax.ShapeDtypeStruct(np.shape(p), jnp.result_type(p)), params)
-    stacked = jax.tree_util.tree_map(
-        lambda s: jax.ShapeDtypeStruct((contributions,) + s.shape, s.dtype), shapes)
+    stacked = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct((contributions,) + s.shape, s.dtype), shapes)
 
     def update(grads, stale):
       params = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-      return self.optimizer.update(grads, self.optimizer.init(params), params,
-                                   staleness=jnp.zeros((contributions,), jnp.int32),
-                                   stale_params=stale, learner=jnp.zeros((contributions,), jnp.int32))[0]
+      return self.optimizer.update(
+        grads,
+        self.optimizer.init(params),
+        params,
+        staleness=jnp.zeros((contributions,), jnp.int32),
+        stale_params=stale,
+        learner=jnp.zeros((contributions,), jnp.int32),
+      )[0]
 
     out = jax.eval_shape(update, stacked, stacked)
     mismatched = [
-        jax.tree_util.keystr(path) for (path, o), s in zip(
-            jax.tree_util.tree_flatten_with_path(out)[0], jax.tree_util.tree_leaves(shapes)) if o.shape != s.shape]
+      jax.tree_util.keystr(path)
+      for (path, o), s in zip(jax.tree_util.tree_flatten_with_path(out)[0], jax.tree_util.tree_leaves(shapes))
+      if o.shape != s.shape
+    ]
     if mismatched:
       raise ValueError(
-          "the optimizer returned updates with a leading contribution axis (e.g. for "
-          f"{mismatched[0]}): the engine passes stacks of c={contributions} gradients, so the optimizer must "
-          "reduce them; put stalesgd.average_contributions() after the per-contribution transforms, e.g. "
-          "optax.chain(stalesgd.scale_by_staleness('inverse'), stalesgd.average_contributions(), "
-          "optax.sgd(lr)), or use stalesgd.staleness_aware_sgd / stalesgd.dc_asgd")
+        "the optimizer returned updates with a leading contribution axis (e.g. for "
+        f"{mismatched[0]}): the engine passes stacks of c={contributions} gradients, so the optimizer must "
+        "reduce them; put stalesgd.average_contributions() after the per-contribution transforms, e.g. "
+        "optax.chain(stalesgd.scale_by_staleness('inverse'), stalesgd.average_contributions(), "
+        "optax.sgd(lr)), or use stalesgd.staleness_aware_sgd / stalesgd.dc_asgd"
+      )
 
   # -------------------------------------------------------------------- step
   def _gradients(self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, batch: PyTree):
@@ -281,17 +301,20 @@ class Engine:
         return jax.vmap(one)(weights, local_batch)
       slots = jax.tree_util.tree_leaves(weights)[0].shape[0]
       results = [
-          one(jax.tree_util.tree_map(lambda leaf: leaf[i], weights),
-              jax.tree_util.tree_map(lambda leaf: leaf[i], local_batch))
-          for i in range(slots)]
+        one(
+          jax.tree_util.tree_map(lambda leaf: leaf[i], weights),
+          jax.tree_util.tree_map(lambda leaf: leaf[i], local_batch),
+        )
+        for i in range(slots)
+      ]
       return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *results)
 
     weights = jax.lax.with_sharding_constraint(ring_buffer.ring_read(ring, slot_timestamp), self._split)
-    return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(axis), P(axis)),
-                         out_specs=(P(axis), P(axis)))(weights, batch)
+    return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(axis), P(axis)), out_specs=(P(axis), P(axis)))(
+      weights, batch
+    )
 
-  def _block_step_impl(self, state: EngineState, num_updates, timestamp, staleness, learner,
-                      slot_timestamp, batch):
+  def _block_step_impl(self, state: EngineState, num_updates, timestamp, staleness, learner, slot_timestamp, batch):
     rows, contributions = timestamp.shape
     losses, grads = self._gradients(state.ring, slot_timestamp, batch)
 
@@ -299,11 +322,11 @@ class Engine:
       # From "each device holds some slots" to "each device holds a slice of
       # every slot's parameters" (an all-to-all), like the server state.
       leaf = jax.lax.with_sharding_constraint(leaf, self._parameter_sharding(leaf.shape, leading=1))
-      leaf = leaf[:rows * contributions].reshape((rows, contributions) + leaf.shape[1:])
+      leaf = leaf[: rows * contributions].reshape((rows, contributions) + leaf.shape[1:])
       return jax.lax.with_sharding_constraint(leaf, self._parameter_sharding(leaf.shape, leading=2))
 
     grads = jax.tree_util.tree_map(by_row, grads)
-    losses = jax.lax.with_sharding_constraint(losses, self._replicated)[:rows * contributions]
+    losses = jax.lax.with_sharding_constraint(losses, self._replicated)[: rows * contributions]
     losses = losses.reshape(rows, contributions)
 
     def apply_update(row, carry):
@@ -313,8 +336,8 @@ class Engine:
       row_grads = jax.tree_util.tree_map(lambda leaf: leaf[row], grads)
       stale_params = ring_buffer.ring_read(ring, timestamp[row])
       updates, opt_state = self.optimizer.update(
-          row_grads, opt_state, params, staleness=staleness[row], stale_params=stale_params,
-          learner=learner[row])
+        row_grads, opt_state, params, staleness=staleness[row], stale_params=stale_params, learner=learner[row]
+      )
       params = optax.apply_updates(params, updates)
       step = step + 1
       ring = ring_buffer.ring_write(ring, step, params)
@@ -332,22 +355,25 @@ class Engine:
     """The block's mini-batches as global arrays split over the learner axis."""
     return sharding_lib.rows_from_batch_fn(batch_fn, block.slot_learner, block.slot_batch_index, self._split)
 
-  def step(self, state: EngineState, plan: BlockPlan, block_index: int, batch_fn: BatchFn
-           ) -> tuple[EngineState, BlockMetrics]:
+  def step(
+    self, state: EngineState, plan: BlockPlan, block_index: int, batch_fn: BatchFn
+  ) -> tuple[EngineState, BlockMetrics]:
     """Executes block ``block_index`` of ``plan`` (asynchronously dispatched)."""
     block = plan.block(block_index)
-    self._check_history(ring_buffer.ring_depth(state.ring), int(block.staleness.max(initial=0)),
-                        f"block {block_index}")
+    self._check_history(ring_buffer.ring_depth(state.ring), int(block.staleness.max(initial=0)), f"block {block_index}")
     batch = self.make_batch(batch_fn, block)
-    block_inputs = [sharding_lib.global_array(host, self._replicated)
-                   for host in (np.int32(block.num_updates), block.timestamp, block.staleness, block.learner)]
+    block_inputs = [
+      sharding_lib.global_array(host, self._replicated)
+      for host in (np.int32(block.num_updates), block.timestamp, block.staleness, block.learner)
+    ]
     slot_timestamp = sharding_lib.global_array(block.slot_timestamp, self._split)
     state, metrics = self._block_step(state, *block_inputs, slot_timestamp, batch)
     self._dispatch.dispatched(metrics.lr_scale)
     return state, metrics
 
-  def iterate(self, state: EngineState, plan: BlockPlan, batch_fn: BatchFn, *, start_block: int = 0,
-              stop_block: int | None = None) -> Iterator[tuple[int, EngineState, BlockMetrics]]:
+  def iterate(
+    self, state: EngineState, plan: BlockPlan, batch_fn: BatchFn, *, start_block: int = 0, stop_block: int | None = None
+  ) -> Iterator[tuple[int, EngineState, BlockMetrics]]:
     """Yields ``(block_index, state, metrics)`` after dispatching each block.
 
     Dispatch is asynchronous: the host prepares the next block's batches while
@@ -363,4 +389,3 @@ class Engine:
     for _, state, _ in self.iterate(state, plan, batch_fn, **iterate_options):
       pass
     return state
-

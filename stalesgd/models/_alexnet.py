@@ -55,12 +55,27 @@ class AlexNet(nn.Module):
   groups: int = 2
   dropout_rate: float = 0.0
 
-  def _conv(self, features: int, kernel: int, name: str, *, stride: int = 1, pad: int = 0,
-            grouped: bool = False, bias: float = 0.0) -> nn.Conv:
-    return nn.Conv(features, (kernel, kernel), strides=stride, padding=pad,
-                   feature_group_count=self.groups if grouped else 1,
-                   kernel_init=nn.initializers.normal(0.01),
-                   bias_init=nn.initializers.constant(bias), name=name)
+  def _conv(
+    self,
+    features: int,
+    kernel: int,
+    name: str,
+    *,
+    stride: int = 1,
+    pad: int = 0,
+    grouped: bool = False,
+    bias: float = 0.0,
+  ) -> nn.Conv:
+    return nn.Conv(
+      features,
+      (kernel, kernel),
+      strides=stride,
+      padding=pad,
+      feature_group_count=self.groups if grouped else 1,
+      kernel_init=nn.initializers.normal(0.01),
+      bias_init=nn.initializers.constant(bias),
+      name=name,
+    )
 
   def _lrn(self, x: jax.Array) -> jax.Array:
     return lrn_across_channels(x, local_size=LRN_SIZE, alpha=LRN_ALPHA, beta=LRN_BETA)
@@ -76,8 +91,11 @@ class AlexNet(nn.Module):
     x = nn.relu(self._conv(256, 3, "conv5", pad=1, grouped=True, bias=POSITIVE_BIAS)(x))
     x = caffe_max_pool(x, 3, 2).reshape(x.shape[0], -1)
     for name in ("fc6", "fc7"):
-      x = nn.relu(nn.Dense(4096, kernel_init=nn.initializers.normal(0.005),
-                           bias_init=nn.initializers.constant(POSITIVE_BIAS), name=name)(x))
+      x = nn.relu(
+        nn.Dense(
+          4096, kernel_init=nn.initializers.normal(0.005), bias_init=nn.initializers.constant(POSITIVE_BIAS), name=name
+        )(x)
+      )
       if self.dropout_rate:
         x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
     return nn.Dense(self.num_classes, kernel_init=nn.initializers.normal(0.01), name="fc8")(x)
@@ -105,7 +123,12 @@ def alexnet(*, num_classes: int = 1000, groups: int = 2, dropout_rate: float = 0
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"dropout_rate must lie in [0, 1); got {dropout_rate!r}")
   module = AlexNet(num_classes=num_classes, groups=groups, dropout_rate=dropout_rate)
-  return ModelSpec(name="alexnet", module=module, num_classes=num_classes,
-                   default_image_shape=(227, 227, 3),
-                   learning_rate_rule=caffe_learning_rate_multiplier,
-                   weight_decay_rule=alexnet_weight_decay_multiplier, uses_dropout=dropout_rate > 0)
+  return ModelSpec(
+    name="alexnet",
+    module=module,
+    num_classes=num_classes,
+    default_image_shape=(227, 227, 3),
+    learning_rate_rule=caffe_learning_rate_multiplier,
+    weight_decay_rule=alexnet_weight_decay_multiplier,
+    uses_dropout=dropout_rate > 0,
+  )

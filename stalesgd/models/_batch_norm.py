@@ -47,8 +47,7 @@ class BatchNorm(nn.Module):
       if self.is_mutable_collection(MOMENTS_COLLECTION):
         values_per_channel = x.size // features
         self.put_variable(MOMENTS_COLLECTION, "mean", mean)
-        self.put_variable(MOMENTS_COLLECTION, "var",
-                          var * values_per_channel / max(values_per_channel - 1, 1))
+        self.put_variable(MOMENTS_COLLECTION, "var", var * values_per_channel / max(values_per_channel - 1, 1))
     else:
       mean = self.variable("batch_stats", "mean", jnp.zeros, (features,), jnp.float32).value
       var = self.variable("batch_stats", "var", jnp.ones, (features,), jnp.float32).value

@@ -43,8 +43,9 @@ def caffe_pooled_size(size: int, window: int, stride: int, pad: int = 0) -> int:
   """
   if window < 1 or stride < 1 or pad < 0 or pad >= window:
     raise ValueError(
-        f"caffe pooling needs window >= 1, stride >= 1 and 0 <= pad < window; got window={window}, "
-        f"stride={stride}, pad={pad}")
+      f"caffe pooling needs window >= 1, stride >= 1 and 0 <= pad < window; got window={window}, "
+      f"stride={stride}, pad={pad}"
+    )
   if size + 2 * pad < window:
     raise ValueError(f"size={size} (with pad={pad}) is smaller than the pooling window={window}")
   pooled = math.ceil((size + 2 * pad - window) / stride) + 1
@@ -70,8 +71,12 @@ def _window_args(images: jax.Array, window: int, stride: int, pad: int):
   if images.ndim != 4:
     raise ValueError(f"pooling expects images [batch, height, width, channels]; got shape {images.shape}")
   height, width = images.shape[1], images.shape[2]
-  padding = ((0, 0), _reduce_window_padding(height, window, stride, pad),
-             _reduce_window_padding(width, window, stride, pad), (0, 0))
+  padding = (
+    (0, 0),
+    _reduce_window_padding(height, window, stride, pad),
+    _reduce_window_padding(width, window, stride, pad),
+    (0, 0),
+  )
   return (1, window, window, 1), (1, stride, stride, 1), padding
 
 
@@ -107,6 +112,7 @@ def caffe_avg_pool(images: jax.Array, window: int, stride: int, pad: int = 0) ->
   """
   dims, strides, padding = _window_args(images, window, stride, pad)
   sums = lax.reduce_window(images, np.array(0, images.dtype), lax.add, dims, strides, padding)
-  divisors = np.outer(_average_divisors(images.shape[1], window, stride, pad),
-                      _average_divisors(images.shape[2], window, stride, pad))
+  divisors = np.outer(
+    _average_divisors(images.shape[1], window, stride, pad), _average_divisors(images.shape[2], window, stride, pad)
+  )
   return sums / jnp.asarray(divisors[None, :, :, None], images.dtype)

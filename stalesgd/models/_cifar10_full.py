@@ -49,8 +49,7 @@ class Cifar10Full(nn.Module):
   num_classes: int = 10
 
   def _conv(self, features: int, std: float, name: str) -> nn.Conv:
-    return nn.Conv(features, (5, 5), padding=((2, 2), (2, 2)),
-                   kernel_init=nn.initializers.normal(std), name=name)
+    return nn.Conv(features, (5, 5), padding=((2, 2), (2, 2)), kernel_init=nn.initializers.normal(std), name=name)
 
   def _lrn(self, x: jax.Array) -> jax.Array:
     return lrn_within_channel(x, local_size=LRN_SIZE, alpha=LRN_ALPHA, beta=LRN_BETA)
@@ -65,8 +64,7 @@ class Cifar10Full(nn.Module):
     x = self._conv(64, 0.01, "conv3")(x)
     x = caffe_avg_pool(nn.relu(x), 3, 2)
     x = x.reshape(x.shape[0], -1)
-    return nn.Dense(self.num_classes, kernel_init=nn.initializers.normal(0.01),
-                    name=CLASSIFIER_NAME)(x)
+    return nn.Dense(self.num_classes, kernel_init=nn.initializers.normal(0.01), name=CLASSIFIER_NAME)(x)
 
 
 def caffe_learning_rate_multiplier(path: tuple[str, ...]) -> float:
@@ -98,6 +96,10 @@ def cifar10_full(*, num_classes: int = 10) -> ModelSpec:
     The `ModelSpec`, with Caffe's per-layer multipliers.
   """
   return ModelSpec(
-      name="cifar10_full", module=Cifar10Full(num_classes=num_classes), num_classes=num_classes,
-      default_image_shape=(32, 32, 3), learning_rate_rule=cifar10_full_learning_rate_multiplier,
-      weight_decay_rule=cifar10_full_weight_decay_multiplier)
+    name="cifar10_full",
+    module=Cifar10Full(num_classes=num_classes),
+    num_classes=num_classes,
+    default_image_shape=(32, 32, 3),
+    learning_rate_rule=cifar10_full_learning_rate_multiplier,
+    weight_decay_rule=cifar10_full_weight_decay_multiplier,
+  )

@@ -43,8 +43,7 @@ def lrn_within_channel(x: jax.Array, *, local_size: int, alpha: float, beta: flo
   return x * (1.0 + alpha * mean_square) ** (-beta)
 
 
-def lrn_across_channels(x: jax.Array, *, local_size: int, alpha: float, beta: float,
-                        k: float = 1.0) -> jax.Array:
+def lrn_across_channels(x: jax.Array, *, local_size: int, alpha: float, beta: float, k: float = 1.0) -> jax.Array:
   """Caffe ``ACROSS_CHANNELS`` LRN: y = x (k + alpha/n sum_{n channels} x^2)^-beta.
 
   Args:
@@ -59,6 +58,7 @@ def lrn_across_channels(x: jax.Array, *, local_size: int, alpha: float, beta: fl
   """
   _check(local_size)
   half = (local_size - 1) // 2
-  sum_square = lax.reduce_window(x * x, np.array(0, x.dtype), lax.add, (1, 1, 1, local_size),
-                                 (1, 1, 1, 1), ((0, 0), (0, 0), (0, 0), (half, half)))
+  sum_square = lax.reduce_window(
+    x * x, np.array(0, x.dtype), lax.add, (1, 1, 1, local_size), (1, 1, 1, 1), ((0, 0), (0, 0), (0, 0), (half, half))
+  )
   return x * (k + (alpha / local_size) * sum_square) ** (-beta)

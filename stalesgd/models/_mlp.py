@@ -35,8 +35,9 @@ class MLP(nn.Module):
     return nn.Dense(self.num_classes, name="classifier")(x)
 
 
-def mlp(*, num_classes: int = 10, hidden_sizes: Sequence[int] = (256, 256),
-        image_shape: tuple[int, int, int] = (28, 28, 1)) -> ModelSpec:
+def mlp(
+  *, num_classes: int = 10, hidden_sizes: Sequence[int] = (256, 256), image_shape: tuple[int, int, int] = (28, 28, 1)
+) -> ModelSpec:
   """A ReLU MLP.
 
   Args:
@@ -50,5 +51,9 @@ def mlp(*, num_classes: int = 10, hidden_sizes: Sequence[int] = (256, 256),
   sizes = tuple(hidden_sizes)
   if not all(isinstance(width, int) and width > 0 for width in sizes):
     raise ValueError(f"hidden_sizes must be positive ints; got {hidden_sizes!r}")
-  return ModelSpec(name="mlp", module=MLP(hidden_sizes=sizes, num_classes=num_classes),
-                   num_classes=num_classes, default_image_shape=tuple(image_shape))
+  return ModelSpec(
+    name="mlp",
+    module=MLP(hidden_sizes=sizes, num_classes=num_classes),
+    num_classes=num_classes,
+    default_image_shape=tuple(image_shape),
+  )

@@ -21,15 +21,14 @@ from stalesgd.models._small_cnn import small_cnn
 from stalesgd.models._spec import ModelSpec
 
 _FACTORIES: dict[str, Callable[..., ModelSpec]] = {
-    "cifar10_full": cifar10_full,
-    "resnet_cifar": resnet_cifar,
-    **{f"resnet{depth}": functools.partial(resnet_cifar, depth=depth)
-       for depth in (20, 32, 44, 56, 110)},
-    "resnet_imagenet": resnet_imagenet,
-    **{f"resnet{depth}": functools.partial(resnet_imagenet, depth=depth) for depth in (50, 101, 152)},
-    "alexnet": alexnet,
-    "mlp": mlp,
-    "small_cnn": small_cnn,
+  "cifar10_full": cifar10_full,
+  "resnet_cifar": resnet_cifar,
+  **{f"resnet{depth}": functools.partial(resnet_cifar, depth=depth) for depth in (20, 32, 44, 56, 110)},
+  "resnet_imagenet": resnet_imagenet,
+  **{f"resnet{depth}": functools.partial(resnet_imagenet, depth=depth) for depth in (50, 101, 152)},
+  "alexnet": alexnet,
+  "mlp": mlp,
+  "small_cnn": small_cnn,
 }
 
 
@@ -40,8 +39,7 @@ def available_models() -> tuple[str, ...]:
 
 def _accepted_options(factory: Callable[..., ModelSpec]) -> set[str]:
   bound = factory.keywords if isinstance(factory, functools.partial) else {}
-  return {name for name in inspect.signature(factory).parameters
-          if name not in bound and name != "num_classes"}
+  return {name for name in inspect.signature(factory).parameters if name not in bound and name != "num_classes"}
 
 
 def get_model(name: str, *, num_classes: int, **kwargs: Any) -> ModelSpec:
@@ -66,6 +64,7 @@ def get_model(name: str, *, num_classes: int, **kwargs: Any) -> ModelSpec:
   accepted = _accepted_options(factory)
   unexpected = sorted(set(kwargs) - accepted)
   if unexpected:
-    raise ValueError(f"model {name!r} does not take option(s) {unexpected}; "
-                     f"its options are {sorted(accepted) or 'none'}")
+    raise ValueError(
+      f"model {name!r} does not take option(s) {unexpected}; its options are {sorted(accepted) or 'none'}"
+    )
   return factory(num_classes=num_classes, **kwargs)

@@ -54,7 +54,7 @@ class BasicBlock(nn.Module):
     y = BatchNorm(name="bn2")(y, train=train)
     if self.stride != 1 or x.shape[-1] != self.features:
       if self.shortcut == "A":
-        x = x[:, ::self.stride, ::self.stride, :]
+        x = x[:, :: self.stride, :: self.stride, :]
         x = jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, self.features - x.shape[-1])))
       else:
         x = conv(self.features, (1, 1), strides=self.stride, name="projection")(x)
@@ -77,14 +77,12 @@ class CifarResNet(nn.Module):
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
-    x = nn.Conv(STAGE_WIDTHS[0], (3, 3), padding=1, use_bias=False, kernel_init=he_normal,
-                name="conv_init")(images)
+    x = nn.Conv(STAGE_WIDTHS[0], (3, 3), padding=1, use_bias=False, kernel_init=he_normal, name="conv_init")(images)
     x = nn.relu(BatchNorm(name="bn_init")(x, train=train))
     for stage, features in enumerate(STAGE_WIDTHS):
       for block in range(self.blocks_per_stage):
         stride = 2 if stage > 0 and block == 0 else 1
-        x = BasicBlock(features, stride, self.shortcut,
-                       name=f"stage{stage + 1}_block{block + 1}")(x, train=train)
+        x = BasicBlock(features, stride, self.shortcut, name=f"stage{stage + 1}_block{block + 1}")(x, train=train)
     x = jnp.mean(x, axis=(1, 2))
     return nn.Dense(self.num_classes, name="classifier")(x)
 
@@ -105,5 +103,4 @@ def resnet_cifar(*, num_classes: int = 10, depth: int = 20, shortcut: str = "A")
   if shortcut not in SHORTCUT_OPTIONS:
     raise ValueError(f"shortcut must be one of {SHORTCUT_OPTIONS}; got {shortcut!r}")
   module = CifarResNet(blocks_per_stage=(depth - 2) // 6, num_classes=num_classes, shortcut=shortcut)
-  return ModelSpec(name=f"resnet{depth}", module=module, num_classes=num_classes,
-                   default_image_shape=(32, 32, 3))
+  return ModelSpec(name=f"resnet{depth}", module=module, num_classes=num_classes, default_image_shape=(32, 32, 3))

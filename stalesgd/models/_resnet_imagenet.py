@@ -70,8 +70,9 @@ class ImageNetResNet(nn.Module):
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
-    x = nn.Conv(STAGE_WIDTHS[0], (7, 7), strides=2, padding=3, use_bias=False,
-                kernel_init=he_normal, name="conv_init")(images)
+    x = nn.Conv(STAGE_WIDTHS[0], (7, 7), strides=2, padding=3, use_bias=False, kernel_init=he_normal, name="conv_init")(
+      images
+    )
     x = nn.relu(BatchNorm(name="bn_init")(x, train=train))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     for stage, (width, blocks) in enumerate(zip(STAGE_WIDTHS, self.blocks_per_stage)):
@@ -95,5 +96,4 @@ def resnet_imagenet(*, num_classes: int = 1000, depth: int = 50) -> ModelSpec:
   if depth not in BLOCKS_PER_DEPTH:
     raise ValueError(f"depth must be one of {sorted(BLOCKS_PER_DEPTH)}; got {depth!r}")
   module = ImageNetResNet(blocks_per_stage=BLOCKS_PER_DEPTH[depth], num_classes=num_classes)
-  return ModelSpec(name=f"resnet{depth}", module=module, num_classes=num_classes,
-                   default_image_shape=(224, 224, 3))
+  return ModelSpec(name=f"resnet{depth}", module=module, num_classes=num_classes, default_image_shape=(224, 224, 3))

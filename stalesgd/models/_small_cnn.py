@@ -40,9 +40,13 @@ class SmallCNN(nn.Module):
     return nn.Dense(self.num_classes, name="classifier")(x)
 
 
-def small_cnn(*, num_classes: int = 10, conv_features: Sequence[int] = (32, 64),
-              dense_features: int = 128,
-              image_shape: tuple[int, int, int] = (28, 28, 1)) -> ModelSpec:
+def small_cnn(
+  *,
+  num_classes: int = 10,
+  conv_features: Sequence[int] = (32, 64),
+  dense_features: int = 128,
+  image_shape: tuple[int, int, int] = (28, 28, 1),
+) -> ModelSpec:
   """A two-block CNN for small images.
 
   Args:
@@ -60,5 +64,4 @@ def small_cnn(*, num_classes: int = 10, conv_features: Sequence[int] = (32, 64),
   if not isinstance(dense_features, int) or dense_features < 1:
     raise ValueError(f"dense_features must be a positive int; got {dense_features!r}")
   module = SmallCNN(conv_features=features, dense_features=dense_features, num_classes=num_classes)
-  return ModelSpec(name="small_cnn", module=module, num_classes=num_classes,
-                   default_image_shape=tuple(image_shape))
+  return ModelSpec(name="small_cnn", module=module, num_classes=num_classes, default_image_shape=tuple(image_shape))

@@ -104,8 +104,8 @@ class ModelSpec:
     # for deep models on a CPU.
     def init(rng: jax.Array, images: jax.Array) -> Variables:
       variables = self.module.init(rng, images, train=False)
-      return {collection: variables[collection] for collection in ("params", "batch_stats")
-              if collection in variables}
+      return {collection: variables[collection] for collection in ("params", "batch_stats") if collection in variables}
+
     return jax.jit(init)
 
   def parameter_shapes(self, image_shape: tuple[int, int, int] | None = None) -> Params:
@@ -140,9 +140,11 @@ class ModelSpec:
     rngs = {}
     if self.uses_dropout:
       if "dropout_seed" not in batch:
-        raise ValueError(f"model {self.name!r} uses dropout: its batches need a 'dropout_seed' "
-                         "(LearnerBatches(..., dropout_seeds=True)); got keys "
-                         f"{sorted(batch)}")
+        raise ValueError(
+          f"model {self.name!r} uses dropout: its batches need a 'dropout_seed' "
+          "(LearnerBatches(..., dropout_seeds=True)); got keys "
+          f"{sorted(batch)}"
+        )
       rngs["dropout"] = jax.random.key(batch["dropout_seed"])
     logits = self.module.apply({"params": params}, batch["image"], train=True, rngs=rngs)
     loss = optax.losses.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
@@ -160,8 +162,9 @@ class ModelSpec:
       logits [B, num_classes].
     """
     if self.has_batch_norm and not variables.get("batch_stats"):
-      raise ValueError(f"model {self.name!r} has batch norm: predict needs variables['batch_stats'] "
-                       "(from batch_stats_for_eval)")
+      raise ValueError(
+        f"model {self.name!r} has batch norm: predict needs variables['batch_stats'] (from batch_stats_for_eval)"
+      )
     used = {"params": variables["params"]}
     if self.has_batch_norm:
       used["batch_stats"] = variables["batch_stats"]
@@ -174,11 +177,12 @@ class ModelSpec:
     One program per batch, the addition included: eager additions of (possibly sharded) moments would queue
     one small multi-device program per leaf, the XLA:CPU hazard `batch_stats_for_eval` avoids.
     """
+
     def add_moments(total: Any, params: Params, images: jax.Array) -> Any:
-      _, state = self.module.apply({"params": params}, images, train=True,
-                                   mutable=[MOMENTS_COLLECTION])
+      _, state = self.module.apply({"params": params}, images, train=True, mutable=[MOMENTS_COLLECTION])
       moments = state[MOMENTS_COLLECTION]
       return moments if total is None else jax.tree.map(jnp.add, total, moments)
+
     return jax.jit(add_moments)
 
   def batch_stats_for_eval(self, params: Params, batches: Iterable[Batch]) -> Any:
@@ -214,10 +218,8 @@ class ModelSpec:
 
   def learning_rate_multipliers(self, params: Params) -> Any:
     """Per-parameter learning-rate multipliers, a pytree of floats like ``params``."""
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: float(self.learning_rate_rule(_path_names(path))), params)
+    return jax.tree_util.tree_map_with_path(lambda path, _: float(self.learning_rate_rule(_path_names(path))), params)
 
   def weight_decay_multipliers(self, params: Params) -> Any:
     """Per-parameter weight-decay multipliers, a pytree of floats like ``params``."""
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: float(self.weight_decay_rule(_path_names(path))), params)
+    return jax.tree_util.tree_map_with_path(lambda path, _: float(self.weight_decay_rule(_path_names(path))), params)

@@ -8,17 +8,18 @@
   unbounded device memory.
 """
 
-from stalesgd.parallel._dispatch import DEFAULT_MAX_IN_FLIGHT
-from stalesgd.parallel._dispatch import DispatchLimiter
-from stalesgd.parallel._sharding import LEARNERS_AXIS
-from stalesgd.parallel._sharding import addressable_learners
-from stalesgd.parallel._sharding import from_local_rows
-from stalesgd.parallel._sharding import global_array
-from stalesgd.parallel._sharding import learner_mesh
-from stalesgd.parallel._sharding import local_learner_values
-from stalesgd.parallel._sharding import local_row_range
-from stalesgd.parallel._sharding import rows_from_batch_fn
-from stalesgd.parallel._sharding import stack_learners
+from stalesgd.parallel._dispatch import DEFAULT_MAX_IN_FLIGHT, DispatchLimiter
+from stalesgd.parallel._sharding import (
+  LEARNERS_AXIS,
+  addressable_learners,
+  from_local_rows,
+  global_array,
+  learner_mesh,
+  local_learner_values,
+  local_row_range,
+  rows_from_batch_fn,
+  stack_learners,
+)
 
 __all__ = [
   "DEFAULT_MAX_IN_FLIGHT",

@@ -75,8 +75,12 @@ def from_local_rows(local: np.ndarray, low: int, rows: int, sharding: NamedShard
   return jax.make_array_from_callback((rows,) + local.shape[1:], sharding, shard)
 
 
-def rows_from_batch_fn(batch_fn: Callable[[np.ndarray, np.ndarray], Any], learner: np.ndarray,
-                       batch_index: np.ndarray, sharding: NamedSharding) -> Any:
+def rows_from_batch_fn(
+  batch_fn: Callable[[np.ndarray, np.ndarray], Any],
+  learner: np.ndarray,
+  batch_index: np.ndarray,
+  sharding: NamedSharding,
+) -> Any:
   """Mini-batches for rows (learner[i], batch_index[i]) as global arrays split along the rows.
 
   Each process calls ``batch_fn`` once, with only the rows its own devices hold,
@@ -88,8 +92,10 @@ def rows_from_batch_fn(batch_fn: Callable[[np.ndarray, np.ndarray], Any], learne
 
   def to_global(leaf):
     if np.shape(leaf)[0] != high - low:
-      raise ValueError(f"batch_fn returned a leaf with leading axis {np.shape(leaf)[0]}, expected {high - low} "
-                       "(one entry per requested (learner, batch_index) pair)")
+      raise ValueError(
+        f"batch_fn returned a leaf with leading axis {np.shape(leaf)[0]}, expected {high - low} "
+        "(one entry per requested (learner, batch_index) pair)"
+      )
     return from_local_rows(leaf, low, rows, sharding)
 
   return jax.tree_util.tree_map(to_global, local)
@@ -103,8 +109,7 @@ def _check_one_dimensional(mesh: Mesh, axis_name: str) -> None:
 def addressable_learners(mesh: Mesh, axis_name: str = LEARNERS_AXIS) -> list[int]:
   """The learners (positions along ``axis_name`` of a 1-D mesh) whose devices this process holds, sorted."""
   _check_one_dimensional(mesh, axis_name)
-  return [learner for learner, device in enumerate(mesh.devices.flat)
-          if device.process_index == jax.process_index()]
+  return [learner for learner, device in enumerate(mesh.devices.flat) if device.process_index == jax.process_index()]
 
 
 def stack_learners(per_learner: Callable[[int], Any], mesh: Mesh, axis_name: str = LEARNERS_AXIS) -> Any:
@@ -128,8 +133,9 @@ def stack_learners(per_learner: Callable[[int], Any], mesh: Mesh, axis_name: str
   if not local:
     raise ValueError(f"mesh holds none of process {jax.process_index()}'s devices")
   learners = np.arange(mesh.size)
-  stack = lambda rows, _: jax.tree.map(lambda *leaves: np.stack([np.asarray(leaf) for leaf in leaves]),
-                                       *[per_learner(int(learner)) for learner in rows])
+  stack = lambda rows, _: jax.tree.map(
+    lambda *leaves: np.stack([np.asarray(leaf) for leaf in leaves]), *[per_learner(int(learner)) for learner in rows]
+  )
   return rows_from_batch_fn(stack, learners, learners, NamedSharding(mesh, PartitionSpec(axis_name)))
 
 

@@ -10,35 +10,36 @@ consumed, and when the update happened. It knows nothing about JAX or models.
 """
 
 from stalesgd.schedule._events import EventTrace
+from stalesgd.schedule._protocols import (
+  CORRECTED_DECENTRALIZED_PROTOCOLS,
+  DECENTRALIZED_PROTOCOLS,
+  EAGER_PROTOCOLS,
+  PARAMETER_SERVER_PROTOCOLS,
+  PROTOCOL_TABLE,
+  PROTOCOLS,
+  Option,
+  Protocol,
+  contributions_per_update,
+  protocol_row,
+  simulate,
+)
 from stalesgd.schedule._schedule_arrays import Schedule
-from stalesgd.schedule._protocols import CORRECTED_DECENTRALIZED_PROTOCOLS
-from stalesgd.schedule._protocols import DECENTRALIZED_PROTOCOLS
-from stalesgd.schedule._protocols import EAGER_PROTOCOLS
-from stalesgd.schedule._protocols import PARAMETER_SERVER_PROTOCOLS
-from stalesgd.schedule._protocols import PROTOCOL_TABLE
-from stalesgd.schedule._protocols import PROTOCOLS
-from stalesgd.schedule._protocols import Option
-from stalesgd.schedule._protocols import Protocol
-from stalesgd.schedule._protocols import contributions_per_update
-from stalesgd.schedule._protocols import protocol_row
-from stalesgd.schedule._protocols import simulate
-from stalesgd.schedule._timing import JITTERS
-from stalesgd.schedule._timing import TimingModel
+from stalesgd.schedule._timing import JITTERS, TimingModel
 
 __all__ = [
-    "CORRECTED_DECENTRALIZED_PROTOCOLS",
-    "DECENTRALIZED_PROTOCOLS",
-    "EAGER_PROTOCOLS",
-    "EventTrace",
-    "JITTERS",
-    "PARAMETER_SERVER_PROTOCOLS",
-    "PROTOCOLS",
-    "PROTOCOL_TABLE",
-    "Option",
-    "Protocol",
-    "Schedule",
-    "TimingModel",
-    "contributions_per_update",
-    "protocol_row",
-    "simulate",
+  "CORRECTED_DECENTRALIZED_PROTOCOLS",
+  "DECENTRALIZED_PROTOCOLS",
+  "EAGER_PROTOCOLS",
+  "EventTrace",
+  "JITTERS",
+  "PARAMETER_SERVER_PROTOCOLS",
+  "PROTOCOLS",
+  "PROTOCOL_TABLE",
+  "Option",
+  "Protocol",
+  "Schedule",
+  "TimingModel",
+  "contributions_per_update",
+  "protocol_row",
+  "simulate",
 ]

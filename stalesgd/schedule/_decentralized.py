@@ -38,16 +38,16 @@ from stalesgd.schedule._timing import TimingModel
 
 
 def simulate_allreduce(
-    *,
-    protocol: str,
-    learners: int,
-    num_updates: int,
-    timing: TimingModel,
-    seed: int,
-    staleness: int,
-    overlap: bool,
-    options: dict[str, Any],
-    progress: ProgressCallback | None = None,
+  *,
+  protocol: str,
+  learners: int,
+  num_updates: int,
+  timing: TimingModel,
+  seed: int,
+  staleness: int,
+  overlap: bool,
+  options: dict[str, Any],
+  progress: ProgressCallback | None = None,
 ) -> Schedule:
   """Simulates ``num_updates`` steps of M learners with all-reduce staleness S.
 
@@ -79,23 +79,25 @@ def simulate_allreduce(
   steps = np.arange(num_updates, dtype=np.int64)
   empty = np.zeros(0, dtype=np.int64)
   return Schedule(
-      protocol=protocol,
-      learners=learners,
-      learner=np.broadcast_to(np.arange(learners, dtype=np.int32), (num_updates, learners)).copy(),
-      timestamp=np.broadcast_to(np.maximum(steps - staleness, 0)[:, None], (num_updates, learners)).copy(),
-      batch_index=np.broadcast_to(steps[:, None], (num_updates, learners)).copy(),
-      update_time=update_time,
-      dropped_learner=empty.astype(np.int32),
-      dropped_timestamp=empty,
-      dropped_batch_index=empty,
-      dropped_at_update=empty,
-      learner_busy_time=compute.sum(axis=0),
-      total_time=float(update_time[-1]),
-      options=options)
+    protocol=protocol,
+    learners=learners,
+    learner=np.broadcast_to(np.arange(learners, dtype=np.int32), (num_updates, learners)).copy(),
+    timestamp=np.broadcast_to(np.maximum(steps - staleness, 0)[:, None], (num_updates, learners)).copy(),
+    batch_index=np.broadcast_to(steps[:, None], (num_updates, learners)).copy(),
+    update_time=update_time,
+    dropped_learner=empty.astype(np.int32),
+    dropped_timestamp=empty,
+    dropped_batch_index=empty,
+    dropped_at_update=empty,
+    learner_busy_time=compute.sum(axis=0),
+    total_time=float(update_time[-1]),
+    options=options,
+  )
 
 
 def _overlapped_step_ends(
-    compute: np.ndarray, allreduce: float, staleness: int, progress: ProgressCallback | None) -> np.ndarray:
+  compute: np.ndarray, allreduce: float, staleness: int, progress: ProgressCallback | None
+) -> np.ndarray:
   """max_i E[i, t] of the overlapped recurrence (module docstring), float64 [U]."""
   num_updates, learners = compute.shape
   finished = np.zeros(learners)

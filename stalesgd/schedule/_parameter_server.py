@@ -121,15 +121,15 @@ class ServerRule(abc.ABC):
 
 
 def run_parameter_server(
-    rule: ServerRule,
-    *,
-    protocol: str,
-    num_updates: int,
-    timing: TimingModel,
-    seed: int,
-    options: dict[str, Any],
-    record_events: bool = False,
-    progress: ProgressCallback | None = None,
+  rule: ServerRule,
+  *,
+  protocol: str,
+  num_updates: int,
+  timing: TimingModel,
+  seed: int,
+  options: dict[str, Any],
+  record_events: bool = False,
+  progress: ProgressCallback | None = None,
 ) -> Schedule:
   """Simulates learners and a server under ``rule`` until ``num_updates`` updates.
 
@@ -219,17 +219,18 @@ def _assemble(rule, protocol, num_updates, update_time, busy_time, total_time, o
   dropped = {name: np.array(column, dtype=np.int64) for name, column in rule.dropped.items()}
   events = events_lib.EventTrace.from_unsorted(*zip(*log)) if log else None
   return Schedule(
-      protocol=protocol,
-      learners=rule.learners,
-      learner=applied["learner"],
-      timestamp=applied["timestamp"],
-      batch_index=applied["batch_index"],
-      update_time=np.asarray(update_time, dtype=np.float64),
-      dropped_learner=dropped["learner"],
-      dropped_timestamp=dropped["timestamp"],
-      dropped_batch_index=dropped["batch_index"],
-      dropped_at_update=dropped["at_update"],
-      learner_busy_time=np.asarray(busy_time, dtype=np.float64),
-      total_time=total_time,
-      options=options,
-      events=events)
+    protocol=protocol,
+    learners=rule.learners,
+    learner=applied["learner"],
+    timestamp=applied["timestamp"],
+    batch_index=applied["batch_index"],
+    update_time=np.asarray(update_time, dtype=np.float64),
+    dropped_learner=dropped["learner"],
+    dropped_timestamp=dropped["timestamp"],
+    dropped_batch_index=dropped["batch_index"],
+    dropped_at_update=dropped["at_update"],
+    learner_busy_time=np.asarray(busy_time, dtype=np.float64),
+    total_time=total_time,
+    options=options,
+    events=events,
+  )

@@ -124,8 +124,9 @@ class Protocol:
 
   def config_options(self, config: Mapping[str, Any]) -> dict[str, Any]:
     """The simulator options a run config sets: ``{option: config[option.config_field]}``."""
-    return {name: config[option.config_field] for name, option in self.options.items()
-            if option.config_field is not None}
+    return {
+      name: config[option.config_field] for name, option in self.options.items() if option.config_field is not None
+    }
 
   def resolve(self, learners: int, given: Mapping[str, Any]) -> dict[str, Any]:
     """Checks ``given`` against the options and fills in defaults."""
@@ -146,23 +147,34 @@ class Protocol:
 
 
 _N = Option("n", low=1, high=lambda learners: learners, high_label="learners")
-_ALLREDUCE_STALENESS = {"staleness": Option("allreduce_staleness", default=1),
-                        "overlap": Option(None, low=None, default=True)}
+_ALLREDUCE_STALENESS = {
+  "staleness": Option("allreduce_staleness", default=1),
+  "overlap": Option(None, low=None, default=True),
+}
 _UNCORRECTED = {"dc_lambda": 0.0, "lambda_mode": "constant"}
 
-PROTOCOL_TABLE: dict[str, Protocol] = {row.name: row for row in (
+PROTOCOL_TABLE: dict[str, Protocol] = {
+  row.name: row
+  for row in (
     Protocol("hardsync", server=lambda learners: StaleSynchronousServer(learners, s=0)),
     Protocol("softsync", {"n": _N}, ArrivalOrderServer, label="{n}-softsync"),
     Protocol("async", server=lambda learners: ArrivalOrderServer(learners, n=learners)),
     Protocol("ssp", {"s": Option("ssp_bound")}, StaleSynchronousServer),
-    Protocol("backup", {"backup": Option("backup_workers", high=lambda learners: learners - 1,
-                                         high_label="learners - 1")}, BackupWorkerServer),
-    Protocol("drop_stale", {"max_staleness": Option("max_staleness"), "n": dataclasses.replace(_N, default=LEARNERS)},
-             ArrivalOrderServer),
+    Protocol(
+      "backup",
+      {"backup": Option("backup_workers", high=lambda learners: learners - 1, high_label="learners - 1")},
+      BackupWorkerServer,
+    ),
+    Protocol(
+      "drop_stale",
+      {"max_staleness": Option("max_staleness"), "n": dataclasses.replace(_N, default=LEARNERS)},
+      ArrivalOrderServer,
+    ),
     Protocol("allreduce_sync", fixed_settings={"staleness": 0, **_UNCORRECTED}),
     Protocol("s3gd", _ALLREDUCE_STALENESS, fixed_settings=_UNCORRECTED, eager=True),
     Protocol("dcs3gd", _ALLREDUCE_STALENESS, eager=True),
-)}
+  )
+}
 """Every protocol, by name (see the module docstring)."""
 
 PROTOCOLS = tuple(PROTOCOL_TABLE)
@@ -204,15 +216,15 @@ def contributions_per_update(protocol: str, *, learners: int, **protocol_options
 
 
 def simulate(
-    protocol: str,
-    *,
-    learners: int,
-    num_updates: int,
-    seed: int,
-    timing: TimingModel | None = None,
-    record_events: bool = False,
-    progress: ProgressCallback | None = None,
-    **protocol_options: Any,
+  protocol: str,
+  *,
+  learners: int,
+  num_updates: int,
+  seed: int,
+  timing: TimingModel | None = None,
+  record_events: bool = False,
+  progress: ProgressCallback | None = None,
+  **protocol_options: Any,
 ) -> Schedule:
   """Simulates a synchronization protocol and returns who computed what, when.
 
@@ -253,17 +265,30 @@ def simulate(
   if not isinstance(timing, TimingModel):
     raise ValueError(f"timing must be a TimingModel or None; got {type(timing).__name__}")
   timing.check_learners(learners)
-  provenance = json.loads(json.dumps(
-      {"protocol_options": options, "seed": seed, "timing": timing.to_dict()}))
+  provenance = json.loads(json.dumps({"protocol_options": options, "seed": seed, "timing": timing.to_dict()}))
   if not row.decentralized:
     return run_parameter_server(
-        row.server(learners, **options), protocol=protocol, num_updates=num_updates, timing=timing, seed=seed,
-        options=provenance, record_events=record_events, progress=progress)
-  if record_events:
-    raise ValueError(f"record_events is only available for {', '.join(PARAMETER_SERVER_PROTOCOLS)}; "
-                     f"got protocol={protocol!r}")
-  return simulate_allreduce(
-      protocol=protocol, learners=learners, num_updates=num_updates, timing=timing, seed=seed,
-      staleness=options.get("staleness", row.fixed_settings.get("staleness")), overlap=options.get("overlap", False),
+      row.server(learners, **options),
+      protocol=protocol,
+      num_updates=num_updates,
+      timing=timing,
+      seed=seed,
       options=provenance,
-      progress=progress)
+      record_events=record_events,
+      progress=progress,
+    )
+  if record_events:
+    raise ValueError(
+      f"record_events is only available for {', '.join(PARAMETER_SERVER_PROTOCOLS)}; got protocol={protocol!r}"
+    )
+  return simulate_allreduce(
+    protocol=protocol,
+    learners=learners,
+    num_updates=num_updates,
+    timing=timing,
+    seed=seed,
+    staleness=options.get("staleness", row.fixed_settings.get("staleness")),
+    overlap=options.get("overlap", False),
+    options=provenance,
+    progress=progress,
+  )

@@ -29,15 +29,15 @@ from stalesgd.schedule._events import EventTrace
 # (field, dtype, number of dimensions) of every array field, for validation
 # and serialisation.
 _ARRAY_FIELDS = (
-    ("learner", np.int32, 2),
-    ("timestamp", np.int64, 2),
-    ("batch_index", np.int64, 2),
-    ("update_time", np.float64, 1),
-    ("dropped_learner", np.int32, 1),
-    ("dropped_timestamp", np.int64, 1),
-    ("dropped_batch_index", np.int64, 1),
-    ("dropped_at_update", np.int64, 1),
-    ("learner_busy_time", np.float64, 1),
+  ("learner", np.int32, 2),
+  ("timestamp", np.int64, 2),
+  ("batch_index", np.int64, 2),
+  ("update_time", np.float64, 1),
+  ("dropped_learner", np.int32, 1),
+  ("dropped_timestamp", np.int64, 1),
+  ("dropped_batch_index", np.int64, 1),
+  ("dropped_at_update", np.int64, 1),
+  ("learner_busy_time", np.float64, 1),
 )
 _EVENT_PREFIX = "events_"
 
@@ -128,14 +128,16 @@ class Schedule:
         raise ValueError(f"Schedule.{name} must have shape {dropped}; got {getattr(self, name).shape}")
     if self.learner_busy_time.shape != (self.learners,):
       raise ValueError(
-          f"Schedule.learner_busy_time must have shape ({self.learners},); got {self.learner_busy_time.shape}")
+        f"Schedule.learner_busy_time must have shape ({self.learners},); got {self.learner_busy_time.shape}"
+      )
 
   def _check_values(self) -> None:
     for name in ("learner", "dropped_learner"):
       values = getattr(self, name)
       if values.size and (values.min() < 0 or values.max() >= self.learners):
         raise ValueError(
-            f"Schedule.{name} must lie in [0, learners={self.learners}); got {values.min()}..{values.max()}")
+          f"Schedule.{name} must lie in [0, learners={self.learners}); got {values.min()}..{values.max()}"
+        )
     if self.timestamp.size and (self.timestamp.min() < 0 or self.staleness.min() < 0):
       raise ValueError("Schedule.timestamp must satisfy 0 <= timestamp[u] <= u (staleness >= 0)")
     if np.any(self.dropped_timestamp < 0) or np.any(self.dropped_timestamp > self.dropped_at_update):
@@ -233,12 +235,13 @@ class Schedule:
       arrays.update({_EVENT_PREFIX + name: values for name, values in self.events.as_arrays().items()})
     with open(path, "wb") as file:
       np.savez_compressed(
-          file,
-          protocol=np.asarray(self.protocol),
-          learners=np.asarray(self.learners, dtype=np.int64),
-          total_time=np.asarray(self.total_time, dtype=np.float64),
-          options=np.asarray(json.dumps(self.options, sort_keys=True)),
-          **arrays)
+        file,
+        protocol=np.asarray(self.protocol),
+        learners=np.asarray(self.learners, dtype=np.int64),
+        total_time=np.asarray(self.total_time, dtype=np.float64),
+        options=np.asarray(json.dumps(self.options, sort_keys=True)),
+        **arrays,
+      )
 
   @classmethod
   def load(cls, path: str | os.PathLike[str]) -> Schedule:
@@ -246,11 +249,12 @@ class Schedule:
     with np.load(path, allow_pickle=False) as stored:
       arrays = {name: stored[name] for name, _, _ in _ARRAY_FIELDS}
       event_names = [name for name in stored.files if name.startswith(_EVENT_PREFIX)]
-      events = EventTrace(**{name[len(_EVENT_PREFIX):]: stored[name] for name in event_names}) if event_names else None
+      events = EventTrace(**{name[len(_EVENT_PREFIX) :]: stored[name] for name in event_names}) if event_names else None
       return cls(
-          protocol=str(stored["protocol"]),
-          learners=int(stored["learners"]),
-          total_time=float(stored["total_time"]),
-          options=json.loads(str(stored["options"])),
-          events=events,
-          **arrays)
+        protocol=str(stored["protocol"]),
+        learners=int(stored["learners"]),
+        total_time=float(stored["total_time"]),
+        options=json.loads(str(stored["options"])),
+        events=events,
+        **arrays,
+      )

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from stalesgd.schedule._schedule_arrays import Schedule
 from stalesgd.schedule._protocols import PARAMETER_SERVER_PROTOCOLS
+from stalesgd.schedule._schedule_arrays import Schedule
 from stalesgd.schedule._timing import TimingModel
 
 
@@ -60,12 +60,16 @@ def speedup_over_one_learner(schedule: Schedule) -> float:
   `simulate` records them); dropped gradients do not count.
   """
   if "timing" not in schedule.options or "seed" not in schedule.options:
-    raise ValueError("schedule.options must hold the 'timing' and 'seed' that simulate records; got keys "
-                     f"{sorted(schedule.options)}")
+    raise ValueError(
+      f"schedule.options must hold the 'timing' and 'seed' that simulate records; got keys {sorted(schedule.options)}"
+    )
   timing = TimingModel.from_dict(schedule.options["timing"])
   step_time = single_learner_step_time(
-      timing, schedule.learners, schedule.options["seed"],
-      parameter_server=schedule.protocol in PARAMETER_SERVER_PROTOCOLS)
+    timing,
+    schedule.learners,
+    schedule.options["seed"],
+    parameter_server=schedule.protocol in PARAMETER_SERVER_PROTOCOLS,
+  )
   return schedule.gradients_per_second * step_time
 
 
@@ -89,15 +93,15 @@ def summarize(schedule: Schedule) -> dict[str, Any]:
   n = softsync_n(schedule)
   applied = schedule.learner.size
   return {
-      "protocol": schedule.protocol,
-      "learners": schedule.learners,
-      "contributions_per_update": schedule.contributions_per_update,
-      "mean_staleness": schedule.mean_staleness,
-      "max_staleness": schedule.max_staleness,
-      "p_staleness_above_2n": math.nan if n is None else schedule.fraction_staleness_above(2 * n),
-      "updates_per_second": schedule.updates_per_second,
-      "gradients_per_second": schedule.gradients_per_second,
-      "speedup": speedup_over_one_learner(schedule),
-      "dropped_fraction": schedule.num_dropped / (applied + schedule.num_dropped),
-      "utilisation": float(schedule.utilisation.mean()),
+    "protocol": schedule.protocol,
+    "learners": schedule.learners,
+    "contributions_per_update": schedule.contributions_per_update,
+    "mean_staleness": schedule.mean_staleness,
+    "max_staleness": schedule.max_staleness,
+    "p_staleness_above_2n": math.nan if n is None else schedule.fraction_staleness_above(2 * n),
+    "updates_per_second": schedule.updates_per_second,
+    "gradients_per_second": schedule.gradients_per_second,
+    "speedup": speedup_over_one_learner(schedule),
+    "dropped_fraction": schedule.num_dropped / (applied + schedule.num_dropped),
+    "utilisation": float(schedule.utilisation.mean()),
   }

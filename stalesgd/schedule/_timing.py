@@ -50,8 +50,9 @@ def _load_trace(path: str | os.PathLike[str]) -> np.ndarray:
   if not path.endswith((".npy", ".csv")):
     raise ValueError(f"trace must be a .npy or .csv file; got {path!r}")
   if not os.path.isfile(path):
-    raise ValueError(f"trace file {path!r} does not exist; allowed: an existing .npy or .csv file of positive "
-                     "time multipliers")
+    raise ValueError(
+      f"trace file {path!r} does not exist; allowed: an existing .npy or .csv file of positive time multipliers"
+    )
   try:
     if path.endswith(".npy"):
       values = np.load(path, allow_pickle=False)
@@ -61,9 +62,11 @@ def _load_trace(path: str | os.PathLike[str]) -> np.ndarray:
         warnings.simplefilter("ignore", UserWarning)
         values = np.loadtxt(path, delimiter=",", comments="#", dtype=np.float64, ndmin=1)
   except (ValueError, OSError, EOFError) as error:
-    raise ValueError(f"trace file {path!r} cannot be read ({type(error).__name__}: {error}); allowed: a .npy array "
-                     "or a .csv of comma-separated numbers with the same number of columns on every row "
-                     "(# comments)") from error
+    raise ValueError(
+      f"trace file {path!r} cannot be read ({type(error).__name__}: {error}); allowed: a .npy array "
+      "or a .csv of comma-separated numbers with the same number of columns on every row "
+      "(# comments)"
+    ) from error
   values = np.asarray(values)
   if values.dtype.kind not in "iuf":
     raise ValueError(f"trace file {path!r} holds {values.dtype} values; allowed: real numbers (int or float)")
@@ -75,8 +78,10 @@ def _load_trace(path: str | os.PathLike[str]) -> np.ndarray:
   bad = ~np.isfinite(values) | (values <= 0)
   if np.any(bad):
     first = tuple(int(index) for index in np.argwhere(bad)[0])
-    raise ValueError(f"trace values must be finite and > 0; {path!r} has {int(bad.sum())} that are not, the first "
-                     f"{values[first]} at index {first}")
+    raise ValueError(
+      f"trace values must be finite and > 0; {path!r} has {int(bad.sum())} that are not, the first "
+      f"{values[first]} at index {first}"
+    )
   return values
 
 
@@ -191,17 +196,20 @@ class TimingModel:
       # Silently ignoring straggler settings would make a "with stragglers"
       # comparison measure nothing.
       raise ValueError(
-          "straggler_prob and straggler_factor need jitter='straggler'; got "
-          f"jitter={self.jitter!r}, straggler_prob={self.straggler_prob!r}, "
-          f"straggler_factor={self.straggler_factor!r}")
+        "straggler_prob and straggler_factor need jitter='straggler'; got "
+        f"jitter={self.jitter!r}, straggler_prob={self.straggler_prob!r}, "
+        f"straggler_factor={self.straggler_factor!r}"
+      )
 
   def _check_speed_sources(self) -> None:
     sources = [
-        name for name, given in (
-            ("speed_factors", self.speed_factors is not None),
-            ("speed_factor_sigma", self.speed_factor_sigma > 0),
-            ("trace", self.trace is not None),
-        ) if given
+      name
+      for name, given in (
+        ("speed_factors", self.speed_factors is not None),
+        ("speed_factor_sigma", self.speed_factor_sigma > 0),
+        ("trace", self.trace is not None),
+      )
+      if given
     ]
     if len(sources) > 1:
       raise ValueError(f"give at most one of speed_factors, speed_factor_sigma > 0, trace; got {sources}")
@@ -233,8 +241,9 @@ class TimingModel:
     if len(shape) == 2 and shape[1] == learners:
       return "per_step"
     raise ValueError(
-        f"trace {self.trace!r} must have shape [learners] or [learners, 1] (one row per learner) or "
-        f"[steps, learners] (one row per step) with learners={learners}; got shape {shape}")
+      f"trace {self.trace!r} must have shape [learners] or [learners, 1] (one row per learner) or "
+      f"[steps, learners] (one row per step) with learners={learners}; got shape {shape}"
+    )
 
   def per_step_trace(self, learners: int) -> np.ndarray | None:
     """float64 [steps, learners] per-step multipliers, or None if not per step."""
@@ -248,7 +257,8 @@ class TimingModel:
     """
     if self.speed_factors is not None and len(self.speed_factors) != learners:
       raise ValueError(
-          f"speed_factors must hold one factor per learner (learners={learners}); got {len(self.speed_factors)}")
+        f"speed_factors must hold one factor per learner (learners={learners}); got {len(self.speed_factors)}"
+      )
     self.trace_layout(learners)
 
   def speed_factors_for(self, learners: int, seed: int) -> np.ndarray:

@@ -37,13 +37,13 @@ def check_integer(name: str, value: Any, low: int, high: int | None = None, *, h
 
 
 def check_real(
-    name: str,
-    value: Any,
-    *,
-    low: float = -math.inf,
-    high: float = math.inf,
-    low_open: bool = False,
-    allow_inf: bool = False,
+  name: str,
+  value: Any,
+  *,
+  low: float = -math.inf,
+  high: float = math.inf,
+  low_open: bool = False,
+  allow_inf: bool = False,
 ) -> float:
   """Returns ``value`` as a float after checking it lies in the allowed range.
 

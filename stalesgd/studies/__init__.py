@@ -7,10 +7,33 @@
 
 from __future__ import annotations
 
-from stalesgd.studies._definitions import (STUDIES, Claim, RunSettings, Study, Variant, compress_schedule, study_config, study_run)
+from stalesgd.studies._definitions import (
+  STUDIES,
+  Claim,
+  RunSettings,
+  Study,
+  Variant,
+  compress_schedule,
+  study_config,
+  study_run,
+)
 from stalesgd.studies._report import write_report
 from stalesgd.studies._sweep import RunOutcome, SweepResult, Task, plan_tasks, run_study, run_variant
 
-__all__ = ["Claim", "RunOutcome", "RunSettings", "STUDIES", "Study", "SweepResult", "Task", "Variant",
-           "compress_schedule", "plan_tasks", "run_study", "run_variant", "study_config", "study_run",
-           "write_report"]
+__all__ = [
+  "Claim",
+  "RunOutcome",
+  "RunSettings",
+  "STUDIES",
+  "Study",
+  "SweepResult",
+  "Task",
+  "Variant",
+  "compress_schedule",
+  "plan_tasks",
+  "run_study",
+  "run_variant",
+  "study_config",
+  "study_run",
+  "write_report",
+]

@@ -42,12 +42,24 @@ RUDRA_TEST_ERROR = 18.0
 DCASGD_LEARNERS = (4, 8)
 # Zheng et al. (arXiv 1609.08326) Table 1: CIFAR-10 ResNet-20 test error (%), by method and M.
 DCASGD_TABLE1 = {
-    ("sgd", 1): 8.65,
-    ("asgd", 4): 9.27, ("ssgd", 4): 9.17, ("dcasgd_c", 4): 8.67, ("dcasgd_a", 4): 8.19,
-    ("asgd", 8): 10.26, ("ssgd", 8): 10.10, ("dcasgd_c", 8): 9.27, ("dcasgd_a", 8): 8.57,
+  ("sgd", 1): 8.65,
+  ("asgd", 4): 9.27,
+  ("ssgd", 4): 9.17,
+  ("dcasgd_c", 4): 8.67,
+  ("dcasgd_a", 4): 8.19,
+  ("asgd", 8): 10.26,
+  ("ssgd", 8): 10.10,
+  ("dcasgd_c", 8): 9.27,
+  ("dcasgd_a", 8): 8.57,
 }
-DCASGD_METHOD_NAMES = {"sgd": "SGD", "asgd": "ASGD", "ssgd": "SSGD", "dcasgd_c": "DC-ASGD-c",
-                       "dcasgd_a": "DC-ASGD-a", "dcasgd_a_bc": "DC-ASGD-a bias-corrected"}
+DCASGD_METHOD_NAMES = {
+  "sgd": "SGD",
+  "asgd": "ASGD",
+  "ssgd": "SSGD",
+  "dcasgd_c": "DC-ASGD-c",
+  "dcasgd_a": "DC-ASGD-a",
+  "dcasgd_a_bc": "DC-ASGD-a bias-corrected",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +156,10 @@ class Claim:
 
   def rule(self, last_evaluations: int) -> str:
     """The decision rule in words."""
-    gap = (f"the 95 % interval of the paired per-seed gap in test error ({self.variant} - {self.reference}, "
-           f"mean of the last {last_evaluations} evaluations)")
+    gap = (
+      f"the 95 % interval of the paired per-seed gap in test error ({self.variant} - {self.reference}, "
+      f"mean of the last {last_evaluations} evaluations)"
+    )
     if self.kind == "matches":
       return f"{gap} lies inside ±{self.margin:g} points"
     return f"{gap} lies above +{self.margin:g} points"
@@ -209,13 +223,13 @@ class Study:
     labels = [variant.label for variant in self.variants]
     slugs = [variant.slug for variant in self.variants]
     if not labels or len(set(labels)) != len(labels) or len(set(slugs)) != len(slugs):
-      raise ValueError(f"study {self.name!r}: variant labels {labels} must be non-empty and unique "
-                       "(also as directory names)")
+      raise ValueError(
+        f"study {self.name!r}: variant labels {labels} must be non-empty and unique (also as directory names)"
+      )
     for claim in self.claims:
       for slug in (claim.variant, claim.reference):
         if slug not in slugs:
           raise ValueError(f"study {self.name!r}: claim {claim.statement!r} names {slug!r}; allowed: one of {slugs}")
-
 
   def select(self, slugs: Sequence[str] | None) -> tuple[Variant, ...]:
     """The variants named by ``slugs`` (directory names), in study order; all of them for None.
@@ -228,8 +242,10 @@ class Study:
     known = [variant.slug for variant in self.variants]
     unknown = [slug for slug in slugs if slug not in known]
     if unknown or not slugs:
-      raise ValueError(f"variants={list(slugs)!r}: {unknown or 'none given'} not in study {self.name!r}; "
-                       f"allowed: a non-empty subset of {known}")
+      raise ValueError(
+        f"variants={list(slugs)!r}: {unknown or 'none given'} not in study {self.name!r}; "
+        f"allowed: a non-empty subset of {known}"
+      )
     return tuple(variant for variant in self.variants if variant.slug in slugs)
 
 
@@ -270,9 +286,11 @@ class RunSettings:
       if value is not None and not value > 0:
         raise ValueError(f"{name}={value!r}; allowed: a number of epochs > 0, or None")
     if self.num_epochs is not None and self.schedule_epochs is not None:
-      raise ValueError(f"num_epochs={self.num_epochs} and schedule_epochs={self.schedule_epochs} given together; "
-                       "allowed: one of them (num_epochs shortens a run and keeps the decay epochs, "
-                       "schedule_epochs compresses the whole schedule)")
+      raise ValueError(
+        f"num_epochs={self.num_epochs} and schedule_epochs={self.schedule_epochs} given together; "
+        "allowed: one of them (num_epochs shortens a run and keeps the decay epochs, "
+        "schedule_epochs compresses the whole schedule)"
+      )
 
 
 def compress_schedule(config: ml_collections.ConfigDict, epochs: float) -> dict[str, Any]:
@@ -287,8 +305,10 @@ def compress_schedule(config: ml_collections.ConfigDict, epochs: float) -> dict[
     ``{"num_epochs": epochs, "lr_decay_epochs": (...)}``, to set on the config.
   """
   original = float(config.num_epochs)
-  return {"num_epochs": float(epochs),
-          "lr_decay_epochs": tuple(float(boundary) * epochs / original for boundary in config.lr_decay_epochs)}
+  return {
+    "num_epochs": float(epochs),
+    "lr_decay_epochs": tuple(float(boundary) * epochs / original for boundary in config.lr_decay_epochs),
+  }
 
 
 def run_directory_name(seed: int) -> str:
@@ -296,8 +316,9 @@ def run_directory_name(seed: int) -> str:
   return f"seed_{seed}"
 
 
-def study_run(study: Study, variant: Variant, settings: RunSettings = RunSettings(), *,
-              seed: int | None = None) -> tuple[ml_collections.ConfigDict, str]:
+def study_run(
+  study: Study, variant: Variant, settings: RunSettings = RunSettings(), *, seed: int | None = None
+) -> tuple[ml_collections.ConfigDict, str]:
   """The config of one run of a study and the command that builds it (modes: the module docstring).
 
   Args:
@@ -319,8 +340,10 @@ def study_run(study: Study, variant: Variant, settings: RunSettings = RunSetting
     raise ValueError(f"variant {variant.label!r} is not part of study {study.name!r}")
   on_paper_data = settings.data_source is not None or settings.data_dir is not None
   if on_paper_data and not study.paper_data:
-    raise ValueError(f"data_source={settings.data_source!r}/data_dir={settings.data_dir!r} given to study "
-                     f"{study.name!r}, which runs on the embedded data only; allowed: no data source for this study")
+    raise ValueError(
+      f"data_source={settings.data_source!r}/data_dir={settings.data_dir!r} given to study "
+      f"{study.name!r}, which runs on the embedded data only; allowed: no data source for this study"
+    )
   quick_variant = settings.quick and study.has_quick and not on_paper_data
   argument = f"{QUICK},{variant.config_variant}" if quick_variant else variant.config_variant
   config = load_config_module(variant.config_file).get_config(argument)
@@ -349,8 +372,9 @@ def study_run(study: Study, variant: Variant, settings: RunSettings = RunSetting
   return config, variant.command(quick=quick_variant, extra=extra)
 
 
-def study_config(study: Study, variant: Variant, settings: RunSettings = RunSettings(), *,
-                 seed: int | None = None) -> ml_collections.ConfigDict:
+def study_config(
+  study: Study, variant: Variant, settings: RunSettings = RunSettings(), *, seed: int | None = None
+) -> ml_collections.ConfigDict:
   """The config of one run of a study (`study_run`'s, without the command)."""
   return study_run(study, variant, settings, seed=seed)[0]
 
@@ -366,33 +390,67 @@ DCASGD_ORDER_MARGIN = 0.25  # test-error points: the published gaps of the order
 
 def zhang_claims(match_margin: float, *, fixed_rate: bool = True) -> tuple[Claim, ...]:
   """Zhang et al.'s claims at n = 15 and 30 against hardsync (lambda = 30): alpha_0/sigma matches, fixed fails."""
-  claims = [Claim(f"{n}-softsync with alpha_0/sigma matches hardsync (Zhang et al.: 'virtually indistinguishable')",
-                  f"{n}_softsync_a0_sigma", "hardsync", "matches", match_margin) for n in (15, 30)]
+  claims = [
+    Claim(
+      f"{n}-softsync with alpha_0/sigma matches hardsync (Zhang et al.: 'virtually indistinguishable')",
+      f"{n}_softsync_a0_sigma",
+      "hardsync",
+      "matches",
+      match_margin,
+    )
+    for n in (15, 30)
+  ]
   if fixed_rate:
-    claims += [Claim(f"{n}-softsync with the fixed alpha_0 fails (Zhang et al.: does not converge, 90 % error)",
-                     f"{n}_softsync_a0", "hardsync", "worse", ZHANG_FAILURE_MARGIN) for n in (15, 30)]
+    claims += [
+      Claim(
+        f"{n}-softsync with the fixed alpha_0 fails (Zhang et al.: does not converge, 90 % error)",
+        f"{n}_softsync_a0",
+        "hardsync",
+        "worse",
+        ZHANG_FAILURE_MARGIN,
+      )
+      for n in (15, 30)
+    ]
   return tuple(claims)
 
 
 def zhang_cifar10() -> Study:
   """Zhang et al. (arXiv 1511.05950) Fig. 3-4: n-softsync at lambda = 30, mu = 4, fixed alpha_0 vs alpha_0/sigma."""
-  variants = [Variant("baseline (lambda=1, mu=128)", "rudra_cifar10", "baseline",
-                      published={"test_error": RUDRA_TEST_ERROR}),
-              Variant("hardsync", "rudra_cifar10", "hardsync", published={"test_error": RUDRA_TEST_ERROR})]
+  variants = [
+    Variant("baseline (lambda=1, mu=128)", "rudra_cifar10", "baseline", published={"test_error": RUDRA_TEST_ERROR}),
+    Variant("hardsync", "rudra_cifar10", "hardsync", published={"test_error": RUDRA_TEST_ERROR}),
+  ]
   for rule, rule_label in (("fixed", "a0"), ("inverse", "a0/sigma")):
     for n in ZHANG_N:
-      published = {"test_error": RUDRA_TEST_ERROR} if rule == "inverse" else (
-          {"test_error": ZHANG_DIVERGED_ERROR} if n >= 15 else {})
-      variants.append(Variant(f"{n}-softsync, {rule_label}", "rudra_cifar10", f"softsync_{rule}",
-                              overrides={"n": n}, published=published))
+      published = (
+        {"test_error": RUDRA_TEST_ERROR}
+        if rule == "inverse"
+        else ({"test_error": ZHANG_DIVERGED_ERROR} if n >= 15 else {})
+      )
+      variants.append(
+        Variant(
+          f"{n}-softsync, {rule_label}", "rudra_cifar10", f"softsync_{rule}", overrides={"n": n}, published=published
+        )
+      )
   # Rudra's protocol-level rate at the largest n (the reconstructed alpha_0/<sigma>, <sigma> tracked).
-  variants.append(Variant(f"{ZHANG_N[-1]}-softsync, a0/mean(sigma)", "rudra_cifar10", "softsync_inverse_mean",
-                          overrides={"n": ZHANG_N[-1]}, published={"test_error": RUDRA_TEST_ERROR}))
+  variants.append(
+    Variant(
+      f"{ZHANG_N[-1]}-softsync, a0/mean(sigma)",
+      "rudra_cifar10",
+      "softsync_inverse_mean",
+      overrides={"n": ZHANG_N[-1]},
+      published={"test_error": RUDRA_TEST_ERROR},
+    )
+  )
   return Study(
-      name="zhang_cifar10", title="Zhang et al.: n-softsync, lambda=30, mu=4",
-      finding="Zhang et al. (CIFAR-10, 140 epochs): the fixed alpha_0 degrades as n grows and does not converge "
-              "at n = 15, 30 (90 % error); with alpha_0/sigma every n reaches hardsync's ~18 % error",
-      variants=tuple(variants), short_epochs=1.0, claims=zhang_claims(ZHANG_CIFAR10_MATCH_MARGIN))
+    name="zhang_cifar10",
+    title="Zhang et al.: n-softsync, lambda=30, mu=4",
+    finding="Zhang et al. (CIFAR-10, 140 epochs): the fixed alpha_0 degrades as n grows and does not converge "
+    "at n = 15, 30 (90 % error); with alpha_0/sigma every n reaches hardsync's ~18 % error",
+    variants=tuple(variants),
+    short_epochs=1.0,
+    claims=zhang_claims(ZHANG_CIFAR10_MATCH_MARGIN),
+  )
 
 
 def zhang_mnist() -> Study:
@@ -402,30 +460,52 @@ def zhang_mnist() -> Study:
     for n in (15, 30):
       variants.append(Variant(f"{n}-softsync, {rule_label}", "zhang_mnist", f"softsync_{rule}", overrides={"n": n}))
   return Study(
-      name="zhang_mnist", title="Zhang et al.'s grid on MNIST: lambda=30, mu=4, small CNN",
-      finding="Zhang et al. (on CIFAR-10): with the fixed alpha_0, n-softsync does not converge at n = 15, 30; "
-              "with alpha_0/sigma it is virtually indistinguishable from hardsync",
-      variants=tuple(variants), short_epochs=1.0, claims=zhang_claims(ZHANG_MNIST_MATCH_MARGIN))
+    name="zhang_mnist",
+    title="Zhang et al.'s grid on MNIST: lambda=30, mu=4, small CNN",
+    finding="Zhang et al. (on CIFAR-10): with the fixed alpha_0, n-softsync does not converge at n = 15, 30; "
+    "with alpha_0/sigma it is virtually indistinguishable from hardsync",
+    variants=tuple(variants),
+    short_epochs=1.0,
+    claims=zhang_claims(ZHANG_MNIST_MATCH_MARGIN),
+  )
 
 
 def rudra_mu_lambda() -> Study:
   """Rudra (arXiv 1509.04210): at a fixed alpha_0 and fixed epochs, larger mu * lambda is worse."""
-  variants = [Variant("baseline (lambda=1, mu=128)", "rudra_cifar10", "baseline",
-                      published={"test_error": RUDRA_TEST_ERROR})]
+  variants = [
+    Variant("baseline (lambda=1, mu=128)", "rudra_cifar10", "baseline", published={"test_error": RUDRA_TEST_ERROR})
+  ]
   module = load_config_module("rudra_cifar10")
   for batch in module.MU_LAMBDA_BATCHES:
     product = module.LEARNERS * batch
-    variants.append(Variant(f"1-softsync, mu*lambda={product} (mu={batch})", "rudra_cifar10",
-                            f"mu_lambda_{product}"))
+    variants.append(Variant(f"1-softsync, mu*lambda={product} (mu={batch})", "rudra_cifar10", f"mu_lambda_{product}"))
   smallest, largest = (variants[1].slug, variants[-1].slug)
-  claims = (Claim("1-softsync at mu * lambda = 120 matches the single learner at mu = 128 (Rudra)", smallest,
-                  variants[0].slug, "matches", RUDRA_MATCH_MARGIN),
-            Claim(f"at a fixed alpha_0, mu * lambda = {module.LEARNERS * module.MU_LAMBDA_BATCHES[-1]} is worse than "
-                  "mu * lambda = 120 (Rudra)", largest, smallest, "worse", RUDRA_MATCH_MARGIN))
-  return Study(name="rudra_mu_lambda", title="Rudra: 1-softsync, lambda=30, fixed alpha_0, varying mu",
-               finding="Rudra (CIFAR-10, 140 epochs): at a fixed alpha_0, test error grows with mu * lambda; "
-                       "mu * lambda ~ 128 matches the single learner's ~18 %",
-               variants=tuple(variants), short_epochs=1.0, claims=claims)
+  claims = (
+    Claim(
+      "1-softsync at mu * lambda = 120 matches the single learner at mu = 128 (Rudra)",
+      smallest,
+      variants[0].slug,
+      "matches",
+      RUDRA_MATCH_MARGIN,
+    ),
+    Claim(
+      f"at a fixed alpha_0, mu * lambda = {module.LEARNERS * module.MU_LAMBDA_BATCHES[-1]} is worse than "
+      "mu * lambda = 120 (Rudra)",
+      largest,
+      smallest,
+      "worse",
+      RUDRA_MATCH_MARGIN,
+    ),
+  )
+  return Study(
+    name="rudra_mu_lambda",
+    title="Rudra: 1-softsync, lambda=30, fixed alpha_0, varying mu",
+    finding="Rudra (CIFAR-10, 140 epochs): at a fixed alpha_0, test error grows with mu * lambda; "
+    "mu * lambda ~ 128 matches the single learner's ~18 %",
+    variants=tuple(variants),
+    short_epochs=1.0,
+    claims=claims,
+  )
 
 
 def dcasgd_table1() -> Study:
@@ -435,34 +515,66 @@ def dcasgd_table1() -> Study:
   number): DC-ASGD-a with its MeanSquare bias-corrected (``dcasgd_a_bc``). Appended last, so the
   paper's runs keep their slugs and commands.
   """
-  variants = [Variant("SGD, M=1", "dcasgd_cifar10_resnet20", "sgd", overrides={"learners": 1},
-                      published={"test_error": DCASGD_TABLE1["sgd", 1]})]
+  variants = [
+    Variant(
+      "SGD, M=1",
+      "dcasgd_cifar10_resnet20",
+      "sgd",
+      overrides={"learners": 1},
+      published={"test_error": DCASGD_TABLE1["sgd", 1]},
+    )
+  ]
   for learners in DCASGD_LEARNERS:
     for method in ("asgd", "ssgd", "dcasgd_c", "dcasgd_a"):
-      variants.append(Variant(f"{DCASGD_METHOD_NAMES[method]}, M={learners}", "dcasgd_cifar10_resnet20", method,
-                              overrides={"learners": learners},
-                              published={"test_error": DCASGD_TABLE1[method, learners]}))
+      variants.append(
+        Variant(
+          f"{DCASGD_METHOD_NAMES[method]}, M={learners}",
+          "dcasgd_cifar10_resnet20",
+          method,
+          overrides={"learners": learners},
+          published={"test_error": DCASGD_TABLE1[method, learners]},
+        )
+      )
   for learners in DCASGD_LEARNERS:
-    variants.append(Variant(f"{DCASGD_METHOD_NAMES['dcasgd_a_bc']}, M={learners}", "dcasgd_cifar10_resnet20",
-                            "dcasgd_a_bc", overrides={"learners": learners}))
+    variants.append(
+      Variant(
+        f"{DCASGD_METHOD_NAMES['dcasgd_a_bc']}, M={learners}",
+        "dcasgd_cifar10_resnet20",
+        "dcasgd_a_bc",
+        overrides={"learners": learners},
+      )
+    )
   claims = []
   for learners in DCASGD_LEARNERS:
     for worse, better in (("asgd", "dcasgd_c"), ("dcasgd_c", "dcasgd_a")):
-      claims.append(Claim(f"{DCASGD_METHOD_NAMES[better]} beats {DCASGD_METHOD_NAMES[worse]} at M = {learners} "
-                          f"(Zheng et al.: {DCASGD_TABLE1[better, learners]} against "
-                          f"{DCASGD_TABLE1[worse, learners]} %)",
-                          _slug(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
-                          _slug(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"), "worse", DCASGD_ORDER_MARGIN))
-  return Study(name="dcasgd_table1", title="Zheng et al. Table 1: ResNet-20, CIFAR-10",
-               finding="Zheng et al. Table 1 (160 epochs): test error DC-ASGD-a <= DC-ASGD-c <= ASGD at M = 4 and 8 "
-                       "(8.19 / 8.67 / 9.27 and 8.57 / 9.27 / 10.26 %)",
-               variants=tuple(variants), short_epochs=1.0, claims=tuple(claims))
+      claims.append(
+        Claim(
+          f"{DCASGD_METHOD_NAMES[better]} beats {DCASGD_METHOD_NAMES[worse]} at M = {learners} "
+          f"(Zheng et al.: {DCASGD_TABLE1[better, learners]} against "
+          f"{DCASGD_TABLE1[worse, learners]} %)",
+          _slug(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
+          _slug(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"),
+          "worse",
+          DCASGD_ORDER_MARGIN,
+        )
+      )
+  return Study(
+    name="dcasgd_table1",
+    title="Zheng et al. Table 1: ResNet-20, CIFAR-10",
+    finding="Zheng et al. Table 1 (160 epochs): test error DC-ASGD-a <= DC-ASGD-c <= ASGD at M = 4 and 8 "
+    "(8.19 / 8.67 / 9.27 and 8.57 / 9.27 / 10.26 %)",
+    variants=tuple(variants),
+    short_epochs=1.0,
+    claims=tuple(claims),
+  )
 
 
 DCS3GD_STALENESS = (1, 2, 4)
 DCS3GD_MATCH_MARGIN = 2.0  # test-error points: "keeps synchronous accuracy"
-DCS3GD_LAMBDA_MODES = {"constant": {"delay_compensation": "constant", "dc_lambda": 0.04},  # DC-ASGD-c's lambda
-                       "adaptive": {"delay_compensation": "adaptive", "dc_lambda": 2.0, "dc_decay": 0.95}}
+DCS3GD_LAMBDA_MODES = {
+  "constant": {"delay_compensation": "constant", "dc_lambda": 0.04},  # DC-ASGD-c's lambda
+  "adaptive": {"delay_compensation": "adaptive", "dc_lambda": 2.0, "dc_decay": 0.95},
+}
 
 
 def dcs3gd_cifar10() -> Study:
@@ -475,21 +587,38 @@ def dcs3gd_cifar10() -> Study:
   config_file = "dcs3gd_cifar10_full"
   variants = [Variant("all-reduce SGD (S=0)", config_file, "allreduce_sync")]
   for staleness in DCS3GD_STALENESS:
-    variants.append(Variant(f"S3GD, S={staleness}", config_file, "s3gd",
-                            overrides={"allreduce_staleness": staleness}))
-    variants.append(Variant(f"DC-S3GD layer-wise, S={staleness}", config_file, "dcs3gd",
-                            overrides={"allreduce_staleness": staleness}))
+    variants.append(Variant(f"S3GD, S={staleness}", config_file, "s3gd", overrides={"allreduce_staleness": staleness}))
+    variants.append(
+      Variant(f"DC-S3GD layer-wise, S={staleness}", config_file, "dcs3gd", overrides={"allreduce_staleness": staleness})
+    )
   for mode, overrides in DCS3GD_LAMBDA_MODES.items():
-    variants.append(Variant(f"DC-S3GD {mode}, S={DCS3GD_STALENESS[-1]}", config_file, "dcs3gd",
-                            overrides={"allreduce_staleness": DCS3GD_STALENESS[-1], **overrides}))
-  claims = tuple(Claim(f"DC-S3GD (layer-wise lambda) at S = {staleness} keeps synchronous accuracy (Rigazzi)",
-                       f"dc_s3gd_layer_wise_s_{staleness}", "all_reduce_sgd_s_0", "matches", DCS3GD_MATCH_MARGIN)
-                 for staleness in DCS3GD_STALENESS)
+    variants.append(
+      Variant(
+        f"DC-S3GD {mode}, S={DCS3GD_STALENESS[-1]}",
+        config_file,
+        "dcs3gd",
+        overrides={"allreduce_staleness": DCS3GD_STALENESS[-1], **overrides},
+      )
+    )
+  claims = tuple(
+    Claim(
+      f"DC-S3GD (layer-wise lambda) at S = {staleness} keeps synchronous accuracy (Rigazzi)",
+      f"dc_s3gd_layer_wise_s_{staleness}",
+      "all_reduce_sgd_s_0",
+      "matches",
+      DCS3GD_MATCH_MARGIN,
+    )
+    for staleness in DCS3GD_STALENESS
+  )
   return Study(
-      name="dcs3gd_cifar10", title="DC-S3GD: M=8, global batch 1024, cifar10_full",
-      finding="Rigazzi (large-batch CNN training): stale-synchronous all-reduce with the first-order correction "
-              "keeps the accuracy of synchronous all-reduce SGD while the all-reduce overlaps the next step",
-      variants=tuple(variants), short_epochs=1.0, claims=claims)
+    name="dcs3gd_cifar10",
+    title="DC-S3GD: M=8, global batch 1024, cifar10_full",
+    finding="Rigazzi (large-batch CNN training): stale-synchronous all-reduce with the first-order correction "
+    "keeps the accuracy of synchronous all-reduce SGD while the all-reduce overlaps the next step",
+    variants=tuple(variants),
+    short_epochs=1.0,
+    claims=claims,
+  )
 
 
 DEMO_BANDS = ((0.0, 10.0, "learns (< 10 %)"), (80.0, 100.0, "fails (> 80 %)"))
@@ -498,19 +627,44 @@ DEMO_MATCH_MARGIN = 3.0  # test-error points: 9 of the digits' 300 test images
 
 def demo() -> Study:
   """The `make demo` comparison at lambda = 8 on the embedded digits (`stalesgd.configs.demo`)."""
-  labels = {"hardsync": "hardsync", "softsync_fixed": "8-softsync, a0", "softsync_inverse": "8-softsync, a0/sigma",
-            "async_dc": "async, DC-ASGD-a"}
+  labels = {
+    "hardsync": "hardsync",
+    "softsync_fixed": "8-softsync, a0",
+    "softsync_inverse": "8-softsync, a0/sigma",
+    "async_dc": "async, DC-ASGD-a",
+  }
   variants = tuple(Variant(labels[name], "demo", name) for name in load_config_module("demo").VARIANTS)
-  claims = (Claim("8-softsync with the fixed alpha_0 fails where hardsync learns (Zhang et al.)",
-                  "8_softsync_a0", "hardsync", "worse", ZHANG_FAILURE_MARGIN),
-            Claim("8-softsync with alpha_0/sigma matches hardsync (Zhang et al.)",
-                  "8_softsync_a0_sigma", "hardsync", "matches", DEMO_MATCH_MARGIN))
-  return Study(name="demo", title="demo: lambda=8 learners on the embedded digits",
-               finding="Zhang et al.: with the hardsync rate alpha_0, n-softsync fails as n grows, and alpha_0/sigma "
-                       "restores hardsync's accuracy; Zheng et al.'s DC-ASGD-a compensates staleness to first order "
-                       "(the demo runs it at the same alpha_0)",
-               variants=variants, paper_data=False, has_quick=False, claims=claims, bands=DEMO_BANDS)
+  claims = (
+    Claim(
+      "8-softsync with the fixed alpha_0 fails where hardsync learns (Zhang et al.)",
+      "8_softsync_a0",
+      "hardsync",
+      "worse",
+      ZHANG_FAILURE_MARGIN,
+    ),
+    Claim(
+      "8-softsync with alpha_0/sigma matches hardsync (Zhang et al.)",
+      "8_softsync_a0_sigma",
+      "hardsync",
+      "matches",
+      DEMO_MATCH_MARGIN,
+    ),
+  )
+  return Study(
+    name="demo",
+    title="demo: lambda=8 learners on the embedded digits",
+    finding="Zhang et al.: with the hardsync rate alpha_0, n-softsync fails as n grows, and alpha_0/sigma "
+    "restores hardsync's accuracy; Zheng et al.'s DC-ASGD-a compensates staleness to first order "
+    "(the demo runs it at the same alpha_0)",
+    variants=variants,
+    paper_data=False,
+    has_quick=False,
+    claims=claims,
+    bands=DEMO_BANDS,
+  )
 
 
-STUDIES = {study.name: study for study in (zhang_cifar10(), zhang_mnist(), rudra_mu_lambda(), dcasgd_table1(),
-                                            dcs3gd_cifar10(), demo())}
+STUDIES = {
+  study.name: study
+  for study in (zhang_cifar10(), zhang_mnist(), rudra_mu_lambda(), dcasgd_table1(), dcs3gd_cifar10(), demo())
+}

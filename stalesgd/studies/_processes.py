@@ -60,8 +60,9 @@ class ProcessTask:
   cpu_devices: int = 8
 
 
-def visible_gpus(environ: Mapping[str, str] | None = None,
-                 list_gpus: Callable[[], list[str]] | None = None) -> list[str]:
+def visible_gpus(
+  environ: Mapping[str, str] | None = None, list_gpus: Callable[[], list[str]] | None = None
+) -> list[str]:
   """The GPU ids this process may hand out, without starting a JAX backend.
 
   ``CUDA_VISIBLE_DEVICES`` when it is set (its comma-separated ids; empty: no
@@ -140,10 +141,16 @@ class _Running:
   log_file: object
 
 
-def run_in_processes(tasks: Sequence[ProcessTask], *, parallel: int, gpu_ids: Sequence[str] = (),
-                     environ: Mapping[str, str] | None = None, echo: Callable[[str], None] = print,
-                     poll_seconds: float = POLL_SECONDS,
-                     describe: Callable[[int], str] | None = None) -> dict[int, int]:
+def run_in_processes(
+  tasks: Sequence[ProcessTask],
+  *,
+  parallel: int,
+  gpu_ids: Sequence[str] = (),
+  environ: Mapping[str, str] | None = None,
+  echo: Callable[[str], None] = print,
+  poll_seconds: float = POLL_SECONDS,
+  describe: Callable[[int], str] | None = None,
+) -> dict[int, int]:
   """Runs ``tasks`` with at most ``parallel`` processes at a time, in order; returns each task's exit status.
 
   A task that needs more GPUs than the host has is refused before anything
@@ -175,15 +182,17 @@ def run_in_processes(tasks: Sequence[ProcessTask], *, parallel: int, gpu_ids: Se
   if gpu_ids:
     for task in tasks:
       if task.gpus > pool.size:
-        raise ValueError(f"{task.label} needs {task.gpus} GPUs; this host has {pool.size} ({list(gpu_ids)}); "
-                         "allowed: runs needing at most that many (a decentralized run needs one per learner)")
+        raise ValueError(
+          f"{task.label} needs {task.gpus} GPUs; this host has {pool.size} ({list(gpu_ids)}); "
+          "allowed: runs needing at most that many (a decentralized run needs one per learner)"
+        )
   base = dict(os.environ if environ is None else environ)
   pending = list(enumerate(tasks))
   running: dict[int, _Running] = {}
   statuses: dict[int, int] = {}
   stopping = {"signal": None}
 
-  def forward(signum, frame):  # pylint: disable=unused-argument
+  def forward(signum, frame):
     stopping["signal"] = signum
     for entry in running.values():
       if entry.process.poll() is None:
@@ -192,18 +201,25 @@ def run_in_processes(tasks: Sequence[ProcessTask], *, parallel: int, gpu_ids: Se
   previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGINT)}
   try:
     while pending or running:
-      while pending and len(running) < parallel and stopping["signal"] is None and all(
-          status == 0 for status in statuses.values()):
+      while (
+        pending
+        and len(running) < parallel
+        and stopping["signal"] is None
+        and all(status == 0 for status in statuses.values())
+      ):
         index, task = pending[0]
         assigned = pool.acquire(task.gpus) if gpu_ids else None
         if gpu_ids and assigned is None:
           break  # wait for GPUs to come free
         pending.pop(0)
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(task.log_path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
-        process = subprocess.Popen(  # pylint: disable=consider-using-with
-            list(task.argv), stdout=log_file, stderr=subprocess.STDOUT,
-            env=child_environment(base, gpu_ids=assigned, cpu_devices=task.cpu_devices))
+        log_file = open(task.log_path, "a", encoding="utf-8")
+        process = subprocess.Popen(
+          list(task.argv),
+          stdout=log_file,
+          stderr=subprocess.STDOUT,
+          env=child_environment(base, gpu_ids=assigned, cpu_devices=task.cpu_devices),
+        )
         running[index] = _Running(task, process, assigned, time.monotonic(), log_file)
         where = f"GPUs {','.join(assigned)}" if assigned else f"{task.cpu_devices} host devices"
         echo(f"  started {task.label} (pid {process.pid}, {where}; log {task.log_path})")
@@ -224,8 +240,10 @@ def run_in_processes(tasks: Sequence[ProcessTask], *, parallel: int, gpu_ids: Se
         del running[index]
         minutes = (time.monotonic() - entry.started) / 60
         ended = (describe(index) if describe else "finished") if status == 0 else f"FAILED (exit status {status})"
-        echo(f"  {ended}: {entry.task.label} after {minutes:.1f} min"
-             + ("" if status == 0 else f"; see {entry.task.log_path}"))
+        echo(
+          f"  {ended}: {entry.task.label} after {minutes:.1f} min"
+          + ("" if status == 0 else f"; see {entry.task.log_path}")
+        )
   finally:
     for signum, handler in previous.items():
       signal.signal(signum, handler)

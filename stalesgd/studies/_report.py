@@ -30,23 +30,41 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stalesgd.utils import _plots as plots
-from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
 from stalesgd.schedule import Schedule
 from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._definitions import RunSettings, Study
 from stalesgd.training._loop import SCHEDULE_FILENAME
+from stalesgd.utils import _plots as plots
+from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
 
 RUNS_FILENAME = "runs.csv"
 EVALUATIONS_FILENAME = "evaluations.csv"
 EVALUATIONS_OVER_SEEDS_FILENAME = "evaluations_over_seeds.csv"
 DECISIONS_FILENAME = "decisions.md"
-EVALUATION_COLUMNS = ("variant", "seed", "epoch", "step", "sim_time", "test_error", "test_loss", "train_accuracy",
-                      "train_loss", "correction_ratio", "displacement_norm")
+EVALUATION_COLUMNS = (
+  "variant",
+  "seed",
+  "epoch",
+  "step",
+  "sim_time",
+  "test_error",
+  "test_loss",
+  "train_accuracy",
+  "train_loss",
+  "correction_ratio",
+  "displacement_norm",
+)
 SEED_CURVE_FIELDS = ("test_error", "test_loss", "train_loss")
 # Per-variant means of these run fields, where the runs have them (DC-S3GD's per-learner diagnostics included).
-MEAN_FIELDS = ("epochs", "sim_time", "wall_time", "staleness_mean", "staleness_max", "correction_ratio",
-               "displacement_norm")
+MEAN_FIELDS = (
+  "epochs",
+  "sim_time",
+  "wall_time",
+  "staleness_mean",
+  "staleness_max",
+  "correction_ratio",
+  "displacement_norm",
+)
 FINAL = "final_test_error"
 
 
@@ -96,8 +114,15 @@ def variant_rows(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[s
     entry: dict[str, Any] = {"variant": label, "n": runs[0].get("n"), "seeds": len(runs)}
     if finals:
       values = statistics.spread(finals)
-      entry.update({FINAL: values.mean, f"{FINAL}_std": values.std, f"{FINAL}_min": values.low,
-                    f"{FINAL}_max": values.high, "final (mean ± std)": values.format()})
+      entry.update(
+        {
+          FINAL: values.mean,
+          f"{FINAL}_std": values.std,
+          f"{FINAL}_min": values.low,
+          f"{FINAL}_max": values.high,
+          "final (mean ± std)": values.format(),
+        }
+      )
     for field, value in runs[0].items():
       if field.startswith(plots.PUBLISHED_PREFIX):
         entry[field] = value
@@ -128,9 +153,15 @@ def band_table(study: Study, rows: Sequence[Mapping[str, Any]]) -> str:
   for label in dict.fromkeys(row["variant"] for row in rows):
     runs = [row for row in rows if row["variant"] == label]
     found = sorted({band_of(row.get(FINAL), study.bands) for row in runs})
-    table.append({"variant": label, "seeds": len(runs),
-                  f"test error, mean of the last {study.last_evaluations} evaluations":
-                      found[0] if len(found) == 1 else "seeds in different bands: " + "; ".join(found)})
+    table.append(
+      {
+        "variant": label,
+        "seeds": len(runs),
+        f"test error, mean of the last {study.last_evaluations} evaluations": found[0]
+        if len(found) == 1
+        else "seeds in different bands: " + "; ".join(found),
+      }
+    )
   return plots.markdown_table(table)
 
 
@@ -139,19 +170,32 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
   by_slug_seed = {(row["slug"], row["seed"]): row.get(FINAL) for row in rows}
   decided = []
   for claim in study.claims:
-    seeds = sorted(seed for slug, seed in by_slug_seed if slug == claim.variant
-                   and by_slug_seed.get((claim.reference, seed)) is not None
-                   and by_slug_seed[slug, seed] is not None)
-    entry: dict[str, Any] = {"claim": claim.statement, "rule": claim.rule(study.last_evaluations),
-                             "variant": claim.variant, "reference": claim.reference, "seeds": len(seeds)}
+    seeds = sorted(
+      seed
+      for slug, seed in by_slug_seed
+      if slug == claim.variant
+      and by_slug_seed.get((claim.reference, seed)) is not None
+      and by_slug_seed[slug, seed] is not None
+    )
+    entry: dict[str, Any] = {
+      "claim": claim.statement,
+      "rule": claim.rule(study.last_evaluations),
+      "variant": claim.variant,
+      "reference": claim.reference,
+      "seeds": len(seeds),
+    }
     if not seeds:
       entry.update(decision="not decided (no paired runs)", gap=None, low=None, high=None)
       decided.append(entry)
       continue
     gaps = [by_slug_seed[claim.variant, seed] - by_slug_seed[claim.reference, seed] for seed in seeds]
     interval = statistics.paired_interval(gaps)
-    entry.update(gap=statistics.spread(gaps).mean, low=interval and interval.low, high=interval and interval.high,
-                 interval=interval.format() if interval else f"{gaps[0]:+.2f} (1 seed: no interval)")
+    entry.update(
+      gap=statistics.spread(gaps).mean,
+      low=interval and interval.low,
+      high=interval and interval.high,
+      interval=interval.format() if interval else f"{gaps[0]:+.2f} (1 seed: no interval)",
+    )
     entry["decision"] = claim.decide(entry["low"], entry["high"])
     decided.append(entry)
   return decided
@@ -163,13 +207,15 @@ def decisions_markdown(decided: Sequence[Mapping[str, Any]]) -> str:
     return "This study states no claim to decide.\n"
   lines = []
   for entry in decided:
-    lines.append(f"- **{entry['claim']}**: {entry['decision']}. Gap {entry.get('interval', 'none')}. "
-                 f"Rule: {entry['rule']}.")
+    lines.append(
+      f"- **{entry['claim']}**: {entry['decision']}. Gap {entry.get('interval', 'none')}. Rule: {entry['rule']}."
+    )
   return "\n".join(lines) + "\n"
 
 
-def seed_curves(rows: Sequence[Mapping[str, Any]], records_of: Mapping[int, Sequence[Mapping[str, Any]]]
-                ) -> list[dict[str, Any]]:
+def seed_curves(
+  rows: Sequence[Mapping[str, Any]], records_of: Mapping[int, Sequence[Mapping[str, Any]]]
+) -> list[dict[str, Any]]:
   """Per variant and evaluation, over its seeds: mean, std, min and max of `SEED_CURVE_FIELDS` and sim_time.
 
   The k-th evaluations of a variant's seeds are grouped (their epochs differ in the last digits where the
@@ -181,16 +227,25 @@ def seed_curves(rows: Sequence[Mapping[str, Any]], records_of: Mapping[int, Sequ
       grouped.setdefault((row["variant"], position), []).append(record)
   curves = []
   for (label, position), records in grouped.items():
-    entry: dict[str, Any] = {"variant": label, "evaluation": position + 1,
-                             "epoch": sum(float(record["epoch"]) for record in records) / len(records),
-                             "seeds": len(records)}
+    entry: dict[str, Any] = {
+      "variant": label,
+      "evaluation": position + 1,
+      "epoch": sum(float(record["epoch"]) for record in records) / len(records),
+      "seeds": len(records),
+    }
     for field in SEED_CURVE_FIELDS + ("sim_time",):
       values = [_number(record.get(field)) for record in records]
       values = [value for value in values if value is not None]
       if values:
         values_spread = statistics.spread(values)
-        entry.update({f"{field}_mean": values_spread.mean, f"{field}_std": values_spread.std,
-                      f"{field}_min": values_spread.low, f"{field}_max": values_spread.high})
+        entry.update(
+          {
+            f"{field}_mean": values_spread.mean,
+            f"{field}_std": values_spread.std,
+            f"{field}_min": values_spread.low,
+            f"{field}_max": values_spread.high,
+          }
+        )
     curves.append(entry)
   order = list(dict.fromkeys(row["variant"] for row in rows))
   curves.sort(key=lambda entry: (order.index(entry["variant"]), entry["evaluation"]))
@@ -203,17 +258,22 @@ def bands(curves: Sequence[Mapping[str, Any]], field: str) -> list[plots.Band]:
   for label in dict.fromkeys(entry["variant"] for entry in curves):
     points = [entry for entry in curves if entry["variant"] == label and f"{field}_mean" in entry]
     if points:
-      result.append(plots.Band(label, {"epoch": [entry["epoch"] for entry in points],
-                                       "sim_time": [entry.get("sim_time_mean") for entry in points]},
-                               mean=[entry[f"{field}_mean"] for entry in points],
-                               std=[entry[f"{field}_std"] or 0.0 for entry in points],
-                               low=[entry[f"{field}_min"] for entry in points],
-                               high=[entry[f"{field}_max"] for entry in points]))
+      result.append(
+        plots.Band(
+          label,
+          {"epoch": [entry["epoch"] for entry in points], "sim_time": [entry.get("sim_time_mean") for entry in points]},
+          mean=[entry[f"{field}_mean"] for entry in points],
+          std=[entry[f"{field}_std"] or 0.0 for entry in points],
+          low=[entry[f"{field}_min"] for entry in points],
+          high=[entry[f"{field}_max"] for entry in points],
+        )
+      )
   return result
 
 
-def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path, *,
-                 settings: RunSettings | None = None) -> str:
+def write_report(
+  study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path, *, settings: RunSettings | None = None
+) -> str:
   """Writes every file of the module docstring and returns the per-variant Markdown table and the decisions."""
   del settings  # the rows carry every run's settings
   records_of = {index: run_records(row) for index, row in enumerate(rows)}
@@ -223,15 +283,36 @@ def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.
   plots.write_results_table(rows, workdir / RUNS_FILENAME)
   table = variant_rows(study, rows)
   plots.write_results_table(table, workdir / "results.csv")
-  columns = [column for column in ("variant", "n", "seeds", "epochs", "final (mean ± std)", f"{FINAL}_min",
-                                   f"{FINAL}_max", "published_test_error", "sim_time", "staleness_mean",
-                                   "correction_ratio", "displacement_norm", "status")
-             if any(entry.get(column) is not None for entry in table)]
+  columns = [
+    column
+    for column in (
+      "variant",
+      "n",
+      "seeds",
+      "epochs",
+      "final (mean ± std)",
+      f"{FINAL}_min",
+      f"{FINAL}_max",
+      "published_test_error",
+      "sim_time",
+      "staleness_mean",
+      "correction_ratio",
+      "displacement_norm",
+      "status",
+    )
+    if any(entry.get(column) is not None for entry in table)
+  ]
   markdown = plots.markdown_table(table, columns)
   (workdir / "results.md").write_text(markdown, encoding="utf-8")
-  evaluation_rows = [{"variant": row["variant"], "seed": row["seed"],
-                      **{column: record.get(column) for column in EVALUATION_COLUMNS[2:]}}
-                     for index, row in enumerate(rows) for record in evaluations(records_of[index])]
+  evaluation_rows = [
+    {
+      "variant": row["variant"],
+      "seed": row["seed"],
+      **{column: record.get(column) for column in EVALUATION_COLUMNS[2:]},
+    }
+    for index, row in enumerate(rows)
+    for record in evaluations(records_of[index])
+  ]
   plots.write_results_table(evaluation_rows, workdir / EVALUATIONS_FILENAME, columns=EVALUATION_COLUMNS)
   curves = seed_curves(rows, records_of)
   plots.write_results_table(curves, workdir / EVALUATIONS_OVER_SEEDS_FILENAME)

@@ -78,13 +78,15 @@ class Interval:
   confidence: float = CONFIDENCE
 
   def format(self, digits: int = 2) -> str:
-    return (f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
-            f"({self.confidence:.0%} interval, {self.count} seeds)")
+    return (
+      f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
+      f"({self.confidence:.0%} interval, {self.count} seeds)"
+    )
 
 
 def t_quantile(probability: float, degrees_of_freedom: int) -> float:
   """Student's t quantile (scipy's, imported here only: the core never needs scipy)."""
-  from scipy import stats  # pylint: disable=g-import-not-at-top
+  from scipy import stats
 
   return float(stats.t.ppf(probability, degrees_of_freedom))
 

@@ -37,16 +37,16 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 
+from stalesgd.data._dataset import KNOWN_NUM_CLASSES
+from stalesgd.schedule import Schedule
 from stalesgd.studies import _processes as processes
 from stalesgd.studies import _report as report
 from stalesgd.studies._definitions import RunSettings, Study, Variant, run_directory_name, study_run
-from stalesgd.utils import _plots as plots
-from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS, protocol_options, validate_config
-from stalesgd.training._workdir import check_same_run
-from stalesgd.data._dataset import KNOWN_NUM_CLASSES
 from stalesgd.training import _loop as train
 from stalesgd.training._loop import SCHEDULE_FILENAME, SUMMARY_FILENAME
-from stalesgd.schedule import Schedule
+from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS, protocol_options, validate_config
+from stalesgd.training._workdir import check_same_run
+from stalesgd.utils import _plots as plots
 
 DIVERGED_FILENAME = "diverged.json"
 
@@ -123,29 +123,46 @@ def result_row(task: Task, outcome: RunOutcome, *, host_devices: int | None = No
   """
   variant, config, workdir = task.variant, task.config, task.directory
   row: dict[str, Any] = {
-      "variant": variant.label,
-      "slug": variant.slug,
-      "seed": task.seed,
-      "protocol": config.protocol,
-      "learners": config.learners,
-      "batch_per_learner": config.batch_per_learner,
-      "n": protocol_options(config).get("n"),  # only for the protocols that have an n
-      "staleness_rule": config.staleness_rule,
-      "delay_compensation": config.delay_compensation,
-      "dataset": config.dataset,
-      "model": config.model,
+    "variant": variant.label,
+    "slug": variant.slug,
+    "seed": task.seed,
+    "protocol": config.protocol,
+    "learners": config.learners,
+    "batch_per_learner": config.batch_per_learner,
+    "n": protocol_options(config).get("n"),  # only for the protocols that have an n
+    "staleness_rule": config.staleness_rule,
+    "delay_compensation": config.delay_compensation,
+    "dataset": config.dataset,
+    "model": config.model,
   }
   summary = outcome.summary or {}
   if outcome.diverged_at is not None:
     error = chance_error(config)
-    row.update(updates=outcome.diverged_at, epochs=None, test_error=error,
-               test_accuracy=None if error is None else 1.0 - error / 100.0,
-               sim_time=_simulated_time_at(workdir, outcome.diverged_at),
-               status=f"diverged at update {outcome.diverged_at}")
+    row.update(
+      updates=outcome.diverged_at,
+      epochs=None,
+      test_error=error,
+      test_accuracy=None if error is None else 1.0 - error / 100.0,
+      sim_time=_simulated_time_at(workdir, outcome.diverged_at),
+      status=f"diverged at update {outcome.diverged_at}",
+    )
   else:
-    row.update({field: summary.get(field) for field in ("updates", "epochs", "test_error", "test_accuracy",
-                                                         "train_accuracy", "sim_time", "wall_time",
-                                                         "staleness_mean", "staleness_max")})
+    row.update(
+      {
+        field: summary.get(field)
+        for field in (
+          "updates",
+          "epochs",
+          "test_error",
+          "test_accuracy",
+          "train_accuracy",
+          "sim_time",
+          "wall_time",
+          "staleness_mean",
+          "staleness_max",
+        )
+      }
+    )
     row["status"] = "preempted" if outcome.preempted else "ok"
   for field, value in variant.published.items():
     row[plots.PUBLISHED_PREFIX + field] = value
@@ -192,8 +209,14 @@ class Task:
     return f"{self.variant.label}, seed {self.seed}"
 
 
-def plan_tasks(study: Study, workdir: str | pathlib.Path, settings: RunSettings = RunSettings(), *,
-               variants: Sequence[str] | None = None, seeds: int = 1) -> list[Task]:
+def plan_tasks(
+  study: Study,
+  workdir: str | pathlib.Path,
+  settings: RunSettings = RunSettings(),
+  *,
+  variants: Sequence[str] | None = None,
+  seeds: int = 1,
+) -> list[Task]:
   """Every run of the grid, variant by variant and seed by seed within a variant (seeds 0 .. seeds - 1).
 
   Raises:
@@ -206,8 +229,7 @@ def plan_tasks(study: Study, workdir: str | pathlib.Path, settings: RunSettings 
   for variant in study.select(variants):
     for seed in range(seeds):
       config, command = study_run(study, variant, settings, seed=seed)
-      tasks.append(Task(len(tasks), variant, seed, config, command,
-                        workdir / variant.slug / run_directory_name(seed)))
+      tasks.append(Task(len(tasks), variant, seed, config, command, workdir / variant.slug / run_directory_name(seed)))
   return tasks
 
 
@@ -283,9 +305,15 @@ def run_tasks_here(tasks: Sequence[Task], echo=print) -> list[tuple[Task, RunOut
   return done
 
 
-def run_tasks_in_processes(tasks: Sequence[Task], task_command: Callable[[Task], list[str]], *, parallel: int,
-                           cpu_devices: int,
-                           gpu_ids: Sequence[str] = (), echo=print) -> list[tuple[Task, RunOutcome]] | None:
+def run_tasks_in_processes(
+  tasks: Sequence[Task],
+  task_command: Callable[[Task], list[str]],
+  *,
+  parallel: int,
+  cpu_devices: int,
+  gpu_ids: Sequence[str] = (),
+  echo=print,
+) -> list[tuple[Task, RunOutcome]] | None:
   """Runs the unfinished ``tasks`` as up to ``parallel`` concurrent processes, then reads every outcome back.
 
   Args:
@@ -308,20 +336,35 @@ def run_tasks_in_processes(tasks: Sequence[Task], task_command: Callable[[Task],
     RuntimeError: naming the runs whose process failed, and their logs.
   """
   unfinished = [task for task in tasks if _unfinished(read_outcome(task))]
-  echo(f"{len(tasks) - len(unfinished)} of {len(tasks)} runs already finished; running {len(unfinished)} as up to "
-       f"{parallel} processes at a time")
-  process_tasks = [processes.ProcessTask(
-      label=task.label, argv=task_command(task), log_path=task.directory / processes.LOG_FILENAME,
+  echo(
+    f"{len(tasks) - len(unfinished)} of {len(tasks)} runs already finished; running {len(unfinished)} as up to "
+    f"{parallel} processes at a time"
+  )
+  process_tasks = [
+    processes.ProcessTask(
+      label=task.label,
+      argv=task_command(task),
+      log_path=task.directory / processes.LOG_FILENAME,
       gpus=gpus_needed(task.config),
-      cpu_devices=cpu_devices) for task in unfinished]
-  statuses = processes.run_in_processes(process_tasks, parallel=parallel, gpu_ids=gpu_ids, echo=echo,
-                                        describe=lambda position: describe_outcome(read_outcome(unfinished[position])))
-  failed = [(task, statuses[position]) for position, task in enumerate(unfinished)
-            if statuses.get(position, 0) != 0]
+      cpu_devices=cpu_devices,
+    )
+    for task in unfinished
+  ]
+  statuses = processes.run_in_processes(
+    process_tasks,
+    parallel=parallel,
+    gpu_ids=gpu_ids,
+    echo=echo,
+    describe=lambda position: describe_outcome(read_outcome(unfinished[position])),
+  )
+  failed = [(task, statuses[position]) for position, task in enumerate(unfinished) if statuses.get(position, 0) != 0]
   if failed:
-    raise RuntimeError("runs failed: " + "; ".join(
-        f"{task.label} (exit status {status}, log {task.directory / processes.LOG_FILENAME})"
-        for task, status in failed))
+    raise RuntimeError(
+      "runs failed: "
+      + "; ".join(
+        f"{task.label} (exit status {status}, log {task.directory / processes.LOG_FILENAME})" for task, status in failed
+      )
+    )
   return gather(tasks, echo=echo, missing_ok=True)
 
 
@@ -340,21 +383,32 @@ def gather(tasks: Sequence[Task], *, echo=print, missing_ok: bool = False) -> li
     else:
       done.append((task, outcome))
   if missing and not missing_ok:
-    raise ValueError(f"{len(missing)} of {len(tasks)} runs have not finished: "
-                     + ", ".join(f"--task={task.index} ({task.label}, {task.directory})" for task in missing)
-                     + "; allowed: gather once every run of the grid has finished")
+    raise ValueError(
+      f"{len(missing)} of {len(tasks)} runs have not finished: "
+      + ", ".join(f"--task={task.index} ({task.label}, {task.directory})" for task in missing)
+      + "; allowed: gather once every run of the grid has finished"
+    )
   if missing:
     echo(f"  {len(missing)} runs unfinished (preempted): rerun the same command to resume them")
     return None
   return done
 
 
-def run_study(study: Study, workdir: str | pathlib.Path, settings: RunSettings = RunSettings(), *,
-              variants: Sequence[str] | None = None, seeds: int = 1, parallel: int = 1,
-              task_command: Callable[[Task], list[str]] | None = None,
-              cpu_devices: int | None = None,
-              gpu_ids: Sequence[str] = (), only_task: int | None = None, gather_only: bool = False,
-              echo=print) -> SweepResult:
+def run_study(
+  study: Study,
+  workdir: str | pathlib.Path,
+  settings: RunSettings = RunSettings(),
+  *,
+  variants: Sequence[str] | None = None,
+  seeds: int = 1,
+  parallel: int = 1,
+  task_command: Callable[[Task], list[str]] | None = None,
+  cpu_devices: int | None = None,
+  gpu_ids: Sequence[str] = (),
+  only_task: int | None = None,
+  gather_only: bool = False,
+  echo=print,
+) -> SweepResult:
   """Runs (or resumes) the grid ``variants x seeds`` of ``study``, then writes the report.
 
   Every config is built and validated, and checked against the config of any
@@ -390,8 +444,10 @@ def run_study(study: Study, workdir: str | pathlib.Path, settings: RunSettings =
   """
   tasks = plan_tasks(study, workdir, settings, variants=variants, seeds=seeds)
   if only_task is not None and not 0 <= only_task < len(tasks):
-    raise ValueError(f"task={only_task}; allowed: an index in [0, {len(tasks)}) of this grid's "
-                     f"{len(tasks)} runs (variants x seeds, in the order `--list_tasks` prints)")
+    raise ValueError(
+      f"task={only_task}; allowed: an index in [0, {len(tasks)}) of this grid's "
+      f"{len(tasks)} runs (variants x seeds, in the order `--list_tasks` prints)"
+    )
   in_processes = parallel > 1 and only_task is None and not gather_only
   if in_processes and (task_command is None or cpu_devices is None):
     raise ValueError("parallel > 1 needs task_command and cpu_devices (stalesgd-reproduce passes them)")
@@ -405,8 +461,9 @@ def run_study(study: Study, workdir: str | pathlib.Path, settings: RunSettings =
   if gather_only:
     done = gather(tasks, echo=echo)
   elif in_processes:
-    done = run_tasks_in_processes(tasks, task_command, parallel=parallel, cpu_devices=cpu_devices,
-                                  gpu_ids=gpu_ids, echo=echo)
+    done = run_tasks_in_processes(
+      tasks, task_command, parallel=parallel, cpu_devices=cpu_devices, gpu_ids=gpu_ids, echo=echo
+    )
   else:
     done = run_tasks_here(chosen, echo=echo)
   if done is None:

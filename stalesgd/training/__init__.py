@@ -14,22 +14,13 @@
 """
 
 from stalesgd.training._evaluator import Evaluator
-from stalesgd.training._loop import build_run
-from stalesgd.training._loop import train_and_evaluate
+from stalesgd.training._loop import build_run, train_and_evaluate
 from stalesgd.training._optimizer import build_optimizer
-from stalesgd.training._pending_metrics import PendingMetrics
-from stalesgd.training._pending_metrics import TrainingDiverged
+from stalesgd.training._pending_metrics import PendingMetrics, TrainingDiverged
 from stalesgd.training._provenance import provenance
-from stalesgd.training._run_config import contributions_per_update
-from stalesgd.training._run_config import default_config
-from stalesgd.training._run_config import updates_per_epoch
-from stalesgd.training._run_config import validate_config
-from stalesgd.training._runners import DecentralizedRunner
-from stalesgd.training._runners import ParameterServerRunner
-from stalesgd.training._runners import make_runner
-from stalesgd.training._runners import run_label
-from stalesgd.training._workdir import check_same_run
-from stalesgd.training._workdir import config_changes
+from stalesgd.training._run_config import contributions_per_update, default_config, updates_per_epoch, validate_config
+from stalesgd.training._runners import DecentralizedRunner, ParameterServerRunner, make_runner, run_label
+from stalesgd.training._workdir import check_same_run, config_changes
 
 __all__ = [
   "DecentralizedRunner",

@@ -27,9 +27,18 @@ from stalesgd.parallel._sharding import global_array
 class Evaluator:
   """Computes ``test_accuracy``, ``test_error`` (percent), ``test_loss`` and ``train_accuracy``."""
 
-  def __init__(self, model: ModelSpec, dataset: data_lib.Dataset, mesh: jax.sharding.Mesh, *,
-               batch_size: int, train_examples: int, precise_bn_batches: int, precise_bn_batch_size: int,
-               seed: int):
+  def __init__(
+    self,
+    model: ModelSpec,
+    dataset: data_lib.Dataset,
+    mesh: jax.sharding.Mesh,
+    *,
+    batch_size: int,
+    train_examples: int,
+    precise_bn_batches: int,
+    precise_bn_batch_size: int,
+    seed: int,
+  ):
     self.model, self.dataset = model, dataset
     devices = mesh.devices.size
     self.batch_size = -(-batch_size // devices) * devices  # split evenly over the mesh
@@ -56,8 +65,9 @@ class Evaluator:
 
   def _accumulate(self, variables, split: str, num_examples: int | None) -> np.ndarray:
     totals = global_array(np.zeros(3, np.float32), self._replicated)
-    for batch in data_lib.evaluation_batches(self.dataset, batch_size=self.batch_size, split=split,
-                                             num_examples=num_examples):
+    for batch in data_lib.evaluation_batches(
+      self.dataset, batch_size=self.batch_size, split=split, num_examples=num_examples
+    ):
       sharded = {key: global_array(np.asarray(value), self._split) for key, value in batch.items()}
       # One program in flight at a time (see `stalesgd.models.ModelSpec.batch_stats_for_eval`).
       totals = jax.block_until_ready(self._add_sums(totals, variables, sharded))
@@ -73,8 +83,11 @@ class Evaluator:
   def __call__(self, params: Any) -> dict[str, float]:
     variables = self.variables(params)
     correct, loss, count = self._accumulate(variables, "test", None)
-    results = {"test_accuracy": correct / count, "test_error": 100.0 * (1.0 - correct / count),
-               "test_loss": loss / count}
+    results = {
+      "test_accuracy": correct / count,
+      "test_error": 100.0 * (1.0 - correct / count),
+      "test_loss": loss / count,
+    }
     if self.train_examples > 0:
       correct, _, count = self._accumulate(variables, "train", self.train_examples)
       results["train_accuracy"] = correct / count

@@ -43,9 +43,18 @@ def require_int(config, field: str, *, minimum: int, maximum: int = INT32_MAX, o
     fail(field, value, f"{prefix}an integer >= {minimum} and <= {maximum}")
 
 
-def require_number(config, field: str, *, minimum: float, strict: bool = False, maximum: float | None = None,
-                    maximum_inclusive: bool = False, optional: bool = False, allow_inf: bool = False,
-                    because: str = "") -> None:
+def require_number(
+  config,
+  field: str,
+  *,
+  minimum: float,
+  strict: bool = False,
+  maximum: float | None = None,
+  maximum_inclusive: bool = False,
+  optional: bool = False,
+  allow_inf: bool = False,
+  because: str = "",
+) -> None:
   value = field_value(config, field)
   if optional and value is None:
     return
@@ -55,8 +64,12 @@ def require_number(config, field: str, *, minimum: float, strict: bool = False, 
   if not ok:
     upper = "" if maximum is None else f" and {'<=' if maximum_inclusive else '<'} {maximum}"
     kind = "a number (inf allowed)" if allow_inf else "a finite number"
-    fail(field, value, f"{'None or ' if optional else ''}{kind} {'>' if strict else '>='} {minimum}{upper}"
-                        + (f" {because}" if because else ""))
+    fail(
+      field,
+      value,
+      f"{'None or ' if optional else ''}{kind} {'>' if strict else '>='} {minimum}{upper}"
+      + (f" {because}" if because else ""),
+    )
 
 
 def require_bool(config, field: str) -> None:

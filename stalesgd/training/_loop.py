@@ -43,19 +43,21 @@ from jax.experimental import multihost_utils
 
 from stalesgd import data as data_lib
 from stalesgd import models
-from stalesgd.utils import _plots as plots
 from stalesgd.parallel import _sharding as sharding_lib
-from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
-from stalesgd.training._run_config import contributions_per_update, updates_per_epoch, validate_config
 from stalesgd.training._evaluator import Evaluator
-from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
 from stalesgd.training._optimizer import build_optimizer
-from stalesgd.training._pending_metrics import PendingMetrics, TrainingDiverged  # noqa: F401  (TrainingDiverged: raised by the loop)
-from stalesgd.utils._progress import ProgressReporter
+from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverged: raised by the loop)
+  PendingMetrics,
+  TrainingDiverged,
+)
 from stalesgd.training._provenance import provenance
+from stalesgd.training._run_config import contributions_per_update, updates_per_epoch, validate_config
 from stalesgd.training._runners import Schedule, make_runner, run_label, simulate_schedule
 from stalesgd.training._workdir import check_same_run, write_config
-
+from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
+from stalesgd.utils import _plots as plots
+from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
+from stalesgd.utils._progress import ProgressReporter
 
 SCHEDULE_FILENAME = "schedule.npz"
 SUMMARY_FILENAME = "summary.json"
@@ -112,12 +114,23 @@ def build_run(config: ml_collections.ConfigDict) -> RunInputs:
   re-executes a run outside the training loop (the benchmarks), gets the same
   weights, mini-batches and schedule.
   """
-  dataset = data_lib.load_dataset(config.dataset, source=config.data_source, data_dir=config.data_dir,
-                                  normalization=config.normalization, image_size=config.image_size,
-                                  data_workers=config.data_workers)
+  dataset = data_lib.load_dataset(
+    config.dataset,
+    source=config.data_source,
+    data_dir=config.data_dir,
+    normalization=config.normalization,
+    image_size=config.image_size,
+    data_workers=config.data_workers,
+  )
   model = models.get_model(config.model, num_classes=dataset.num_classes, **config.model_options)
-  batches = data_lib.LearnerBatches(dataset, batch_per_learner=config.batch_per_learner, learners=config.learners,
-                                    seed=config.seed, augment=config.augment, dropout_seeds=model.uses_dropout)
+  batches = data_lib.LearnerBatches(
+    dataset,
+    batch_per_learner=config.batch_per_learner,
+    learners=config.learners,
+    seed=config.seed,
+    augment=config.augment,
+    dropout_seeds=model.uses_dropout,
+  )
   params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
   per_epoch = updates_per_epoch(config, dataset.num_train)
   total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
@@ -160,26 +173,39 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
 
   # ----------------------------------------------------------------- input, model, optimizer, schedule
   run = build_run(config)
-  dataset, model, batches, params, optimizer, schedule = (run.dataset, run.model, run.batches, run.params,
-                                                          run.optimizer, run.schedule)
+  dataset, model, batches, params, optimizer, schedule = (
+    run.dataset,
+    run.model,
+    run.batches,
+    run.params,
+    run.optimizer,
+    run.schedule,
+  )
   per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
   if primary and not (workdir / SCHEDULE_FILENAME).exists():
     schedule.save(workdir / SCHEDULE_FILENAME)
   examples_per_update = contributions_per_update(config) * config.batch_per_learner
   progress = ProgressReporter(total_updates, examples_per_step=examples_per_update, description=run_label(config))
-  progress.write(f"{run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
-                 f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
-                 f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s")
+  progress.write(
+    f"{run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
+    f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
+    f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s"
+  )
   if config.protocol == "drop_stale" and schedule.num_dropped == 0:
-    progress.write(f"warning: protocol 'drop_stale' dropped no gradient: every sigma is <= config.max_staleness="
-                   f"{config.max_staleness} (n-softsync with config.n={config.n} has sigma of about n, at most about "
-                   "2n); raise config.n or lower config.max_staleness to drop stale gradients")
+    progress.write(
+      f"warning: protocol 'drop_stale' dropped no gradient: every sigma is <= config.max_staleness="
+      f"{config.max_staleness} (n-softsync with config.n={config.n} has sigma of about n, at most about "
+      "2n); raise config.n or lower config.max_staleness to drop stale gradients"
+    )
 
   # ----------------------------------------------------------------- runner and checkpoint
   runner = make_runner(config, model, optimizer, schedule, batches, mesh)
   state = runner.init(params)
-  checkpointer = Checkpointer(str(workdir / "checkpoints"), max_to_keep=config.keep_checkpoints,
-                              save_interval_seconds=config.checkpoint_every_seconds)
+  checkpointer = Checkpointer(
+    str(workdir / "checkpoints"),
+    max_to_keep=config.keep_checkpoints,
+    save_interval_seconds=config.checkpoint_every_seconds,
+  )
   writer = MetricWriter(str(workdir))
   wall_offset = 0.0
   restored = checkpointer.restore(state)
@@ -198,9 +224,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   updates_at_start = updates
 
   # ----------------------------------------------------------------- loop
-  evaluator = Evaluator(model, dataset, mesh, batch_size=config.eval_batch_size,
-                        train_examples=config.train_eval_examples, precise_bn_batches=config.precise_bn_batches,
-                        precise_bn_batch_size=config.batch_per_learner * config.learners, seed=config.seed)
+  evaluator = Evaluator(
+    model,
+    dataset,
+    mesh,
+    batch_size=config.eval_batch_size,
+    train_examples=config.train_eval_examples,
+    precise_bn_batches=config.precise_bn_batches,
+    precise_bn_batch_size=config.batch_per_learner * config.learners,
+    seed=config.seed,
+  )
   eval_interval = config.eval_every_epochs * per_epoch
   start_time = time.monotonic()
   wall = lambda: wall_offset + time.monotonic() - start_time
@@ -216,8 +249,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   def checkpoint(force: bool) -> None:
     if force or checkpointer.should_save(updates):
       began = time.monotonic()
-      metadata = {"update": updates, "wall_time": wall(), "seed": config.seed,
-                  PENDING_METRICS_KEY: pending.snapshot()}  # checks the losses before the weights are kept
+      metadata = {
+        "update": updates,
+        "wall_time": wall(),
+        "seed": config.seed,
+        PENDING_METRICS_KEY: pending.snapshot(),
+      }  # checks the losses before the weights are kept
       writer.flush()  # every record up to this checkpoint survives a SIGKILL (TensorBoard buffers ~10 s)
       checkpointer.save(updates, state, metadata, force=force)
       seconds["checkpoint"] += time.monotonic() - began
@@ -255,11 +292,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   # ----------------------------------------------------------------- summary and plots
   summary = _summary(config, schedule, runner.params(state), updates, per_epoch, wall(), workdir, preempted)
   summary["wall_time_breakdown"] = {
-      "startup_s": start_time - entered,  # data, model, schedule, state, restore (compilation is in the loop)
-      "training_s": loop_seconds - seconds["evaluation"] - seconds["checkpoint"],
-      "evaluation_s": seconds["evaluation"],
-      "checkpoint_s": seconds["checkpoint"],
-      "updates_this_session": updates - updates_at_start,
+    "startup_s": start_time - entered,  # data, model, schedule, state, restore (compilation is in the loop)
+    "training_s": loop_seconds - seconds["evaluation"] - seconds["checkpoint"],
+    "evaluation_s": seconds["evaluation"],
+    "checkpoint_s": seconds["checkpoint"],
+    "updates_this_session": updates - updates_at_start,
   }
   if primary:
     (workdir / SUMMARY_FILENAME).write_text(json.dumps(summary, indent=2))
@@ -277,21 +314,21 @@ def _summary(config, schedule, params, updates, per_epoch, wall_time, workdir, p
   last = evaluated[-1] if evaluated else {}
   staleness = schedule.staleness[:updates]
   return {
-      "label": run_label(config),
-      "protocol": config.protocol,
-      "learners": config.learners,
-      "batch_per_learner": config.batch_per_learner,
-      "updates": updates,
-      "epochs": updates / per_epoch,
-      "test_accuracy": last.get("test_accuracy"),
-      "test_error": last.get("test_error"),
-      "train_accuracy": last.get("train_accuracy"),
-      "sim_time": float(schedule.update_time[updates - 1]) if updates else 0.0,
-      "wall_time": wall_time,
-      "staleness_mean": float(staleness.mean()) if staleness.size else 0.0,
-      "staleness_max": int(staleness.max()) if staleness.size else 0,
-      "dropped_gradients": int(schedule.num_dropped),
-      "params_sha256": params_digest(params),
-      "preempted": preempted,
-      "provenance": provenance(),
+    "label": run_label(config),
+    "protocol": config.protocol,
+    "learners": config.learners,
+    "batch_per_learner": config.batch_per_learner,
+    "updates": updates,
+    "epochs": updates / per_epoch,
+    "test_accuracy": last.get("test_accuracy"),
+    "test_error": last.get("test_error"),
+    "train_accuracy": last.get("train_accuracy"),
+    "sim_time": float(schedule.update_time[updates - 1]) if updates else 0.0,
+    "wall_time": wall_time,
+    "staleness_mean": float(staleness.mean()) if staleness.size else 0.0,
+    "staleness_max": int(staleness.max()) if staleness.size else 0,
+    "dropped_gradients": int(schedule.num_dropped),
+    "params_sha256": params_digest(params),
+    "preempted": preempted,
+    "provenance": provenance(),
   }

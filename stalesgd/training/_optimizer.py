@@ -44,8 +44,8 @@ import ml_collections
 import optax
 
 from stalesgd import transforms
-from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS, WEIGHT_DECAY_PLACEMENTS
 from stalesgd.models import ModelSpec
+from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS, WEIGHT_DECAY_PLACEMENTS
 
 
 def scale_per_parameter(multipliers: Any) -> optax.GradientTransformation:
@@ -78,8 +78,9 @@ def add_weight_decay(weight_decay: float, multipliers: Any | None = None) -> opt
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def caffe_sgd(learning_rate: optax.ScalarOrSchedule, momentum: Any = 0.0,
-              nesterov: bool = False) -> optax.GradientTransformation:
+def caffe_sgd(
+  learning_rate: optax.ScalarOrSchedule, momentum: Any = 0.0, nesterov: bool = False
+) -> optax.GradientTransformation:
   r"""Caffe's SGD solver: the learning rate is applied before the momentum buffer.
 
   .. math::
@@ -110,38 +111,51 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, updates_per_epoch:
   """
   updates = [int(round(epoch * updates_per_epoch)) for epoch in sorted(config.lr_decay_epochs)]
   if len(set(updates)) < len(updates):
-    raise ValueError(f"config.lr_decay_epochs={tuple(config.lr_decay_epochs)!r} falls on server updates {updates} "
-                     f"({updates_per_epoch:g} updates per epoch); allowed: epochs at distinct updates")
-  return optax.piecewise_constant_schedule(config.learning_rate, {update: config.lr_decay_factor
-                                                                  for update in updates})
+    raise ValueError(
+      f"config.lr_decay_epochs={tuple(config.lr_decay_epochs)!r} falls on server updates {updates} "
+      f"({updates_per_epoch:g} updates per epoch); allowed: epochs at distinct updates"
+    )
+  return optax.piecewise_constant_schedule(config.learning_rate, {update: config.lr_decay_factor for update in updates})
 
 
 def delay_compensation_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:
   """DC-ASGD's correction of each contribution's loss gradient ([] when off)."""
   if config.delay_compensation == "none":
     return []
-  return [transforms.scale_by_delay_compensation(
-      dc_lambda=config.dc_lambda, adaptive=config.delay_compensation == "adaptive",
-      decay=config.dc_decay, layerwise=config.delay_compensation == "layerwise",
+  return [
+    transforms.scale_by_delay_compensation(
+      dc_lambda=config.dc_lambda,
+      adaptive=config.delay_compensation == "adaptive",
+      decay=config.dc_decay,
+      layerwise=config.delay_compensation == "layerwise",
       num_learners=config.learners if config.dc_per_learner_mean_square else None,
-      bias_correction=config.dc_mean_square_bias_correction)]
+      bias_correction=config.dc_mean_square_bias_correction,
+    )
+  ]
 
 
 def staleness_modulation_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:
   """The staleness weight and Gap-Aware's penalty of each contribution ([] when off)."""
   parts = []
   if config.staleness_rule != "none":
-    parts.append(transforms.scale_by_staleness(
-        config.staleness_rule, mean_staleness=config.staleness_mean, exponent=config.staleness_exponent,
-        decay=config.staleness_decay, max_staleness=config.staleness_threshold,
-        normalize=config.staleness_normalize))
+    parts.append(
+      transforms.scale_by_staleness(
+        config.staleness_rule,
+        mean_staleness=config.staleness_mean,
+        exponent=config.staleness_exponent,
+        decay=config.staleness_decay,
+        max_staleness=config.staleness_threshold,
+        normalize=config.staleness_normalize,
+      )
+    )
   if config.gap_aware:
     parts.append(transforms.scale_by_gap_aware())
   return parts
 
 
-def build_optimizer(config: ml_collections.ConfigDict, *, model: ModelSpec, params: Any,
-                    updates_per_epoch: float) -> optax.GradientTransformation:
+def build_optimizer(
+  config: ml_collections.ConfigDict, *, model: ModelSpec, params: Any, updates_per_epoch: float
+) -> optax.GradientTransformation:
   """The run's optimizer (server optimizer, or local optimizer for decentralized protocols).
 
   See the module docstring for the equation. Parameter-server chain:
@@ -152,13 +166,17 @@ def build_optimizer(config: ml_collections.ConfigDict, *, model: ModelSpec, para
   """
   decay = []
   if config.weight_decay > 0:
-    decay.append(add_weight_decay(
-        config.weight_decay, model.weight_decay_multipliers(params) if config.model_multipliers else None))
+    decay.append(
+      add_weight_decay(
+        config.weight_decay, model.weight_decay_multipliers(params) if config.model_multipliers else None
+      )
+    )
   solver = []
   if config.model_multipliers:
     solver.append(scale_per_parameter(model.learning_rate_multipliers(params)))
-  solver.append(caffe_sgd(learning_rate_schedule(config, updates_per_epoch), momentum=config.momentum,
-                          nesterov=config.nesterov))
+  solver.append(
+    caffe_sgd(learning_rate_schedule(config, updates_per_epoch), momentum=config.momentum, nesterov=config.nesterov)
+  )
   if config.protocol in DECENTRALIZED_PROTOCOLS:
     return optax.chain(*decay, *solver)
   correct, modulate = delay_compensation_transforms(config), staleness_modulation_transforms(config)
@@ -167,5 +185,6 @@ def build_optimizer(config: ml_collections.ConfigDict, *, model: ModelSpec, para
     return optax.chain(*correct, *decay, *modulate, *average, *solver)
   if config.weight_decay_placement == "unmodulated":
     return optax.chain(*correct, *modulate, *average, *decay, *solver)
-  raise ValueError(f"config.weight_decay_placement={config.weight_decay_placement!r} is not allowed: one of "
-                   f"{WEIGHT_DECAY_PLACEMENTS}")
+  raise ValueError(
+    f"config.weight_decay_placement={config.weight_decay_placement!r} is not allowed: one of {WEIGHT_DECAY_PLACEMENTS}"
+  )

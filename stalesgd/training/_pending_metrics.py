@@ -62,16 +62,23 @@ class PendingMetrics:
       if bad.size:
         update = first + int(bad[0])
         raise TrainingDiverged(
-            f"the training loss became {loss[bad[0]]} at update {update} (epoch {update / self.per_epoch:.3f}); "
-            "stopping. Lower config.learning_rate or add a staleness rule; the last checkpoint in the workdir "
-            "holds the last good weights", update=update)
+          f"the training loss became {loss[bad[0]]} at update {update} (epoch {update / self.per_epoch:.3f}); "
+          "stopping. Lower config.learning_rate or add a staleness rule; the last checkpoint in the workdir "
+          "holds the last good weights",
+          update=update,
+        )
       losses.append(loss)
       scales.append(np.asarray(jax.device_get(metrics.lr_scale))[:count])
       for name, values in (metrics.diagnostics or {}).items():
         diagnostics.setdefault(name, []).append(np.asarray(jax.device_get(values), np.float32).reshape(-1)[:count])
     first = self._read[0] if self._read else self._blocks[0][0]
-    self._read = (first, self._blocks[-1][1], np.concatenate(losses), np.concatenate(scales),
-                  {name: np.concatenate(values) for name, values in diagnostics.items()})
+    self._read = (
+      first,
+      self._blocks[-1][1],
+      np.concatenate(losses),
+      np.concatenate(scales),
+      {name: np.concatenate(values) for name, values in diagnostics.items()},
+    )
     self._blocks.clear()
 
   def snapshot(self) -> dict[str, Any] | None:
@@ -88,10 +95,17 @@ class PendingMetrics:
   def restore(self, snapshot: dict[str, Any] | None) -> None:
     """Takes back what `snapshot` saved (float32, as read from the device, so records are bit-identical)."""
     self._blocks.clear()
-    self._read = None if snapshot is None else (
-        int(snapshot["first"]), int(snapshot["stop"]), np.asarray(snapshot["losses"], np.float32),
+    self._read = (
+      None
+      if snapshot is None
+      else (
+        int(snapshot["first"]),
+        int(snapshot["stop"]),
+        np.asarray(snapshot["losses"], np.float32),
         np.asarray(snapshot["lr_scales"], np.float32),
-        {name: np.asarray(values, np.float32) for name, values in snapshot.get("diagnostics", {}).items()})
+        {name: np.asarray(values, np.float32) for name, values in snapshot.get("diagnostics", {}).items()},
+      )
+    )
 
   def flush(self, wall_time: float) -> dict[str, float]:
     """The record of the updates since the last flush; raises on a non-finite loss."""
@@ -103,15 +117,15 @@ class PendingMetrics:
     staleness = self.schedule.staleness_of(first, stop)  # only this interval's rows
     elapsed = max(wall_time - self._since_wall, 1e-9)
     record = {
-        "train_loss": float(losses.mean()),
-        "lr_scale": float(scales.mean()),
-        "staleness_mean": float(staleness.mean()),
-        "staleness_max": int(staleness.max()),
-        "epoch": stop / self.per_epoch,
-        "sim_time": float(self.schedule.update_time[stop - 1]),
-        "wall_time": wall_time,
-        "images_per_s": (stop - self._since_update) * self.examples_per_update / elapsed,
-        **{name: float(values.mean()) for name, values in diagnostics.items()},
+      "train_loss": float(losses.mean()),
+      "lr_scale": float(scales.mean()),
+      "staleness_mean": float(staleness.mean()),
+      "staleness_max": int(staleness.max()),
+      "epoch": stop / self.per_epoch,
+      "sim_time": float(self.schedule.update_time[stop - 1]),
+      "wall_time": wall_time,
+      "images_per_s": (stop - self._since_update) * self.examples_per_update / elapsed,
+      **{name: float(values.mean()) for name, values in diagnostics.items()},
     }
     self.start(stop, wall_time)
     return record

@@ -15,8 +15,17 @@ from typing import Any
 
 import jax
 
-PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tensorflow-datasets", "ml-collections",
-            "scikit-learn")
+PACKAGES = (
+  "jax",
+  "jaxlib",
+  "flax",
+  "optax",
+  "orbax-checkpoint",
+  "numpy",
+  "tensorflow-datasets",
+  "ml-collections",
+  "scikit-learn",
+)
 SOURCE_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -33,10 +42,10 @@ def package_versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | No
 
 def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
   """The git commit of the stalesgd source tree, with ``-dirty`` for uncommitted changes; None outside git."""
+
   def git(*args: str) -> str | None:
     try:
-      result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
-                              check=False)
+      result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
       return None
     return result.stdout.strip() if result.returncode == 0 else None
@@ -52,11 +61,11 @@ def provenance() -> dict[str, Any]:
   """Python, package versions, stalesgd's commit, the JAX backend, device kind and counts."""
   devices = jax.devices()
   return {
-      "python": platform.python_version(),
-      "packages": package_versions(),
-      "stalesgd_commit": source_commit(),
-      "backend": jax.default_backend(),
-      "device_kind": devices[0].device_kind if devices else None,
-      "device_count": jax.device_count(),
-      "process_count": jax.process_count(),
+    "python": platform.python_version(),
+    "packages": package_versions(),
+    "stalesgd_commit": source_commit(),
+    "backend": jax.default_backend(),
+    "device_kind": devices[0].device_kind if devices else None,
+    "device_count": jax.device_count(),
+    "process_count": jax.process_count(),
   }

@@ -21,13 +21,20 @@ from collections.abc import Mapping
 import ml_collections
 from ml_collections import config_dict
 
-from stalesgd import models
+from stalesgd import models, transforms
 from stalesgd import schedule as schedule_lib
-from stalesgd import transforms
 from stalesgd.data import NORMALIZATIONS, SOURCES
 from stalesgd.data._embedded import EMBEDDED_DATASETS
 from stalesgd.data._tfds_source import TFDS_SPLITS
-from stalesgd.training._field_checks import (INT64_MAX, fail, is_number, require_bool, require_choice, require_int, require_number)
+from stalesgd.training._field_checks import (
+  INT64_MAX,
+  fail,
+  is_number,
+  require_bool,
+  require_choice,
+  require_int,
+  require_number,
+)
 
 # Every protocol's options, ranges and kind are its row of stalesgd.schedule.PROTOCOL_TABLE.
 PARAMETER_SERVER_PROTOCOLS = schedule_lib.PARAMETER_SERVER_PROTOCOLS
@@ -154,8 +161,10 @@ def _default_fields() -> dict[str | None, tuple[str, ...]]:
 def _require_known_fields(config) -> None:
   """Every field of `default_config` present, no other (a misspelt field would be silently ignored)."""
   if not isinstance(config, ml_collections.ConfigDict):
-    raise ValueError(f"config has type {type(config).__name__}; allowed: an ml_collections.ConfigDict from "
-                     "stalesgd.training.default_config()")
+    raise ValueError(
+      f"config has type {type(config).__name__}; allowed: an ml_collections.ConfigDict from "
+      "stalesgd.training.default_config()"
+    )
   for parent, expected in _default_fields().items():
     given = config if parent is None else config[parent]
     prefix = "" if parent is None else f"{parent}."
@@ -163,29 +172,49 @@ def _require_known_fields(config) -> None:
       fail(parent, given, "an ml_collections.ConfigDict with the fields of default_config().timing")
     missing = sorted(set(expected) - set(given.keys()))
     if missing:
-      raise ValueError(f"config.{prefix}{missing[0]} is missing; allowed: a config built from "
-                       "stalesgd.training.default_config(), which has every field")
+      raise ValueError(
+        f"config.{prefix}{missing[0]} is missing; allowed: a config built from "
+        "stalesgd.training.default_config(), which has every field"
+      )
     unknown = sorted(set(given.keys()) - set(expected))
     if unknown:
       raise ValueError(f"config.{prefix}{unknown[0]} is not a field; allowed: one of {expected}")
   options = config.model_options
   if not isinstance(options, (ml_collections.ConfigDict, Mapping)) or not all(isinstance(k, str) for k in options):
-    fail("model_options", options, "a mapping of the model's option names to values (e.g. "
-                                    "ml_collections.ConfigDict(hidden_sizes=(32,)) for model='mlp')")
+    fail(
+      "model_options",
+      options,
+      "a mapping of the model's option names to values (e.g. "
+      "ml_collections.ConfigDict(hidden_sizes=(32,)) for model='mlp')",
+    )
 
 
 def _check_timing(config) -> None:
   """The simulated cluster's fields, named as config fields (`TimingModel` checks their combination)."""
   require_number(config, "timing.compute_time_per_example", minimum=0, strict=True)
   if not math.isfinite(config.timing.compute_time_per_example * config.batch_per_learner):
-    fail("timing.compute_time_per_example", config.timing.compute_time_per_example,
-          f"a number whose product with batch_per_learner={config.batch_per_learner} is finite")
+    fail(
+      "timing.compute_time_per_example",
+      config.timing.compute_time_per_example,
+      f"a number whose product with batch_per_learner={config.batch_per_learner} is finite",
+    )
   require_number(config, "timing.jitter_sigma", minimum=0)
   if config.timing.jitter == "straggler":
-    require_number(config, "timing.straggler_prob", minimum=0, strict=True, maximum=1, maximum_inclusive=True,
-                    because="with timing.jitter='straggler' (the share of steps that straggle)")
-    require_number(config, "timing.straggler_factor", minimum=1,
-                    because="with timing.jitter='straggler' (the slowdown of a straggling step)")
+    require_number(
+      config,
+      "timing.straggler_prob",
+      minimum=0,
+      strict=True,
+      maximum=1,
+      maximum_inclusive=True,
+      because="with timing.jitter='straggler' (the share of steps that straggle)",
+    )
+    require_number(
+      config,
+      "timing.straggler_factor",
+      minimum=1,
+      because="with timing.jitter='straggler' (the slowdown of a straggling step)",
+    )
   else:  # straggler settings without straggler jitter would silently measure nothing
     if not is_number(config.timing.straggler_prob) or config.timing.straggler_prob != 0:
       fail("timing.straggler_prob", config.timing.straggler_prob, "0.0 unless timing.jitter='straggler'")
@@ -228,8 +257,16 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   require_int(config, "seed", minimum=0, maximum=INT64_MAX)
   require_int(config, "image_size", minimum=1)
   require_int(config, "data_workers", minimum=1, maximum=MAX_DATA_WORKERS)
-  for flag in ("augment", "model_multipliers", "eager_updates", "nesterov", "staleness_normalize",
-               "dc_per_learner_mean_square", "dc_mean_square_bias_correction", "gap_aware"):
+  for flag in (
+    "augment",
+    "model_multipliers",
+    "eager_updates",
+    "nesterov",
+    "staleness_normalize",
+    "dc_per_learner_mean_square",
+    "dc_mean_square_bias_correction",
+    "gap_aware",
+  ):
     require_bool(config, flag)
   require_int(config, "learners", minimum=1)
   require_int(config, "batch_per_learner", minimum=1)
@@ -258,27 +295,40 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   require_int(config, "keep_checkpoints", minimum=1)
   epochs = config.lr_decay_epochs
   if not isinstance(epochs, (tuple, list)) or any(
-      not is_number(epoch) or not math.isfinite(epoch) or epoch <= 0 for epoch in epochs):
+    not is_number(epoch) or not math.isfinite(epoch) or epoch <= 0 for epoch in epochs
+  ):
     fail("lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
   _check_timing(config)  # timing.jitter is checked by TimingModel, with the other fields' combination
 
   _check_protocol(config, num_devices)
   if config.dc_per_learner_mean_square and config.delay_compensation != "adaptive":
-    fail("dc_per_learner_mean_square", True,
-          f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
-          f"delay_compensation={config.delay_compensation!r})")
+    fail(
+      "dc_per_learner_mean_square",
+      True,
+      f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
+      f"delay_compensation={config.delay_compensation!r})",
+    )
   if config.dc_mean_square_bias_correction and config.delay_compensation != "adaptive":
-    fail("dc_mean_square_bias_correction", True,
-          f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
-          f"delay_compensation={config.delay_compensation!r})")
+    fail(
+      "dc_mean_square_bias_correction",
+      True,
+      f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
+      f"delay_compensation={config.delay_compensation!r})",
+    )
   if config.dc_per_learner_mean_square and schedule_lib.protocol_row(config.protocol).decentralized:
-    fail("dc_per_learner_mean_square", True,
-         f"False for protocol {config.protocol!r} (DC-S3GD keeps one MeanSquare per learner anyway; the field "
-         "chooses between the parameter server's two DC-ASGD-a conventions)")
+    fail(
+      "dc_per_learner_mean_square",
+      True,
+      f"False for protocol {config.protocol!r} (DC-S3GD keeps one MeanSquare per learner anyway; the field "
+      "chooses between the parameter server's two DC-ASGD-a conventions)",
+    )
   if config.dc_mean_square_bias_correction and schedule_lib.protocol_row(config.protocol).decentralized:
-    fail("dc_mean_square_bias_correction", True,
-          f"False for protocol {config.protocol!r} (DC-S3GD's own adaptive lambda has no bias correction; it is "
-          "the parameter server's DC-ASGD-a option)")
+    fail(
+      "dc_mean_square_bias_correction",
+      True,
+      f"False for protocol {config.protocol!r} (DC-S3GD's own adaptive lambda has no bias correction; it is "
+      "the parameter server's DC-ASGD-a option)",
+    )
   if config.staleness_rule in ("threshold", "hinge") and config.staleness_threshold is None:
     fail("staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}")
   timing_model(config)  # TimingModel checks the combination of its fields
@@ -293,20 +343,32 @@ def _check_protocol(config, num_devices: int) -> None:
     if option.config_field is not None and bound is not None:
       require_int(config, option.config_field, minimum=option.low, maximum=bound)
   if config.eager_updates and not row.eager:
-    fail("eager_updates", True, f"False for protocol {protocol!r} (only {' / '.join(schedule_lib.EAGER_PROTOCOLS)} "
-                                 "have eager updates)")
+    fail(
+      "eager_updates",
+      True,
+      f"False for protocol {protocol!r} (only {' / '.join(schedule_lib.EAGER_PROTOCOLS)} have eager updates)",
+    )
   if not row.decentralized:
     return
   if config.learners != num_devices:
-    fail("learners", config.learners, f"protocol {protocol!r} runs one learner per device: set it to the number "
-                                       f"of devices, {num_devices}")
+    fail(
+      "learners",
+      config.learners,
+      f"protocol {protocol!r} runs one learner per device: set it to the number of devices, {num_devices}",
+    )
   if config.staleness_rule != "none" or config.gap_aware:
-    fail("staleness_rule" if config.staleness_rule != "none" else "gap_aware",
-          config.staleness_rule if config.staleness_rule != "none" else config.gap_aware,
-          f"'none'/False: protocol {protocol!r} has no per-gradient staleness (every step is S stale)")
+    fail(
+      "staleness_rule" if config.staleness_rule != "none" else "gap_aware",
+      config.staleness_rule if config.staleness_rule != "none" else config.gap_aware,
+      f"'none'/False: protocol {protocol!r} has no per-gradient staleness (every step is S stale)",
+    )
   if not row.corrects and config.delay_compensation != "none":
-    fail("delay_compensation", config.delay_compensation, f"'none' for protocol {protocol!r}; use protocol="
-         f"{schedule_lib.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r} for the corrected variant")
+    fail(
+      "delay_compensation",
+      config.delay_compensation,
+      f"'none' for protocol {protocol!r}; use protocol="
+      f"{schedule_lib.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r} for the corrected variant",
+    )
 
 
 def _check_dataset(config) -> None:
@@ -317,14 +379,18 @@ def _check_dataset(config) -> None:
   if source == "embedded" and (not isinstance(name, str) or name not in EMBEDDED_DATASETS):
     fail("dataset", name, f"one of {EMBEDDED_DATASETS} for data_source='embedded'")
   if source == "tfds" and (not isinstance(name, str) or name not in TFDS_SPLITS):
-    fail("dataset", name, f"one of {tuple(sorted(TFDS_SPLITS))} for data_source='tfds' (data_source='npz' reads "
-                           "any name from local files)")
+    fail(
+      "dataset",
+      name,
+      f"one of {tuple(sorted(TFDS_SPLITS))} for data_source='tfds' (data_source='npz' reads any name from local files)",
+    )
   if source == "npz":
     if not isinstance(name, str) or not name or os.sep in name:
       fail("dataset", name, "a file-name prefix for data_source='npz' (<data_dir>/<dataset>_train.npz)")
     if not data_dir:
-      fail("data_dir", data_dir, "the directory holding <dataset>_train.npz and <dataset>_test.npz, for "
-                                  "data_source='npz'")
+      fail(
+        "data_dir", data_dir, "the directory holding <dataset>_train.npz and <dataset>_test.npz, for data_source='npz'"
+      )
 
 
 def timing_model(config: ml_collections.ConfigDict, *, parameter_bytes: int = 0) -> schedule_lib.TimingModel:
@@ -338,12 +404,18 @@ def timing_model(config: ml_collections.ConfigDict, *, parameter_bytes: int = 0)
   timing = config.timing
   try:
     return schedule_lib.TimingModel(
-        compute_time=timing.compute_time_per_example * config.batch_per_learner,
-        jitter=timing.jitter, jitter_sigma=timing.jitter_sigma, straggler_prob=timing.straggler_prob,
-        straggler_factor=timing.straggler_factor, speed_factor_sigma=timing.speed_factor_sigma,
-        latency=timing.latency, bandwidth=timing.bandwidth if timing.bandwidth > 0 else math.inf,
-        model_bytes=timing.model_bytes or parameter_bytes, server_shards=timing.server_shards,
-        apply_time=timing.apply_time)
+      compute_time=timing.compute_time_per_example * config.batch_per_learner,
+      jitter=timing.jitter,
+      jitter_sigma=timing.jitter_sigma,
+      straggler_prob=timing.straggler_prob,
+      straggler_factor=timing.straggler_factor,
+      speed_factor_sigma=timing.speed_factor_sigma,
+      latency=timing.latency,
+      bandwidth=timing.bandwidth if timing.bandwidth > 0 else math.inf,
+      model_bytes=timing.model_bytes or parameter_bytes,
+      server_shards=timing.server_shards,
+      apply_time=timing.apply_time,
+    )
   except ValueError as error:
     raise ValueError(f"config.timing: {error}") from error
 
@@ -355,8 +427,7 @@ def protocol_options(config: ml_collections.ConfigDict) -> dict:
 
 def contributions_per_update(config: ml_collections.ConfigDict) -> int:
   """c: gradients applied by one server update (M for decentralized protocols)."""
-  return schedule_lib.contributions_per_update(config.protocol, learners=config.learners,
-                                               **protocol_options(config))
+  return schedule_lib.contributions_per_update(config.protocol, learners=config.learners, **protocol_options(config))
 
 
 def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:

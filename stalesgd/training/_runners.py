@@ -30,12 +30,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 from stalesgd import decentral
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
-from stalesgd.parallel import _sharding as sharding_lib
-from stalesgd.training._run_config import protocol_options, timing_model
-from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.engine import BlockMetrics  # both runners report a block this way
 from stalesgd.models import ModelSpec
+from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.schedule import Schedule  # also the type the training loop names, through this layer
+from stalesgd.training._run_config import protocol_options, timing_model
 
 
 class _Blocks:
@@ -55,8 +55,14 @@ class _Blocks:
 class ParameterServerRunner(_Blocks):
   """Parameter-server protocols through the exact emulator."""
 
-  def __init__(self, model: ModelSpec, optimizer: optax.GradientTransformation, schedule: Schedule,
-               batches, mesh: jax.sharding.Mesh):
+  def __init__(
+    self,
+    model: ModelSpec,
+    optimizer: optax.GradientTransformation,
+    schedule: Schedule,
+    batches,
+    mesh: jax.sharding.Mesh,
+  ):
     self.engine = engine_lib.Engine(model.loss_fn, optimizer, has_aux=True, mesh=mesh)
     self.plan = self.engine.plan(schedule)
     self.batches = batches
@@ -91,8 +97,9 @@ def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDCon
   if row.eager:
     overrides.update(eager=config.eager_updates)
   if row.corrects and config.delay_compensation != "none":
-    overrides.update(dc_lambda=config.dc_lambda, lambda_mode=config.delay_compensation,
-                     mean_square_decay=config.dc_decay)
+    overrides.update(
+      dc_lambda=config.dc_lambda, lambda_mode=config.delay_compensation, mean_square_decay=config.dc_decay
+    )
   return decentral.config_for_protocol(config.protocol, **overrides)
 
 
@@ -105,16 +112,25 @@ DECENTRALIZED_DIAGNOSTICS = ("correction_ratio", "displacement_norm")
 class DecentralizedRunner(_Blocks):
   """All-reduce protocols on real collectives, one learner per device."""
 
-  def __init__(self, config: ml_collections.ConfigDict, model: ModelSpec, optimizer: optax.GradientTransformation,
-               num_updates: int, batches, mesh: jax.sharding.Mesh):
+  def __init__(
+    self,
+    config: ml_collections.ConfigDict,
+    model: ModelSpec,
+    optimizer: optax.GradientTransformation,
+    num_updates: int,
+    batches,
+    mesh: jax.sharding.Mesh,
+  ):
     self.protocol_config = decentral_settings(config)
     self.mesh = sharding_lib.learner_mesh(self.protocol_config.axis_name, devices=list(mesh.devices.flat))
     self.trainer = decentral.DCS3GD(model.loss_fn, optimizer, self.protocol_config, self.mesh)
     # Per-learner losses live on their learners' devices (possibly other
     # processes'); a separate small program replicates them for the host, so
     # the step's only collective stays the weight all-reduce.
-    self._replicate = jax.jit(lambda values: jax.tree.map(lambda value: value.reshape(1, -1), values),
-                              out_shardings=NamedSharding(self.mesh, PartitionSpec()))
+    self._replicate = jax.jit(
+      lambda values: jax.tree.map(lambda value: value.reshape(1, -1), values),
+      out_shardings=NamedSharding(self.mesh, PartitionSpec()),
+    )
     self._split = NamedSharding(self.mesh, PartitionSpec(self.protocol_config.axis_name))
     self.batches = batches
     self.num_updates = num_updates
@@ -145,8 +161,14 @@ class DecentralizedRunner(_Blocks):
     return int(state.step)
 
 
-def make_runner(config: ml_collections.ConfigDict, model: ModelSpec, optimizer: optax.GradientTransformation,
-                schedule: Schedule, batches, mesh: jax.sharding.Mesh):
+def make_runner(
+  config: ml_collections.ConfigDict,
+  model: ModelSpec,
+  optimizer: optax.GradientTransformation,
+  schedule: Schedule,
+  batches,
+  mesh: jax.sharding.Mesh,
+):
   """The runner for the config's protocol (its row of `stalesgd.schedule.PROTOCOL_TABLE` says which)."""
   if schedule_lib.protocol_row(config.protocol).decentralized:
     return DecentralizedRunner(config, model, optimizer, schedule.num_updates, batches, mesh)
@@ -155,9 +177,14 @@ def make_runner(config: ml_collections.ConfigDict, model: ModelSpec, optimizer: 
 
 def simulate_schedule(config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int) -> Schedule:
   """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config."""
-  return schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=num_updates,
-                               seed=config.seed, **protocol_options(config),
-                               timing=timing_model(config, parameter_bytes=parameter_bytes))
+  return schedule_lib.simulate(
+    config.protocol,
+    learners=config.learners,
+    num_updates=num_updates,
+    seed=config.seed,
+    **protocol_options(config),
+    timing=timing_model(config, parameter_bytes=parameter_bytes),
+  )
 
 
 def run_label(config: ml_collections.ConfigDict) -> str:

@@ -17,8 +17,13 @@ from stalesgd.training._run_config import default_config
 
 # Fields a resumed run may change: they decide when to log, save, how to batch
 # evaluation or how many threads decode, never the weights or the metrics' values.
-RESUMABLE_CHANGES = ("log_every_updates", "checkpoint_every_seconds", "keep_checkpoints", "eval_batch_size",
-                     "data_workers")
+RESUMABLE_CHANGES = (
+  "log_every_updates",
+  "checkpoint_every_seconds",
+  "keep_checkpoints",
+  "eval_batch_size",
+  "data_workers",
+)
 CONFIG_FILENAME = "config.json"
 
 
@@ -32,9 +37,11 @@ def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
   current = json.loads(config.to_json())
   defaults = json.loads(default_config().to_json())
   saved = {**{field: defaults[field] for field in defaults.keys() - saved.keys()}, **saved}
-  return [f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
-          for field in sorted(saved.keys() | current.keys())
-          if field not in RESUMABLE_CHANGES and saved.get(field) != current.get(field)]
+  return [
+    f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
+    for field in sorted(saved.keys() | current.keys())
+    if field not in RESUMABLE_CHANGES and saved.get(field) != current.get(field)
+  ]
 
 
 def check_same_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> None:
@@ -50,8 +57,10 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Pat
     return
   changes = config_changes(json.loads(path.read_text()), config)
   if changes:
-    raise ValueError(f"{workdir} holds a run of another config ({', '.join(changes)}); allowed: the same config "
-                     f"(only {', '.join(RESUMABLE_CHANGES)} may change on resume), or another workdir")
+    raise ValueError(
+      f"{workdir} holds a run of another config ({', '.join(changes)}); allowed: the same config "
+      f"(only {', '.join(RESUMABLE_CHANGES)} may change on resume), or another workdir"
+    )
 
 
 def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:

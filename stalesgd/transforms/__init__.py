@@ -10,40 +10,35 @@ optax ``GradientTransformationExtraArgs`` whose per-step inputs (``staleness``,
 rules applied.
 """
 
-from stalesgd.transforms._aliases import dc_asgd
-from stalesgd.transforms._aliases import staleness_aware_sgd
-from stalesgd.transforms._contributions import average_contributions
-from stalesgd.transforms._contributions import contributions_in_stack
-from stalesgd.transforms._delay_compensation import delay_compensated_gradient
-from stalesgd.transforms._delayed import delayed
-from stalesgd.transforms._delayed import DelayedState
-from stalesgd.transforms._delay_compensation import scale_by_delay_compensation
-from stalesgd.transforms._delay_compensation import ScaleByDelayCompensationState
-from stalesgd.transforms._gap_aware import scale_by_gap_aware
-from stalesgd.transforms._gap_aware import ScaleByGapAwareState
+from stalesgd.transforms._aliases import dc_asgd, staleness_aware_sgd
+from stalesgd.transforms._contributions import average_contributions, contributions_in_stack
+from stalesgd.transforms._delay_compensation import (
+  ScaleByDelayCompensationState,
+  delay_compensated_gradient,
+  scale_by_delay_compensation,
+)
+from stalesgd.transforms._delayed import DelayedState, delayed
+from stalesgd.transforms._gap_aware import ScaleByGapAwareState, scale_by_gap_aware
 from stalesgd.transforms._mean_square import update_mean_square
-from stalesgd.transforms._staleness import lr_scale
 from stalesgd.transforms._staleness import RULES as STALENESS_RULES
-from stalesgd.transforms._staleness import scale_by_staleness
-from stalesgd.transforms._staleness import ScaleByStalenessState
-from stalesgd.transforms._staleness import staleness_weight
+from stalesgd.transforms._staleness import ScaleByStalenessState, lr_scale, scale_by_staleness, staleness_weight
 
 __all__ = [
-    "STALENESS_RULES",
-    "DelayedState",
-    "ScaleByDelayCompensationState",
-    "ScaleByGapAwareState",
-    "ScaleByStalenessState",
-    "average_contributions",
-    "contributions_in_stack",
-    "dc_asgd",
-    "delay_compensated_gradient",
-    "delayed",
-    "lr_scale",
-    "scale_by_delay_compensation",
-    "scale_by_gap_aware",
-    "scale_by_staleness",
-    "staleness_aware_sgd",
-    "staleness_weight",
-    "update_mean_square",
+  "STALENESS_RULES",
+  "DelayedState",
+  "ScaleByDelayCompensationState",
+  "ScaleByGapAwareState",
+  "ScaleByStalenessState",
+  "average_contributions",
+  "contributions_in_stack",
+  "dc_asgd",
+  "delay_compensated_gradient",
+  "delayed",
+  "lr_scale",
+  "scale_by_delay_compensation",
+  "scale_by_gap_aware",
+  "scale_by_staleness",
+  "staleness_aware_sgd",
+  "staleness_weight",
+  "update_mean_square",
 ]

@@ -18,7 +18,7 @@ from stalesgd.transforms import _staleness as staleness
 
 
 def _server_sgd(
-    learning_rate: optax.ScalarOrSchedule, momentum: Any, nesterov: bool
+  learning_rate: optax.ScalarOrSchedule, momentum: Any, nesterov: bool
 ) -> optax.GradientTransformationExtraArgs:
   """optax.sgd, without a momentum buffer when momentum is the number 0."""
   if isinstance(momentum, numbers.Real) and momentum == 0:
@@ -27,17 +27,17 @@ def _server_sgd(
 
 
 def staleness_aware_sgd(
-    learning_rate: optax.ScalarOrSchedule,
-    momentum: optax.ScalarOrSchedule | None = 0.0,
-    nesterov: bool = False,
-    rule: str = "inverse",
-    *,
-    mean_staleness: optax.ScalarOrSchedule | None = None,
-    exponent: optax.ScalarOrSchedule = 0.5,
-    decay: optax.ScalarOrSchedule = 0.5,
-    max_staleness: optax.ScalarOrSchedule | None = None,
-    hinge_slope: optax.ScalarOrSchedule = 1.0,
-    normalize: bool = False,
+  learning_rate: optax.ScalarOrSchedule,
+  momentum: optax.ScalarOrSchedule | None = 0.0,
+  nesterov: bool = False,
+  rule: str = "inverse",
+  *,
+  mean_staleness: optax.ScalarOrSchedule | None = None,
+  exponent: optax.ScalarOrSchedule = 0.5,
+  decay: optax.ScalarOrSchedule = 0.5,
+  max_staleness: optax.ScalarOrSchedule | None = None,
+  hinge_slope: optax.ScalarOrSchedule = 1.0,
+  normalize: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   r"""SGD whose learning rate depends on each gradient's staleness.
 
@@ -88,25 +88,31 @@ def staleness_aware_sgd(
     <https://arxiv.org/abs/1511.05950>`_, IJCAI 2016.
   """
   return optax.chain(
-      staleness.scale_by_staleness(
-          rule, mean_staleness=mean_staleness, exponent=exponent, decay=decay,
-          max_staleness=max_staleness, hinge_slope=hinge_slope, normalize=normalize),
-      contributions.average_contributions(),
-      _server_sgd(learning_rate, momentum, nesterov),
+    staleness.scale_by_staleness(
+      rule,
+      mean_staleness=mean_staleness,
+      exponent=exponent,
+      decay=decay,
+      max_staleness=max_staleness,
+      hinge_slope=hinge_slope,
+      normalize=normalize,
+    ),
+    contributions.average_contributions(),
+    _server_sgd(learning_rate, momentum, nesterov),
   )
 
 
 def dc_asgd(
-    learning_rate: optax.ScalarOrSchedule,
-    dc_lambda: optax.ScalarOrSchedule = 0.04,
-    adaptive: bool = False,
-    momentum: optax.ScalarOrSchedule | None = 0.0,
-    nesterov: bool = False,
-    decay: optax.ScalarOrSchedule = 0.95,
-    eps: optax.ScalarOrSchedule = 1e-7,
-    layerwise: bool = False,
-    num_learners: int | None = None,
-    bias_correction: bool = False,
+  learning_rate: optax.ScalarOrSchedule,
+  dc_lambda: optax.ScalarOrSchedule = 0.04,
+  adaptive: bool = False,
+  momentum: optax.ScalarOrSchedule | None = 0.0,
+  nesterov: bool = False,
+  decay: optax.ScalarOrSchedule = 0.95,
+  eps: optax.ScalarOrSchedule = 1e-7,
+  layerwise: bool = False,
+  num_learners: int | None = None,
+  bias_correction: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Asynchronous SGD with delay compensation (DC-ASGD-c, DC-ASGD-a).
 
@@ -154,9 +160,15 @@ def dc_asgd(
     Compensation <https://arxiv.org/abs/1609.08326>`_, ICML 2017.
   """
   return optax.chain(
-      delay_compensation.scale_by_delay_compensation(
-          dc_lambda=dc_lambda, adaptive=adaptive, decay=decay, eps=eps, layerwise=layerwise,
-          num_learners=num_learners, bias_correction=bias_correction),
-      contributions.average_contributions(),
-      _server_sgd(learning_rate, momentum, nesterov),
+    delay_compensation.scale_by_delay_compensation(
+      dc_lambda=dc_lambda,
+      adaptive=adaptive,
+      decay=decay,
+      eps=eps,
+      layerwise=layerwise,
+      num_learners=num_learners,
+      bias_correction=bias_correction,
+    ),
+    contributions.average_contributions(),
+    _server_sgd(learning_rate, momentum, nesterov),
   )

@@ -32,7 +32,8 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,39 +46,35 @@ def check_tree_structure(reference: Any, other: Any, *, name: str, reference_nam
   other_structure = jax.tree.structure(other)
   if reference_structure != other_structure:
     raise ValueError(
-        f"{name} must have the tree structure of {reference_name}; got {other_structure}, "
-        f"expected {reference_structure}.")
+      f"{name} must have the tree structure of {reference_name}; got {other_structure}, expected {reference_structure}."
+    )
 
 
 def check_same_tree(reference: Any, other: Any, *, name: str, reference_name: str) -> None:
   """Raises ValueError unless `other` has the structure and leaf shapes of `reference`."""
   check_tree_structure(reference, other, name=name, reference_name=reference_name)
-  for (path, reference_leaf), other_leaf in zip(
-      jax.tree_util.tree_leaves_with_path(reference), jax.tree.leaves(other)):
+  for (path, reference_leaf), other_leaf in zip(jax.tree_util.tree_leaves_with_path(reference), jax.tree.leaves(other)):
     if jnp.shape(reference_leaf) != jnp.shape(other_leaf):
       raise ValueError(
-          f"{name}{jax.tree_util.keystr(path)} has shape {jnp.shape(other_leaf)}; it must have the "
-          f"shape of {reference_name}{jax.tree_util.keystr(path)}, {jnp.shape(reference_leaf)}.")
+        f"{name}{jax.tree_util.keystr(path)} has shape {jnp.shape(other_leaf)}; it must have the "
+        f"shape of {reference_name}{jax.tree_util.keystr(path)}, {jnp.shape(reference_leaf)}."
+      )
 
 
 def _stack_size_of_vector(name: str, value: Any) -> int | None:
   """c for a per-contribution argument of shape [c], None for a scalar."""
   shape = jnp.shape(value)
   if len(shape) > 1:
-    raise ValueError(
-        f"{name} must be a scalar or have shape [c] for a stack of c contributions; got shape "
-        f"{shape}.")
+    raise ValueError(f"{name} must be a scalar or have shape [c] for a stack of c contributions; got shape {shape}.")
   return shape[0] if shape else None
 
 
 def _stack_size_of_stale_params(stale_params: Any, params: Any) -> int | None:
   if params is None:
-    raise ValueError(
-        "params (the current weights) must be given with stale_params; got params=None.")
+    raise ValueError("params (the current weights) must be given with stale_params; got params=None.")
   check_tree_structure(params, stale_params, name="stale_params", reference_name="params")
   sizes = set()
-  for (path, param), stale in zip(
-      jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(stale_params)):
+  for (path, param), stale in zip(jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(stale_params)):
     param_shape, stale_shape = jnp.shape(param), jnp.shape(stale)
     if stale_shape == param_shape:
       sizes.add(None)
@@ -85,23 +82,25 @@ def _stack_size_of_stale_params(stale_params: Any, params: Any) -> int | None:
       sizes.add(stale_shape[0])
     else:
       raise ValueError(
-          f"stale_params{jax.tree_util.keystr(path)} has shape {stale_shape}; allowed are the "
-          f"shape of params{jax.tree_util.keystr(path)}, {param_shape}, or (c,) + {param_shape} "
-          "for a stack of c contributions.")
+        f"stale_params{jax.tree_util.keystr(path)} has shape {stale_shape}; allowed are the "
+        f"shape of params{jax.tree_util.keystr(path)}, {param_shape}, or (c,) + {param_shape} "
+        "for a stack of c contributions."
+      )
   if len(sizes) > 1:
     raise ValueError(
-        "stale_params mixes stacked and unstacked leaves (leading sizes "
-        f"{sorted(sizes, key=str)}); stack every leaf or none.")
+      "stale_params mixes stacked and unstacked leaves (leading sizes "
+      f"{sorted(sizes, key=str)}); stack every leaf or none."
+    )
   return sizes.pop() if sizes else None
 
 
 def contributions_in_stack(
-    updates: Any,
-    params: Any = None,
-    *,
-    staleness: Any = None,
-    stale_params: Any = None,
-    learner: Any = None,
+  updates: Any,
+  params: Any = None,
+  *,
+  staleness: Any = None,
+  stale_params: Any = None,
+  learner: Any = None,
 ) -> int | None:
   """The number c of stacked contributions, or None for a single gradient.
 
@@ -133,8 +132,8 @@ def contributions_in_stack(
     indications["learner"] = _stack_size_of_vector("learner", learner)
   if len(set(indications.values())) > 1:
     described = ", ".join(
-        f"{name}: {'unstacked' if size is None else f'stack of {size}'}"
-        for name, size in indications.items())
+      f"{name}: {'unstacked' if size is None else f'stack of {size}'}" for name, size in indications.items()
+    )
     raise ValueError(f"the extra arguments disagree on the stack of contributions ({described}).")
   stack_size = next(iter(indications.values()), None)
   _check_updates_shapes(updates, params, stack_size)
@@ -145,20 +144,21 @@ def _check_updates_shapes(updates: Any, params: Any, stack_size: int | None) -> 
   """Every update leaf must be its param's shape, with a leading axis of size c for a stack."""
   leading = () if stack_size is None else (stack_size,)
   if params is not None and jax.tree.structure(params) == jax.tree.structure(updates):
-    for (path, leaf), param in zip(
-        jax.tree_util.tree_leaves_with_path(updates), jax.tree.leaves(params)):
+    for (path, leaf), param in zip(jax.tree_util.tree_leaves_with_path(updates), jax.tree.leaves(params)):
       if jnp.shape(leaf) != leading + jnp.shape(param):
         kind = "a single gradient" if stack_size is None else f"a stack of {stack_size}"
         raise ValueError(
-            f"updates{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; for {kind} it must "
-            f"be {leading + jnp.shape(param)} (params{jax.tree_util.keystr(path)} has shape "
-            f"{jnp.shape(param)}).")
+          f"updates{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; for {kind} it must "
+          f"be {leading + jnp.shape(param)} (params{jax.tree_util.keystr(path)} has shape "
+          f"{jnp.shape(param)})."
+        )
   elif stack_size is not None:
     for path, leaf in jax.tree_util.tree_leaves_with_path(updates):
       if jnp.shape(leaf)[:1] != leading:
         raise ValueError(
-            f"updates{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; a stack of "
-            f"{stack_size} contributions needs a leading axis of size {stack_size}.")
+          f"updates{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; a stack of "
+          f"{stack_size} contributions needs a leading axis of size {stack_size}."
+        )
 
 
 class Stack(NamedTuple):
@@ -179,11 +179,11 @@ class Stack(NamedTuple):
   size: int | None
 
   @classmethod
-  def of(cls, updates: Any, params: Any = None, *, staleness: Any = None, stale_params: Any = None,
-         learner: Any = None) -> Stack:
+  def of(
+    cls, updates: Any, params: Any = None, *, staleness: Any = None, stale_params: Any = None, learner: Any = None
+  ) -> Stack:
     """The stack of a call; see `contributions_in_stack` for the arguments and the checks."""
-    return cls(contributions_in_stack(
-        updates, params, staleness=staleness, stale_params=stale_params, learner=learner))
+    return cls(contributions_in_stack(updates, params, staleness=staleness, stale_params=stale_params, learner=learner))
 
   def stacked(self, tree: Any) -> Any:
     """`tree` with a leading contributions axis (one of size 1 is added for an unstacked call)."""
@@ -249,11 +249,9 @@ def average_contributions() -> optax.GradientTransformationExtraArgs:
     del params
     return optax.EmptyState()
 
-  def update_fn(updates, state, params=None, *, staleness=None, stale_params=None, learner=None,
-                **extra_args):
+  def update_fn(updates, state, params=None, *, staleness=None, stale_params=None, learner=None, **extra_args):
     del extra_args
-    stack = Stack.of(
-        updates, params, staleness=staleness, stale_params=stale_params, learner=learner)
+    stack = Stack.of(updates, params, staleness=staleness, stale_params=stale_params, learner=learner)
     if stack.size is None:
       return updates, state
     averaged = jax.tree.map(lambda leaf: jnp.mean(leaf, axis=0).astype(leaf.dtype), updates)

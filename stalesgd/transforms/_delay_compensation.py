@@ -29,8 +29,8 @@ import optax
 from stalesgd.transforms import _contributions as contributions
 from stalesgd.transforms import _hyperparameters as hyperparameters
 from stalesgd.transforms import _mean_square as mean_square_lib
+
 # Re-exported: stalesgd.transforms._delay_compensation.update_mean_square was its path before the split.
-from stalesgd.transforms._mean_square import update_mean_square  # pylint: disable=unused-import
 
 
 def _at_least_float32(leaf: jax.Array) -> jax.Array:
@@ -51,13 +51,13 @@ def _layerwise_lambda(grad: jax.Array, correction: jax.Array, dc_lambda: Any) ->
 
 
 def delay_compensated_gradient(
-    grads: Any,
-    displacement: Any,
-    dc_lambda: Any,
-    *,
-    mean_square: Any = None,
-    eps: float = 1e-7,
-    layerwise: bool = False,
+  grads: Any,
+  displacement: Any,
+  dc_lambda: Any,
+  *,
+  mean_square: Any = None,
+  eps: float = 1e-7,
+  layerwise: bool = False,
 ) -> Any:
   r"""Corrects gradients computed at stale weights towards the current weights.
 
@@ -111,8 +111,9 @@ def delay_compensated_gradient(
   """
   if layerwise and mean_square is not None:
     raise ValueError(
-        "layerwise=True and mean_square are exclusive lambda modes (constant, adaptive with "
-        "mean_square, or layerwise); got both.")
+      "layerwise=True and mean_square are exclusive lambda modes (constant, adaptive with "
+      "mean_square, or layerwise); got both."
+    )
   contributions.check_same_tree(grads, displacement, name="displacement", reference_name="grads")
   if mean_square is not None:
     contributions.check_same_tree(grads, mean_square, name="mean_square", reference_name="grads")
@@ -157,13 +158,13 @@ class ScaleByDelayCompensationBiasCorrectedState(NamedTuple):
 
 
 def scale_by_delay_compensation(
-    dc_lambda: optax.ScalarOrSchedule = 0.04,
-    adaptive: bool = False,
-    decay: optax.ScalarOrSchedule = 0.95,
-    eps: optax.ScalarOrSchedule = 1e-7,
-    layerwise: bool = False,
-    num_learners: int | None = None,
-    bias_correction: bool = False,
+  dc_lambda: optax.ScalarOrSchedule = 0.04,
+  adaptive: bool = False,
+  decay: optax.ScalarOrSchedule = 0.95,
+  eps: optax.ScalarOrSchedule = 1e-7,
+  layerwise: bool = False,
+  num_learners: int | None = None,
+  bias_correction: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Delay compensation of DC-ASGD: corrects each gradient to the current weights.
 
@@ -270,14 +271,15 @@ def scale_by_delay_compensation(
   if num_learners is not None:
     if not adaptive:
       raise ValueError(
-          f"num_learners={num_learners!r} keeps one MeanSquare per learner and needs "
-          "adaptive=True; got adaptive=False.")
+        f"num_learners={num_learners!r} keeps one MeanSquare per learner and needs adaptive=True; got adaptive=False."
+      )
     if not isinstance(num_learners, int) or num_learners < 1:
       raise ValueError(f"num_learners must be a positive int or None; got {num_learners!r}.")
   if bias_correction and not adaptive:
     raise ValueError(
-        "bias_correction=True divides DC-ASGD-a's MeanSquare by its blend weight and needs "
-        "adaptive=True; got adaptive=False.")
+      "bias_correction=True divides DC-ASGD-a's MeanSquare by its blend weight and needs "
+      "adaptive=True; got adaptive=False."
+    )
   hyperparameters.check_nonnegative("dc_lambda", dc_lambda)
   hyperparameters.check_in_unit_interval("decay", decay)
   hyperparameters.check_nonnegative("eps", eps)
@@ -286,12 +288,11 @@ def scale_by_delay_compensation(
     if not adaptive:
       return ScaleByDelayCompensationState(count=jnp.zeros([], jnp.int32), mean_square=None)
     leading = () if num_learners is None else (num_learners,)
-    mean_square = jax.tree.map(
-        lambda param: jnp.zeros(leading + jnp.shape(param), jnp.asarray(param).dtype), params)
+    mean_square = jax.tree.map(lambda param: jnp.zeros(leading + jnp.shape(param), jnp.asarray(param).dtype), params)
     if bias_correction:
       return ScaleByDelayCompensationBiasCorrectedState(
-          count=jnp.zeros([], jnp.int32), mean_square=mean_square,
-          mean_square_weight=jnp.zeros(leading, jnp.float32))
+        count=jnp.zeros([], jnp.int32), mean_square=mean_square, mean_square_weight=jnp.zeros(leading, jnp.float32)
+      )
     return ScaleByDelayCompensationState(count=jnp.zeros([], jnp.int32), mean_square=mean_square)
 
   def update_fn(updates, state, params=None, *, stale_params=None, learner=None, **extra_args):
@@ -302,8 +303,9 @@ def scale_by_delay_compensation(
       learner = None
     else:
       mean_square_lib.check_learner(learner, num_learners)
-    stack = contributions.Stack.of(updates, params, staleness=extra_args.get("staleness"),
-                                   stale_params=stale_params, learner=learner)
+    stack = contributions.Stack.of(
+      updates, params, staleness=extra_args.get("staleness"), stale_params=stale_params, learner=learner
+    )
     del extra_args
     grads = stack.stacked(updates)
     displacements = stack.displacements(params, stale_params)
@@ -312,12 +314,13 @@ def scale_by_delay_compensation(
     new_state, read_mean_square = state._replace(count=count), lambda learner: None
     if adaptive:
       new_state, read_mean_square = mean_square_lib.blend(
-          new_state, grads, learner, num_learners, hyperparameters.value_at(decay, state.count))
+        new_state, grads, learner, num_learners, hyperparameters.value_at(decay, state.count)
+      )
 
     def correct(grads, displacement, learner):  # g~_k = g_k + lambda_t g_k * g_k * (w - w_bak,k)
       return delay_compensated_gradient(
-          grads, displacement, dc_lambda_now, mean_square=read_mean_square(learner), eps=eps_now,
-          layerwise=layerwise)
+        grads, displacement, dc_lambda_now, mean_square=read_mean_square(learner), eps=eps_now, layerwise=layerwise
+      )
 
     return stack.map(correct, grads, displacements, stack.stacked(learner)), new_state
 

@@ -55,8 +55,9 @@ class DelayedState(NamedTuple):
   inner_state: Any
 
 
-def delayed(inner: optax.GradientTransformation, *, staleness: int,
-            keep_params: bool = True) -> optax.GradientTransformationExtraArgs:
+def delayed(
+  inner: optax.GradientTransformation, *, staleness: int, keep_params: bool = True
+) -> optax.GradientTransformationExtraArgs:
   """Applies every gradient ``staleness`` calls after it arrives, through ``inner`` (module docstring).
 
   Args:
@@ -83,23 +84,29 @@ def delayed(inner: optax.GradientTransformation, *, staleness: int,
     updates, state = tx.update(grads, state, params)  # applies the gradient of 7 calls ago
   """
   if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
-    raise ValueError(f"staleness={staleness!r}; allowed: an integer >= 0 (calls between a gradient's arrival "
-                     "and its application)")
+    raise ValueError(
+      f"staleness={staleness!r}; allowed: an integer >= 0 (calls between a gradient's arrival and its application)"
+    )
   tau = staleness
   inner = optax.with_extra_args_support(inner)
 
   def init_fn(params):
     queue = lambda: jax.tree.map(lambda leaf: jnp.zeros((tau,) + jnp.shape(leaf), jnp.result_type(leaf)), params)
-    return DelayedState(count=jnp.zeros((), jnp.int32), pending_grads=queue(),
-                        pending_params=queue() if keep_params else None, inner_state=inner.init(params))
+    return DelayedState(
+      count=jnp.zeros((), jnp.int32),
+      pending_grads=queue(),
+      pending_params=queue() if keep_params else None,
+      inner_state=inner.init(params),
+    )
 
   def update_fn(updates, state, params=None, **extra_args):
     if params is None:
       raise ValueError("stalesgd.delayed needs params: call tx.update(grads, state, params)")
     if tau == 0:
       stale = {"stale_params": params} if keep_params else {}
-      out, inner_state = inner.update(updates, state.inner_state, params, staleness=jnp.zeros((), jnp.int32),
-                                      **stale, **extra_args)
+      out, inner_state = inner.update(
+        updates, state.inner_state, params, staleness=jnp.zeros((), jnp.int32), **stale, **extra_args
+      )
       return out, state._replace(count=state.count + 1, inner_state=inner_state)
     slot = state.count % tau
     due_grads = jax.tree.map(lambda queue: queue[slot], state.pending_grads)
@@ -111,8 +118,9 @@ def delayed(inner: optax.GradientTransformation, *, staleness: int,
 
     def apply(inner_state):
       stale = {"stale_params": due_params} if keep_params else {}
-      return inner.update(due_grads, inner_state, params, staleness=jnp.minimum(applied, tau).astype(jnp.int32),
-                          **stale, **extra_args)
+      return inner.update(
+        due_grads, inner_state, params, staleness=jnp.minimum(applied, tau).astype(jnp.int32), **stale, **extra_args
+      )
 
     def hold(inner_state):
       return jax.tree.map(jnp.zeros_like, updates), inner_state

@@ -59,8 +59,8 @@ def _penalise(grad: jax.Array, displacement: jax.Array, step: jax.Array) -> jax.
 
 
 def scale_by_gap_aware(
-    decay: optax.ScalarOrSchedule = 0.99,
-    min_step_size: optax.ScalarOrSchedule = 1e-12,
+  decay: optax.ScalarOrSchedule = 0.99,
+  min_step_size: optax.ScalarOrSchedule = 1e-12,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Divides each gradient coordinate by one plus its Gap.
 
@@ -124,16 +124,15 @@ def scale_by_gap_aware(
 
   def init_fn(params):
     return ScaleByGapAwareState(
-        count=jnp.zeros([], jnp.int32),
-        previous_params=jax.tree.map(jnp.asarray, params),
-        step_size=optax.tree.zeros_like(params),
-        observed_steps=jnp.zeros([], jnp.int32),
+      count=jnp.zeros([], jnp.int32),
+      previous_params=jax.tree.map(jnp.asarray, params),
+      step_size=optax.tree.zeros_like(params),
+      observed_steps=jnp.zeros([], jnp.int32),
     )
 
   def update_fn(updates, state, params=None, *, stale_params=None, **extra_args):
     count = optax.safe_increment(state.count)
-    stack = contributions.Stack.of(
-        updates, params, staleness=extra_args.get("staleness"), stale_params=stale_params)
+    stack = contributions.Stack.of(updates, params, staleness=extra_args.get("staleness"), stale_params=stale_params)
     del extra_args
     if params is None:
       return updates, state._replace(count=count)
@@ -141,26 +140,30 @@ def scale_by_gap_aware(
     # Before the first update the params have not stepped yet: nothing to observe.
     stepped = state.count > 0
     step_size = jax.tree.map(
-        lambda ema, param, previous: jnp.where(
-            stepped, exponential_moving_average(ema, jnp.abs(param - previous), decay_now), ema),
-        state.step_size, params, state.previous_params)
+      lambda ema, param, previous: jnp.where(
+        stepped, exponential_moving_average(ema, jnp.abs(param - previous), decay_now), ema
+      ),
+      state.step_size,
+      params,
+      state.previous_params,
+    )
     observed_steps = state.observed_steps + stepped.astype(jnp.int32)
     new_state = ScaleByGapAwareState(
-        count=count,
-        previous_params=jax.tree.map(jnp.asarray, params),
-        step_size=step_size,
-        observed_steps=observed_steps,
+      count=count,
+      previous_params=jax.tree.map(jnp.asarray, params),
+      step_size=step_size,
+      observed_steps=observed_steps,
     )
     if stale_params is None:
       return updates, new_state
     typical_step = _typical_step(
-        step_size, observed_steps, decay_now, hyperparameters.value_at(min_step_size, state.count))
+      step_size, observed_steps, decay_now, hyperparameters.value_at(min_step_size, state.count)
+    )
 
     def penalise(grads, displacement):  # g~_k = g_k / (1 + |w - w_stale,k| / C)
       return jax.tree.map(_penalise, grads, displacement, typical_step)
 
-    penalised = stack.map(
-        penalise, stack.stacked(updates), stack.displacements(params, stale_params))
+    penalised = stack.map(penalise, stack.stacked(updates), stack.displacements(params, stale_params))
     return penalised, new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -14,7 +14,8 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -49,13 +50,12 @@ def update_mean_square(mean_square: Any, grads: Any, decay: Any) -> Any:
     Compensation <https://arxiv.org/abs/1609.08326>`_, ICML 2017.
   """
   contributions.check_same_tree(mean_square, grads, name="grads", reference_name="mean_square")
-  return jax.tree.map(
-      lambda moment, grad: exponential_moving_average(moment, grad * grad, decay),
-      mean_square, grads)
+  return jax.tree.map(lambda moment, grad: exponential_moving_average(moment, grad * grad, decay), mean_square, grads)
 
 
-def blend(state: Any, grads: Any, learner: Any, num_learners: int | None, decay: Any
-          ) -> tuple[Any, Callable[[Any], Any]]:
+def blend(
+  state: Any, grads: Any, learner: Any, num_learners: int | None, decay: Any
+) -> tuple[Any, Callable[[Any], Any]]:
   """The state's MeanSquare (and W) after a stack of gradients, and what each contribution reads.
 
   Global (``num_learners`` None): blended with the mean g*g over the stack.
@@ -78,9 +78,10 @@ def blend(state: Any, grads: Any, learner: Any, num_learners: int | None, decay:
   weight = getattr(state, "mean_square_weight", None)
   if num_learners is None:
     moments = jax.tree.map(
-        lambda moment, grads: exponential_moving_average(
-            moment, jnp.mean(grads * grads, axis=0), decay),
-        state.mean_square, grads)
+      lambda moment, grads: exponential_moving_average(moment, jnp.mean(grads * grads, axis=0), decay),
+      state.mean_square,
+      grads,
+    )
     if weight is not None:
       weight = _blended_weight(weight, decay)
     shared = _bias_corrected(moments, weight)
@@ -92,8 +93,8 @@ def blend(state: Any, grads: Any, learner: Any, num_learners: int | None, decay:
     if weight is not None:
       weight = _blended_weight(weight, decay, present=arrivals > 0)
     read = lambda learner: _bias_corrected(
-        jax.tree.map(lambda moment: moment[learner], moments),
-        None if weight is None else weight[learner])
+      jax.tree.map(lambda moment: moment[learner], moments), None if weight is None else weight[learner]
+    )
   if weight is None:
     return state._replace(mean_square=moments), read
   return state._replace(mean_square=moments, mean_square_weight=weight), read
@@ -155,11 +156,11 @@ def check_learner(learner: Any, num_learners: int) -> None:
   """
   if learner is None:
     raise ValueError(
-        f"num_learners={num_learners} keeps a MeanSquare per learner: pass the extra argument "
-        "learner (int, or shape [c] for a stack); got None.")
+      f"num_learners={num_learners} keeps a MeanSquare per learner: pass the extra argument "
+      "learner (int, or shape [c] for a stack); got None."
+    )
   if isinstance(learner, jax.core.Tracer):
     return
   indices = np.asarray(learner)
   if indices.size and (indices.min() < 0 or indices.max() >= num_learners):
-    raise ValueError(
-        f"learner must lie in [0, num_learners={num_learners}); got {indices.tolist()!r}.")
+    raise ValueError(f"learner must lie in [0, num_learners={num_learners}); got {indices.tolist()!r}.")

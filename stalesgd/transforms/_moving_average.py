@@ -7,9 +7,7 @@ from typing import Any
 import jax
 
 
-def exponential_moving_average(
-    moment: jax.Array, observation: jax.Array, decay: Any
-) -> jax.Array:
+def exponential_moving_average(moment: jax.Array, observation: jax.Array, decay: Any) -> jax.Array:
   r"""One step :math:`m \leftarrow d \, m + (1 - d) \, x`, kept in the dtype of ``moment``.
 
   Args:

@@ -1,8 +1,9 @@
 """Staleness-dependent scaling of gradients (staleness-aware learning rates).
 
 A gradient computed at timestamp j and applied by server update u has
-staleness sigma = u - j >= 0 (`stalesgd.schedule.Schedule.staleness_of`). Scaling it by a weight s(sigma) <= 1 modulates the
-learning rate per gradient: Zhang et al.'s alpha0 / sigma, Rudra's protocol-level
+staleness sigma = u - j >= 0 (`stalesgd.schedule.Schedule.staleness_of`).
+Scaling it by a weight s(sigma) <= 1 modulates the learning rate per
+gradient: Zhang et al.'s alpha0 / sigma, Rudra's protocol-level
 alpha0 / <sigma>, FedBuff's 1 / sqrt(1 + sigma), and the drop-stale threshold.
 `staleness_weight` holds the rules as one pure function that the rest of the
 package reuses; `scale_by_staleness` is the optax transform.
@@ -54,15 +55,15 @@ def _weight(rule, staleness, mean_staleness, exponent, decay, max_staleness, hin
 
 
 def staleness_weight(
-    rule: str,
-    staleness: Any,
-    *,
-    mean_staleness: Any = None,
-    exponent: Any = 0.5,
-    decay: Any = 0.5,
-    max_staleness: Any = None,
-    hinge_slope: Any = 1.0,
-    normalize: bool = False,
+  rule: str,
+  staleness: Any,
+  *,
+  mean_staleness: Any = None,
+  exponent: Any = 0.5,
+  decay: Any = 0.5,
+  max_staleness: Any = None,
+  hinge_slope: Any = 1.0,
+  normalize: bool = False,
 ) -> jax.Array:
   r"""The weight :math:`s(\sigma)` that scales a gradient of staleness :math:`\sigma`.
 
@@ -123,8 +124,7 @@ def staleness_weight(
   """
   _check_rule(rule, max_staleness)
   if mean_staleness is None and (rule == "inverse_mean" or normalize):
-    raise ValueError(
-        f"mean_staleness is required with rule={rule!r} and normalize={normalize}; got None.")
+    raise ValueError(f"mean_staleness is required with rule={rule!r} and normalize={normalize}; got None.")
   options = (mean_staleness, exponent, decay, max_staleness, hinge_slope)
   weight = _weight(rule, staleness, *options)
   if not normalize:
@@ -145,14 +145,14 @@ class ScaleByStalenessState(NamedTuple):
 
 
 def scale_by_staleness(
-    rule: str = "inverse",
-    *,
-    mean_staleness: optax.ScalarOrSchedule | None = None,
-    exponent: optax.ScalarOrSchedule = 0.5,
-    decay: optax.ScalarOrSchedule = 0.5,
-    max_staleness: optax.ScalarOrSchedule | None = None,
-    hinge_slope: optax.ScalarOrSchedule = 1.0,
-    normalize: bool = False,
+  rule: str = "inverse",
+  *,
+  mean_staleness: optax.ScalarOrSchedule | None = None,
+  exponent: optax.ScalarOrSchedule = 0.5,
+  decay: optax.ScalarOrSchedule = 0.5,
+  max_staleness: optax.ScalarOrSchedule | None = None,
+  hinge_slope: optax.ScalarOrSchedule = 1.0,
+  normalize: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Scales each gradient by a weight of its staleness.
 
@@ -209,19 +209,23 @@ def scale_by_staleness(
     Zhang et al. (eq. 2) and the sources of the rules, listed in `staleness_weight`.
   """
   _check_rule(rule, max_staleness)
-  for name, value in (("mean_staleness", mean_staleness), ("exponent", exponent),
-                      ("decay", decay), ("max_staleness", max_staleness),
-                      ("hinge_slope", hinge_slope)):
+  for name, value in (
+    ("mean_staleness", mean_staleness),
+    ("exponent", exponent),
+    ("decay", decay),
+    ("max_staleness", max_staleness),
+    ("hinge_slope", hinge_slope),
+  ):
     hyperparameters.check_nonnegative(name, value)
 
   def init_fn(params):
     del params
     return ScaleByStalenessState(
-        count=jnp.zeros([], jnp.int32),
-        mean_staleness=jnp.zeros([], jnp.float32),
-        contributions=jnp.zeros([], jnp.int32),
-        dropped=jnp.zeros([], jnp.int32),
-        lr_scale=jnp.ones([], jnp.float32),
+      count=jnp.zeros([], jnp.int32),
+      mean_staleness=jnp.zeros([], jnp.float32),
+      contributions=jnp.zeros([], jnp.int32),
+      dropped=jnp.zeros([], jnp.int32),
+      lr_scale=jnp.ones([], jnp.float32),
     )
 
   def update_fn(updates, state, params=None, *, staleness=None, **extra_args):
@@ -231,21 +235,25 @@ def scale_by_staleness(
       return updates, state._replace(count=count, lr_scale=jnp.ones([], jnp.float32))
     stack = contributions.Stack.of(updates, params, staleness=staleness)
     sigma = stack.stacked(jnp.asarray(staleness, jnp.float32))
-    options = {name: hyperparameters.value_at(value, state.count) for name, value in (
-        ("exponent", exponent), ("decay", decay), ("max_staleness", max_staleness),
-        ("hinge_slope", hinge_slope))}
-    mean = state.mean_staleness if mean_staleness is None else hyperparameters.value_at(
-        mean_staleness, state.count)
+    options = {
+      name: hyperparameters.value_at(value, state.count)
+      for name, value in (
+        ("exponent", exponent),
+        ("decay", decay),
+        ("max_staleness", max_staleness),
+        ("hinge_slope", hinge_slope),
+      )
+    }
+    mean = state.mean_staleness if mean_staleness is None else hyperparameters.value_at(mean_staleness, state.count)
     weights = staleness_weight(rule, sigma, mean_staleness=mean, normalize=normalize, **options)
     scaled = stack.map(_scale, stack.stacked(updates), weights)  # u_k = s(sigma_k) g_k
     observed = state.contributions + sigma.size
     new_state = ScaleByStalenessState(
-        count=count,
-        mean_staleness=state.mean_staleness
-        + (jnp.sum(sigma) - sigma.size * state.mean_staleness) / observed,
-        contributions=observed,
-        dropped=state.dropped + _drops(rule, sigma, options["max_staleness"]),
-        lr_scale=jnp.mean(weights),
+      count=count,
+      mean_staleness=state.mean_staleness + (jnp.sum(sigma) - sigma.size * state.mean_staleness) / observed,
+      contributions=observed,
+      dropped=state.dropped + _drops(rule, sigma, options["max_staleness"]),
+      lr_scale=jnp.mean(weights),
     )
     return scaled, new_state
 
@@ -254,8 +262,7 @@ def scale_by_staleness(
 
 def _scale(grads: Any, weight: jax.Array) -> Any:
   """s(sigma) g for one contribution (where, not a product: a dropped inf/NaN gradient becomes 0)."""
-  return jax.tree.map(
-      lambda leaf: jnp.where(weight == 0, 0, leaf * weight).astype(leaf.dtype), grads)
+  return jax.tree.map(lambda leaf: jnp.where(weight == 0, 0, leaf * weight).astype(leaf.dtype), grads)
 
 
 def _drops(rule: str, stalenesses: jax.Array, max_staleness: Any) -> jax.Array:

@@ -14,20 +14,17 @@
 """
 
 from stalesgd.utils._compilation_cache import enable_compilation_cache
-from stalesgd.utils._distributed import ClusterSpec
-from stalesgd.utils._distributed import detect_environment
-from stalesgd.utils._distributed import initialize
-from stalesgd.utils._distributed import resolve_cluster
-from stalesgd.utils._metrics import METRICS_FILENAME
-from stalesgd.utils._metrics import MetricWriter
-from stalesgd.utils._metrics import read_jsonl
-from stalesgd.utils._plots import Band
-from stalesgd.utils._plots import Run
-from stalesgd.utils._plots import markdown_table
-from stalesgd.utils._plots import plot_bands
-from stalesgd.utils._plots import plot_curves
-from stalesgd.utils._plots import plot_staleness_histograms
-from stalesgd.utils._plots import write_results_table
+from stalesgd.utils._distributed import ClusterSpec, detect_environment, initialize, resolve_cluster
+from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
+from stalesgd.utils._plots import (
+  Band,
+  Run,
+  markdown_table,
+  plot_bands,
+  plot_curves,
+  plot_staleness_histograms,
+  write_results_table,
+)
 from stalesgd.utils._progress import ProgressReporter
 from stalesgd.utils._schedule_plots import plot_protocol_comparison
 

@@ -27,9 +27,13 @@ MIN_COMPILE_SECONDS = 1.0
 def define_flag():
   """``--compilation_cache_dir`` for a command-line tool (`stalesgd.cli.train`, `stalesgd.cli.reproduce`)."""
   from absl import flags
+
   return flags.DEFINE_string(
-      "compilation_cache_dir", None, "JAX's persistent compilation cache (default: $JAX_COMPILATION_CACHE_DIR, "
-      "else ~/.cache/stalesgd/jax); '' turns it off.")
+    "compilation_cache_dir",
+    None,
+    "JAX's persistent compilation cache (default: $JAX_COMPILATION_CACHE_DIR, "
+    "else ~/.cache/stalesgd/jax); '' turns it off.",
+  )
 
 
 def enable_compilation_cache(directory: str | None = None) -> str | None:
@@ -40,6 +44,8 @@ def enable_compilation_cache(directory: str | None = None) -> str | None:
     return None
   directory = os.path.expanduser(directory)
   jax.config.update("jax_compilation_cache_dir", directory)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                    float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", MIN_COMPILE_SECONDS)))
+  jax.config.update(
+    "jax_persistent_cache_min_compile_time_secs",
+    float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", MIN_COMPILE_SECONDS)),
+  )
   return directory

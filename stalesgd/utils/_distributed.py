@@ -115,15 +115,21 @@ def _detect_slurm(environ: Mapping[str, str]) -> _Detected | None:
   required = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
   if not all(name in environ for name in required):
     return None
-  return _Detected("slurm", _env_int(environ, "SLURM_NTASKS"), _env_int(environ, "SLURM_PROCID"),
-                   None, jax_detection="slurm")
+  return _Detected(
+    "slurm", _env_int(environ, "SLURM_NTASKS"), _env_int(environ, "SLURM_PROCID"), None, jax_detection="slurm"
+  )
 
 
 def _detect_open_mpi4(environ: Mapping[str, str]) -> _Detected | None:
   if "OMPI_MCA_orte_hnp_uri" not in environ:
     return None
-  return _Detected("openmpi", _env_int(environ, "OMPI_COMM_WORLD_SIZE"),
-                   _env_int(environ, "OMPI_COMM_WORLD_RANK"), None, jax_detection="ompi")
+  return _Detected(
+    "openmpi",
+    _env_int(environ, "OMPI_COMM_WORLD_SIZE"),
+    _env_int(environ, "OMPI_COMM_WORLD_RANK"),
+    None,
+    jax_detection="ompi",
+  )
 
 
 def _detect_kubernetes(environ: Mapping[str, str]) -> _Detected | None:
@@ -140,30 +146,51 @@ def _detect_kubernetes(environ: Mapping[str, str]) -> _Detected | None:
   if service and job_name:
     port = environ.get("JAX_COORDINATOR_PORT") or str(DEFAULT_KUBERNETES_PORT)
     coordinator = f"{job_name}-0.{service}:{port}"
-  hint = ("set STALESGD_K8S_SERVICE to the Job's headless service (the pod's subdomain) and JOB_NAME "
-          "(downward API, metadata.labels['job-name']), as in launch/kubernetes.yaml")
-  return _Detected("kubernetes", _env_int(environ, "STALESGD_NUM_PROCESSES"), index, coordinator,
-                   jax_detection="deactivate", missing_coordinator_hint=hint)
+  hint = (
+    "set STALESGD_K8S_SERVICE to the Job's headless service (the pod's subdomain) and JOB_NAME "
+    "(downward API, metadata.labels['job-name']), as in launch/kubernetes.yaml"
+  )
+  return _Detected(
+    "kubernetes",
+    _env_int(environ, "STALESGD_NUM_PROCESSES"),
+    index,
+    coordinator,
+    jax_detection="deactivate",
+    missing_coordinator_hint=hint,
+  )
 
 
 def _detect_other_mpi(environ: Mapping[str, str]) -> _Detected | None:
-  for size_name, rank_name in (("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
-                               ("PMI_SIZE", "PMI_RANK"),
-                               ("STALESGD_NUM_PROCESSES", "PMIX_RANK")):
+  for size_name, rank_name in (
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+    ("PMI_SIZE", "PMI_RANK"),
+    ("STALESGD_NUM_PROCESSES", "PMIX_RANK"),
+  ):
     if rank_name in environ:
       break
   else:
     return None
   has_mpi4py = importlib.util.find_spec("mpi4py") is not None
-  hint = ("export JAX_COORDINATOR_ADDRESS=<rank-0 host>:<port> to every rank "
-          "(e.g. `mpirun -x JAX_COORDINATOR_ADDRESS=$(hostname):12345`) or install mpi4py")
-  return _Detected("mpi", _env_int(environ, size_name), _env_int(environ, rank_name), None,
-                   jax_detection="mpi4py" if has_mpi4py else "deactivate",
-                   missing_coordinator_hint="" if has_mpi4py else hint)
+  hint = (
+    "export JAX_COORDINATOR_ADDRESS=<rank-0 host>:<port> to every rank "
+    "(e.g. `mpirun -x JAX_COORDINATOR_ADDRESS=$(hostname):12345`) or install mpi4py"
+  )
+  return _Detected(
+    "mpi",
+    _env_int(environ, size_name),
+    _env_int(environ, rank_name),
+    None,
+    jax_detection="mpi4py" if has_mpi4py else "deactivate",
+    missing_coordinator_hint="" if has_mpi4py else hint,
+  )
 
 
 _DETECTORS: tuple[Callable[[Mapping[str, str]], _Detected | None], ...] = (
-    _detect_slurm, _detect_open_mpi4, _detect_kubernetes, _detect_other_mpi)
+  _detect_slurm,
+  _detect_open_mpi4,
+  _detect_kubernetes,
+  _detect_other_mpi,
+)
 
 
 def detect_environment(environ: Mapping[str, str] | None = None) -> str | None:
@@ -187,42 +214,50 @@ def _detect(environ: Mapping[str, str]) -> _Detected | None:
 def _validate_coordinator_address(coordinator_address: str) -> None:
   match = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^:\s\[\]]+):(\d+)", coordinator_address)
   if match is None or not 1 <= int(match.group(2)) <= 65535:
-    raise ValueError(f"coordinator_address={coordinator_address!r} must be 'host:port' (or '[ipv6]:port') "
-                     "with a port in 1..65535")
+    raise ValueError(
+      f"coordinator_address={coordinator_address!r} must be 'host:port' (or '[ipv6]:port') with a port in 1..65535"
+    )
 
 
-def _validate_explicit(coordinator_address: str | None, num_processes: int | None, process_id: int | None,
-                       local_device_ids: int | Sequence[int] | None,
-                       initialization_timeout: int, heartbeat_timeout: int) -> tuple[int, ...] | None:
+def _validate_explicit(
+  coordinator_address: str | None,
+  num_processes: int | None,
+  process_id: int | None,
+  local_device_ids: int | Sequence[int] | None,
+  initialization_timeout: int,
+  heartbeat_timeout: int,
+) -> tuple[int, ...] | None:
   if coordinator_address is not None:
     _validate_coordinator_address(coordinator_address)
-  if num_processes is not None and (isinstance(num_processes, bool) or not isinstance(num_processes, int)
-                                    or num_processes < 1):
+  if num_processes is not None and (
+    isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1
+  ):
     raise ValueError(f"num_processes={num_processes!r} must be an integer >= 1")
-  if process_id is not None and (isinstance(process_id, bool) or not isinstance(process_id, int)
-                                 or process_id < 0):
+  if process_id is not None and (isinstance(process_id, bool) or not isinstance(process_id, int) or process_id < 0):
     raise ValueError(f"process_id={process_id!r} must be an integer >= 0")
-  for name, value in (("initialization_timeout", initialization_timeout),
-                      ("heartbeat_timeout", heartbeat_timeout)):
+  for name, value in (("initialization_timeout", initialization_timeout), ("heartbeat_timeout", heartbeat_timeout)):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f"{name}={value!r} must be a whole number of seconds >= 1")
   if local_device_ids is None:
     return None
   ids = (local_device_ids,) if isinstance(local_device_ids, int) else tuple(local_device_ids)
   if not ids or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
-    raise ValueError(f"local_device_ids={local_device_ids!r} must be a non-negative integer or a "
-                     "non-empty sequence of them")
+    raise ValueError(
+      f"local_device_ids={local_device_ids!r} must be a non-negative integer or a non-empty sequence of them"
+    )
   return ids
 
 
-def resolve_cluster(coordinator_address: str | None = None,
-                    num_processes: int | None = None,
-                    process_id: int | None = None,
-                    local_device_ids: int | Sequence[int] | None = None,
-                    *,
-                    environ: Mapping[str, str] | None = None,
-                    initialization_timeout: int = DEFAULT_INITIALIZATION_TIMEOUT,
-                    heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT) -> ClusterSpec | None:
+def resolve_cluster(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  local_device_ids: int | Sequence[int] | None = None,
+  *,
+  environ: Mapping[str, str] | None = None,
+  initialization_timeout: int = DEFAULT_INITIALIZATION_TIMEOUT,
+  heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
+) -> ClusterSpec | None:
   """Merges explicit arguments with the detected environment, without starting anything.
 
   Explicit arguments win over the environment; ``JAX_COORDINATOR_ADDRESS`` (the
@@ -248,16 +283,16 @@ def resolve_cluster(coordinator_address: str | None = None,
       launcher).
   """
   environ = os.environ if environ is None else environ
-  device_ids = _validate_explicit(coordinator_address, num_processes, process_id, local_device_ids,
-                                  initialization_timeout, heartbeat_timeout)
+  device_ids = _validate_explicit(
+    coordinator_address, num_processes, process_id, local_device_ids, initialization_timeout, heartbeat_timeout
+  )
   coordinator_address = coordinator_address or environ.get("JAX_COORDINATOR_ADDRESS") or None
   if coordinator_address is not None:
     _validate_coordinator_address(coordinator_address)
   detected = _detect(environ)
 
   if detected is None:
-    given = {"coordinator_address": coordinator_address, "num_processes": num_processes,
-             "process_id": process_id}
+    given = {"coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}
     if all(value is None for value in given.values()):
       return None
     if num_processes == 1:
@@ -267,20 +302,25 @@ def resolve_cluster(coordinator_address: str | None = None,
     missing = [name for name, value in given.items() if value is None]
     if missing:
       present = ", ".join(f"{name}={value!r}" for name, value in given.items() if value is not None)
-      raise ValueError(f"{present} given without {' and '.join(missing)}, and no cluster launcher "
-                       "(SLURM, Open MPI, Kubernetes Indexed Job, MPI) was detected: pass "
-                       "coordinator_address, num_processes and process_id together, or none of them")
+      raise ValueError(
+        f"{present} given without {' and '.join(missing)}, and no cluster launcher "
+        "(SLURM, Open MPI, Kubernetes Indexed Job, MPI) was detected: pass "
+        "coordinator_address, num_processes and process_id together, or none of them"
+      )
     source, jax_detection = "arguments", "deactivate"
   else:
     source, jax_detection = detected.source, detected.jax_detection
     num_processes = num_processes if num_processes is not None else detected.num_processes
     process_id = process_id if process_id is not None else detected.process_id
     if num_processes is None:
-      raise ValueError(f"running under {detected.source} but the number of processes is unknown: pass "
-                       "num_processes (--num_processes) or set STALESGD_NUM_PROCESSES")
+      raise ValueError(
+        f"running under {detected.source} but the number of processes is unknown: pass "
+        "num_processes (--num_processes) or set STALESGD_NUM_PROCESSES"
+      )
     if process_id is None:
-      raise ValueError(f"running under {detected.source} but this process's id is unknown: pass "
-                       "process_id (--process_id)")
+      raise ValueError(
+        f"running under {detected.source} but this process's id is unknown: pass process_id (--process_id)"
+      )
     if num_processes == 1:
       if process_id != 0:
         raise ValueError(f"process_id={process_id} must be in [0, num_processes=1)")
@@ -290,24 +330,33 @@ def resolve_cluster(coordinator_address: str | None = None,
     if coordinator_address is not None:
       jax_detection = "deactivate"
     elif detected.jax_detection == "deactivate":
-      raise ValueError(f"running under {detected.source} with num_processes={num_processes} but the "
-                       f"coordinator address is unknown: pass coordinator_address (--coordinator_address) "
-                       f"or {detected.missing_coordinator_hint}")
+      raise ValueError(
+        f"running under {detected.source} with num_processes={num_processes} but the "
+        f"coordinator address is unknown: pass coordinator_address (--coordinator_address) "
+        f"or {detected.missing_coordinator_hint}"
+      )
 
   if not 0 <= process_id < num_processes:
     raise ValueError(f"process_id={process_id} must be in [0, num_processes={num_processes})")
-  return ClusterSpec(num_processes=num_processes, process_id=process_id,
-                     coordinator_address=coordinator_address, local_device_ids=device_ids,
-                     source=source, jax_detection=jax_detection)
+  return ClusterSpec(
+    num_processes=num_processes,
+    process_id=process_id,
+    coordinator_address=coordinator_address,
+    local_device_ids=device_ids,
+    source=source,
+    jax_detection=jax_detection,
+  )
 
 
-def initialize(coordinator_address: str | None = None,
-               num_processes: int | None = None,
-               process_id: int | None = None,
-               initialization_timeout: int = DEFAULT_INITIALIZATION_TIMEOUT,
-               local_device_ids: int | Sequence[int] | None = None,
-               *,
-               heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT) -> ClusterSpec | None:
+def initialize(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  initialization_timeout: int = DEFAULT_INITIALIZATION_TIMEOUT,
+  local_device_ids: int | Sequence[int] | None = None,
+  *,
+  heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
+) -> ClusterSpec | None:
   """Joins a multi-process JAX run, or does nothing on a single host.
 
   Call it first thing, before any JAX computation or device query (JAX's own
@@ -338,13 +387,20 @@ def initialize(coordinator_address: str | None = None,
     ValueError: malformed or incomplete arguments (see `resolve_cluster`),
       raised before any connection is attempted.
   """
-  cluster = resolve_cluster(coordinator_address, num_processes, process_id, local_device_ids,
-                            initialization_timeout=initialization_timeout,
-                            heartbeat_timeout=heartbeat_timeout)
+  cluster = resolve_cluster(
+    coordinator_address,
+    num_processes,
+    process_id,
+    local_device_ids,
+    initialization_timeout=initialization_timeout,
+    heartbeat_timeout=heartbeat_timeout,
+  )
   if cluster is None:
     if local_device_ids is not None:
-      _LOG.warning("single host: local_device_ids=%s is ignored (restrict devices with "
-                   "CUDA_VISIBLE_DEVICES instead)", local_device_ids)
+      _LOG.warning(
+        "single host: local_device_ids=%s is ignored (restrict devices with CUDA_VISIBLE_DEVICES instead)",
+        local_device_ids,
+      )
     _LOG.info("single host: jax.distributed is not initialized")
     return None
   if jax.distributed.is_initialized():
@@ -352,15 +408,20 @@ def initialize(coordinator_address: str | None = None,
     return cluster
   # CPU processes need a cross-process collectives backend; inert on GPU/TPU.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  _LOG.info("initializing jax.distributed: process %d of %d via %s (coordinator %s)", cluster.process_id,
-            cluster.num_processes, cluster.source, cluster.coordinator_address or "detected by JAX")
+  _LOG.info(
+    "initializing jax.distributed: process %d of %d via %s (coordinator %s)",
+    cluster.process_id,
+    cluster.num_processes,
+    cluster.source,
+    cluster.coordinator_address or "detected by JAX",
+  )
   jax.distributed.initialize(
-      coordinator_address=cluster.coordinator_address,
-      num_processes=cluster.num_processes,
-      process_id=cluster.process_id,
-      local_device_ids=list(cluster.local_device_ids) if cluster.local_device_ids is not None else None,
-      cluster_detection_method=cluster.jax_detection,
-      initialization_timeout=initialization_timeout,
-      heartbeat_timeout_seconds=heartbeat_timeout,
+    coordinator_address=cluster.coordinator_address,
+    num_processes=cluster.num_processes,
+    process_id=cluster.process_id,
+    local_device_ids=list(cluster.local_device_ids) if cluster.local_device_ids is not None else None,
+    cluster_detection_method=cluster.jax_detection,
+    initialization_timeout=initialization_timeout,
+    heartbeat_timeout_seconds=heartbeat_timeout,
   )
   return cluster

@@ -76,9 +76,10 @@ def to_json_value(value: Any, *, name: str = "value") -> Any:
   if isinstance(value, (list, tuple)):
     return [to_json_value(item, name=f"{name}[{index}]") for index, item in enumerate(value)]
   raise ValueError(
-      f"{name} = {value!r} has type {type(value).__name__}; allowed: numbers, str, bool, None,"
-      " numpy/JAX arrays, lists, tuples and mappings with str keys (convert e.g. a ConfigDict"
-      " with .to_dict() first)")
+    f"{name} = {value!r} has type {type(value).__name__}; allowed: numbers, str, bool, None,"
+    " numpy/JAX arrays, lists, tuples and mappings with str keys (convert e.g. a ConfigDict"
+    " with .to_dict() first)"
+  )
 
 
 def _is_array(value: Any) -> bool:
@@ -95,8 +96,10 @@ def _to_scalar(value: Any, *, name: str) -> int | float:
   if isinstance(converted, bool):
     return int(converted)
   if not isinstance(converted, (int, float)):
-    raise ValueError(f"scalar {name} = {value!r} is not a single number; allowed: int, float, bool,"
-                     " or a numpy/JAX array with one element")
+    raise ValueError(
+      f"scalar {name} = {value!r} is not a single number; allowed: int, float, bool,"
+      " or a numpy/JAX array with one element"
+    )
   return converted
 
 
@@ -115,9 +118,8 @@ def _drain_event_queues(summary_writer: Any) -> None:
     if worker is None or not hasattr(worker, "stop") or getattr(events, "_closed", True):
       continue  # another tensorboardX layout: only its own flush
     worker.stop()
-    # pylint: disable-next=protected-access
     events._worker = type(worker)(events._event_queue, events._ev_writer, events._flush_secs)
-    events._worker.start()  # pylint: disable=protected-access
+    events._worker.start()
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -175,12 +177,14 @@ class MetricWriter:
         writer.write_histograms(step, {"staleness": staleness})
   """
 
-  def __init__(self,
-               workdir: str | os.PathLike[str],
-               *,
-               enabled: bool | None = None,
-               flush_every_seconds: float = 10.0,
-               max_histogram_bins: int = 512):
+  def __init__(
+    self,
+    workdir: str | os.PathLike[str],
+    *,
+    enabled: bool | None = None,
+    flush_every_seconds: float = 10.0,
+    max_histogram_bins: int = 512,
+  ):
     """Creates the writer; files are created at the first write.
 
     Args:
@@ -201,7 +205,8 @@ class MetricWriter:
     if not (isinstance(max_histogram_bins, int) and max_histogram_bins >= 1):
       raise ValueError(f"max_histogram_bins = {max_histogram_bins!r}; allowed: an int >= 1")
     if enabled is None:
-      import jax  # pylint: disable=g-import-not-at-top  (only needed for the default)
+      import jax  # only needed for the default
+
       enabled = jax.process_index() == 0
     self._enabled = bool(enabled)
     self._workdir = pathlib.Path(workdir)
@@ -245,11 +250,9 @@ class MetricWriter:
       if name != "step":
         event_writer.add_scalar(name, value, global_step=step)
 
-  def write_histograms(self,
-                       step: int,
-                       arrays: Mapping[str, Any],
-                       *,
-                       bins: str | int | np.ndarray | None = None) -> None:
+  def write_histograms(
+    self, step: int, arrays: Mapping[str, Any], *, bins: str | int | np.ndarray | None = None
+  ) -> None:
     """Writes a TensorBoard histogram of each array's values (not to JSON lines).
 
     Args:
@@ -281,8 +284,9 @@ class MetricWriter:
         histogram_bins = integer_bins(values)
       else:
         histogram_bins = "auto"
-      event_writer.add_histogram(name, values.astype(np.float64), global_step=step,
-                                 bins=histogram_bins, max_bins=self._max_histogram_bins)
+      event_writer.add_histogram(
+        name, values.astype(np.float64), global_step=step, bins=histogram_bins, max_bins=self._max_histogram_bins
+      )
 
   def truncate_after(self, step: int) -> None:
     """Forgets everything written for steps after ``step``, to resume from it.
@@ -338,23 +342,26 @@ class MetricWriter:
       self._workdir.mkdir(parents=True, exist_ok=True)
       # Line buffering: every record reaches the OS when written, so records up
       # to a checkpoint survive a SIGKILL that follows it.
-      self._jsonl_file = open(  # pylint: disable=consider-using-with  (closed in close())
-          self.jsonl_path, "a", encoding="utf-8", buffering=1)
+      self._jsonl_file = open(  # closed in close()
+        self.jsonl_path, "a", encoding="utf-8", buffering=1
+      )
     return self._jsonl_file
 
   def _open_event_writer(self):
     if self._event_writer is None:
       # Imported here: tensorboardX pulls in protobuf, which processes that
       # never write do not need.
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      from tensorboardX import SummaryWriter
+
       self._workdir.mkdir(parents=True, exist_ok=True)
       self._event_writer = SummaryWriter(
-          logdir=str(self._workdir),
-          purge_step=self._purge_step,
-          flush_secs=max(1, math.ceil(self._flush_every_seconds)),
-          # A unique suffix per writer: a resumed run in the same second must
-          # not append to the dead run's file.
-          filename_suffix=f".{os.getpid()}.{time.monotonic_ns()}")
+        logdir=str(self._workdir),
+        purge_step=self._purge_step,
+        flush_secs=max(1, math.ceil(self._flush_every_seconds)),
+        # A unique suffix per writer: a resumed run in the same second must
+        # not append to the dead run's file.
+        filename_suffix=f".{os.getpid()}.{time.monotonic_ns()}",
+      )
       self._purge_step = None
     return self._event_writer
 
@@ -365,4 +372,3 @@ class MetricWriter:
     if self._event_writer is not None:
       self._event_writer.close()
       self._event_writer = None
-

@@ -36,23 +36,24 @@ from matplotlib.figure import Figure
 from stalesgd.utils._metrics import integer_bins
 
 AXIS_LABELS = {
-    "step": "server update",
-    "epoch": "epoch",
-    "sim_time": "simulated wall-clock time (s)",
-    "wall_time": "wall-clock time (s)",
-    "train_loss": "training loss",
-    "test_accuracy": "test accuracy",
-    "test_error": "test error (%)",
-    "staleness_mean": "mean staleness",
-    "staleness_max": "max staleness",
-    "lr_scale": "learning-rate scale",
-    "images_per_s": "images/s",
+  "step": "server update",
+  "epoch": "epoch",
+  "sim_time": "simulated wall-clock time (s)",
+  "wall_time": "wall-clock time (s)",
+  "train_loss": "training loss",
+  "test_accuracy": "test accuracy",
+  "test_error": "test error (%)",
+  "staleness_mean": "mean staleness",
+  "staleness_max": "max staleness",
+  "lr_scale": "learning-rate scale",
+  "images_per_s": "images/s",
 }
 PUBLISHED_PREFIX = "published_"
 
 
 class Run(NamedTuple):
   """One line in a figure: a label and the run's metric records."""
+
   label: str
   records: Sequence[Mapping[str, Any]]
 
@@ -79,12 +80,14 @@ def _line_style(index: int) -> dict[str, Any]:
   return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":", "-.")[(index // 10) % 4]}
 
 
-def plot_curves(runs: Sequence[Run],
-                path: str | os.PathLike[str],
-                *,
-                y: str = "test_error",
-                x: Sequence[str] = ("epoch", "sim_time"),
-                title: str | None = None) -> pathlib.Path:
+def plot_curves(
+  runs: Sequence[Run],
+  path: str | os.PathLike[str],
+  *,
+  y: str = "test_error",
+  x: Sequence[str] = ("epoch", "sim_time"),
+  title: str | None = None,
+) -> pathlib.Path:
   """One figure, one panel per x field, one line per run: e.g. test error vs epoch and vs simulated time.
 
   Args:
@@ -115,8 +118,9 @@ def plot_curves(runs: Sequence[Run],
     for index, run in enumerate(runs):
       x_values, y_values = curve_points(run.records, x_field, y)
       if x_values.size:
-        panel.plot(x_values, y_values, label=run.label, marker="." if x_values.size < 30 else None,
-                   **_line_style(index))
+        panel.plot(
+          x_values, y_values, label=run.label, marker="." if x_values.size < 30 else None, **_line_style(index)
+        )
         drawn += 1
     panel.set_xlabel(AXIS_LABELS.get(x_field, x_field))
     panel.set_ylabel(AXIS_LABELS.get(y, y))
@@ -124,8 +128,9 @@ def plot_curves(runs: Sequence[Run],
     if drawn:
       panel.legend(fontsize="small")
     else:
-      panel.text(0.5, 0.5, f"no records with both {x_field!r} and {y!r}", transform=panel.transAxes,
-                 ha="center", va="center")
+      panel.text(
+        0.5, 0.5, f"no records with both {x_field!r} and {y!r}", transform=panel.transAxes, ha="center", va="center"
+      )
   if title:
     figure.suptitle(title)
   return save_figure(figure, path)
@@ -133,6 +138,7 @@ def plot_curves(runs: Sequence[Run],
 
 class Band(NamedTuple):
   """One variant's curve over seeds: x values per axis field, the mean, its standard deviation, min and max."""
+
   label: str
   x: Mapping[str, Sequence[float | None]]
   mean: Sequence[float]
@@ -141,12 +147,14 @@ class Band(NamedTuple):
   high: Sequence[float]
 
 
-def plot_bands(bands: Sequence[Band],
-               path: str | os.PathLike[str],
-               *,
-               y: str = "test_error",
-               x: Sequence[str] = ("epoch", "sim_time"),
-               title: str | None = None) -> pathlib.Path:
+def plot_bands(
+  bands: Sequence[Band],
+  path: str | os.PathLike[str],
+  *,
+  y: str = "test_error",
+  x: Sequence[str] = ("epoch", "sim_time"),
+  title: str | None = None,
+) -> pathlib.Path:
   """Like `plot_curves`, for several seeds per line: the mean, a ± std band, and min/max as dotted edges.
 
   Args:
@@ -169,10 +177,11 @@ def plot_bands(bands: Sequence[Band],
   axes = figure.subplots(1, len(x), squeeze=False)[0]
   for panel, x_field in zip(axes, x):
     for index, band in enumerate(bands):
-      columns = [(float(x_value), mean, std, low, high)
-                 for x_value, mean, std, low, high in zip(band.x.get(x_field, ()), band.mean, band.std, band.low,
-                                                          band.high)
-                 if _is_finite_number(x_value)]
+      columns = [
+        (float(x_value), mean, std, low, high)
+        for x_value, mean, std, low, high in zip(band.x.get(x_field, ()), band.mean, band.std, band.low, band.high)
+        if _is_finite_number(x_value)
+      ]
       if not columns:
         continue
       x_values, mean, std, low, high = (np.array(column, dtype=np.float64) for column in zip(*sorted(columns)))
@@ -190,11 +199,9 @@ def plot_bands(bands: Sequence[Band],
   return save_figure(figure, path)
 
 
-def plot_staleness_histograms(staleness: Mapping[str, Any],
-                              path: str | os.PathLike[str],
-                              *,
-                              log_scale: bool = True,
-                              title: str | None = None) -> pathlib.Path:
+def plot_staleness_histograms(
+  staleness: Mapping[str, Any], path: str | os.PathLike[str], *, log_scale: bool = True, title: str | None = None
+) -> pathlib.Path:
   """The distribution of staleness σ of one or several runs, one outline per run.
 
   Probabilities rather than counts, so runs of different lengths compare; a log
@@ -260,8 +267,7 @@ def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
   seen: list[str] = []
   for row in rows:
     seen.extend(name for name in row if name not in seen)
-  ordered = [name for name in seen
-             if not (name.startswith(PUBLISHED_PREFIX) and name[len(PUBLISHED_PREFIX):] in seen)]
+  ordered = [name for name in seen if not (name.startswith(PUBLISHED_PREFIX) and name[len(PUBLISHED_PREFIX) :] in seen)]
   for name in list(ordered):
     published = PUBLISHED_PREFIX + name
     if published in seen:
@@ -277,10 +283,9 @@ def _format_cell(value: Any, float_format: str) -> str:
   return str(value)
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]],
-                   columns: Sequence[str] | None = None,
-                   *,
-                   float_format: str = "{:.2f}") -> str:
+def markdown_table(
+  rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, *, float_format: str = "{:.2f}"
+) -> str:
   """A GitHub-flavoured Markdown table of result rows; missing cells are empty.
 
   Args:
@@ -301,25 +306,33 @@ def markdown_table(rows: Sequence[Mapping[str, Any]],
     raise ValueError("the table has no columns; allowed: rows with fields, or explicit columns")
   cells = [[_format_cell(row.get(name), float_format) for name in columns] for row in rows]
   widths = [max([len(name)] + [len(row[index]) for row in cells]) for index, name in enumerate(columns)]
-  numeric = [all(_is_finite_number(row.get(name)) or row.get(name) is None for row in rows) and
-             any(row.get(name) is not None for row in rows) for name in columns]
+  numeric = [
+    all(_is_finite_number(row.get(name)) or row.get(name) is None for row in rows)
+    and any(row.get(name) is not None for row in rows)
+    for name in columns
+  ]
 
   def line(values: Sequence[str]) -> str:
-    padded = [value.rjust(width) if is_numeric else value.ljust(width)
-              for value, width, is_numeric in zip(values, widths, numeric)]
+    padded = [
+      value.rjust(width) if is_numeric else value.ljust(width)
+      for value, width, is_numeric in zip(values, widths, numeric)
+    ]
     return "| " + " | ".join(padded) + " |"
 
   # GitHub needs at least one dash before the alignment colon ("-:").
-  rule = ["-" * max(width - 1, 1) + ":" if is_numeric else "-" * max(width, 1)
-          for width, is_numeric in zip(widths, numeric)]
+  rule = [
+    "-" * max(width - 1, 1) + ":" if is_numeric else "-" * max(width, 1) for width, is_numeric in zip(widths, numeric)
+  ]
   return "\n".join([line(columns), line(rule)] + [line(row) for row in cells]) + "\n"
 
 
-def write_results_table(rows: Sequence[Mapping[str, Any]],
-                        path: str | os.PathLike[str],
-                        *,
-                        columns: Sequence[str] | None = None,
-                        float_format: str = "{:.2f}") -> pathlib.Path:
+def write_results_table(
+  rows: Sequence[Mapping[str, Any]],
+  path: str | os.PathLike[str],
+  *,
+  columns: Sequence[str] | None = None,
+  float_format: str = "{:.2f}",
+) -> pathlib.Path:
   """Writes result rows as Markdown (``.md``) or CSV (``.csv``), by the path's suffix.
 
   CSV keeps full precision (``float_format`` applies to Markdown only); missing

@@ -46,7 +46,8 @@ def format_rate(per_second: float) -> str:
 def _default_enabled() -> bool:
   # JAX is imported only to answer "am I process 0?"; formatting needs nothing
   # beyond the standard library.
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
+
   return jax.process_index() == 0
 
 
@@ -61,15 +62,17 @@ class ProgressReporter:
         progress.update(step, {"train_loss": loss})
   """
 
-  def __init__(self,
-               total_steps: int,
-               *,
-               examples_per_step: int | None = None,
-               description: str = "",
-               stream: TextIO | None = None,
-               enabled: bool | None = None,
-               interval_seconds: float | None = None,
-               clock: Callable[[], float] = time.monotonic):
+  def __init__(
+    self,
+    total_steps: int,
+    *,
+    examples_per_step: int | None = None,
+    description: str = "",
+    stream: TextIO | None = None,
+    enabled: bool | None = None,
+    interval_seconds: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+  ):
     """Creates the reporter; nothing is printed before the first `update`.
 
     Args:
@@ -196,7 +199,7 @@ class ProgressReporter:
     # A line wider than the terminal wraps, and \r then only returns to the
     # start of the last wrapped row: cut it to the width.
     columns = shutil.get_terminal_size(fallback=(120, 24)).columns
-    line = line[:max(columns - 1, 20)]
+    line = line[: max(columns - 1, 20)]
     padding = " " * max(self._drawn_width - len(line), 0)
     self._stream.write("\r" + line + padding)
     self._drawn_width = len(line)

@@ -18,11 +18,11 @@ from stalesgd.utils._plots import save_figure
 
 
 def plot_protocol_comparison(
-    values: Mapping[str, Mapping[str, float]],
-    path: str | os.PathLike[str],
-    *,
-    ylabel: str,
-    title: str = "Protocols",
+  values: Mapping[str, Mapping[str, float]],
+  path: str | os.PathLike[str],
+  *,
+  ylabel: str,
+  title: str = "Protocols",
 ) -> None:
   """Writes grouped bars: one group per protocol, one bar per condition.
 

@@ -5,17 +5,31 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stalesgd.data import (ArraySource, Dataset, evaluation_batches, evaluation_indices,
-                           fit_normalization, precise_bn_batches)
+from stalesgd.data import (
+  ArraySource,
+  Dataset,
+  evaluation_batches,
+  evaluation_indices,
+  fit_normalization,
+  precise_bn_batches,
+)
 
 
 def _dataset(num_train=30, num_test=11):
   rng = np.random.default_rng(0)
+
   def split(count):
     return ArraySource(rng.integers(0, 256, (count, 3, 3, 1), dtype=np.uint8), np.arange(count) % 4)
+
   train = split(num_train)
-  return Dataset(name="synthetic", source="npz", train=train, test=split(num_test), num_classes=4,
-                 normalization=fit_normalization("unit", train))
+  return Dataset(
+    name="synthetic",
+    source="npz",
+    train=train,
+    test=split(num_test),
+    num_classes=4,
+    normalization=fit_normalization("unit", train),
+  )
 
 
 def test_test_split_is_covered_once_with_a_padded_masked_last_batch():
@@ -38,8 +52,9 @@ def test_train_subset_is_fixed_sorted_and_distinct():
   np.testing.assert_array_equal(subset, evaluation_indices(dataset, split="train", num_examples=7))
   assert subset.size == np.unique(subset).size == 7 and np.all(np.diff(subset) > 0)
   assert not np.array_equal(subset, np.arange(7))
-  total = sum(int(batch["mask"].sum()) for batch in
-              evaluation_batches(dataset, batch_size=3, split="train", num_examples=7))
+  total = sum(
+    int(batch["mask"].sum()) for batch in evaluation_batches(dataset, batch_size=3, split="train", num_examples=7)
+  )
   assert total == 7
 
 
@@ -54,12 +69,15 @@ def test_precise_bn_batches_are_distinct_deterministic_training_batches():
   assert np.unique(rows, axis=0).shape[0] == 12
 
 
-@pytest.mark.parametrize("call, match", [
+@pytest.mark.parametrize(
+  "call, match",
+  [
     (lambda d: list(evaluation_batches(d, batch_size=0)), "batch_size must be >= 1"),
     (lambda d: evaluation_indices(d, split="validation"), "split must be one of"),
     (lambda d: evaluation_indices(d, num_examples=0), "num_examples must be >= 1"),
     (lambda d: precise_bn_batches(d, batch_size=16, num_batches=2), "exceeds the 30 training"),
-])
+  ],
+)
 def test_bad_arguments(call, match):
   with pytest.raises(ValueError, match=match):
     call(_dataset())

@@ -12,11 +12,16 @@ from stalesgd.data._counter_hash import AUGMENTATION_STREAM, DROPOUT_STREAM, bat
 
 def _dataset(num_train=24, image_shape=(4, 4, 3), seed=0):
   rng = np.random.default_rng(seed)
-  train = ArraySource(rng.integers(0, 256, (num_train, *image_shape), dtype=np.uint8),
-                      rng.integers(0, 10, num_train))
+  train = ArraySource(rng.integers(0, 256, (num_train, *image_shape), dtype=np.uint8), rng.integers(0, 10, num_train))
   test = ArraySource(rng.integers(0, 256, (5, *image_shape), dtype=np.uint8), rng.integers(0, 10, 5))
-  return Dataset(name="synthetic", source="npz", train=train, test=test, num_classes=10,
-                 normalization=fit_normalization("raw", train))
+  return Dataset(
+    name="synthetic",
+    source="npz",
+    train=train,
+    test=test,
+    num_classes=10,
+    normalization=fit_normalization("raw", train),
+  )
 
 
 def test_same_seed_learner_and_k_give_the_same_batch_in_any_order():
@@ -30,8 +35,10 @@ def test_same_seed_learner_and_k_give_the_same_batch_in_any_order():
   np.testing.assert_array_equal(forward["image"][[3, 2, 1, 0]], backward["image"])
   np.testing.assert_array_equal(forward["label"][[3, 2, 1, 0]], backward["label"])
   other_seed = LearnerBatches(dataset, batch_per_learner=2, learners=3, seed=8)
-  assert not np.array_equal(other_seed.sample_indices(np.arange(3), np.zeros(3, np.int64)),
-                            first.sample_indices(np.arange(3), np.zeros(3, np.int64)))
+  assert not np.array_equal(
+    other_seed.sample_indices(np.arange(3), np.zeros(3, np.int64)),
+    first.sample_indices(np.arange(3), np.zeros(3, np.int64)),
+  )
 
 
 def test_learners_sweep_each_epoch_once_with_disjoint_samples():
@@ -85,22 +92,28 @@ def test_crop_and_flip_against_explicit_slicing():
   np.testing.assert_array_equal(out[2], padded[2, 3:8, 1:7])
 
 
-@pytest.mark.parametrize("kwargs, match", [
+@pytest.mark.parametrize(
+  "kwargs, match",
+  [
     (dict(batch_per_learner=0, learners=2, seed=0), "batch_per_learner must be a positive int"),
     (dict(batch_per_learner=2, learners=0, seed=0), "learners must be a positive int"),
     (dict(batch_per_learner=2, learners=2, seed=-1), "seed must be a non-negative int"),
     (dict(batch_per_learner=2, learners=2, seed=0, crop_padding=-1), "crop_padding must be >= 0"),
-])
+  ],
+)
 def test_bad_constructor_arguments(kwargs, match):
   with pytest.raises(ValueError, match=match):
     LearnerBatches(_dataset(), **kwargs)
 
 
-@pytest.mark.parametrize("learner, k, match", [
+@pytest.mark.parametrize(
+  "learner, k, match",
+  [
     ([0, 3], [0, 0], r"learner must lie in \[0, 3\)"),
     ([0, 1], [0, -1], "k must be >= 0"),
     ([0.5], [0], "integer arrays"),
-])
+  ],
+)
 def test_bad_learner_or_k(learner, k, match):
   batches = LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0)
   with pytest.raises(ValueError, match=match):
@@ -124,8 +137,14 @@ def test_augmentation_draws_are_pure_and_cover_every_offset():
 
 
 def test_batch_keys_differ_by_seed_stream_and_batch():
-  keys = {name: batch_keys(*args, np.arange(1000)) for name, args in
-          {"base": (0, AUGMENTATION_STREAM), "seed": (1, AUGMENTATION_STREAM), "stream": (0, DROPOUT_STREAM)}.items()}
+  keys = {
+    name: batch_keys(*args, np.arange(1000))
+    for name, args in {
+      "base": (0, AUGMENTATION_STREAM),
+      "seed": (1, AUGMENTATION_STREAM),
+      "stream": (0, DROPOUT_STREAM),
+    }.items()
+  }
   assert all(np.unique(value).size == 1000 for value in keys.values())
   assert np.intersect1d(keys["base"], keys["seed"]).size == 0
   assert np.intersect1d(keys["base"], keys["stream"]).size == 0
@@ -138,4 +157,5 @@ def test_dropout_seeds_are_pure_per_learner_batch():
   assert first.dtype == np.uint32 and first.shape == (3,) and np.unique(first).size == 3
   np.testing.assert_array_equal(batches(np.array([2, 0]), np.array([4, 4]))["dropout_seed"], first[[2, 0]])
   assert "dropout_seed" not in LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0)(
-      np.array([0]), np.array([0]))
+    np.array([0]), np.array([0])
+  )

@@ -36,13 +36,22 @@ def test_imagenet_from_tfds_is_a_lazy_source(monkeypatch):
   def fake_data_source(name, *, split, data_dir, download, decoders):
     requests.append(dict(name=name, split=split, data_dir=data_dir, download=download, decoders=decoders))
     rng = np.random.default_rng(0)
-    return [[{"image": _jpeg(rng.integers(0, 256, (40 + i, 50, 3), dtype=np.uint8)), "label": 7 * i}
-             for i in range(3)] for _ in split]
+    return [
+      [{"image": _jpeg(rng.integers(0, 256, (40 + i, 50, 3), dtype=np.uint8)), "label": 7 * i} for i in range(3)]
+      for _ in split
+    ]
 
   monkeypatch.setattr(tfds, "data_source", fake_data_source)
   dataset = load_dataset("imagenet2012", source="tfds", data_dir="/imagenet", image_size=32)
-  assert requests == [dict(name="imagenet2012", split=["train", "validation"], data_dir="/imagenet",
-                           download=False, decoders={"image": requests[0]["decoders"]["image"]})]
+  assert requests == [
+    dict(
+      name="imagenet2012",
+      split=["train", "validation"],
+      data_dir="/imagenet",
+      download=False,
+      decoders={"image": requests[0]["decoders"]["image"]},
+    )
+  ]
   assert isinstance(requests[0]["decoders"]["image"], tfds.decode.SkipDecoding)
   assert isinstance(dataset.train, LazyImageSource) and dataset.num_classes == 1000
   assert dataset.image_shape == (32, 32, 3) and dataset.num_train == 3
@@ -71,8 +80,13 @@ def _write_npz(directory, name, split, images, labels):
 def test_npz_source_with_and_without_channel_axis(tmp_path):
   rng = np.random.default_rng(0)
   for split, count in (("train", 20), ("test", 6)):
-    _write_npz(tmp_path, "tiny", split, rng.integers(0, 256, (count, 5, 4), dtype=np.uint8),
-               rng.integers(0, 3, count).astype(np.uint8))
+    _write_npz(
+      tmp_path,
+      "tiny",
+      split,
+      rng.integers(0, 256, (count, 5, 4), dtype=np.uint8),
+      rng.integers(0, 3, count).astype(np.uint8),
+    )
   dataset = load_dataset("tiny", source="npz", data_dir=str(tmp_path), normalization="raw")
   assert (dataset.num_train, dataset.num_test, dataset.image_shape) == (20, 6, (5, 4, 1))
   assert dataset.num_classes == 3
@@ -110,20 +124,25 @@ def test_embedded_digits_are_the_real_scikit_learn_images():
   np.testing.assert_array_equal(dataset.test.images, again.test.images)  # fixed split
 
 
-@pytest.mark.parametrize("kwargs, match", [
+@pytest.mark.parametrize(
+  "kwargs, match",
+  [
     (dict(name="cifar10", source="web"), "source must be one of"),
     (dict(name="cifar10", source="tfds", normalization="zca"), "normalization must be one of"),
     (dict(name="svhn", source="tfds"), "dataset 'svhn' is not available with source='tfds'"),
     (dict(name="cifar10", source="embedded"), "dataset 'cifar10' is not embedded"),
-])
+  ],
+)
 def test_bad_arguments_name_the_field(kwargs, match):
   name = kwargs.pop("name")
   with pytest.raises(ValueError, match=match):
     load_dataset(name, **kwargs)
 
 
-@pytest.mark.skipif(not os.path.isfile(os.path.join(SHARED_MNIST, "mnist_train.npz")),
-                    reason="shared/data (real MNIST copy) is absent on this machine")
+@pytest.mark.skipif(
+  not os.path.isfile(os.path.join(SHARED_MNIST, "mnist_train.npz")),
+  reason="shared/data (real MNIST copy) is absent on this machine",
+)
 def test_real_mnist_from_shared_data():
   dataset = load_dataset("mnist", source="npz", data_dir=SHARED_MNIST, normalization="per_pixel_mean")
   assert (dataset.num_train, dataset.num_test, dataset.image_shape) == (60000, 10000, (28, 28, 1))

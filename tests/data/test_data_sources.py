@@ -40,10 +40,12 @@ def test_lazy_source_decodes_resizes_and_centre_crops():
   square = rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)
   wide = rng.integers(0, 256, (30, 50, 3), dtype=np.uint8)
   grey = rng.integers(0, 256, (20, 16), dtype=np.uint8)
-  examples = [{"image": _encoded(square, "PNG"), "label": 3},
-              {"image": _encoded(wide, "JPEG"), "label": 7},
-              {"image": _encoded(grey, "JPEG"), "label": 1},
-              {"image": square, "label": 2}]  # already decoded, as tfds would give without SkipDecoding
+  examples = [
+    {"image": _encoded(square, "PNG"), "label": 3},
+    {"image": _encoded(wide, "JPEG"), "label": 7},
+    {"image": _encoded(grey, "JPEG"), "label": 1},
+    {"image": square, "label": 2},
+  ]  # already decoded, as tfds would give without SkipDecoding
   source = LazyImageSource(examples, image_size=8, resize_size=12)
   images, labels = source.read(np.array([0, 1, 2, 3]))
   assert images.shape == (4, 8, 8, 3) and images.dtype == np.uint8 and source.image_shape == (8, 8, 3)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stalesgd.training._run_config import default_config, validate_config
 from stalesgd.data import LearnerBatches, load_dataset
-from stalesgd.data.prepare import prepare
 from stalesgd.data.preparation import _tfds_writer as tfds_writer
+from stalesgd.data.prepare import prepare
 from stalesgd.training._loop import train_and_evaluate
+from stalesgd.training._run_config import default_config, validate_config
 
 CLASSES, PER_CLASS = 4, 8
 
@@ -34,8 +34,9 @@ def imagenet_dir(tmp_path_factory) -> str:
       for index in range(count):
         width, height = int(rng.integers(30, 60)), int(rng.integers(24, 48))
         buffer = io.BytesIO()
-        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(buffer, format="JPEG",
-                                                                                      quality=90)
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(
+          buffer, format="JPEG", quality=90
+        )
         (root / "jpeg" / folder / wnids[label] / f"{split}_{index}.JPEG").write_bytes(buffer.getvalue())
   prepare("imagenet2012", str(root / "jpeg"), str(data_dir), progress=None)
   return str(data_dir)
@@ -70,8 +71,9 @@ def test_prepared_imagenet_batches_do_not_depend_on_the_decoding_threads(imagene
   learner, k = np.arange(8), np.array([0, 0, 0, 0, 1, 1, 1, 1])
   np.testing.assert_array_equal(batches[1](learner, k)["image"], batches[3](learner, k)["image"])
   centre = batches[1].dataset.train.read(batches[1].sample_indices(learner[:1], k[:1])[0])[0]
-  assert not np.array_equal(batches[1](learner[:1], k[:1])["image"][0],
-                            batches[1].dataset.preprocess(centre))  # training images are not the centre crops
+  assert not np.array_equal(
+    batches[1](learner[:1], k[:1])["image"][0], batches[1].dataset.preprocess(centre)
+  )  # training images are not the centre crops
 
 
 @pytest.mark.parametrize("value", [0, -2, 257])
@@ -83,7 +85,8 @@ def test_bad_data_workers_are_refused_naming_the_field(value):
 
 
 def test_data_workers_default_to_the_usable_cores_at_most_eight(monkeypatch):
-  from stalesgd.training import _run_config as config_lib  # pylint: disable=g-import-not-at-top
+  from stalesgd.training import _run_config as config_lib
+
   monkeypatch.setattr(config_lib.os, "sched_getaffinity", lambda pid: {0, 1})
   assert config_lib.default_config().data_workers == 2
   monkeypatch.setattr(config_lib.os, "sched_getaffinity", lambda pid: set(range(32)))

@@ -11,7 +11,16 @@ from PIL import Image
 from stalesgd.data import Dataset, LazyImageSource, LearnerBatches, fit_normalization
 from stalesgd.data._center_crop import decode_and_center_crop
 from stalesgd.data._counter_hash import AUGMENTATION_STREAM, batch_keys
-from stalesgd.data._inception_crop import (ATTEMPTS, MAX_AREA, MAX_RATIO, MIN_AREA, MIN_RATIO, crop_window, decode_inception_crop, draw_inception_crops)
+from stalesgd.data._inception_crop import (
+  ATTEMPTS,
+  MAX_AREA,
+  MAX_RATIO,
+  MIN_AREA,
+  MIN_RATIO,
+  crop_window,
+  decode_inception_crop,
+  draw_inception_crops,
+)
 
 # (area, log-ratio) uniforms no attempt can fit in a 10 x 10 image: ~92% of the area at a 4:3 ratio is 11 x 8.
 _NEVER_FITS_10X10 = np.tile([0.9, 0.99, 0.5, 0.5], (ATTEMPTS, 1))
@@ -26,8 +35,10 @@ def _jpeg(array: np.ndarray, quality: int = 90) -> bytes:
 def _examples(count: int, seed: int = 0) -> list[dict]:
   rng = np.random.default_rng(seed)
   sizes = [(30 + 7 * (index % 5), 24 + 5 * (index % 3)) for index in range(count)]
-  return [{"image": _jpeg(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)), "label": index % 7}
-          for index, (width, height) in enumerate(sizes)]
+  return [
+    {"image": _jpeg(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)), "label": index % 7}
+    for index, (width, height) in enumerate(sizes)
+  ]
 
 
 def test_window_of_hand_checked_uniforms():
@@ -72,8 +83,9 @@ def test_draws_are_a_function_of_seed_batch_and_sample():
   assert 0.0 <= draws.uniforms.min() and draws.uniforms.max() < 1.0
   # Batches drawn in another order, or one by one, give each (g, j) the same draws.
   reverse = draw_inception_crops(batch_keys(3, AUGMENTATION_STREAM, global_batches[::-1]), 16)
-  np.testing.assert_array_equal(reverse.uniforms.reshape(4, 16, ATTEMPTS, 4)[::-1].reshape(64, ATTEMPTS, 4),
-                                draws.uniforms)
+  np.testing.assert_array_equal(
+    reverse.uniforms.reshape(4, 16, ATTEMPTS, 4)[::-1].reshape(64, ATTEMPTS, 4), draws.uniforms
+  )
   alone = draw_inception_crops(batch_keys(3, AUGMENTATION_STREAM, [7]), 16)
   np.testing.assert_array_equal(alone.uniforms, draws.uniforms[32:48])
   np.testing.assert_array_equal(alone.flips, draws.flips[32:48])
@@ -107,10 +119,12 @@ def test_flip_mirrors_a_jpeg_crop():
 def test_no_fitting_attempt_falls_back_to_the_centre_crop():
   image = np.random.default_rng(3).integers(0, 256, (10, 10, 3), dtype=np.uint8)
   data = _jpeg(image)
-  np.testing.assert_array_equal(decode_inception_crop(data, _NEVER_FITS_10X10, False, 6, 8),
-                                decode_and_center_crop(data, 6, 8))
-  np.testing.assert_array_equal(decode_inception_crop(data, _NEVER_FITS_10X10, True, 6, 8),
-                                decode_and_center_crop(data, 6, 8)[:, ::-1])
+  np.testing.assert_array_equal(
+    decode_inception_crop(data, _NEVER_FITS_10X10, False, 6, 8), decode_and_center_crop(data, 6, 8)
+  )
+  np.testing.assert_array_equal(
+    decode_inception_crop(data, _NEVER_FITS_10X10, True, 6, 8), decode_and_center_crop(data, 6, 8)[:, ::-1]
+  )
 
 
 def test_large_jpegs_are_decoded_at_a_reduced_scale_only_when_the_crop_stays_large():
@@ -133,8 +147,10 @@ def test_threads_give_the_serial_arrays():
   threaded = LazyImageSource(examples, image_size=16, workers=4)
   indices = np.array([5, 0, 22, 5, 13, 7, 1, 19, 3, 11, 2, 17])
   draws = draw_inception_crops(batch_keys(9, AUGMENTATION_STREAM, [0, 1, 2]), 4)
-  for one, other in ((serial.read(indices), threaded.read(indices)),
-                     (serial.read_inception_crops(indices, draws), threaded.read_inception_crops(indices, draws))):
+  for one, other in (
+    (serial.read(indices), threaded.read(indices)),
+    (serial.read_inception_crops(indices, draws), threaded.read_inception_crops(indices, draws)),
+  ):
     np.testing.assert_array_equal(one[0], other[0])
     np.testing.assert_array_equal(one[1], other[1])
   with pytest.raises(ValueError, match="need one draw per index"):
@@ -153,14 +169,22 @@ def test_a_decoding_error_on_a_thread_reaches_the_caller():
 def _lazy_dataset(examples: list[dict], workers: int) -> Dataset:
   train = LazyImageSource(examples, image_size=16, workers=workers)
   test = LazyImageSource(examples[:4], image_size=16, workers=workers)
-  return Dataset(name="imagenet_like", source="tfds", train=train, test=test, num_classes=7,
-                 normalization=fit_normalization("per_channel", train))
+  return Dataset(
+    name="imagenet_like",
+    source="tfds",
+    train=train,
+    test=test,
+    num_classes=7,
+    normalization=fit_normalization("per_channel", train),
+  )
 
 
 def test_learner_batches_use_the_inception_crop_on_lazy_splits_whatever_the_threads():
   examples = _examples(40)
-  batches = {workers: LearnerBatches(_lazy_dataset(examples, workers), batch_per_learner=4, learners=3, seed=5,
-                                     augment=True) for workers in (1, 3)}
+  batches = {
+    workers: LearnerBatches(_lazy_dataset(examples, workers), batch_per_learner=4, learners=3, seed=5, augment=True)
+    for workers in (1, 3)
+  }
   assert batches[1].augmentation == "inception_crop_flip"
   learner, k = np.array([0, 2, 1, 0]), np.array([0, 0, 4, 9])
   together = batches[1](learner, k)
@@ -171,19 +195,21 @@ def test_learner_batches_use_the_inception_crop_on_lazy_splits_whatever_the_thre
   global_batch = 4 * 3 + 1
   draws = draw_inception_crops(batch_keys(5, AUGMENTATION_STREAM, [global_batch]), 4)
   indices = batches[1].sample_indices(np.array([1]), np.array([4]))[0]
-  expected = [decode_inception_crop(examples[index]["image"], draws.uniforms[j], bool(draws.flips[j]), 16, 18)
-              for j, index in enumerate(indices)]
+  expected = [
+    decode_inception_crop(examples[index]["image"], draws.uniforms[j], bool(draws.flips[j]), 16, 18)
+    for j, index in enumerate(indices)
+  ]
   dataset = batches[1].dataset
   np.testing.assert_allclose(together["image"][2], dataset.preprocess(np.stack(expected)), rtol=0, atol=0)
   plain = LearnerBatches(dataset, batch_per_learner=4, learners=3, seed=5, augment=False)
   assert plain.augmentation == "none"
-  np.testing.assert_array_equal(plain(learner, k)["image"][2],
-                                dataset.preprocess(dataset.train.read(indices)[0]))
+  np.testing.assert_array_equal(plain(learner, k)["image"][2], dataset.preprocess(dataset.train.read(indices)[0]))
 
 
 def test_in_memory_splits_keep_the_pad_crop():
   from stalesgd.data import load_dataset
 
-  batches = LearnerBatches(load_dataset("digits", source="embedded"), batch_per_learner=4, learners=2, seed=0,
-                           augment=True)
+  batches = LearnerBatches(
+    load_dataset("digits", source="embedded"), batch_per_learner=4, learners=2, seed=0, augment=True
+  )
   assert batches.augmentation == "pad_crop_flip"

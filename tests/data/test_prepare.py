@@ -11,8 +11,8 @@ the arrays ``source='npz'`` loads, and CIFAR-10 trains the same run from both bi
 from __future__ import annotations
 
 import gzip
-import json
 import io
+import json
 import os
 import pickle
 import subprocess
@@ -24,10 +24,10 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from stalesgd.data import load_dataset
-from stalesgd.data.prepare import PREPARABLE, prepare
 from stalesgd.data.preparation import _cifar10 as cifar10
 from stalesgd.data.preparation import _tfds_writer as tfds_writer
 from stalesgd.data.preparation._layouts import MissingInputError
+from stalesgd.data.prepare import PREPARABLE, prepare
 
 REAL_DATA_VARIABLE = "STALESGD_REAL_DATA_DIR"
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -54,14 +54,22 @@ def _write_cifar(directory: str, splits: dict[str, tuple[np.ndarray, np.ndarray]
       np.savez(os.path.join(directory, f"cifar10_{split}.npz"), images=images, labels=labels)
     return
   train_images, train_labels = splits["train"]
-  batches = [(f"data_batch_{index + 1}", part, labels) for index, (part, labels) in
-             enumerate(zip(np.array_split(train_images, 5), np.array_split(train_labels, 5)))]
+  batches = [
+    (f"data_batch_{index + 1}", part, labels)
+    for index, (part, labels) in enumerate(zip(np.array_split(train_images, 5), np.array_split(train_labels, 5)))
+  ]
   batches.append(("test_batch", *splits["test"]))
   for batch, images, labels in batches:
     if form == "python":
       with open(os.path.join(directory, batch), "wb") as file:
-        pickle.dump({b"batch_label": batch.encode(), b"data": _channel_major(images),
-                     b"labels": [int(label) for label in labels]}, file)
+        pickle.dump(
+          {
+            b"batch_label": batch.encode(),
+            b"data": _channel_major(images),
+            b"labels": [int(label) for label in labels],
+          },
+          file,
+        )
     else:
       records = np.concatenate([labels.astype(np.uint8)[:, None], _channel_major(images)], axis=1)
       records.tofile(os.path.join(directory, f"{batch}.bin"))
@@ -89,8 +97,10 @@ def _assert_same_arrays(name: str, data_dir: str, splits: dict[str, tuple[np.nda
     np.testing.assert_array_equal([example["label"] for example in examples], labels)
 
 
-@pytest.mark.parametrize("form, folder", [("python", ""), ("binary", ""), ("npz", ""),
-                                          ("python", "cifar-10-batches-py"), ("binary", "cifar-10-batches-bin")])
+@pytest.mark.parametrize(
+  "form, folder",
+  [("python", ""), ("binary", ""), ("npz", ""), ("python", "cifar-10-batches-py"), ("binary", "cifar-10-batches-bin")],
+)
 def test_cifar10_round_trips_in_input_order(tmp_path, form, folder):
   splits = _cifar_splits()
   _write_cifar(str(tmp_path / "in" / folder), splits, form)
@@ -113,14 +123,28 @@ def test_cifar10_round_trips_in_input_order(tmp_path, form, folder):
   assert dataset.num_classes == 10
 
 
-@pytest.mark.parametrize("name, names", [
-    ("mnist", ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
-    ("mnist", ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")),
-    ("fashion_mnist", ("train-images.idx3-ubyte", "train-labels.idx1-ubyte",
-                       "t10k-images.idx3-ubyte.gz", "t10k-labels.idx1-ubyte.gz")),
-])
+@pytest.mark.parametrize(
+  "name, names",
+  [
+    (
+      "mnist",
+      (
+        "train-images-idx3-ubyte.gz",
+        "train-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+      ),
+    ),
+    (
+      "mnist",
+      ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+    ),
+    (
+      "fashion_mnist",
+      ("train-images.idx3-ubyte", "train-labels.idx1-ubyte", "t10k-images.idx3-ubyte.gz", "t10k-labels.idx1-ubyte.gz"),
+    ),
+  ],
+)
 def test_mnist_idx_round_trips(tmp_path, name, names):
   rng = np.random.default_rng(1)
   splits = {"train": _arrays(rng, 12, (28, 28)), "test": _arrays(rng, 7, (28, 28))}
@@ -168,16 +192,23 @@ def test_imagenet_folder_tree_round_trips(tmp_path):
         (tmp_path / "in" / folder / wnid / file_name).write_bytes(data)
         written[split].append((file_name, wnids.index(wnid), data))
   # A PNG named .JPEG and a CMYK JPEG (ImageNet has both) are re-encoded as RGB JPEG.
-  odd = {f"{classes[1]}_png.JPEG": _jpeg(np.full((9, 9, 3), 200, np.uint8), image_format="PNG"),
-         f"{classes[1]}_cmyk.JPEG": _jpeg(np.full((9, 9, 3), 50, np.uint8), mode="CMYK")}
+  odd = {
+    f"{classes[1]}_png.JPEG": _jpeg(np.full((9, 9, 3), 200, np.uint8), image_format="PNG"),
+    f"{classes[1]}_cmyk.JPEG": _jpeg(np.full((9, 9, 3), 50, np.uint8), mode="CMYK"),
+  }
   for file_name, data in odd.items():
     (tmp_path / "in" / "train" / classes[1] / file_name).write_bytes(data)
   (tmp_path / "in" / "train" / classes[0] / "notes.txt").write_text("not an image")
 
   prepare("imagenet2012", str(tmp_path / "in"), str(tmp_path / "tfds"), progress=None)
 
-  train, validation = tfds.data_source("imagenet2012", split=["train", "validation"], data_dir=str(tmp_path / "tfds"),
-                                       download=False, decoders={"image": tfds.decode.SkipDecoding()})
+  train, validation = tfds.data_source(
+    "imagenet2012",
+    split=["train", "validation"],
+    data_dir=str(tmp_path / "tfds"),
+    download=False,
+    decoders={"image": tfds.decode.SkipDecoding()},
+  )
   assert (len(train), len(validation)) == (8, 3)
   by_name = {example["file_name"].decode(): example for example in (train[index] for index in range(len(train)))}
   assert sorted(by_name) == sorted([name for name, _, _ in written["train"]] + list(odd))
@@ -205,8 +236,9 @@ def test_imagenet_flat_validation_folder_uses_the_tfds_label_list(tmp_path):
     (tmp_path / "in" / "val" / f"ILSVRC2012_val_{number:08d}.JPEG").write_bytes(_jpeg(np.zeros((8, 8, 3), np.uint8)))
   prepare("imagenet2012", str(tmp_path / "in"), str(tmp_path / "tfds"), progress=None)
   (validation,) = _read_back("imagenet2012", str(tmp_path / "tfds"), ("validation",))
-  assert [example["label"] for example in validation] == [wnids.index(validation_labels[number - 1])
-                                                          for number in (1, 2, 50000)]
+  assert [example["label"] for example in validation] == [
+    wnids.index(validation_labels[number - 1]) for number in (1, 2, 50000)
+  ]
 
 
 def test_progress_lines_name_the_split_and_count(tmp_path):
@@ -220,8 +252,11 @@ def test_progress_lines_name_the_split_and_count(tmp_path):
 
 
 def test_unknown_dataset_names_the_allowed_ones(tmp_path):
-  with pytest.raises(ValueError, match=r"cannot prepare dataset 'svhn'; allowed: cifar10, mnist, fashion_mnist, "
-                                       r"imagenet2012"):
+  with pytest.raises(
+    ValueError,
+    match=r"cannot prepare dataset 'svhn'; allowed: cifar10, mnist, fashion_mnist, "
+    r"imagenet2012",
+  ):
     prepare("svhn", str(tmp_path), str(tmp_path / "tfds"))
   assert PREPARABLE == ("cifar10", "mnist", "fashion_mnist", "imagenet2012")
 
@@ -230,9 +265,12 @@ def test_missing_inputs_are_named(tmp_path):
   with pytest.raises(MissingInputError, match=r"--from='.*nowhere' is not a directory"):
     prepare("cifar10", str(tmp_path / "nowhere"), str(tmp_path / "tfds"))
   os.makedirs(tmp_path / "empty")
-  with pytest.raises(MissingInputError, match=r"cifar10: no input files found in .*empty\. Accepted layouts: "
-                                              r"CIFAR-10 python batches \(data_batch_1, .*test_batch\); "
-                                              r"CIFAR-10 binary batches .*cifar10_train\.npz, cifar10_test\.npz"):
+  with pytest.raises(
+    MissingInputError,
+    match=r"cifar10: no input files found in .*empty\. Accepted layouts: "
+    r"CIFAR-10 python batches \(data_batch_1, .*test_batch\); "
+    r"CIFAR-10 binary batches .*cifar10_train\.npz, cifar10_test\.npz",
+  ):
     prepare("cifar10", str(tmp_path / "empty"), str(tmp_path / "tfds"))
   _write_cifar(str(tmp_path / "partial"), _cifar_splits(), "python")
   os.remove(tmp_path / "partial" / "data_batch_3")
@@ -240,9 +278,12 @@ def test_missing_inputs_are_named(tmp_path):
     prepare("cifar10", str(tmp_path / "partial"), str(tmp_path / "tfds"))
   os.makedirs(tmp_path / "idx")
   _write_idx(str(tmp_path / "idx" / "train-images-idx3-ubyte.gz"), np.zeros((2, 28, 28), np.uint8))
-  with pytest.raises(MissingInputError, match=r"lacks train-labels-idx1-ubyte\.gz or train-labels-idx1-ubyte or "
-                                              r"train-labels\.idx1-ubyte\.gz or train-labels\.idx1-ubyte, "
-                                              r"t10k-images-idx3-ubyte\.gz"):
+  with pytest.raises(
+    MissingInputError,
+    match=r"lacks train-labels-idx1-ubyte\.gz or train-labels-idx1-ubyte or "
+    r"train-labels\.idx1-ubyte\.gz or train-labels\.idx1-ubyte, "
+    r"t10k-images-idx3-ubyte\.gz",
+  ):
     prepare("mnist", str(tmp_path / "idx"), str(tmp_path / "tfds"))
   os.makedirs(tmp_path / "imagenet" / "train")
   with pytest.raises(MissingInputError, match=r"lacks the validation folder val/ or validation/"):
@@ -260,8 +301,11 @@ def test_malformed_inputs_fail_before_writing(tmp_path):
     prepare("cifar10", str(tmp_path / "in"), str(tmp_path / "tfds"))
   os.makedirs(tmp_path / "imagenet" / "train" / "cats")
   os.makedirs(tmp_path / "imagenet" / "val")
-  with pytest.raises(ValueError, match=r"class folder\(s\) \['cats'\] are not ImageNet WordNet ids; allowed are "
-                                       r"the 1000 ids of tfds imagenet2012, e.g. n01440764"):
+  with pytest.raises(
+    ValueError,
+    match=r"class folder\(s\) \['cats'\] are not ImageNet WordNet ids; allowed are "
+    r"the 1000 ids of tfds imagenet2012, e.g. n01440764",
+  ):
     prepare("imagenet2012", str(tmp_path / "imagenet"), str(tmp_path / "tfds"))
   (tmp_path / "bad.bin").write_bytes(b"\x00" * 100)
   with pytest.raises(ValueError, match=r"100 bytes is not a whole number of 3073-byte records"):
@@ -281,8 +325,14 @@ def test_existing_data_set_is_kept_unless_overwrite(tmp_path):
 
 
 def _command(*arguments: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "stalesgd.data.prepare", *arguments], cwd=REPOSITORY,
-                        capture_output=True, text=True, timeout=120, check=False)
+  return subprocess.run(
+    [sys.executable, "-m", "stalesgd.data.prepare", *arguments],
+    cwd=REPOSITORY,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
 
 
 def test_command_line(tmp_path):
@@ -324,8 +374,8 @@ def test_real_data_prepared_for_tfds_loads_as_the_npz_arrays(tmp_path, name):
 def test_real_cifar10_from_tfds_trains_the_same_run_as_from_npz_bit_for_bit(tmp_path):
   """The same short async run (an MLP, 40 updates of 8 learners x 16 images) on CIFAR-10 read through
   ``tfds.data_source`` after `prepare`, and from the npz arrays: the same weights and records."""
-  from stalesgd.training._run_config import default_config  # pylint: disable=g-import-not-at-top
-  from stalesgd.training._loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  from stalesgd.training._loop import train_and_evaluate
+  from stalesgd.training._run_config import default_config
 
   npz_dir = _real_npz_dir("cifar10")
   prepare("cifar10", npz_dir, str(tmp_path / "tfds"), progress=None)
@@ -338,8 +388,12 @@ def test_real_cifar10_from_tfds_trains_the_same_run_as_from_npz_bit_for_bit(tmp_
     config.eval_every_epochs = config.num_epochs
     workdir = tmp_path / source
     summaries.append(train_and_evaluate(config, str(workdir)))
-    records.append([{key: value for key, value in json.loads(line).items() if key not in ("wall_time", "images_per_s")}
-                    for line in (workdir / "metrics.jsonl").read_text().splitlines()])
+    records.append(
+      [
+        {key: value for key, value in json.loads(line).items() if key not in ("wall_time", "images_per_s")}
+        for line in (workdir / "metrics.jsonl").read_text().splitlines()
+      ]
+    )
   assert summaries[0]["updates"] == summaries[1]["updates"] == 40
   assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
   assert records[0] == records[1]

@@ -9,9 +9,9 @@ import optax
 import pytest
 from jax.sharding import Mesh
 
-from tests.helpers import dcs3gd_reference
-from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
+from stalesgd.parallel import _sharding as sharding_lib
+from tests.helpers import dcs3gd_reference
 
 LEARNING_RATE, MOMENTUM = 0.1, 0.9
 BATCH_PER_LEARNER, STEPS = 4, 5
@@ -27,9 +27,11 @@ def loss_fn(params, batch):
 
 def initial_params(seed=0):
   rng = np.random.default_rng(seed)
-  return {"hidden": rng.normal(size=(3, 5)).astype(np.float32) / 2,
-          "bias": rng.normal(size=(5,)).astype(np.float32) / 4,
-          "output": rng.normal(size=(5, 2)).astype(np.float32) / 2}
+  return {
+    "hidden": rng.normal(size=(3, 5)).astype(np.float32) / 2,
+    "bias": rng.normal(size=(5,)).astype(np.float32) / 4,
+    "output": rng.normal(size=(5, 2)).astype(np.float32) / 2,
+  }
 
 
 def make_batches(learners, steps=STEPS, seed=1, identical_learners=False):
@@ -69,7 +71,10 @@ def assert_trees_close(actual, expected, rtol=RTOL, atol=ATOL):
 
 # ------------------------------------------------------------------ against the oracle
 
-@pytest.mark.parametrize("options", [
+
+@pytest.mark.parametrize(
+  "options",
+  [
     dict(staleness=1, dc_lambda=0.0, lambda_mode="constant"),  # S3GD
     dict(staleness=3, dc_lambda=0.0, lambda_mode="constant"),
     dict(staleness=1, dc_lambda=0.5, lambda_mode="constant"),
@@ -77,12 +82,15 @@ def assert_trees_close(actual, expected, rtol=RTOL, atol=ATOL):
     dict(staleness=1, dc_lambda=0.05, lambda_mode="adaptive"),
     dict(staleness=1, dc_lambda=0.5, lambda_mode="constant", eager=True),
     dict(staleness=2, dc_lambda=0.0, lambda_mode="constant", eager=True),
-], ids=lambda options: "-".join(f"{key}={value}" for key, value in options.items()))
+  ],
+  ids=lambda options: "-".join(f"{key}={value}" for key, value in options.items()),
+)
 def test_matches_independent_reference(options, devices):
   batches = make_batches(len(devices))
   trainer, state, _ = run(DCS3GDConfig(**options), batches)
   consensus, local = dcs3gd_reference.run_reference(
-      loss_fn, initial_params(), batches, learning_rate=LEARNING_RATE, momentum=MOMENTUM, **options)
+    loss_fn, initial_params(), batches, learning_rate=LEARNING_RATE, momentum=MOMENTUM, **options
+  )
   assert_trees_close(as_numpy(trainer.consensus_params(state)), consensus)
   local_params = as_numpy(state.local_params)
   for learner in range(len(devices)):
@@ -90,16 +98,18 @@ def test_matches_independent_reference(options, devices):
 
 
 def test_local_weights_are_consensus_plus_own_pending_updates(devices):
-  trainer, state, _ = run(DCS3GDConfig(staleness=2, dc_lambda=0.3, lambda_mode="constant"),
-                          make_batches(len(devices)))
-  consensus, local, pending = (as_numpy(trainer.consensus_params(state)), as_numpy(state.local_params),
-                               as_numpy(state.in_flight))
+  trainer, state, _ = run(DCS3GDConfig(staleness=2, dc_lambda=0.3, lambda_mode="constant"), make_batches(len(devices)))
+  consensus, local, pending = (
+    as_numpy(trainer.consensus_params(state)),
+    as_numpy(state.local_params),
+    as_numpy(state.in_flight),
+  )
   for name in consensus:
-    np.testing.assert_allclose(local[name], consensus[name][None] + pending[name].sum(axis=1), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(local[name], consensus[name][None] + pending[name].sum(axis=1), rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------ exact reductions
+
 
 def test_staleness_zero_is_sgd_with_batch_of_all_learners(devices):
   batches = make_batches(len(devices))
@@ -120,12 +130,16 @@ def test_staleness_zero_is_sgd_with_batch_of_all_learners(devices):
   assert all(np.all(step["correction_ratio"] == 0) for step in metrics)
 
 
-@pytest.mark.parametrize("options", [
+@pytest.mark.parametrize(
+  "options",
+  [
     dict(staleness=0, dc_lambda=0.0),
     dict(staleness=1, dc_lambda=0.5, lambda_mode="constant"),
     dict(staleness=2, dc_lambda=0.2, lambda_mode="layerwise"),
     dict(staleness=3, dc_lambda=2.0, lambda_mode="adaptive"),
-], ids=lambda options: f"S={options['staleness']}-{options.get('lambda_mode', 'none')}")
+  ],
+  ids=lambda options: f"S={options['staleness']}-{options.get('lambda_mode', 'none')}",
+)
 def test_one_learner_is_sgd(options, devices):
   # With M = 1 the average is the learner's own update, so D = 0 exactly and the
   # correction vanishes exactly; the local weights follow SGD and the consensus
@@ -145,8 +159,9 @@ def test_one_learner_is_sgd(options, devices):
   trajectory.append(as_numpy(params))
   local = as_numpy(state.local_params)
   assert_trees_close({name: leaf[0] for name, leaf in local.items()}, trajectory[-1], rtol=1e-6, atol=1e-7)
-  assert_trees_close(as_numpy(trainer.consensus_params(state)), trajectory[-1 - options["staleness"]],
-                     rtol=1e-6, atol=1e-7)
+  assert_trees_close(
+    as_numpy(trainer.consensus_params(state)), trajectory[-1 - options["staleness"]], rtol=1e-6, atol=1e-7
+  )
 
 
 def _sgd_step(optimizer, params, opt_state, batch):
@@ -167,13 +182,15 @@ def test_averaged_local_momentum_is_global_momentum_on_averaged_gradients(device
     stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *row)
     grads = as_numpy(gradient(as_numpy(state.local_params), stacked))
     mean_grads = {name: leaf.astype(np.float64).mean(axis=0) for name, leaf in grads.items()}
-    global_momentum = mean_grads if global_momentum is None else {
-        name: mean_grads[name] + MOMENTUM * global_momentum[name] for name in mean_grads}
+    global_momentum = (
+      mean_grads
+      if global_momentum is None
+      else {name: mean_grads[name] + MOMENTUM * global_momentum[name] for name in mean_grads}
+    )
     expected_averages.append({name: -LEARNING_RATE * leaf for name, leaf in global_momentum.items()})
     state, _ = trainer.step(state, sharding_lib.stack_learners(lambda learner: row[learner], mesh))
     consensus = as_numpy(trainer.consensus_params(state))
-    actual_averages.append({name: consensus[name].astype(np.float64) - previous_consensus[name]
-                            for name in consensus})
+    actual_averages.append({name: consensus[name].astype(np.float64) - previous_consensus[name] for name in consensus})
     previous_consensus = consensus
   # Staleness 1: the consensus moves at step t by the average of step t-1's updates.
   assert all(np.all(leaf == 0) for leaf in actual_averages[0].values())
@@ -183,6 +200,7 @@ def test_averaged_local_momentum_is_global_momentum_on_averaged_gradients(device
 
 # ------------------------------------------------------------------ the correction
 
+
 def test_correction_is_nonzero_when_learners_disagree(devices):
   batches = make_batches(len(devices))
   config = DCS3GDConfig(staleness=1, dc_lambda=0.5, lambda_mode="constant")
@@ -191,8 +209,9 @@ def test_correction_is_nonzero_when_learners_disagree(devices):
   assert np.all(metrics[0]["correction_ratio"] == 0)  # nothing in flight yet
   assert all(np.all(step["correction_ratio"] > 1e-4) for step in metrics[1:])
   assert all(np.all(step["displacement_norm"] > 0) for step in metrics[1:])
-  difference = jax.tree.map(lambda a, b: np.max(np.abs(np.asarray(a) - np.asarray(b))),
-                            corrected.local_params, plain.local_params)
+  difference = jax.tree.map(
+    lambda a, b: np.max(np.abs(np.asarray(a) - np.asarray(b))), corrected.local_params, plain.local_params
+  )
   assert max(jax.tree.leaves(difference)) > 1e-6
 
 
@@ -204,14 +223,14 @@ def test_correction_vanishes_when_learners_agree(devices):
   _, corrected, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.5, lambda_mode="constant"), batches)
   _, plain, _ = run(config_for_protocol("s3gd"), batches)
   assert all(np.all(step["correction_ratio"] < 1e-6) for step in metrics)
-  for actual, expected in zip(jax.tree.leaves(as_numpy(corrected.local_params)),
-                              jax.tree.leaves(as_numpy(plain.local_params))):
+  for actual, expected in zip(
+    jax.tree.leaves(as_numpy(corrected.local_params)), jax.tree.leaves(as_numpy(plain.local_params))
+  ):
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
 
 
 def test_layerwise_correction_has_norm_lambda_times_gradient_norm(devices):
-  _, _, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode="layerwise"),
-                      make_batches(len(devices)))
+  _, _, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode="layerwise"), make_batches(len(devices)))
   # Every leaf's correction is 0.2 ||g_leaf||, so the global ratio is 0.2 too.
   np.testing.assert_allclose(metrics[-1]["correction_ratio"], 0.2, rtol=1e-5)
 
@@ -225,6 +244,7 @@ def test_dc_lambda_accepts_a_schedule(devices):
 
 # ------------------------------------------------------------------ the program
 
+
 def test_state_lives_on_the_learners_devices(devices):
   mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDConfig(staleness=2), mesh)
@@ -237,7 +257,8 @@ def test_state_lives_on_the_learners_devices(devices):
   assert trainer.consensus_params(state)["hidden"].sharding.is_fully_replicated
   abstract = trainer.abstract_state(initial_params())
   assert jax.tree.map(lambda leaf: (leaf.shape, leaf.dtype, leaf.sharding), abstract) == jax.tree.map(
-      lambda leaf: (leaf.shape, leaf.dtype, leaf.sharding), state)
+    lambda leaf: (leaf.shape, leaf.dtype, leaf.sharding), state
+  )
 
 
 def test_step_compiles_once_and_metrics_are_per_learner(devices):

@@ -6,17 +6,21 @@ import jax
 import numpy as np
 import optax
 import pytest
-
-from stalesgd.parallel import _sharding as sharding_lib
-from stalesgd.training.checkpoint import Checkpointer
-from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 from test_dcs3gd import initial_params, loss_fn, make_batches
 
+from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
+from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd.training.checkpoint import Checkpointer
 
-@pytest.mark.parametrize("config", [
+
+@pytest.mark.parametrize(
+  "config",
+  [
     DCS3GDConfig(staleness=2, dc_lambda=0.1, lambda_mode="adaptive"),  # queue and MeanSquare
     config_for_protocol("allreduce_sync"),  # no queue, no MeanSquare (None fields)
-], ids=["adaptive-S2", "allreduce_sync"])
+  ],
+  ids=["adaptive-S2", "allreduce_sync"],
+)
 def test_resume_from_checkpoint_is_bit_identical(config, devices, tmp_path):
   mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), config, mesh)

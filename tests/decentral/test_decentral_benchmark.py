@@ -16,18 +16,35 @@ def test_benchmark_times_every_program_and_reads_the_overlap_verdict(tmp_path):
   # small_cnn and one round: seconds, not the minute of the real benchmark.
   output = tmp_path / "decentral_benchmark.json"
   result = subprocess.run(
-      [sys.executable, "-m", "experiments.benchmarks.decentral", "--model=small_cnn", "--rounds=1",
-       "--batch_per_worker=2", f"--output={output}"],
-      cwd=REPOSITORY_ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"},
-      capture_output=True, text=True, timeout=300, check=False)
+    [
+      sys.executable,
+      "-m",
+      "experiments.benchmarks.decentral",
+      "--model=small_cnn",
+      "--rounds=1",
+      "--batch_per_worker=2",
+      f"--output={output}",
+    ],
+    cwd=REPOSITORY_ROOT,
+    env={**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"},
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads(output.read_text())
   assert report["machine"]["num_devices"] == 8
   assert set(report["median_step_seconds"]) == set(PROGRAMS)
   assert all(seconds > 0 for seconds in report["median_step_seconds"].values())
   assert all(len(report["step_seconds_per_round"][name]) == 1 for name in PROGRAMS)
-  assert set(report["ratios"]) == {"allreduce_sync_over_compute_only", "s3gd_over_compute_only",
-                                   "dcs3gd_over_compute_only", "dcs3gd_over_allreduce_sync", "dcs3gd_over_s3gd"}
+  assert set(report["ratios"]) == {
+    "allreduce_sync_over_compute_only",
+    "s3gd_over_compute_only",
+    "dcs3gd_over_compute_only",
+    "dcs3gd_over_allreduce_sync",
+    "dcs3gd_over_s3gd",
+  }
   # The stale protocols' weight all-reduce reads only the carried queue; the synchronous one cannot.
   assert report["overlap"]["dcs3gd"]["overlap_ready"] and report["overlap"]["s3gd"]["overlap_ready"]
   assert not report["overlap"]["allreduce_sync"]["overlap_ready"]

@@ -8,7 +8,9 @@ import pytest
 from stalesgd.decentral import PROTOCOLS, DCS3GDConfig, config_for_protocol
 
 
-@pytest.mark.parametrize("kwargs, message", [
+@pytest.mark.parametrize(
+  "kwargs, message",
+  [
     ({"staleness": -1}, "staleness=-1 must be an integer >= 0"),
     ({"staleness": 1.5}, "staleness=1.5"),
     ({"staleness": True}, "staleness=True"),
@@ -19,7 +21,8 @@ from stalesgd.decentral import PROTOCOLS, DCS3GDConfig, config_for_protocol
     ({"eps": 0.0}, "eps=0.0 must be a number > 0"),
     ({"eager": True, "staleness": 0}, "eager=True needs staleness >= 1"),
     ({"axis_name": ""}, "axis_name=''"),
-])
+  ],
+)
 def test_bad_config_raises_value_error_naming_the_field(kwargs, message):
   with pytest.raises(ValueError, match=message):
     DCS3GDConfig(**kwargs)
@@ -36,13 +39,16 @@ def test_named_protocols():
   assert config_for_protocol("dcs3gd", dc_lambda=optax.linear_schedule(0.0, 0.2, 100)).corrects
 
 
-@pytest.mark.parametrize("protocol, overrides, message", [
+@pytest.mark.parametrize(
+  "protocol, overrides, message",
+  [
     ("dcs3gd_fast", {}, "protocol='dcs3gd_fast' must be one of"),
     ("dcs3gd", {"lamda": 0.1}, "unknown DCS3GDConfig fields \\['lamda'\\]"),
     ("s3gd", {"dc_lambda": 0.1}, "protocol='s3gd' has no correction"),
     ("s3gd", {"staleness": 0}, "needs staleness >= 1"),
     ("allreduce_sync", {"staleness": 1}, "protocol='allreduce_sync' is synchronous"),
-])
+  ],
+)
 def test_protocol_overrides_that_contradict_the_protocol_are_rejected(protocol, overrides, message):
   with pytest.raises(ValueError, match=message):
     config_for_protocol(protocol, **overrides)

@@ -8,14 +8,15 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 from stalesgd.decentral import _hlo as hlo
+from stalesgd.parallel import _sharding as sharding_lib
 
 
 def conv_loss(params, batch):
-  hidden = jax.lax.conv_general_dilated(batch["images"], params["conv"], (1, 1), "SAME",
-                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  hidden = jax.lax.conv_general_dilated(
+    batch["images"], params["conv"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+  )
   hidden = jax.nn.relu(hidden + params["conv_bias"]).mean(axis=(1, 2))
   logits = hidden @ params["dense"]
   loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
@@ -24,28 +25,41 @@ def conv_loss(params, batch):
 
 def conv_setup(config):
   rng = np.random.default_rng(0)
-  params = {"conv": rng.normal(size=(3, 3, 3, 8)).astype(np.float32) * 0.2,
-            "conv_bias": np.zeros(8, np.float32),
-            "dense": rng.normal(size=(8, 10)).astype(np.float32) * 0.2}
+  params = {
+    "conv": rng.normal(size=(3, 3, 3, 8)).astype(np.float32) * 0.2,
+    "conv_bias": np.zeros(8, np.float32),
+    "dense": rng.normal(size=(8, 10)).astype(np.float32) * 0.2,
+  }
   mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(conv_loss, optax.sgd(0.1, momentum=0.9), config, mesh)
   batch = sharding_lib.stack_learners(
-      lambda learner: {"images": np.random.default_rng(learner).normal(size=(4, 8, 8, 3)).astype(np.float32),
-                       "labels": np.arange(4, dtype=np.int32) + learner}, mesh)
+    lambda learner: {
+      "images": np.random.default_rng(learner).normal(size=(4, 8, 8, 3)).astype(np.float32),
+      "labels": np.arange(4, dtype=np.int32) + learner,
+    },
+    mesh,
+  )
   return trainer, trainer.init(params), batch
 
 
-@pytest.mark.parametrize("config", [
+@pytest.mark.parametrize(
+  "config",
+  [
     DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode="layerwise"),
     DCS3GDConfig(staleness=2, dc_lambda=2.0, lambda_mode="adaptive", eager=True),
     config_for_protocol("s3gd"),
-], ids=["dcs3gd-layerwise", "adaptive-eager-S2", "s3gd"])
+  ],
+  ids=["dcs3gd-layerwise", "adaptive-eager-S2", "s3gd"],
+)
 def test_one_weight_all_reduce_reading_only_the_in_flight_queue(config, devices):
   trainer, state, batch = conv_setup(config)
   report = trainer.overlap_report(state, batch)
   assert report["all_reduces"] == 1, report
   assert report["update_all_reduce_reads"] == [
-      "[0].in_flight['conv']", "[0].in_flight['conv_bias']", "[0].in_flight['dense']"], report
+    "[0].in_flight['conv']",
+    "[0].in_flight['conv_bias']",
+    "[0].in_flight['dense']",
+  ], report
   assert report["overlap_ready"]
 
 
@@ -71,8 +85,9 @@ def test_a_metric_reduced_inside_the_step_would_be_caught(devices):
     return local + averaged - 0.1 * grads, jax.lax.pmean(loss, "learners")
 
   spec = jax.sharding.PartitionSpec("learners")
-  stepper = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(spec, spec, spec),
-                                  out_specs=(spec, jax.sharding.PartitionSpec())))
+  stepper = jax.jit(
+    jax.shard_map(step, mesh=mesh, in_specs=(spec, spec, spec), out_specs=(spec, jax.sharding.PartitionSpec()))
+  )
   ones = sharding_lib.stack_learners(lambda learner: np.ones(3, np.float32), mesh)
   found = hlo.all_reduces(stepper.lower(ones, ones, ones).compile().as_text())
   # Not "exactly one all-reduce reading only the queue (parameter 0)". With
@@ -161,7 +176,8 @@ def test_walker_recognises_an_all_reduce_wrapped_in_async_start():
 
 def test_walker_parses_tuple_shapes_and_rejects_text_without_entry():
   instruction = hlo.parse_instruction(
-      "  %ar = (f32[4,5]{1,0}, f32[5,3]{1,0}) all-reduce(%a.1, %b-2), channel_id=1, to_apply=%region_0.0")
+    "  %ar = (f32[4,5]{1,0}, f32[5,3]{1,0}) all-reduce(%a.1, %b-2), channel_id=1, to_apply=%region_0.0"
+  )
   assert instruction.opcode == "all-reduce" and instruction.operands == ("a.1", "b-2")
   assert hlo.parse_instruction("HloModule m") is None
   with pytest.raises(ValueError, match="no ENTRY"):

@@ -7,20 +7,45 @@ import pytest
 
 from stalesgd.utils import _distributed as distributed
 
-SLURM_ENV = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "node[003-004]", "SLURM_NTASKS": "8",
-             "SLURM_PROCID": "5", "SLURM_LOCALID": "1"}
-KUBERNETES_ENV = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "JOB_COMPLETION_INDEX": "2",
-                  "HOSTNAME": "resnet-dcs3gd-2", "STALESGD_K8S_SERVICE": "stalesgd-workers",
-                  "STALESGD_NUM_PROCESSES": "4"}
-LAUNCHER_MARKERS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID",
-                    "OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
-                    "PMI_SIZE", "PMIX_RANK", "JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST",
-                    "JAX_COORDINATOR_ADDRESS", "STALESGD_NUM_PROCESSES")
+SLURM_ENV = {
+  "SLURM_JOB_ID": "4242",
+  "SLURM_STEP_NODELIST": "node[003-004]",
+  "SLURM_NTASKS": "8",
+  "SLURM_PROCID": "5",
+  "SLURM_LOCALID": "1",
+}
+KUBERNETES_ENV = {
+  "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+  "JOB_COMPLETION_INDEX": "2",
+  "HOSTNAME": "resnet-dcs3gd-2",
+  "STALESGD_K8S_SERVICE": "stalesgd-workers",
+  "STALESGD_NUM_PROCESSES": "4",
+}
+LAUNCHER_MARKERS = (
+  "SLURM_JOB_ID",
+  "SLURM_STEP_NODELIST",
+  "SLURM_NTASKS",
+  "SLURM_PROCID",
+  "SLURM_LOCALID",
+  "OMPI_MCA_orte_hnp_uri",
+  "OMPI_COMM_WORLD_RANK",
+  "OMPI_COMM_WORLD_SIZE",
+  "PMI_RANK",
+  "PMI_SIZE",
+  "PMIX_RANK",
+  "JOB_COMPLETION_INDEX",
+  "KUBERNETES_SERVICE_HOST",
+  "JAX_COORDINATOR_ADDRESS",
+  "STALESGD_NUM_PROCESSES",
+)
 
 
 # ------------------------------------------------------------------ validation
 
-@pytest.mark.parametrize("kwargs, message", [
+
+@pytest.mark.parametrize(
+  "kwargs, message",
+  [
     ({"process_id": 1}, "process_id=1 given without coordinator_address and num_processes"),
     ({"coordinator_address": "10.0.0.1:1234"}, "without num_processes and process_id"),
     ({"coordinator_address": "10.0.0.1:1234", "num_processes": 2}, "without process_id"),
@@ -34,7 +59,8 @@ LAUNCHER_MARKERS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLUR
     ({"local_device_ids": [-1]}, "local_device_ids=\\[-1\\]"),
     ({"initialization_timeout": 0}, "initialization_timeout=0"),
     ({"heartbeat_timeout": -5}, "heartbeat_timeout=-5"),
-])
+  ],
+)
 def test_bad_arguments_raise_value_error_naming_them(kwargs, message):
   with pytest.raises(ValueError, match=message):
     distributed.resolve_cluster(environ={}, **kwargs)
@@ -47,8 +73,10 @@ def test_environment_values_that_are_not_integers_are_named():
 
 # ------------------------------------------------------------------ single host
 
-@pytest.mark.parametrize("kwargs", [{}, {"num_processes": 1}, {"num_processes": 1, "process_id": 0},
-                                    {"local_device_ids": [0]}])
+
+@pytest.mark.parametrize(
+  "kwargs", [{}, {"num_processes": 1}, {"num_processes": 1, "process_id": 0}, {"local_device_ids": [0]}]
+)
 def test_single_host_resolves_to_nothing(kwargs):
   assert distributed.resolve_cluster(environ={"HOME": "/root", "PATH": "/bin"}, **kwargs) is None
 
@@ -76,12 +104,25 @@ def test_initialize_passes_explicit_arguments_and_selects_gloo(clean_environment
   updates = []
   monkeypatch.setattr(jax.config, "update", lambda name, value: updates.append((name, value)))
   cluster = distributed.initialize("127.0.0.1:1234", 2, 1, initialization_timeout=30, heartbeat_timeout=7)
-  assert cluster == distributed.ClusterSpec(num_processes=2, process_id=1, coordinator_address="127.0.0.1:1234",
-                                            local_device_ids=None, source="arguments",
-                                            jax_detection="deactivate")
-  assert clean_environment == [{
-      "coordinator_address": "127.0.0.1:1234", "num_processes": 2, "process_id": 1, "local_device_ids": None,
-      "cluster_detection_method": "deactivate", "initialization_timeout": 30, "heartbeat_timeout_seconds": 7}]
+  assert cluster == distributed.ClusterSpec(
+    num_processes=2,
+    process_id=1,
+    coordinator_address="127.0.0.1:1234",
+    local_device_ids=None,
+    source="arguments",
+    jax_detection="deactivate",
+  )
+  assert clean_environment == [
+    {
+      "coordinator_address": "127.0.0.1:1234",
+      "num_processes": 2,
+      "process_id": 1,
+      "local_device_ids": None,
+      "cluster_detection_method": "deactivate",
+      "initialization_timeout": 30,
+      "heartbeat_timeout_seconds": 7,
+    }
+  ]
   assert ("jax_cpu_collectives_implementation", "gloo") in updates
 
 
@@ -105,6 +146,7 @@ def test_initialize_twice_does_not_initialize_again(clean_environment, monkeypat
 
 # ------------------------------------------------------------------ detection
 
+
 def test_slurm_counts_from_environment_and_coordinator_left_to_jax():
   cluster = distributed.resolve_cluster(environ=SLURM_ENV)
   assert (cluster.num_processes, cluster.process_id, cluster.source) == (8, 5, "slurm")
@@ -114,11 +156,11 @@ def test_slurm_counts_from_environment_and_coordinator_left_to_jax():
 def test_jax_resolves_the_slurm_coordinator_we_leave_to_it(monkeypatch):
   # The half of SLURM detection delegated to JAX: first node of the step, port from the job id.
   from jax._src import clusters
+
   for name, value in SLURM_ENV.items():
     monkeypatch.setenv(name, value)
   monkeypatch.delenv("JAX_COORDINATOR_PORT", raising=False)
-  address, _, _, device_ids = clusters.ClusterEnv.auto_detect_unset_distributed_params(
-      None, 8, 5, None, "slurm", 60)
+  address, _, _, device_ids = clusters.ClusterEnv.auto_detect_unset_distributed_params(None, 8, 5, None, "slurm", 60)
   assert address == f"node003:{4242 % 4096 + 61440}" and list(device_ids) == [1]
 
 
@@ -128,9 +170,17 @@ def test_initialize_under_slurm_hands_the_coordinator_to_jax(clean_environment, 
     monkeypatch.setenv(name, value)
   cluster = distributed.initialize(heartbeat_timeout=9)
   assert cluster.source == "slurm"
-  assert clean_environment == [{
-      "coordinator_address": None, "num_processes": 8, "process_id": 5, "local_device_ids": None,
-      "cluster_detection_method": "slurm", "initialization_timeout": 600, "heartbeat_timeout_seconds": 9}]
+  assert clean_environment == [
+    {
+      "coordinator_address": None,
+      "num_processes": 8,
+      "process_id": 5,
+      "local_device_ids": None,
+      "cluster_detection_method": "slurm",
+      "initialization_timeout": 600,
+      "heartbeat_timeout_seconds": 9,
+    }
+  ]
 
 
 def test_explicit_arguments_override_the_environment():
@@ -140,18 +190,26 @@ def test_explicit_arguments_override_the_environment():
 
 
 def test_open_mpi_4_counts_from_environment():
-  environ = {"OMPI_MCA_orte_hnp_uri": "1531576320.0;tcp://10.96.0.1:34911", "OMPI_COMM_WORLD_SIZE": "4",
-             "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+  environ = {
+    "OMPI_MCA_orte_hnp_uri": "1531576320.0;tcp://10.96.0.1:34911",
+    "OMPI_COMM_WORLD_SIZE": "4",
+    "OMPI_COMM_WORLD_RANK": "3",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+  }
   cluster = distributed.resolve_cluster(environ=environ)
-  assert (cluster.num_processes, cluster.process_id, cluster.source, cluster.jax_detection) == (
-      4, 3, "openmpi", "ompi")
+  assert (cluster.num_processes, cluster.process_id, cluster.source, cluster.jax_detection) == (4, 3, "openmpi", "ompi")
 
 
 def test_kubernetes_indexed_job_coordinator_from_hostname_and_service():
   cluster = distributed.resolve_cluster(environ=KUBERNETES_ENV)
   assert cluster == distributed.ClusterSpec(
-      num_processes=4, process_id=2, coordinator_address="resnet-dcs3gd-0.stalesgd-workers:55527",
-      local_device_ids=None, source="kubernetes", jax_detection="deactivate")
+    num_processes=4,
+    process_id=2,
+    coordinator_address="resnet-dcs3gd-0.stalesgd-workers:55527",
+    local_device_ids=None,
+    source="kubernetes",
+    jax_detection="deactivate",
+  )
 
 
 def test_kubernetes_job_name_and_port_from_environment():
@@ -172,23 +230,32 @@ def test_kubernetes_without_process_count_explains_what_to_set():
   assert distributed.resolve_cluster(num_processes=4, environ=environ).num_processes == 4
 
 
-@pytest.mark.parametrize("environ", [
+@pytest.mark.parametrize(
+  "environ",
+  [
     {"PMI_RANK": "1", "PMI_SIZE": "2"},  # MPICH / Intel MPI (Hydra)
     {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},  # Open MPI 5 (PRRTE)
     {"PMIX_RANK": "1", "STALESGD_NUM_PROCESSES": "2"},  # PMIx launchers
-])
+  ],
+)
 def test_other_mpi_launchers_take_the_coordinator_from_jax_coordinator_address(environ, monkeypatch):
   import importlib.util
+
   monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
   with pytest.raises(ValueError, match="JAX_COORDINATOR_ADDRESS"):
     distributed.resolve_cluster(environ=environ)
   cluster = distributed.resolve_cluster(environ={**environ, "JAX_COORDINATOR_ADDRESS": "rank0:12345"})
   assert (cluster.num_processes, cluster.process_id, cluster.coordinator_address, cluster.source) == (
-      2, 1, "rank0:12345", "mpi")
+    2,
+    1,
+    "rank0:12345",
+    "mpi",
+  )
 
 
 def test_other_mpi_launchers_use_mpi4py_when_installed(monkeypatch):
   import importlib.util
+
   monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: object())
   cluster = distributed.resolve_cluster(environ={"PMI_RANK": "0", "PMI_SIZE": "3"})
   assert cluster.coordinator_address is None and cluster.jax_detection == "mpi4py"

@@ -21,8 +21,11 @@ def test_kubernetes_job_environment_resolves_to_pod_zero_behind_the_headless_ser
   pod = job["spec"]["template"]["spec"]
   assert pod["subdomain"] == service["metadata"]["name"]
   [container] = pod["containers"]
-  environ = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "JOB_COMPLETION_INDEX": "1",
-             "HOSTNAME": f"{job['metadata']['name']}-1"}
+  environ = {
+    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+    "JOB_COMPLETION_INDEX": "1",
+    "HOSTNAME": f"{job['metadata']['name']}-1",
+  }
   for variable in container["env"]:
     if "value" in variable:
       environ[variable["name"]] = variable["value"]
@@ -60,7 +63,7 @@ def test_kubernetes_job_runs_a_config_file_that_exists():
 
 def test_dockerfile_copies_what_the_install_needs_and_pins_the_tested_versions():
   """The Dockerfile cannot be built here (no Docker, no network): check it against pyproject.toml instead."""
-  import tomllib  # pylint: disable=g-import-not-at-top
+  import tomllib
 
   root = LAUNCH.parent
   text = (LAUNCH / "Dockerfile").read_text()

@@ -51,9 +51,15 @@ def assert_same_weights(merged, reference):
 def test_two_processes_of_four_devices_match_one_process_of_eight(devices, tmp_path):
   protocols = list(dcs3gd_worker.PROTOCOL_CONFIGS)
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-    launched = pool.submit(multiprocess_harness.run_processes, WORKER,
-                           [f"--steps={STEPS}", f"--protocols={','.join(protocols)}"], num_processes=2,
-                           devices_per_process=4, timeout=60, output_dir=tmp_path)
+    launched = pool.submit(
+      multiprocess_harness.run_processes,
+      WORKER,
+      [f"--steps={STEPS}", f"--protocols={','.join(protocols)}"],
+      num_processes=2,
+      devices_per_process=4,
+      timeout=60,
+      output_dir=tmp_path,
+    )
     reference = single_process_reference(protocols)  # while the two processes run
     results = launched.result()
   for result in results:
@@ -68,9 +74,20 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(devices, tmp_p
 @pytest.mark.parametrize("killed_process", [1, 0], ids=["peer", "coordinator"])
 def test_killed_process_makes_the_survivor_exit_with_an_error(killed_process, tmp_path):
   results = multiprocess_harness.run_processes(
-      WORKER, ["--steps=8", "--protocols=dcs3gd", f"--die_process={killed_process}", "--die_at_step=3",
-               f"--heartbeat_timeout={HEARTBEAT_TIMEOUT}"],
-      num_processes=2, devices_per_process=4, timeout=60, output_dir=tmp_path, stop_all_on_failure=False)
+    WORKER,
+    [
+      "--steps=8",
+      "--protocols=dcs3gd",
+      f"--die_process={killed_process}",
+      "--die_at_step=3",
+      f"--heartbeat_timeout={HEARTBEAT_TIMEOUT}",
+    ],
+    num_processes=2,
+    devices_per_process=4,
+    timeout=60,
+    output_dir=tmp_path,
+    stop_all_on_failure=False,
+  )
   killed, survivor = results[killed_process], results[1 - killed_process]
   assert killed.returncode == -9, killed.describe()
   # The survivor was not killed by the harness's timeout: it noticed the dead
@@ -90,8 +107,14 @@ def run_local_sh(args, tmp_path, timeout=60):
   env = multiprocess_harness.process_environment(devices_per_process=4)
   env.pop("JAX_NUM_CPU_DEVICES")  # local.sh sets it: 8 / N
   env.update({"LAUNCH_MODULE": WORKER, "LAUNCH_KILL_GRACE": "1"})
-  return subprocess.run([str(LOCAL_SH), "2"] + args + [f"--output_dir={tmp_path}"], env=env, capture_output=True,
-                        text=True, timeout=timeout, cwd=multiprocess_harness.REPOSITORY_ROOT)
+  return subprocess.run(
+    [str(LOCAL_SH), "2"] + args + [f"--output_dir={tmp_path}"],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    cwd=multiprocess_harness.REPOSITORY_ROOT,
+  )
 
 
 def test_local_sh_runs_two_processes_with_four_devices_each(devices, tmp_path):
@@ -108,8 +131,9 @@ def test_local_sh_runs_two_processes_with_four_devices_each(devices, tmp_path):
 def test_local_sh_stops_everything_when_one_process_dies(tmp_path):
   # A long heartbeat timeout: only local.sh's own failure handling can end the
   # survivor quickly.
-  completed = run_local_sh(["--steps=50", "--protocols=dcs3gd", "--die_process=1", "--die_at_step=2",
-                            "--heartbeat_timeout=300"], tmp_path)
+  completed = run_local_sh(
+    ["--steps=50", "--protocols=dcs3gd", "--die_process=1", "--die_at_step=2", "--heartbeat_timeout=300"], tmp_path
+  )
   # The survivor notices its peer's death in gloo and aborts (SIGABRT, 134) within
   # milliseconds; when both exits fall in one of local.sh's polls, the survivor's may
   # be the one reported. Either way local.sh ends with a failure naming a process.
@@ -123,6 +147,7 @@ def test_local_sh_stops_everything_when_one_process_dies(tmp_path):
 
 
 def test_local_sh_rejects_a_bad_process_count(tmp_path):
-  completed = subprocess.run([str(LOCAL_SH), "3"], capture_output=True, text=True, timeout=10,
-                             env={**os.environ, "LAUNCH_MODULE": WORKER})
+  completed = subprocess.run(
+    [str(LOCAL_SH), "3"], capture_output=True, text=True, timeout=10, env={**os.environ, "LAUNCH_MODULE": WORKER}
+  )
   assert completed.returncode == 2 and "does not divide 8" in completed.stderr

@@ -12,7 +12,6 @@ import stalesgd
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
 from stalesgd.engine import _ring_buffer as ring_buffer
-
 from tests.helpers.engine_oracle import MODELS, Data
 
 
@@ -32,8 +31,10 @@ def _check_plan(plan):
     assert np.all(block.staleness[~block.row_valid] == 0)
 
 
-@pytest.mark.parametrize("protocol, options", [("async", {}), ("softsync", {"n": 4}), ("hardsync", {}),
-                                                ("ssp", {"s": 3}), ("drop_stale", {"max_staleness": 5})])
+@pytest.mark.parametrize(
+  "protocol, options",
+  [("async", {}), ("softsync", {"n": 4}), ("hardsync", {}), ("ssp", {"s": 3}), ("drop_stale", {"max_staleness": 5})],
+)
 @pytest.mark.parametrize("devices", [1, 8])
 def test_blocks_only_read_existing_weights_and_cover_the_schedule(protocol, options, devices):
   schedule = schedule_lib.simulate(protocol, learners=16, num_updates=300, seed=1, **options)
@@ -132,9 +133,9 @@ def test_metrics_report_losses_and_the_applied_learning_rate_scale():
   state = engine.init(init_params(), plan)
   for index, state, metrics in engine.iterate(state, plan, Data(input_shape)):
     block = plan.block(index)
-    sigma = block.staleness[:block.num_updates, 0]
+    sigma = block.staleness[: block.num_updates, 0]
     expected = np.where(sigma > 0, 1.0 / np.maximum(sigma, 1), 1.0)
-    np.testing.assert_allclose(np.asarray(metrics.lr_scale)[:block.num_updates], expected, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(metrics.lr_scale)[: block.num_updates], expected, rtol=1e-6)
     assert np.all(np.isfinite(np.asarray(metrics.loss)))
 
 

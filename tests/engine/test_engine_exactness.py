@@ -16,7 +16,6 @@ import stalesgd
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
 from stalesgd.parallel import _sharding as sharding_lib
-
 from tests.helpers.engine_oracle import MODELS, Data, max_relative_error, run_oracle
 
 NUM_UPDATES = 200
@@ -24,14 +23,14 @@ TOLERANCE = 1e-5
 LEARNING_RATE = 0.05
 
 PROTOCOLS = {
-    "hardsync": ("hardsync", {}),
-    "1-softsync": ("softsync", {"n": 1}),
-    "2-softsync": ("softsync", {"n": 2}),
-    "lambda-softsync": ("softsync", "n=learners"),
-    "async": ("async", {}),
-    "ssp": ("ssp", {"s": 2}),
-    "backup": ("backup", {"backup": 1}),
-    "drop_stale": ("drop_stale", {"max_staleness": 2}),
+  "hardsync": ("hardsync", {}),
+  "1-softsync": ("softsync", {"n": 1}),
+  "2-softsync": ("softsync", {"n": 2}),
+  "lambda-softsync": ("softsync", "n=learners"),
+  "async": ("async", {}),
+  "ssp": ("ssp", {"s": 2}),
+  "backup": ("backup", {"backup": 1}),
+  "drop_stale": ("drop_stale", {"max_staleness": 2}),
 }
 
 
@@ -41,9 +40,12 @@ def make_optimizer(kind: str) -> optax.GradientTransformation:
   if kind == "staleness_dc":
     # Zhang et al.'s per-gradient alpha0/sigma and DC-ASGD-a's adaptive correction
     # together, so both per-contribution extra args matter.
-    return optax.chain(stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
-                       stalesgd.scale_by_staleness("inverse"),
-                       stalesgd.average_contributions(), optax.sgd(LEARNING_RATE, momentum=0.9))
+    return optax.chain(
+      stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
+      stalesgd.scale_by_staleness("inverse"),
+      stalesgd.average_contributions(),
+      optax.sgd(LEARNING_RATE, momentum=0.9),
+    )
   raise ValueError(kind)
 
 

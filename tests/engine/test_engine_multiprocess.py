@@ -37,8 +37,15 @@ def single_process_reference() -> dict[str, np.ndarray]:
 
 def test_two_processes_of_four_devices_equal_one_process_of_eight(devices, tmp_path):
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-    launched = pool.submit(multiprocess_harness.run_processes, WORKER, [], num_processes=2, devices_per_process=4,
-                           timeout=TIMEOUT, output_dir=tmp_path)
+    launched = pool.submit(
+      multiprocess_harness.run_processes,
+      WORKER,
+      [],
+      num_processes=2,
+      devices_per_process=4,
+      timeout=TIMEOUT,
+      output_dir=tmp_path,
+    )
     reference = single_process_reference()  # while the two processes run
     results = launched.result()
   for result in results:

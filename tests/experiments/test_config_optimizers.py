@@ -17,19 +17,26 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from stalesgd.configs import dcasgd_cifar10_resnet20, rudra_cifar10
 from stalesgd import models
-from stalesgd.training._run_config import updates_per_epoch
+from stalesgd.configs import dcasgd_cifar10_resnet20, rudra_cifar10
 from stalesgd.training._optimizer import build_optimizer, learning_rate_schedule
+from stalesgd.training._run_config import updates_per_epoch
 
 CIFAR10_TRAIN = 50_000
 # cifar10_full_train_test.prototxt: lr_mult 1 (weights) / 2 (biases) but on conv3; decay_mult 250 / 0 on ip1,
 # Caffe's default 1 on the conv blobs.
-LR_MULT = {"conv1": {"kernel": 1.0, "bias": 2.0}, "conv2": {"kernel": 1.0, "bias": 2.0},
-           "conv3": {"kernel": 1.0, "bias": 1.0},  # conv3 has no param block: Caffe's default lr_mult 1
-           "ip1": {"kernel": 1.0, "bias": 2.0}}
-DECAY_MULT = {"conv1": {"kernel": 1.0, "bias": 1.0}, "conv2": {"kernel": 1.0, "bias": 1.0},
-              "conv3": {"kernel": 1.0, "bias": 1.0}, "ip1": {"kernel": 250.0, "bias": 0.0}}
+LR_MULT = {
+  "conv1": {"kernel": 1.0, "bias": 2.0},
+  "conv2": {"kernel": 1.0, "bias": 2.0},
+  "conv3": {"kernel": 1.0, "bias": 1.0},  # conv3 has no param block: Caffe's default lr_mult 1
+  "ip1": {"kernel": 1.0, "bias": 2.0},
+}
+DECAY_MULT = {
+  "conv1": {"kernel": 1.0, "bias": 1.0},
+  "conv2": {"kernel": 1.0, "bias": 1.0},
+  "conv3": {"kernel": 1.0, "bias": 1.0},
+  "ip1": {"kernel": 250.0, "bias": 0.0},
+}
 
 
 def _cifar10_full_params(seed: int):
@@ -50,8 +57,9 @@ def _rudra_steps(variant: str, stalenesses: list[list[int]], *, n: int | None = 
   if n is not None:
     config.n = n
   model, params = _cifar10_full_params(seed=0)
-  optimizer = build_optimizer(config, model=model, params=params,
-                              updates_per_epoch=updates_per_epoch(config, CIFAR10_TRAIN))
+  optimizer = build_optimizer(
+    config, model=model, params=params, updates_per_epoch=updates_per_epoch(config, CIFAR10_TRAIN)
+  )
   state = optimizer.init(params)
   rng = np.random.default_rng(1)
   weights, grads_per_step, updates_per_step = [params], [], []
@@ -85,8 +93,9 @@ def _caffe_expected(weights, grads_per_step, weights_of_staleness, *, rate=0.001
 def _assert_updates(updates_per_step, expected):
   for (layer, blob), steps in expected:
     for step, want in enumerate(steps):
-      np.testing.assert_allclose(updates_per_step[step][layer][blob], want, rtol=2e-5, atol=1e-9,
-                                 err_msg=f"{layer}/{blob}, update {step}")
+      np.testing.assert_allclose(
+        updates_per_step[step][layer][blob], want, rtol=2e-5, atol=1e-9, err_msg=f"{layer}/{blob}, update {step}"
+      )
 
 
 def test_rudra_async_inverse_is_caffe_momentum_with_alpha0_over_sigma_covering_weight_decay():
@@ -113,8 +122,9 @@ def test_rudra_fixed_rate_and_hardsync_leave_the_solver_unmodulated():
   _assert_updates(updates, _caffe_expected(weights, grads, [[1.0, 1.0], [1.0, 1.0]]))
 
 
-@pytest.mark.parametrize("variant, applied_per_update", [("baseline", 128), ("async_fixed", 4),
-                                                         ("softsync_fixed", 8), ("hardsync", 120)])
+@pytest.mark.parametrize(
+  "variant, applied_per_update", [("baseline", 128), ("async_fixed", 4), ("softsync_fixed", 8), ("hardsync", 120)]
+)
 def test_rudra_learning_rate_decays_at_epochs_120_and_130_counted_in_samples(variant, applied_per_update):
   """x0.1 at epochs 120 and 130 of applied samples: update round(epoch * 50000 / (c mu))."""
   config = rudra_cifar10.get_config(variant)
@@ -129,17 +139,23 @@ def _dcasgd_steps(variant: str, learners: int | None = None):
   if learners is not None:
     config.learners = learners
   params = {"w": np.array([0.5, -1.0, 2.0], np.float32), "b": np.array([0.25], np.float32)}
-  optimizer = build_optimizer(config, model=None, params=params,
-                              updates_per_epoch=updates_per_epoch(config, CIFAR10_TRAIN))
+  optimizer = build_optimizer(
+    config, model=None, params=params, updates_per_epoch=updates_per_epoch(config, CIFAR10_TRAIN)
+  )
   state = optimizer.init(params)
-  grads = [{"w": np.array([[0.3, -0.2, 0.1]], np.float32), "b": np.array([[0.5]], np.float32)},
-           {"w": np.array([[-0.1, 0.4, 0.2]], np.float32), "b": np.array([[-0.3]], np.float32)}]
-  stale = [{"w": np.array([[0.4, -0.5, 2.5]], np.float32), "b": np.array([[0.0]], np.float32)},
-           {"w": np.array([[0.5, -1.0, 2.0]], np.float32), "b": np.array([[0.25]], np.float32)}]
+  grads = [
+    {"w": np.array([[0.3, -0.2, 0.1]], np.float32), "b": np.array([[0.5]], np.float32)},
+    {"w": np.array([[-0.1, 0.4, 0.2]], np.float32), "b": np.array([[-0.3]], np.float32)},
+  ]
+  stale = [
+    {"w": np.array([[0.4, -0.5, 2.5]], np.float32), "b": np.array([[0.0]], np.float32)},
+    {"w": np.array([[0.5, -1.0, 2.0]], np.float32), "b": np.array([[0.25]], np.float32)},
+  ]
   weights, updates_per_step = [params], []
   for step in range(2):
-    updates, state = optimizer.update(grads[step], state, weights[-1], staleness=jnp.array([3]),
-                                      stale_params=stale[step], learner=jnp.array([step]))
+    updates, state = optimizer.update(
+      grads[step], state, weights[-1], staleness=jnp.array([3]), stale_params=stale[step], learner=jnp.array([step])
+    )
     updates_per_step.append(_numpy(updates))
     weights.append(jax.tree.map(lambda w, u: w + u, weights[-1], updates_per_step[-1]))
   return weights, grads, stale, updates_per_step
@@ -165,16 +181,18 @@ def test_dcasgd_table1_update_is_the_papers_with_weight_decay_outside_the_correc
       want = -0.5 * (g + dc_lambda * g * g * (w - backup) + 1e-4 * w)
       # atol: in dcasgd_a_bc's first step on w[2], g + lambda g g D = 0.1 - 2/sqrt(0.01 + eps) * 0.01 * 0.5
       # cancels to about 5e-7 in float32, leaving the decay term 1e-4 w with a few 1e-9 of rounding.
-      np.testing.assert_allclose(updates[step][name], want, rtol=2e-5, atol=1e-8,
-                                 err_msg=f"{variant} {name} step {step}")
+      np.testing.assert_allclose(
+        updates[step][name], want, rtol=2e-5, atol=1e-8, err_msg=f"{variant} {name} step {step}"
+      )
 
 
 def test_dcasgd_ssgd_is_sgd_on_the_mean_of_m_gradients_plus_decay():
   """SSGD (hardsync, c = M = 4): w <- w - 0.5 (mean_k g_k + 1e-4 w)."""
   config = dcasgd_cifar10_resnet20.get_config("ssgd")
   params = {"w": np.array([1.0, -2.0], np.float32)}
-  optimizer = build_optimizer(config, model=None, params=params,
-                              updates_per_epoch=updates_per_epoch(config, CIFAR10_TRAIN))
+  optimizer = build_optimizer(
+    config, model=None, params=params, updates_per_epoch=updates_per_epoch(config, CIFAR10_TRAIN)
+  )
   grads = {"w": np.array([[0.1, 0.2], [0.3, -0.4], [0.5, 0.6], [-0.7, 0.8]], np.float32)}
   updates, _ = optimizer.update(grads, optimizer.init(params), params, staleness=jnp.zeros([4], jnp.int32))
   want = -0.5 * (np.array([0.05, 0.3]) + 1e-4 * np.array([1.0, -2.0]))
@@ -183,14 +201,18 @@ def test_dcasgd_ssgd_is_sgd_on_the_mean_of_m_gradients_plus_decay():
   per_epoch = CIFAR10_TRAIN / (4 * 128)  # 97.65625 updates
   boundaries = [round(80 * per_epoch), round(120 * per_epoch)]
   assert boundaries == [7812, 11719]
-  np.testing.assert_allclose([float(schedule(c)) for c in (7811, 7812, 11718, 11719)], [0.5, 0.05, 0.05, 0.005],
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    [float(schedule(c)) for c in (7811, 7812, 11718, 11719)], [0.5, 0.05, 0.05, 0.005], rtol=1e-6
+  )
 
 
 def test_decay_epochs_on_the_same_update_are_refused():
   """Two decay epochs rounding to one update would decay once, silently; refused naming the field."""
   config = dcasgd_cifar10_resnet20.get_config("ssgd")
   config.lr_decay_epochs = (80.0, 79.999)
-  with pytest.raises(ValueError, match=r"config.lr_decay_epochs=\(80.0, 79.999\) falls on server updates "
-                                       r"\[7812, 7812\]"):
+  with pytest.raises(
+    ValueError,
+    match=r"config.lr_decay_epochs=\(80.0, 79.999\) falls on server updates "
+    r"\[7812, 7812\]",
+  ):
     learning_rate_schedule(config, updates_per_epoch(config, CIFAR10_TRAIN))

@@ -27,8 +27,16 @@ def _demo(workdir: pathlib.Path, *, seeds: int, prefix=(), xla_flags: str | None
   environment = {key: value for key, value in os.environ.items() if key != "JAX_NUM_CPU_DEVICES"}
   if xla_flags is not None:
     environment["XLA_FLAGS"] = f"{environment.get('XLA_FLAGS', '')} {xla_flags}".strip()
-  command = [*prefix, sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}",
-             f"--seeds={seeds}", "--parallel=2" if seeds > 1 else "--parallel=1"]
+  command = [
+    *prefix,
+    sys.executable,
+    "-m",
+    "experiments.reproduce",
+    "--study=demo",
+    f"--workdir={workdir}",
+    f"--seeds={seeds}",
+    "--parallel=2" if seeds > 1 else "--parallel=1",
+  ]
   ran = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=environment)
   assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
   return ran.stdout
@@ -48,8 +56,10 @@ def test_make_demo_prints_the_readme_table_and_no_row_moves_under_perturbations(
   assert readme.group(1).strip() == table.strip(), "README's demo table differs from what make demo prints"
   bands = _bands(table)
   assert set(bands.values()) == {"learns (< 10 %)", "fails (> 80 %)"}, bands
-  perturbations = [("one_core", {"prefix": ("taskset", "-c", "0")}),
-                   ("eigen_single_threaded", {"xla_flags": "--xla_cpu_multi_thread_eigen=false"})]
+  perturbations = [
+    ("one_core", {"prefix": ("taskset", "-c", "0")}),
+    ("eigen_single_threaded", {"xla_flags": "--xla_cpu_multi_thread_eigen=false"}),
+  ]
   for name, perturbation in perturbations:
     if "prefix" in perturbation and shutil.which("taskset") is None:
       pytest.skip("taskset is not installed")

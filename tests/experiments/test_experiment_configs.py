@@ -10,20 +10,34 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from stalesgd.configs.arguments import ConfigArguments, parse_config_argument
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
-from stalesgd.training._run_config import (DECENTRALIZED_PROTOCOLS, protocol_options, timing_model, updates_per_epoch, validate_config)
+from stalesgd.configs.arguments import ConfigArguments, parse_config_argument
 from stalesgd.training._optimizer import build_optimizer
+from stalesgd.training._run_config import (
+  DECENTRALIZED_PROTOCOLS,
+  protocol_options,
+  timing_model,
+  updates_per_epoch,
+  validate_config,
+)
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "stalesgd" / "configs"
 NUM_DEVICES = 8
 TRAIN_EXAMPLES = {"cifar10": 50_000, "mnist": 60_000, "digits": 1_497, "imagenet2012": 1_281_167}
 NUM_CLASSES = {"cifar10": 10, "mnist": 10, "digits": 10, "imagenet2012": 1000}
 IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1), "digits": (8, 8, 1)}
-EXPECTED_CONFIG_FILES = {"demo", "rudra_cifar10", "zhang_imagenet", "dcasgd_cifar10_resnet20",
-                         "dcasgd_imagenet_resnet50", "dcs3gd_cifar10", "dcs3gd_cifar10_full", "dcs3gd_imagenet_resnet50",
-                         "zhang_mnist"}
+EXPECTED_CONFIG_FILES = {
+  "demo",
+  "rudra_cifar10",
+  "zhang_imagenet",
+  "dcasgd_cifar10_resnet20",
+  "dcasgd_imagenet_resnet50",
+  "dcs3gd_cifar10",
+  "dcs3gd_cifar10_full",
+  "dcs3gd_imagenet_resnet50",
+  "zhang_mnist",
+}
 
 
 def _config_modules():
@@ -37,8 +51,12 @@ def _config_modules():
 
 CONFIG_MODULES = _config_modules()
 # demo is quick already and has no quick token; every other file has one.
-RUNS = [(name, variant, quick) for name, module in CONFIG_MODULES.items() for variant in module.VARIANTS
-        for quick in ((False,) if name == "demo" else (False, True))]
+RUNS = [
+  (name, variant, quick)
+  for name, module in CONFIG_MODULES.items()
+  for variant in module.VARIANTS
+  for quick in ((False,) if name == "demo" else (False, True))
+]
 
 
 def _argument(variant: str, quick: bool) -> str:
@@ -47,7 +65,10 @@ def _argument(variant: str, quick: bool) -> str:
 
 # ----------------------------------------------------------------------------- the argument grammar
 
-@pytest.mark.parametrize("arg, expected", [
+
+@pytest.mark.parametrize(
+  "arg, expected",
+  [
     (None, ConfigArguments("b", False)),
     ("", ConfigArguments("b", False)),
     ("quick", ConfigArguments("b", True)),
@@ -55,17 +76,21 @@ def _argument(variant: str, quick: bool) -> str:
     ("quick,a", ConfigArguments("a", True)),
     ("a,quick", ConfigArguments("a", True)),
     (" a , quick ", ConfigArguments("a", True)),
-])
+  ],
+)
 def test_parse_config_argument_accepts_quick_and_one_variant_in_any_order(arg, expected):
   assert parse_config_argument(arg, variants=("a", "b"), default="b") == expected
 
 
-@pytest.mark.parametrize("arg, message", [
+@pytest.mark.parametrize(
+  "arg, message",
+  [
     ("c", r"unknown token\(s\) \['c'\]"),
     ("quick,quik", r"unknown token\(s\) \['quik'\]"),
     ("a,b", "names 2 variants"),
     ("quick,quick", "repeats a token"),
-])
+  ],
+)
 def test_parse_config_argument_rejects_bad_tokens_naming_them_and_the_allowed_ones(arg, message):
   with pytest.raises(ValueError, match=message) as error:
     parse_config_argument(arg, variants=("a", "b"), default="b")
@@ -78,6 +103,7 @@ def test_parse_config_argument_rejects_a_default_that_is_not_a_variant():
 
 
 # ----------------------------------------------------------------------------- every variant validates
+
 
 def test_every_expected_config_file_exists_with_variants():
   assert EXPECTED_CONFIG_FILES <= set(CONFIG_MODULES)
@@ -112,14 +138,16 @@ def test_demo_has_no_quick_variant():
 
 # ----------------------------------------------------------------------------- every file builds
 
+
 def _image_shape(config):
   if config.dataset == "imagenet2012":
     return (config.image_size, config.image_size, 3)
   return IMAGE_SHAPES[config.dataset]
 
 
-@pytest.mark.parametrize("name, quick", [(name, quick) for name in CONFIG_MODULES
-                                         for quick in ((False,) if name == "demo" else (False, True))])
+@pytest.mark.parametrize(
+  "name, quick", [(name, quick) for name in CONFIG_MODULES for quick in ((False,) if name == "demo" else (False, True))]
+)
 def test_default_variant_builds_model_optimizer_and_schedule(name, quick):
   # Shapes only (jax.eval_shape): ResNet-50 and AlexNet are built without allocating their weights.
   config = CONFIG_MODULES[name].get_config("quick" if quick else None)
@@ -129,8 +157,14 @@ def test_default_variant_builds_model_optimizer_and_schedule(name, quick):
   optimizer = build_optimizer(config, model=model, params=variables["params"], updates_per_epoch=per_epoch)
   state = jax.eval_shape(optimizer.init, variables["params"])
   assert jax.tree.leaves(state)
-  schedule = schedule_lib.simulate(config.protocol, learners=config.learners, num_updates=4, seed=config.seed,
-                                   timing=timing_model(config), **protocol_options(config))
+  schedule = schedule_lib.simulate(
+    config.protocol,
+    learners=config.learners,
+    num_updates=4,
+    seed=config.seed,
+    timing=timing_model(config),
+    **protocol_options(config),
+  )
   assert schedule.num_updates == 4
 
 
@@ -145,45 +179,72 @@ def test_config_files_load_through_config_flags_with_overrides():
 
 # ----------------------------------------------------------------------------- the papers' settings
 
+
 def test_rudra_cifar10_is_the_published_solver_and_protocols():
   module = CONFIG_MODULES["rudra_cifar10"]
   baseline = module.get_config("baseline")
-  assert (baseline.model, baseline.model_multipliers, baseline.normalization) == ("cifar10_full", True,
-                                                                                 "per_pixel_mean")
+  assert (baseline.model, baseline.model_multipliers, baseline.normalization) == (
+    "cifar10_full",
+    True,
+    "per_pixel_mean",
+  )
   assert (baseline.learning_rate, baseline.momentum, baseline.weight_decay) == (0.001, 0.9, 0.004)
-  assert (tuple(baseline.lr_decay_epochs), baseline.lr_decay_factor, baseline.num_epochs) == ((120.0, 130.0), 0.1,
-                                                                                              140.0)
+  assert (tuple(baseline.lr_decay_epochs), baseline.lr_decay_factor, baseline.num_epochs) == (
+    (120.0, 130.0),
+    0.1,
+    140.0,
+  )
   assert (baseline.protocol, baseline.learners, baseline.batch_per_learner) == ("hardsync", 1, 128)
-  for variant, rule in (("softsync_fixed", "none"), ("softsync_inverse", "inverse"),
-                        ("async_inverse_mean", "inverse_mean")):
+  for variant, rule in (
+    ("softsync_fixed", "none"),
+    ("softsync_inverse", "inverse"),
+    ("async_inverse_mean", "inverse_mean"),
+  ):
     config = module.get_config(variant)
     assert (config.learners, config.batch_per_learner, config.staleness_rule) == (30, 4, rule)
-  products = [config.learners * config.batch_per_learner
-              for config in (module.get_config(v) for v in module.VARIANTS if v.startswith("mu_lambda_"))]
+  products = [
+    config.learners * config.batch_per_learner
+    for config in (module.get_config(v) for v in module.VARIANTS if v.startswith("mu_lambda_"))
+  ]
   assert products == [120, 240, 480, 960, 1920, 3840]
 
 
 def test_dcasgd_configs_use_table_1_and_2_hyperparameters():
   cifar = CONFIG_MODULES["dcasgd_cifar10_resnet20"]
   config = cifar.get_config("dcasgd_c")
-  assert (config.model, config.batch_per_learner, config.learning_rate, config.num_epochs) == ("resnet20", 128,
-                                                                                              0.5, 160.0)
-  assert (tuple(config.lr_decay_epochs), config.augment, config.normalization) == ((80.0, 120.0), False,
-                                                                                   "per_channel")
+  assert (config.model, config.batch_per_learner, config.learning_rate, config.num_epochs) == (
+    "resnet20",
+    128,
+    0.5,
+    160.0,
+  )
+  assert (tuple(config.lr_decay_epochs), config.augment, config.normalization) == ((80.0, 120.0), False, "per_channel")
   assert (config.protocol, config.delay_compensation, config.dc_lambda) == ("async", "constant", 0.04)
   adaptive = cifar.get_config("dcasgd_a")
   assert (adaptive.delay_compensation, adaptive.dc_lambda, adaptive.dc_decay) == ("adaptive", 2.0, 0.95)
   assert cifar.get_config("ssgd").protocol == "hardsync" and cifar.get_config("sgd").learners == 1
   imagenet = CONFIG_MODULES["dcasgd_imagenet_resnet50"].get_config("dcasgd_a")
-  assert (imagenet.model, imagenet.learners, imagenet.batch_per_learner, imagenet.learning_rate,
-          imagenet.num_epochs, imagenet.dc_lambda, imagenet.dc_decay) == ("resnet50", 16, 32, 0.1, 120.0, 2.0, 0.0)
+  assert (
+    imagenet.model,
+    imagenet.learners,
+    imagenet.batch_per_learner,
+    imagenet.learning_rate,
+    imagenet.num_epochs,
+    imagenet.dc_lambda,
+    imagenet.dc_decay,
+  ) == ("resnet50", 16, 32, 0.1, 120.0, 2.0, 0.0)
 
 
 def test_zhang_imagenet_is_lambda_18_mu_16_with_the_mu_256_baseline():
   module = CONFIG_MODULES["zhang_imagenet"]
   softsync = module.get_config("softsync_inverse")
-  assert (softsync.model, softsync.learners, softsync.batch_per_learner, softsync.n,
-          softsync.staleness_rule) == ("alexnet", 18, 16, 18, "inverse")
+  assert (softsync.model, softsync.learners, softsync.batch_per_learner, softsync.n, softsync.staleness_rule) == (
+    "alexnet",
+    18,
+    16,
+    18,
+    "inverse",
+  )
   baseline = module.get_config("baseline")
   assert (baseline.learners, baseline.batch_per_learner, baseline.num_epochs) == (1, 256, 35.0)
 

@@ -1,4 +1,7 @@
-"""stalesgd.cli.reproduce (experiments/reproduce.py) and the sweep: tables and plots written, divergence recorded, finished runs reused."""
+"""stalesgd.cli.reproduce (experiments/reproduce.py) and the sweep.
+
+Tables and plots written, divergence recorded, finished runs reused.
+"""
 
 from __future__ import annotations
 
@@ -30,13 +33,16 @@ def _read_csv(path: pathlib.Path) -> list[dict[str, str]]:
 def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   workdir = tmp_path / "demo"
   result = subprocess.run(
-      [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
-      cwd=REPOSITORY, capture_output=True, text=True, timeout=600,
-      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
+    cwd=REPOSITORY,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   rows = _read_csv(workdir / "runs.csv")
-  assert [row["variant"] for row in rows] == ["hardsync", "8-softsync, a0", "8-softsync, a0/sigma",
-                                              "async, DC-ASGD-a"]
+  assert [row["variant"] for row in rows] == ["hardsync", "8-softsync, a0", "8-softsync, a0/sigma", "async, DC-ASGD-a"]
   assert [row["seed"] for row in rows] == ["0"] * 4
   per_variant = _read_csv(workdir / "results.csv")
   assert [row["variant"] for row in per_variant] == [row["variant"] for row in rows]
@@ -65,13 +71,25 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
 def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path):
   command = [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={tmp_path}", "--epochs=0.1"]
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  refused = subprocess.run(command + ["--variants=hardsync,8_softsync_a1"], cwd=REPOSITORY, capture_output=True,
-                           text=True, timeout=300, env=env)
+  refused = subprocess.run(
+    command + ["--variants=hardsync,8_softsync_a1"],
+    cwd=REPOSITORY,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=env,
+  )
   assert refused.returncode != 0
   assert "--variants" in refused.stderr and "'8_softsync_a1'" in refused.stderr and "8_softsync_a0" in refused.stderr
   assert not (tmp_path / "hardsync").exists()
-  ran = subprocess.run(command + ["--variants=8_softsync_a0_sigma,hardsync"], cwd=REPOSITORY, capture_output=True,
-                       text=True, timeout=600, env=env)
+  ran = subprocess.run(
+    command + ["--variants=8_softsync_a0_sigma,hardsync"],
+    cwd=REPOSITORY,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=env,
+  )
   assert ran.returncode == 0, ran.stderr[-3000:]
   # Study order, whatever order the flag gives.
   assert [row["variant"] for row in _read_csv(tmp_path / "results.csv")] == ["hardsync", "8-softsync, a0/sigma"]
@@ -82,11 +100,16 @@ def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path):
 def _diverging_study() -> Study:
   # A learning rate of 1e6 makes the loss non-finite within a few updates.
   return Study(
-      name="test_divergence", title="divergence", finding="the second run diverges",
-      variants=(Variant("hardsync", "demo", "hardsync", published={"test_error": 3.0}),
-                Variant("exploding", "demo", "softsync_fixed", overrides={"learning_rate": 1e6},
-                        published={"test_error": 90.0})),
-      paper_data=False, has_quick=False)
+    name="test_divergence",
+    title="divergence",
+    finding="the second run diverges",
+    variants=(
+      Variant("hardsync", "demo", "hardsync", published={"test_error": 3.0}),
+      Variant("exploding", "demo", "softsync_fixed", overrides={"learning_rate": 1e6}, published={"test_error": 90.0}),
+    ),
+    paper_data=False,
+    has_quick=False,
+  )
 
 
 def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_path):

@@ -15,16 +15,15 @@ from stalesgd.training._run_config import default_config, validate_config
 NUM_DEVICES = 8
 RESULT_FIELDS = {"test_error", "test_accuracy", "sim_time"}
 MODES = {
-    "paper": {},
-    "quick": {"quick": True},
-    "npz": {"data_source": "npz", "data_dir": "/data/cifar10_npz"},
-    "npz_quick": {"quick": True, "data_source": "npz", "data_dir": "/data/cifar10_npz"},
+  "paper": {},
+  "quick": {"quick": True},
+  "npz": {"data_source": "npz", "data_dir": "/data/cifar10_npz"},
+  "npz_quick": {"quick": True, "data_source": "npz", "data_dir": "/data/cifar10_npz"},
 }
 
 
 def test_the_studies_exist():
-  assert set(STUDIES) == {"zhang_cifar10", "zhang_mnist", "rudra_mu_lambda", "dcasgd_table1", "dcs3gd_cifar10",
-                          "demo"}
+  assert set(STUDIES) == {"zhang_cifar10", "zhang_mnist", "rudra_mu_lambda", "dcasgd_table1", "dcs3gd_cifar10", "demo"}
 
 
 @pytest.mark.parametrize("name", sorted(STUDIES))
@@ -37,8 +36,12 @@ def test_every_variant_names_a_real_config_variant_fields_and_published_results(
     assert set(variant.published) <= RESULT_FIELDS, variant.label
 
 
-@pytest.mark.parametrize("name, mode", [(name, mode) for name in sorted(STUDIES) for mode in MODES
-                                        if STUDIES[name].paper_data or not mode.startswith("npz")])
+@pytest.mark.parametrize(
+  "name, mode",
+  [
+    (name, mode) for name in sorted(STUDIES) for mode in MODES if STUDIES[name].paper_data or not mode.startswith("npz")
+  ],
+)
 def test_every_run_of_every_study_validates_in_every_mode(name, mode):
   study = STUDIES[name]
   for variant in study.variants:
@@ -78,8 +81,11 @@ def test_zhang_grid_is_the_baseline_hardsync_and_the_three_rates():
   assert (baseline.protocol, baseline.learners, baseline.batch_per_learner) == ("hardsync", 1, 128)
   assert hardsync.protocol == "hardsync"
   rates = [(config.staleness_rule, config.n) for config in softsync]
-  assert rates == ([("none", n) for n in (1, 2, 4, 10, 15, 30)] + [("inverse", n) for n in (1, 2, 4, 10, 15, 30)]
-                   + [("inverse_mean", 30)])
+  assert rates == (
+    [("none", n) for n in (1, 2, 4, 10, 15, 30)]
+    + [("inverse", n) for n in (1, 2, 4, 10, 15, 30)]
+    + [("inverse_mean", 30)]
+  )
   assert all((config.learners, config.batch_per_learner) == (30, 4) for config in configs[1:])
   assert study.select(["30_softsync_a0_mean_sigma", "hardsync"]) == (study.variants[1], study.variants[-1])
   with pytest.raises(ValueError, match=r"\['30_softsync'\] not in study 'zhang_cifar10'; allowed: .*'hardsync'"):
@@ -100,12 +106,22 @@ def test_rudra_mu_lambda_grid_grows_mu_lambda_at_fixed_alpha():
 def test_dcasgd_table1_carries_the_published_numbers():
   published = {variant.label: variant.published.get("test_error") for variant in STUDIES["dcasgd_table1"].variants}
   assert published == {
-      "SGD, M=1": 8.65, "ASGD, M=4": 9.27, "SSGD, M=4": 9.17, "DC-ASGD-c, M=4": 8.67, "DC-ASGD-a, M=4": 8.19,
-      "ASGD, M=8": 10.26, "SSGD, M=8": 10.10, "DC-ASGD-c, M=8": 9.27, "DC-ASGD-a, M=8": 8.57,
-      # The ablation the paper does not have: no published number.
-      "DC-ASGD-a bias-corrected, M=4": None, "DC-ASGD-a bias-corrected, M=8": None}
-  configs = {variant.label: study_config(STUDIES["dcasgd_table1"], variant)
-             for variant in STUDIES["dcasgd_table1"].variants}
+    "SGD, M=1": 8.65,
+    "ASGD, M=4": 9.27,
+    "SSGD, M=4": 9.17,
+    "DC-ASGD-c, M=4": 8.67,
+    "DC-ASGD-a, M=4": 8.19,
+    "ASGD, M=8": 10.26,
+    "SSGD, M=8": 10.10,
+    "DC-ASGD-c, M=8": 9.27,
+    "DC-ASGD-a, M=8": 8.57,
+    # The ablation the paper does not have: no published number.
+    "DC-ASGD-a bias-corrected, M=4": None,
+    "DC-ASGD-a bias-corrected, M=8": None,
+  }
+  configs = {
+    variant.label: study_config(STUDIES["dcasgd_table1"], variant) for variant in STUDIES["dcasgd_table1"].variants
+  }
   assert configs["DC-ASGD-a, M=8"].learners == 8 and configs["DC-ASGD-a, M=8"].delay_compensation == "adaptive"
   assert configs["SSGD, M=4"].protocol == "hardsync" and configs["SGD, M=1"].learners == 1
   for learners in (4, 8):
@@ -119,9 +135,19 @@ def test_dcasgd_table1_carries_the_published_numbers():
 def test_dcasgd_table1_appends_the_ablation_after_the_papers_runs():
   """The paper's 9 runs keep their directories (a sweep of them resumes) and the ablation comes last."""
   slugs = [variant.slug for variant in STUDIES["dcasgd_table1"].variants]
-  assert slugs == ["sgd_m_1", "asgd_m_4", "ssgd_m_4", "dc_asgd_c_m_4", "dc_asgd_a_m_4", "asgd_m_8", "ssgd_m_8",
-                   "dc_asgd_c_m_8", "dc_asgd_a_m_8", "dc_asgd_a_bias_corrected_m_4",
-                   "dc_asgd_a_bias_corrected_m_8"]
+  assert slugs == [
+    "sgd_m_1",
+    "asgd_m_4",
+    "ssgd_m_4",
+    "dc_asgd_c_m_4",
+    "dc_asgd_a_m_4",
+    "asgd_m_8",
+    "ssgd_m_8",
+    "dc_asgd_c_m_8",
+    "dc_asgd_a_m_8",
+    "dc_asgd_a_bias_corrected_m_4",
+    "dc_asgd_a_bias_corrected_m_8",
+  ]
 
 
 def _config_of_command(command: str):
@@ -180,8 +206,7 @@ def test_schedule_compression_moves_the_decays_to_the_same_fractions():
   assert config.lr_decay_epochs == (120.0 * 20.0 / 140.0, 130.0 * 20.0 / 140.0)
   assert config.lr_decay_epochs == pytest.approx((17.142857, 18.571429))
   assert _config_of_command(command).to_dict() == config.to_dict()
-  assert compress_schedule(study_config(study, hardsync), 70.0) == {"num_epochs": 70.0,
-                                                                   "lr_decay_epochs": (60.0, 65.0)}
+  assert compress_schedule(study_config(study, hardsync), 70.0) == {"num_epochs": 70.0, "lr_decay_epochs": (60.0, 65.0)}
   # --epochs keeps its meaning: the decay epochs stay where the config puts them.
   assert study_config(study, hardsync, RunSettings(num_epochs=20.0)).lr_decay_epochs == (120.0, 130.0)
   with pytest.raises(ValueError, match="num_epochs=20.0 and schedule_epochs=20.0 given together"):
@@ -215,8 +240,13 @@ def test_claims_decide_by_their_interval():
   with pytest.raises(ValueError, match="kind='better'; allowed"):
     Claim("x", "a", "b", "better", 1.0)
   with pytest.raises(ValueError, match="claim 'x' names 'c'"):
-    Study("s", "t", "f", (Variant("a", "demo", "hardsync"), Variant("b", "demo", "async_dc")),
-          claims=(Claim("x", "a", "c", "matches", 1.0),))
+    Study(
+      "s",
+      "t",
+      "f",
+      (Variant("a", "demo", "hardsync"), Variant("b", "demo", "async_dc")),
+      claims=(Claim("x", "a", "c", "matches", 1.0),),
+    )
 
 
 @pytest.mark.parametrize("name", sorted(STUDIES))

@@ -16,10 +16,14 @@ def test_generated_set_is_prepared_and_every_pipeline_is_timed(tmp_path):
   assert len(examples) == 12
   with Image.open(io.BytesIO(examples[0]["image"])) as picture:
     assert picture.format == "JPEG" and 240 <= min(picture.size) and max(picture.size) <= 800
-  rows = input_pipeline.time_pipelines(examples, batch_size=4, image_size=32, batches_per_round=1, rounds=2,
-                                       workers=[1, 2], grain_workers=[])
-  assert [(row["pipeline"], row["workers"]) for row in rows] == [("serial_center_pad", 1), ("threads", 1),
-                                                                ("threads", 2)]
+  rows = input_pipeline.time_pipelines(
+    examples, batch_size=4, image_size=32, batches_per_round=1, rounds=2, workers=[1, 2], grain_workers=[]
+  )
+  assert [(row["pipeline"], row["workers"]) for row in rows] == [
+    ("serial_center_pad", 1),
+    ("threads", 1),
+    ("threads", 2),
+  ]
   assert all(row["images_per_s"] > 0 and len(row["images_per_s_rounds"]) == 2 for row in rows)
   assert rows[1]["speedup_over_one_thread"] == 1.0
   assert "threads" in input_pipeline.format_table(rows)

@@ -30,8 +30,17 @@ from stalesgd.cli import config_flag
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())
 SCRIPTS = PROJECT["project"]["scripts"]
-EXPECTED_CONFIGS = {"demo", "rudra_cifar10", "zhang_imagenet", "dcasgd_cifar10_resnet20", "dcasgd_imagenet_resnet50",
-                    "dcs3gd_cifar10", "dcs3gd_cifar10_full", "dcs3gd_imagenet_resnet50", "zhang_mnist"}
+EXPECTED_CONFIGS = {
+  "demo",
+  "rudra_cifar10",
+  "zhang_imagenet",
+  "dcasgd_cifar10_resnet20",
+  "dcasgd_imagenet_resnet50",
+  "dcs3gd_cifar10",
+  "dcs3gd_cifar10_full",
+  "dcs3gd_imagenet_resnet50",
+  "zhang_mnist",
+}
 MINIMUM_SETUPTOOLS = 77  # pyproject.toml's build-system requirement (SPDX license strings)
 # Run in a subprocess: the program with `experiments` made unimportable, as in a directory outside any clone
 # (PYTHONPATH still points at this checkout, so the stalesgd under test is the one that runs).
@@ -40,8 +49,12 @@ WITHOUT_EXPERIMENTS = "import sys; sys.modules['experiments'] = None; from {modu
 
 def _environment(**extra: str) -> dict[str, str]:
   env = {name: value for name, value in os.environ.items() if name != "JAX_NUM_CPU_DEVICES"}
-  env.update(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
-             PYTHONPATH=os.pathsep.join([str(REPOSITORY), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+  env.update(
+    JAX_PLATFORMS="cpu",
+    TF_CPP_MIN_LOG_LEVEL="3",
+    PYTHONUNBUFFERED="1",
+    PYTHONPATH=os.pathsep.join([str(REPOSITORY), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+  )
   env.update(extra)
   return env
 
@@ -55,6 +68,7 @@ def _flag_values(argv: list[str]) -> flags.FlagValues:
 
 # ----------------------------------------------------------------------------- name resolution
 
+
 def test_the_packaged_config_names_are_the_config_modules_and_not_their_helpers():
   assert set(configs.names()) == EXPECTED_CONFIGS
   for name in configs.names():
@@ -64,9 +78,16 @@ def test_the_packaged_config_names_are_the_config_modules_and_not_their_helpers(
     assert not hasattr(importlib.import_module(f"stalesgd.configs.{helper}"), "get_config"), helper
 
 
-@pytest.mark.parametrize("value, argument", [("demo", ""), ("demo:async_dc", ":async_dc"),
-                                             ("demo.py:async_dc", ":async_dc"), ("demo:", ":"),
-                                             ("rudra_cifar10:quick,softsync_inverse", ":quick,softsync_inverse")])
+@pytest.mark.parametrize(
+  "value, argument",
+  [
+    ("demo", ""),
+    ("demo:async_dc", ":async_dc"),
+    ("demo.py:async_dc", ":async_dc"),
+    ("demo:", ":"),
+    ("rudra_cifar10:quick,softsync_inverse", ":quick,softsync_inverse"),
+  ],
+)
 def test_a_name_resolves_to_the_packaged_file_keeping_the_argument(value, argument, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)  # no clone here
   name = value.partition(":")[0].removesuffix(".py")
@@ -84,8 +105,19 @@ def test_an_existing_file_is_kept_and_wins_over_a_name(tmp_path, monkeypatch):
   assert configs.resolve("experiments/configs/demo.py:async_dc") == "experiments/configs/demo.py:async_dc"
 
 
-@pytest.mark.parametrize("value", ["nonexistent", "nonexistent.py:quick", "demo_typo:async_dc",
-                                   "somewhere/demo.py:async_dc", "arguments", "quick", "__init__", ""])
+@pytest.mark.parametrize(
+  "value",
+  [
+    "nonexistent",
+    "nonexistent.py:quick",
+    "demo_typo:async_dc",
+    "somewhere/demo.py:async_dc",
+    "arguments",
+    "quick",
+    "__init__",
+    "",
+  ],
+)
 def test_an_unknown_name_or_missing_file_is_refused_with_the_names(value, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   with pytest.raises(ValueError, match="neither a config file .* nor a packaged config's name; allowed") as error:
@@ -119,22 +151,40 @@ def test_every_packaged_config_has_its_clone_file_and_nothing_else_does():
 
 # ----------------------------------------------------------------------------- the wheel
 
+
 def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(tmp_path):
   version = importlib.metadata.version("setuptools")
   if int(version.split(".")[0]) < MINIMUM_SETUPTOOLS:
-    pytest.skip(f"setuptools {version} here; building offline (--no-build-isolation) needs >= {MINIMUM_SETUPTOOLS}, "
-                "which the test extra installs: pip install -c requirements/constraints.txt -e '.[test]'")
+    pytest.skip(
+      f"setuptools {version} here; building offline (--no-build-isolation) needs >= {MINIMUM_SETUPTOOLS}, "
+      "which the test extra installs: pip install -c requirements/constraints.txt -e '.[test]'"
+    )
   source = tmp_path / "source"  # a copy: the build writes stalesgd.egg-info and build/ next to pyproject.toml
   source.mkdir()
   for name in ("pyproject.toml", PROJECT["project"]["readme"], *PROJECT["project"]["license-files"]):
     shutil.copy(REPOSITORY / name, source / name)
   for folder in ("stalesgd", "experiments"):  # experiments/ is there, as in a clone, and must stay out
-    shutil.copytree(REPOSITORY / folder, source / folder,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
-  built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                          "-w", str(tmp_path / "dist"), str(source)],
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    shutil.copytree(
+      REPOSITORY / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    )
+  built = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "pip",
+      "wheel",
+      "--no-deps",
+      "--no-build-isolation",
+      "--no-index",
+      "-w",
+      str(tmp_path / "dist"),
+      str(source),
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+  )
   assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
   [wheel] = (tmp_path / "dist").glob("stalesgd-*.whl")
   with zipfile.ZipFile(wheel) as archive:
@@ -147,8 +197,14 @@ def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(
   assert top_level == ["stalesgd"]
   assert "stalesgd/py.typed" in files
   assert {f"stalesgd/configs/{name}.py" for name in (*EXPECTED_CONFIGS, *configs.HELPER_MODULES)} <= files
-  assert {"stalesgd/configs/__init__.py", "stalesgd/studies/_definitions.py", "stalesgd/studies/_sweep.py",
-          "stalesgd/cli/train.py", "stalesgd/cli/reproduce.py", "stalesgd/cli/config_flag.py"} <= files
+  assert {
+    "stalesgd/configs/__init__.py",
+    "stalesgd/studies/_definitions.py",
+    "stalesgd/studies/_sweep.py",
+    "stalesgd/cli/train.py",
+    "stalesgd/cli/reproduce.py",
+    "stalesgd/cli/config_flag.py",
+  } <= files
   assert "[console_scripts]" in entry_points
   for script, target in SCRIPTS.items():
     assert f"{script} = {target}" in entry_points
@@ -156,18 +212,32 @@ def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(
 
 # ----------------------------------------------------------------------------- the console scripts
 
+
 def test_the_console_scripts_are_the_three_programs():
-  assert SCRIPTS == {"stalesgd-train": "stalesgd.cli.train:run", "stalesgd-reproduce": "stalesgd.cli.reproduce:run",
-                     "stalesgd-prepare": "stalesgd.data.prepare:run"}
+  assert SCRIPTS == {
+    "stalesgd-train": "stalesgd.cli.train:run",
+    "stalesgd-reproduce": "stalesgd.cli.reproduce:run",
+    "stalesgd-prepare": "stalesgd.data.prepare:run",
+  }
 
 
 def test_every_console_script_target_imports_and_is_callable_without_experiments(tmp_path):
   # One process each: the programs define their absl flags at import (train and reproduce share some names).
-  check = ("import importlib, sys; sys.modules['experiments'] = None; module, _, function = sys.argv[1].partition(':');"
-           " target = getattr(importlib.import_module(module), function); assert callable(target), sys.argv[1]")
-  processes = {target: subprocess.Popen([sys.executable, "-c", check, target], cwd=tmp_path, env=_environment(),
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for target in SCRIPTS.values()}
+  check = (
+    "import importlib, sys; sys.modules['experiments'] = None; module, _, function = sys.argv[1].partition(':');"
+    " target = getattr(importlib.import_module(module), function); assert callable(target), sys.argv[1]"
+  )
+  processes = {
+    target: subprocess.Popen(
+      [sys.executable, "-c", check, target],
+      cwd=tmp_path,
+      env=_environment(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for target in SCRIPTS.values()
+  }
   for target, process in processes.items():
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, f"{target}: {stderr[-3000:]}"
@@ -177,9 +247,22 @@ def test_train_runs_a_packaged_config_by_name_outside_the_repository(tmp_path):
   workdir = tmp_path / "run"
   program = WITHOUT_EXPERIMENTS.format(module="stalesgd.cli.train", function="run")
   # The demo's async DC-ASGD-a run, 10 updates of the MLP (compiles faster than its CNN): about 10 s.
-  completed = subprocess.run([sys.executable, "-c", program, "--config=demo:async_dc", "--config.num_epochs=0.05",
-                              "--config.model=mlp", f"--workdir={workdir}"], cwd=tmp_path, env=_environment(),
-                             capture_output=True, text=True, timeout=180)
+  completed = subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      program,
+      "--config=demo:async_dc",
+      "--config.num_epochs=0.05",
+      "--config.model=mlp",
+      f"--workdir={workdir}",
+    ],
+    cwd=tmp_path,
+    env=_environment(),
+    capture_output=True,
+    text=True,
+    timeout=180,
+  )
   assert completed.returncode == 0, completed.stderr[-3000:]
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["label"] == "async (lambda=8, mu=8, DC-adaptive)"  # demo.py's async_dc variant
@@ -188,8 +271,14 @@ def test_train_runs_a_packaged_config_by_name_outside_the_repository(tmp_path):
 
 def test_train_refuses_an_unknown_config_name_listing_the_names(tmp_path):
   program = WITHOUT_EXPERIMENTS.format(module="stalesgd.cli.train", function="run")
-  completed = subprocess.run([sys.executable, "-c", program, "--config=rudra_cifar:quick", f"--workdir={tmp_path}"],
-                             cwd=tmp_path, env=_environment(), capture_output=True, text=True, timeout=120)
+  completed = subprocess.run(
+    [sys.executable, "-c", program, "--config=rudra_cifar:quick", f"--workdir={tmp_path}"],
+    cwd=tmp_path,
+    env=_environment(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert completed.returncode != 0
   assert "--config=rudra_cifar:quick: 'rudra_cifar' is neither a config file" in completed.stderr
   assert all(repr(name) in completed.stderr for name in EXPECTED_CONFIGS), completed.stderr[-3000:]
@@ -199,9 +288,14 @@ def test_train_refuses_an_unknown_config_name_listing_the_names(tmp_path):
 def test_reproduce_loads_the_studies_outside_the_repository(tmp_path):
   # Builds every study from the packaged configs, then refuses the variant before any run.
   program = WITHOUT_EXPERIMENTS.format(module="stalesgd.cli.reproduce", function="run")
-  completed = subprocess.run([sys.executable, "-c", program, "--study=demo", "--variants=nonexistent",
-                              f"--workdir={tmp_path / 'study'}"], cwd=tmp_path, env=_environment(),
-                             capture_output=True, text=True, timeout=120)
+  completed = subprocess.run(
+    [sys.executable, "-c", program, "--study=demo", "--variants=nonexistent", f"--workdir={tmp_path / 'study'}"],
+    cwd=tmp_path,
+    env=_environment(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert completed.returncode != 0
   assert "--variants" in completed.stderr and "'hardsync'" in completed.stderr, completed.stderr[-3000:]
   assert not (tmp_path / "study").exists()

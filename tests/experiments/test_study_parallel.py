@@ -18,9 +18,14 @@ EPOCHS = 0.1
 
 
 def _study() -> Study:
-  return Study("tiny_parallel", "tiny", "demo: none", (Variant("hardsync", "demo", "hardsync"),
-                                                        Variant("async dc", "demo", "async_dc")),
-               paper_data=False, has_quick=False)
+  return Study(
+    "tiny_parallel",
+    "tiny",
+    "demo: none",
+    (Variant("hardsync", "demo", "hardsync"), Variant("async dc", "demo", "async_dc")),
+    paper_data=False,
+    has_quick=False,
+  )
 
 
 def _digest(directory: pathlib.Path) -> str:
@@ -29,15 +34,26 @@ def _digest(directory: pathlib.Path) -> str:
 
 def test_a_parallel_sweep_gives_the_weights_of_the_same_runs_one_after_the_other(tmp_path):
   # hardsync sums 8 gradients per update: the case whose last bits depend on the device count.
-  study = Study("tiny_parallel", "tiny", "demo: none", (Variant("hardsync", "demo", "hardsync"),),
-                paper_data=False, has_quick=False)
+  study = Study(
+    "tiny_parallel", "tiny", "demo: none", (Variant("hardsync", "demo", "hardsync"),), paper_data=False, has_quick=False
+  )
   # In this process, one run after the other (8 host devices, conftest)...
-  sequential = run_study(study, tmp_path / "sequential", RunSettings(num_epochs=EPOCHS), seeds=2,
-                         echo=lambda line: None)
+  sequential = run_study(
+    study, tmp_path / "sequential", RunSettings(num_epochs=EPOCHS), seeds=2, echo=lambda line: None
+  )
   # ... and the demo study's hardsync as 2 concurrent processes through the command line, each on the
   # study's 8 host devices.
-  command = [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", f"--workdir={tmp_path / 'parallel'}",
-             f"--epochs={EPOCHS}", "--variants=hardsync", "--seeds=2", "--parallel=2"]
+  command = [
+    sys.executable,
+    "-m",
+    "stalesgd.cli.reproduce",
+    "--study=demo",
+    f"--workdir={tmp_path / 'parallel'}",
+    f"--epochs={EPOCHS}",
+    "--variants=hardsync",
+    "--seeds=2",
+    "--parallel=2",
+  ]
   environment = {key: value for key, value in os.environ.items() if key != "JAX_NUM_CPU_DEVICES"}
   ran = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=900, env=environment)
   assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
@@ -50,11 +66,18 @@ def test_a_parallel_sweep_gives_the_weights_of_the_same_runs_one_after_the_other
   assert digests[0] != digests[1]  # another seed is another run
   assert "JAX_NUM_CPU_DEVICES=8 python -m stalesgd.cli.train --config=demo:hardsync" in sequential.rows[0]["command"]
   # More seeds later: the finished two are reused, only the third trains.
-  again = subprocess.run(command[:-2] + ["--seeds=3", "--parallel=2"], cwd=REPOSITORY, capture_output=True,
-                         text=True, timeout=900, env=environment)
+  again = subprocess.run(
+    command[:-2] + ["--seeds=3", "--parallel=2"],
+    cwd=REPOSITORY,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    env=environment,
+  )
   assert again.returncode == 0, again.stderr[-3000:]
   assert "2 of 3 runs already finished; running 1" in again.stdout
-  import csv  # pylint: disable=g-import-not-at-top
+  import csv
+
   with open(tmp_path / "parallel" / "results.csv", newline="", encoding="utf-8") as file:
     assert [row["seeds"] for row in csv.DictReader(file)] == ["3"]
 
@@ -86,14 +109,22 @@ def test_visible_gpus_come_from_cuda_visible_devices_or_the_host_list():
 
 def test_each_process_gets_its_own_gpus_from_a_fake_device_list(tmp_path):
   # Each task writes the CUDA_VISIBLE_DEVICES it saw and how many tasks overlapped it.
-  script = ("import os, pathlib, sys, time; out = pathlib.Path(sys.argv[1]); "
-            "out.write_text(os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(0.5)")
+  script = (
+    "import os, pathlib, sys, time; out = pathlib.Path(sys.argv[1]); "
+    "out.write_text(os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(0.5)"
+  )
   gpus = [1, 2, 1, 1]
-  tasks = [processes.ProcessTask(f"task {index}", [sys.executable, "-c", script, str(tmp_path / f"gpus_{index}")],
-                                 tmp_path / f"log_{index}", gpus=count) for index, count in enumerate(gpus)]
+  tasks = [
+    processes.ProcessTask(
+      f"task {index}",
+      [sys.executable, "-c", script, str(tmp_path / f"gpus_{index}")],
+      tmp_path / f"log_{index}",
+      gpus=count,
+    )
+    for index, count in enumerate(gpus)
+  ]
   lines = []
-  statuses = processes.run_in_processes(tasks, parallel=3, gpu_ids=["4", "6"], echo=lines.append,
-                                        poll_seconds=0.05)
+  statuses = processes.run_in_processes(tasks, parallel=3, gpu_ids=["4", "6"], echo=lines.append, poll_seconds=0.05)
   assert statuses == {0: 0, 1: 0, 2: 0, 3: 0}
   seen = [(tmp_path / f"gpus_{index}").read_text().split(",") for index in range(len(gpus))]
   assert [len(ids) for ids in seen] == gpus
@@ -102,13 +133,16 @@ def test_each_process_gets_its_own_gpus_from_a_fake_device_list(tmp_path):
   starts = [line for line in lines if "started" in line]
   assert len(starts) == 4 and "GPUs 4,6" in starts[1]
   with pytest.raises(ValueError, match="needs 3 GPUs; this host has 2"):
-    processes.run_in_processes([processes.ProcessTask("big", ["true"], tmp_path / "log", gpus=3)], parallel=1,
-                               gpu_ids=["0", "1"])
+    processes.run_in_processes(
+      [processes.ProcessTask("big", ["true"], tmp_path / "log", gpus=3)], parallel=1, gpu_ids=["0", "1"]
+    )
 
 
 def test_a_failing_process_stops_new_starts_and_is_reported(tmp_path):
-  tasks = [processes.ProcessTask("bad", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log"),
-           processes.ProcessTask("never", [sys.executable, "-c", "pass"], tmp_path / "never.log")]
+  tasks = [
+    processes.ProcessTask("bad", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log"),
+    processes.ProcessTask("never", [sys.executable, "-c", "pass"], tmp_path / "never.log"),
+  ]
   lines = []
   statuses = processes.run_in_processes(tasks, parallel=1, echo=lines.append, poll_seconds=0.05)
   assert statuses == {0: 3}
@@ -118,7 +152,7 @@ def test_a_failing_process_stops_new_starts_and_is_reported(tmp_path):
 def test_the_job_array_script_runs_its_element_then_gathers(tmp_path):
   # A stub interpreter records the command each step runs.
   stub = tmp_path / "python"
-  stub.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'calls'}\n")
+  stub.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "calls"}\n')
   stub.chmod(0o755)
   script = REPOSITORY / "launch" / "study_array.sbatch"
   base = {"PATH": os.environ["PATH"], "PYTHON": str(stub), "SLURM_SUBMIT_DIR": str(tmp_path)}
@@ -128,5 +162,7 @@ def test_the_job_array_script_runs_its_element_then_gathers(tmp_path):
   missing = subprocess.run(["bash", str(script), *flags], env=base, capture_output=True, text=True, timeout=60)
   assert missing.returncode == 2 and "SLURM_ARRAY_TASK_ID is not set" in missing.stderr
   calls = (tmp_path / "calls").read_text().splitlines()
-  assert calls == [f"-m stalesgd.cli.reproduce --task=4 {' '.join(flags)}",
-                   f"-m stalesgd.cli.reproduce --gather {' '.join(flags)}"]
+  assert calls == [
+    f"-m stalesgd.cli.reproduce --task=4 {' '.join(flags)}",
+    f"-m stalesgd.cli.reproduce --gather {' '.join(flags)}",
+  ]

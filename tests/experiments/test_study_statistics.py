@@ -48,21 +48,45 @@ def test_paired_interval_is_the_student_t_interval():
 
 def _fake_run(directory: pathlib.Path, curve: list[float]) -> None:
   directory.mkdir(parents=True)
-  records = [{"step": 10 * (index + 1), "epoch": float(index + 1), "sim_time": float(index + 1),
-              "train_loss": 1.0 / (index + 1), "test_error": error} for index, error in enumerate(curve)]
+  records = [
+    {
+      "step": 10 * (index + 1),
+      "epoch": float(index + 1),
+      "sim_time": float(index + 1),
+      "train_loss": 1.0 / (index + 1),
+      "test_error": error,
+    }
+    for index, error in enumerate(curve)
+  ]
   (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
 
 
 def test_report_gives_mean_and_std_over_seeds_and_decides_the_claims(tmp_path):
-  study = Study("toy", "toy", "Zhang et al.: b matches a; c fails",
-                (Variant("a", "demo", "hardsync"), Variant("b", "demo", "softsync_inverse"),
-                 Variant("c", "demo", "softsync_fixed")),
-                paper_data=False, has_quick=False, last_evaluations=2,
-                claims=(Claim("b matches a", "b", "a", "matches", 2.0), Claim("c fails", "c", "a", "worse", 30.0)))
+  study = Study(
+    "toy",
+    "toy",
+    "Zhang et al.: b matches a; c fails",
+    (
+      Variant("a", "demo", "hardsync"),
+      Variant("b", "demo", "softsync_inverse"),
+      Variant("c", "demo", "softsync_fixed"),
+    ),
+    paper_data=False,
+    has_quick=False,
+    last_evaluations=2,
+    claims=(Claim("b matches a", "b", "a", "matches", 2.0), Claim("c fails", "c", "a", "worse", 30.0)),
+  )
   # Final values (mean of the last 2): a = 10, 12, 14; b = 11, 12, 13; c = 90 (diverged), 89, 91.
-  curves = {("a", 0): [50, 11, 9], ("a", 1): [50, 13, 11], ("a", 2): [50, 15, 13],
-            ("b", 0): [60, 12, 10], ("b", 1): [60, 13, 11], ("b", 2): [60, 14, 12],
-            ("c", 1): [90, 89, 89], ("c", 2): [90, 91, 91]}
+  curves = {
+    ("a", 0): [50, 11, 9],
+    ("a", 1): [50, 13, 11],
+    ("a", 2): [50, 15, 13],
+    ("b", 0): [60, 12, 10],
+    ("b", 1): [60, 13, 11],
+    ("b", 2): [60, 14, 12],
+    ("c", 1): [90, 89, 89],
+    ("c", 2): [90, 91, 91],
+  }
   rows = []
   for label in ("a", "b", "c"):
     for seed in range(3):
@@ -97,6 +121,7 @@ def test_report_gives_mean_and_std_over_seeds_and_decides_the_claims(tmp_path):
 
 
 def _read_csv(path):
-  import csv  # pylint: disable=g-import-not-at-top
+  import csv
+
   with open(path, newline="", encoding="utf-8") as file:
     return list(csv.DictReader(file))

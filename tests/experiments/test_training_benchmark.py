@@ -17,17 +17,28 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.benchmarks.round_robin import RoundRobinEmulator, check_round_robin
 from experiments.benchmarks.common import parse_case
-from stalesgd.configs.quick import run_on_embedded_digits
-from stalesgd.configs import rudra_cifar10
+from experiments.benchmarks.round_robin import RoundRobinEmulator, check_round_robin
 from stalesgd import engine as engine_lib
+from stalesgd.configs import rudra_cifar10
+from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.training._loop import build_run
 
 REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
-ENGINE_FIELDS = ("protocol", "learners", "engine_grads_per_s", "sync_grads_per_s", "naive_grads_per_s",
-                 "cost_ratio_vs_sync", "speedup_vs_naive", "ring_buffer_bytes", "param_bytes", "max_staleness",
-                 "engine_state_bytes", "gradient_strategy")
+ENGINE_FIELDS = (
+  "protocol",
+  "learners",
+  "engine_grads_per_s",
+  "sync_grads_per_s",
+  "naive_grads_per_s",
+  "cost_ratio_vs_sync",
+  "speedup_vs_naive",
+  "ring_buffer_bytes",
+  "param_bytes",
+  "max_staleness",
+  "engine_state_bytes",
+  "gradient_strategy",
+)
 
 
 def digits_config(protocol: str, n: int, learners: int, jitter: str = "deterministic"):
@@ -45,8 +56,15 @@ def test_the_emulator_ends_with_the_engines_weights(protocol, n):
   run = build_run(digits_config(protocol, n, learners=4))
   check_round_robin(run.schedule)
   updates = 16
-  emulator = RoundRobinEmulator(run.model.loss_fn, run.optimizer, run.schedule, run.batches, run.params,
-                                updates_per_chunk=updates, updates_per_call=4)
+  emulator = RoundRobinEmulator(
+    run.model.loss_fn,
+    run.optimizer,
+    run.schedule,
+    run.batches,
+    run.params,
+    updates_per_chunk=updates,
+    updates_per_call=4,
+  )
   emulator.run_chunk()
   engine = engine_lib.Engine(run.model.loss_fn, run.optimizer, has_aux=True)
   plan = engine.plan(run.schedule)
@@ -57,8 +75,11 @@ def test_the_emulator_ends_with_the_engines_weights(protocol, n):
     block += 1
   assert plan.block_starts[block] == updates, "pick a length at a block boundary"
   # Two programs compiled differently: equal to float32 rounding, not bit for bit.
-  for mine, theirs, initial in zip(jax.tree_util.tree_leaves(emulator.params()),
-                                   jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(run.params)):
+  for mine, theirs, initial in zip(
+    jax.tree_util.tree_leaves(emulator.params()),
+    jax.tree_util.tree_leaves(state.params),
+    jax.tree_util.tree_leaves(run.params),
+  ):
     assert not np.array_equal(np.asarray(mine), np.asarray(initial))
     np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), rtol=2e-5, atol=2e-6)
 
@@ -84,9 +105,14 @@ def test_bad_cases_name_what_is_allowed(case):
 def test_the_gpu_suite_runs_at_tiny_size_on_cpu(tmp_path):
   output = tmp_path / "gpu_suite.json"
   completed = subprocess.run(
-      [sys.executable, "-m", "experiments.benchmarks.gpu_suite", "--tiny", f"--output={output}"],
-      cwd=REPOSITORY_ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
-      timeout=600, check=False)
+    [sys.executable, "-m", "experiments.benchmarks.gpu_suite", "--tiny", f"--output={output}"],
+    cwd=REPOSITORY_ROOT,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
   report = json.loads(output.read_text())
   assert report["tiny"] and report["machine"]["platform"] == "cpu"

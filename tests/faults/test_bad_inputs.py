@@ -21,10 +21,8 @@ import pytest
 
 from stalesgd.data import DatasetNotPreparedError, load_dataset
 from stalesgd.schedule import TimingModel, simulate
-
 from tests.helpers.fault_helpers import fault_config, train_in_process
 from tests.helpers.train_helpers import complete_checkpoints, read_metrics
-
 
 
 def _arrays(directory: pathlib.Path, split: str) -> dict[str, np.ndarray]:
@@ -79,8 +77,9 @@ def empty_split(directory):
 
 def other_image_size(directory):
   arrays = _arrays(directory, "test")
-  _rewrite(directory, "test", images=np.pad(arrays["images"], ((0, 0), (0, 1), (0, 1), (0, 0))),
-           labels=arrays["labels"])
+  _rewrite(
+    directory, "test", images=np.pad(arrays["images"], ((0, 0), (0, 1), (0, 1), (0, 0))), labels=arrays["labels"]
+  )
 
 
 def truncated(directory):
@@ -113,20 +112,23 @@ def missing_labels(directory):
 
 # damage -> (file it is in, what the message must say)
 NPZ_DAMAGE = {
-    wrong_image_rank: ("train", r"'images' has shape \(1497, 64\); allowed: \[N, H, W\] or \[N, H, W, C\]"),
-    float_images_with_nan: ("train", r"'images' has dtype float32 \(1 of its pixels are NaN or infinite\); "
-                                     r"allowed: uint8"),
-    too_few_labels: ("test", r"'labels' has shape \(299,\); allowed: \[N\] = \(300,\)"),
-    float_labels: ("train", r"'labels' has dtype float32; allowed: integers"),
-    label_out_of_range: ("test", r"'labels' range from 0 to 10; allowed: 0 to 9"),
-    negative_label: ("train", r"'labels' range from -1 to 9; allowed: 0 to 9"),
-    empty_split: ("test", r"'images' holds no example"),
-    other_image_size: ("test", r"images of shape \(9, 9, 1\) \(H, W, C\), but .*digits_train\.npz has \(8, 8, 1\)"),
-    truncated: ("train", r"is not a readable npz file, truncated or corrupt\?"),
-    flipped_byte: ("train", r"is not a readable npz file, truncated or corrupt\? \(BadZipFile: Bad CRC-32"),
-    pickled_object_array: ("train", r"cannot be read as an npz file \(.*allow_pickle"),
-    not_an_archive: ("train", r"is not a readable npz file"),
-    missing_labels: ("train", r"lacks array\(s\) \['labels'\]"),
+  wrong_image_rank: ("train", r"'images' has shape \(1497, 64\); allowed: \[N, H, W\] or \[N, H, W, C\]"),
+  float_images_with_nan: (
+    "train",
+    r"'images' has dtype float32 \(1 of its pixels are NaN or infinite\); "
+    r"allowed: uint8",
+  ),
+  too_few_labels: ("test", r"'labels' has shape \(299,\); allowed: \[N\] = \(300,\)"),
+  float_labels: ("train", r"'labels' has dtype float32; allowed: integers"),
+  label_out_of_range: ("test", r"'labels' range from 0 to 10; allowed: 0 to 9"),
+  negative_label: ("train", r"'labels' range from -1 to 9; allowed: 0 to 9"),
+  empty_split: ("test", r"'images' holds no example"),
+  other_image_size: ("test", r"images of shape \(9, 9, 1\) \(H, W, C\), but .*digits_train\.npz has \(8, 8, 1\)"),
+  truncated: ("train", r"is not a readable npz file, truncated or corrupt\?"),
+  flipped_byte: ("train", r"is not a readable npz file, truncated or corrupt\? \(BadZipFile: Bad CRC-32"),
+  pickled_object_array: ("train", r"cannot be read as an npz file \(.*allow_pickle"),
+  not_an_archive: ("train", r"is not a readable npz file"),
+  missing_labels: ("train", r"lacks array\(s\) \['labels'\]"),
 }
 
 
@@ -160,23 +162,34 @@ def test_a_truncated_npz_stops_a_run_before_anything_is_compiled(damaged_copy, t
 
 
 TRACE_CASES = {
-    "missing_npy": (None, "trace.npy", r"trace file '.*trace\.npy' does not exist"),
-    "missing_csv": (None, "trace.csv", r"trace file '.*trace\.csv' does not exist"),
-    "ragged_csv": ("1.0,2.0\n1.0\n", "trace.csv", r"trace file '.*trace\.csv' cannot be read \(ValueError: .*"
-                                                  r"same number of columns on every row"),
-    "text_in_csv": ("1.0,fast\n", "trace.csv", r"trace file '.*trace\.csv' cannot be read"),
-    "negative_duration": ("1.0,2.0\n-3.0,1.0\n", "trace.csv",
-                          r"trace values must be finite and > 0; '.*trace\.csv' has 1 that are not, the first "
-                          r"-3\.0 at index \(1, 0\)"),
-    "zero_duration": ("0\n1\n", "trace.csv", r"trace values must be finite and > 0; .* the first 0\.0 at index"),
-    "nan_duration": ("1.0\nnan\n", "trace.csv", r"trace values must be finite and > 0; .* the first nan at index "
-                                                r"\(1,\)"),
-    "nan_in_npy": (np.array([[1.0, np.nan]]), "trace.npy", r"the first nan at index \(0, 1\)"),
-    "three_dimensions": (np.ones((2, 2, 2)), "trace.npy", r"trace must have 1 or 2 dimensions; .* shape \(2, 2, 2\)"),
-    "strings_in_npy": (np.array(["1.0", "2.0"]), "trace.npy", r"holds <U3 values; allowed: real numbers"),
-    "complex_in_npy": (np.array([1 + 2j]), "trace.npy", r"holds complex128 values; allowed: real numbers"),
-    "truncated_npy": ("truncated", "trace.npy", r"trace file '.*trace\.npy' cannot be read"),
-    "pickled_npy": ("pickled", "trace.npy", r"trace file '.*trace\.npy' cannot be read .*allow_pickle"),
+  "missing_npy": (None, "trace.npy", r"trace file '.*trace\.npy' does not exist"),
+  "missing_csv": (None, "trace.csv", r"trace file '.*trace\.csv' does not exist"),
+  "ragged_csv": (
+    "1.0,2.0\n1.0\n",
+    "trace.csv",
+    r"trace file '.*trace\.csv' cannot be read \(ValueError: .*"
+    r"same number of columns on every row",
+  ),
+  "text_in_csv": ("1.0,fast\n", "trace.csv", r"trace file '.*trace\.csv' cannot be read"),
+  "negative_duration": (
+    "1.0,2.0\n-3.0,1.0\n",
+    "trace.csv",
+    r"trace values must be finite and > 0; '.*trace\.csv' has 1 that are not, the first "
+    r"-3\.0 at index \(1, 0\)",
+  ),
+  "zero_duration": ("0\n1\n", "trace.csv", r"trace values must be finite and > 0; .* the first 0\.0 at index"),
+  "nan_duration": (
+    "1.0\nnan\n",
+    "trace.csv",
+    r"trace values must be finite and > 0; .* the first nan at index "
+    r"\(1,\)",
+  ),
+  "nan_in_npy": (np.array([[1.0, np.nan]]), "trace.npy", r"the first nan at index \(0, 1\)"),
+  "three_dimensions": (np.ones((2, 2, 2)), "trace.npy", r"trace must have 1 or 2 dimensions; .* shape \(2, 2, 2\)"),
+  "strings_in_npy": (np.array(["1.0", "2.0"]), "trace.npy", r"holds <U3 values; allowed: real numbers"),
+  "complex_in_npy": (np.array([1 + 2j]), "trace.npy", r"holds complex128 values; allowed: real numbers"),
+  "truncated_npy": ("truncated", "trace.npy", r"trace file '.*trace\.npy' cannot be read"),
+  "pickled_npy": ("pickled", "trace.npy", r"trace file '.*trace\.npy' cannot be read .*allow_pickle"),
 }
 
 
@@ -200,20 +213,26 @@ def test_bad_trace_files_are_refused_naming_the_file(case, tmp_path):
 def test_a_trace_with_the_wrong_number_of_columns_is_refused_before_simulating(tmp_path):
   path = tmp_path / "trace.csv"
   path.write_text("1.0,1.1,0.9\n1.2,1.0,1.0\n")  # 3 learners' step times
-  with pytest.raises(ValueError, match=r"trace '.*trace\.csv' must have shape \[learners\].*learners=8; "
-                                       r"got shape \(2, 3\)"):
+  with pytest.raises(
+    ValueError,
+    match=r"trace '.*trace\.csv' must have shape \[learners\].*learners=8; "
+    r"got shape \(2, 3\)",
+  ):
     simulate("async", learners=8, num_updates=10, seed=0, timing=TimingModel(trace=str(path)))
 
 
 def test_a_real_run_restarted_with_another_config_is_refused_and_its_workdir_left_alone(
-    tmp_path, digits_npz, reference_run):
+  tmp_path, digits_npz, reference_run
+):
   _, reference_dir = reference_run("async_dc")
   workdir = tmp_path / "run"
   shutil.copytree(reference_dir, workdir)
   before = {path.relative_to(workdir): path.read_bytes() for path in workdir.rglob("*") if path.is_file()}
-  for changed, message in ((dict(learning_rate=0.05), r"learning_rate: 0\.02 -> 0\.05"),
-                           (dict(dc_lambda=1.0), r"dc_lambda: 2\.0 -> 1\.0"),
-                           (dict(num_epochs=2.0), r"num_epochs: 1\.0 -> 2\.0")):
+  for changed, message in (
+    (dict(learning_rate=0.05), r"learning_rate: 0\.02 -> 0\.05"),
+    (dict(dc_lambda=1.0), r"dc_lambda: 2\.0 -> 1\.0"),
+    (dict(num_epochs=2.0), r"num_epochs: 1\.0 -> 2\.0"),
+  ):
     with pytest.raises(ValueError, match=rf"holds a run of another config \({message}\); allowed: the same config"):
       train_in_process(fault_config("async_dc", digits_npz, **changed), workdir)
   after = {path.relative_to(workdir): path.read_bytes() for path in workdir.rglob("*") if path.is_file()}

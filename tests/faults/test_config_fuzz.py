@@ -33,10 +33,17 @@ import numpy as np
 import pytest
 
 from stalesgd import models
-from stalesgd.training._run_config import (DELAY_COMPENSATIONS, PROTOCOLS, STALENESS_RULES, WEIGHT_DECAY_PLACEMENTS, default_config, validate_config)
 from stalesgd.data import NORMALIZATIONS
 from stalesgd.data._tfds_source import TFDS_SPLITS
 from stalesgd.schedule import JITTERS
+from stalesgd.training._run_config import (
+  DELAY_COMPENSATIONS,
+  PROTOCOLS,
+  STALENESS_RULES,
+  WEIGHT_DECAY_PLACEMENTS,
+  default_config,
+  validate_config,
+)
 
 NUM_DEVICES = 8
 INT32_MAX = 2**31 - 1
@@ -57,8 +64,15 @@ def ints(low: int, high: int = INT32_MAX, *, optional: bool = False) -> Callable
   return lambda value: (optional and value is None) or (_is_int(value) and low <= value <= high)
 
 
-def numbers(low: float, *, strict: bool = False, high: float | None = None, high_inclusive: bool = False,
-            optional: bool = False, allow_inf: bool = False) -> Callable[[Any], bool]:
+def numbers(
+  low: float,
+  *,
+  strict: bool = False,
+  high: float | None = None,
+  high_inclusive: bool = False,
+  optional: bool = False,
+  allow_inf: bool = False,
+) -> Callable[[Any], bool]:
   def valid(value: Any) -> bool:
     if optional and value is None:
       return True
@@ -67,6 +81,7 @@ def numbers(low: float, *, strict: bool = False, high: float | None = None, high
     above = value > low if strict else value >= low
     below = high is None or (value <= high if high_inclusive else value < high)
     return above and below
+
   return valid
 
 
@@ -101,7 +116,8 @@ def file_prefix(value: Any) -> bool:
 
 def epochs(value: Any) -> bool:
   return isinstance(value, (tuple, list)) and all(
-      _is_number(epoch) and math.isfinite(epoch) and epoch > 0 for epoch in value)
+    _is_number(epoch) and math.isfinite(epoch) and epoch > 0 for epoch in value
+  )
 
 
 def mapping(value: Any) -> bool:
@@ -123,101 +139,154 @@ class Case(NamedTuple):
 
 _SERVER_RULES = tuple(rule for rule in STALENESS_RULES if rule not in ("threshold", "hinge"))
 CASES = [
-    Case("seed", ints(0, INT64_MAX), extra=(INT64_MAX, INT64_MAX + 1)),
-    Case("dataset", exactly("digits"), extra=("cifar10", "mnist")),
-    Case("dataset", file_prefix, {"data_source": "npz", "data_dir": "/data"}, extra=("cifar10", "a/b")),
-    Case("dataset", choice(TFDS_SPLITS), {"data_source": "tfds"}, extra=tuple(TFDS_SPLITS) + ("svhn",)),
-    Case("data_source", exactly("embedded"), extra=("tfds", "npz", "embedded")),
-    Case("data_source", exactly("npz", "tfds"), {"dataset": "cifar10", "data_dir": "/data"},
-         extra=("tfds", "npz", "embedded")),
-    Case("data_dir", optional_str, extra=("/data", "")),
-    Case("data_dir", non_empty_str, {"data_source": "npz"}, extra=("data", "")),
-    Case("normalization", choice(NORMALIZATIONS), extra=NORMALIZATIONS + ("zca", "Per_channel")),
-    Case("augment", flags),
-    Case("image_size", ints(1)),
-    Case("data_workers", ints(1, 256), extra=(256, 257)),
-    Case("model", choice(models.available_models()), extra=models.available_models() + ("resnet7",)),
-    Case("model_options", mapping, extra=({}, {"hidden_sizes": (8,)}, "hidden_sizes=8", ("hidden_sizes", 8))),
-    Case("model_multipliers", flags),
-    Case("protocol", choice(PROTOCOLS), extra=PROTOCOLS + ("gossip", "ASYNC")),
-    Case("learners", ints(1)),
-    Case("learners", exactly(NUM_DEVICES), {"protocol": "dcs3gd"}, extra=(4, 8, 16)),
-    Case("batch_per_learner", ints(1)),
-    Case("n", ints(1)),
-    Case("n", ints(1, 8), {"protocol": "softsync"}, extra=(7, 8, 9)),
-    Case("n", ints(1, 8), {"protocol": "drop_stale"}, extra=(8, 9)),
-    Case("ssp_bound", ints(0)),
-    Case("ssp_bound", ints(0), {"protocol": "ssp"}),
-    Case("backup_workers", ints(0)),
-    Case("backup_workers", ints(0, 7), {"protocol": "backup"}, extra=(6, 7, 8)),
-    Case("max_staleness", ints(0)),
-    Case("max_staleness", ints(0), {"protocol": "drop_stale"}),
-    Case("allreduce_staleness", ints(1)),
-    Case("allreduce_staleness", ints(1), {"protocol": "dcs3gd"}),
-    Case("eager_updates", exactly(False)),
-    Case("eager_updates", flags, {"protocol": "s3gd"}),
-    Case("num_epochs", numbers(0, strict=True)),
-    Case("timing", timing_fields, extra=("lognormal", default_config().timing.to_dict())),
-    Case("timing.compute_time_per_example",  # times batch_per_learner (16) it is the simulated compute time
-         lambda value: numbers(0, strict=True)(value) and math.isfinite(value * 16), extra=(1e307, 1e306)),
-    Case("timing.jitter", choice(tuple(jitter for jitter in JITTERS if jitter != "straggler")),
-         extra=JITTERS + ("cauchy",)),
-    Case("timing.jitter", choice(("straggler",)), {"timing.straggler_prob": 0.1}, extra=JITTERS),
-    Case("timing.jitter_sigma", numbers(0)),
-    Case("timing.straggler_prob", exactly(0.0), extra=(0.0, 0, 0.1)),
-    Case("timing.straggler_prob", numbers(0, strict=True, high=1, high_inclusive=True),
-         {"timing.jitter": "straggler", "timing.straggler_factor": 2.0}, extra=(1.0, 1.0 + 1e-9)),
-    Case("timing.straggler_factor", exactly(1.0), extra=(1.0, 1, 2.0)),
-    Case("timing.straggler_factor", numbers(1), {"timing.jitter": "straggler", "timing.straggler_prob": 0.1},
-         extra=(1.0, 0.999)),
-    Case("timing.speed_factor_sigma", numbers(0)),
-    Case("timing.latency", numbers(0)),
-    Case("timing.bandwidth", numbers(0, allow_inf=True), extra=(1.25e9,)),
-    Case("timing.model_bytes", ints(0, INT64_MAX), extra=(4 * 10**9, INT64_MAX)),
-    Case("timing.server_shards", ints(1)),
-    Case("timing.apply_time", numbers(0)),
-    Case("learning_rate", numbers(0, strict=True)),
-    Case("lr_decay_epochs", epochs, extra=((30, 60), [30.5], (0,), (-1,), (math.nan,), (True,), ("30",), 30, "30")),
-    Case("lr_decay_factor", numbers(0, strict=True)),
-    Case("momentum", numbers(0, high=1), extra=(0.999, 1.0)),
-    Case("nesterov", flags),
-    Case("weight_decay", numbers(0)),
-    Case("weight_decay_placement", choice(WEIGHT_DECAY_PLACEMENTS), extra=WEIGHT_DECAY_PLACEMENTS + ("before_dc",)),
-    Case("staleness_rule", choice(_SERVER_RULES), extra=STALENESS_RULES + ("sqrt",)),
-    Case("staleness_rule", choice(STALENESS_RULES), {"protocol": "async", "staleness_threshold": 3},
-         extra=STALENESS_RULES),
-    Case("staleness_rule", exactly("none"), {"protocol": "dcs3gd"}, extra=STALENESS_RULES),
-    Case("staleness_mean", numbers(0, optional=True)),
-    Case("staleness_exponent", numbers(0)),
-    Case("staleness_decay", numbers(0)),
-    Case("staleness_threshold", ints(0, optional=True)),
-    Case("staleness_threshold", ints(0), {"staleness_rule": "threshold"}),
-    Case("staleness_normalize", flags),
-    Case("delay_compensation", choice(DELAY_COMPENSATIONS), extra=DELAY_COMPENSATIONS + ("taylor",)),
-    Case("delay_compensation", exactly("none"), {"protocol": "s3gd"}, extra=DELAY_COMPENSATIONS),
-    Case("dc_lambda", numbers(0)),
-    Case("dc_decay", numbers(0, high=1), extra=(0.999, 1.0)),
-    Case("dc_per_learner_mean_square", exactly(False)),
-    Case("dc_per_learner_mean_square", flags, {"protocol": "async", "delay_compensation": "adaptive"}),
-    Case("dc_mean_square_bias_correction", exactly(False)),
-    Case("dc_mean_square_bias_correction", flags, {"protocol": "async", "delay_compensation": "adaptive"}),
-    Case("dc_mean_square_bias_correction", exactly(False), {"protocol": "dcs3gd", "delay_compensation": "adaptive"}),
-    Case("gap_aware", flags),
-    Case("gap_aware", exactly(False), {"protocol": "dcs3gd"}),
-    Case("eval_every_epochs", numbers(0, strict=True)),
-    Case("eval_batch_size", ints(1)),
-    Case("train_eval_examples", ints(0)),
-    Case("precise_bn_batches", ints(1)),
-    Case("log_every_updates", ints(1)),
-    Case("checkpoint_every_seconds", ints(1)),
-    Case("keep_checkpoints", ints(1)),
+  Case("seed", ints(0, INT64_MAX), extra=(INT64_MAX, INT64_MAX + 1)),
+  Case("dataset", exactly("digits"), extra=("cifar10", "mnist")),
+  Case("dataset", file_prefix, {"data_source": "npz", "data_dir": "/data"}, extra=("cifar10", "a/b")),
+  Case("dataset", choice(TFDS_SPLITS), {"data_source": "tfds"}, extra=tuple(TFDS_SPLITS) + ("svhn",)),
+  Case("data_source", exactly("embedded"), extra=("tfds", "npz", "embedded")),
+  Case(
+    "data_source",
+    exactly("npz", "tfds"),
+    {"dataset": "cifar10", "data_dir": "/data"},
+    extra=("tfds", "npz", "embedded"),
+  ),
+  Case("data_dir", optional_str, extra=("/data", "")),
+  Case("data_dir", non_empty_str, {"data_source": "npz"}, extra=("data", "")),
+  Case("normalization", choice(NORMALIZATIONS), extra=NORMALIZATIONS + ("zca", "Per_channel")),
+  Case("augment", flags),
+  Case("image_size", ints(1)),
+  Case("data_workers", ints(1, 256), extra=(256, 257)),
+  Case("model", choice(models.available_models()), extra=models.available_models() + ("resnet7",)),
+  Case("model_options", mapping, extra=({}, {"hidden_sizes": (8,)}, "hidden_sizes=8", ("hidden_sizes", 8))),
+  Case("model_multipliers", flags),
+  Case("protocol", choice(PROTOCOLS), extra=PROTOCOLS + ("gossip", "ASYNC")),
+  Case("learners", ints(1)),
+  Case("learners", exactly(NUM_DEVICES), {"protocol": "dcs3gd"}, extra=(4, 8, 16)),
+  Case("batch_per_learner", ints(1)),
+  Case("n", ints(1)),
+  Case("n", ints(1, 8), {"protocol": "softsync"}, extra=(7, 8, 9)),
+  Case("n", ints(1, 8), {"protocol": "drop_stale"}, extra=(8, 9)),
+  Case("ssp_bound", ints(0)),
+  Case("ssp_bound", ints(0), {"protocol": "ssp"}),
+  Case("backup_workers", ints(0)),
+  Case("backup_workers", ints(0, 7), {"protocol": "backup"}, extra=(6, 7, 8)),
+  Case("max_staleness", ints(0)),
+  Case("max_staleness", ints(0), {"protocol": "drop_stale"}),
+  Case("allreduce_staleness", ints(1)),
+  Case("allreduce_staleness", ints(1), {"protocol": "dcs3gd"}),
+  Case("eager_updates", exactly(False)),
+  Case("eager_updates", flags, {"protocol": "s3gd"}),
+  Case("num_epochs", numbers(0, strict=True)),
+  Case("timing", timing_fields, extra=("lognormal", default_config().timing.to_dict())),
+  Case(
+    "timing.compute_time_per_example",  # times batch_per_learner (16) it is the simulated compute time
+    lambda value: numbers(0, strict=True)(value) and math.isfinite(value * 16),
+    extra=(1e307, 1e306),
+  ),
+  Case(
+    "timing.jitter", choice(tuple(jitter for jitter in JITTERS if jitter != "straggler")), extra=JITTERS + ("cauchy",)
+  ),
+  Case("timing.jitter", choice(("straggler",)), {"timing.straggler_prob": 0.1}, extra=JITTERS),
+  Case("timing.jitter_sigma", numbers(0)),
+  Case("timing.straggler_prob", exactly(0.0), extra=(0.0, 0, 0.1)),
+  Case(
+    "timing.straggler_prob",
+    numbers(0, strict=True, high=1, high_inclusive=True),
+    {"timing.jitter": "straggler", "timing.straggler_factor": 2.0},
+    extra=(1.0, 1.0 + 1e-9),
+  ),
+  Case("timing.straggler_factor", exactly(1.0), extra=(1.0, 1, 2.0)),
+  Case(
+    "timing.straggler_factor",
+    numbers(1),
+    {"timing.jitter": "straggler", "timing.straggler_prob": 0.1},
+    extra=(1.0, 0.999),
+  ),
+  Case("timing.speed_factor_sigma", numbers(0)),
+  Case("timing.latency", numbers(0)),
+  Case("timing.bandwidth", numbers(0, allow_inf=True), extra=(1.25e9,)),
+  Case("timing.model_bytes", ints(0, INT64_MAX), extra=(4 * 10**9, INT64_MAX)),
+  Case("timing.server_shards", ints(1)),
+  Case("timing.apply_time", numbers(0)),
+  Case("learning_rate", numbers(0, strict=True)),
+  Case("lr_decay_epochs", epochs, extra=((30, 60), [30.5], (0,), (-1,), (math.nan,), (True,), ("30",), 30, "30")),
+  Case("lr_decay_factor", numbers(0, strict=True)),
+  Case("momentum", numbers(0, high=1), extra=(0.999, 1.0)),
+  Case("nesterov", flags),
+  Case("weight_decay", numbers(0)),
+  Case("weight_decay_placement", choice(WEIGHT_DECAY_PLACEMENTS), extra=WEIGHT_DECAY_PLACEMENTS + ("before_dc",)),
+  Case("staleness_rule", choice(_SERVER_RULES), extra=STALENESS_RULES + ("sqrt",)),
+  Case(
+    "staleness_rule", choice(STALENESS_RULES), {"protocol": "async", "staleness_threshold": 3}, extra=STALENESS_RULES
+  ),
+  Case("staleness_rule", exactly("none"), {"protocol": "dcs3gd"}, extra=STALENESS_RULES),
+  Case("staleness_mean", numbers(0, optional=True)),
+  Case("staleness_exponent", numbers(0)),
+  Case("staleness_decay", numbers(0)),
+  Case("staleness_threshold", ints(0, optional=True)),
+  Case("staleness_threshold", ints(0), {"staleness_rule": "threshold"}),
+  Case("staleness_normalize", flags),
+  Case("delay_compensation", choice(DELAY_COMPENSATIONS), extra=DELAY_COMPENSATIONS + ("taylor",)),
+  Case("delay_compensation", exactly("none"), {"protocol": "s3gd"}, extra=DELAY_COMPENSATIONS),
+  Case("dc_lambda", numbers(0)),
+  Case("dc_decay", numbers(0, high=1), extra=(0.999, 1.0)),
+  Case("dc_per_learner_mean_square", exactly(False)),
+  Case("dc_per_learner_mean_square", flags, {"protocol": "async", "delay_compensation": "adaptive"}),
+  Case("dc_mean_square_bias_correction", exactly(False)),
+  Case("dc_mean_square_bias_correction", flags, {"protocol": "async", "delay_compensation": "adaptive"}),
+  Case("dc_mean_square_bias_correction", exactly(False), {"protocol": "dcs3gd", "delay_compensation": "adaptive"}),
+  Case("gap_aware", flags),
+  Case("gap_aware", exactly(False), {"protocol": "dcs3gd"}),
+  Case("eval_every_epochs", numbers(0, strict=True)),
+  Case("eval_batch_size", ints(1)),
+  Case("train_eval_examples", ints(0)),
+  Case("precise_bn_batches", ints(1)),
+  Case("log_every_updates", ints(1)),
+  Case("checkpoint_every_seconds", ints(1)),
+  Case("keep_checkpoints", ints(1)),
 ]
 
 # Tried on every field: wrong types, zero, negative, huge, non-finite, borderline.
 COMMON_VALUES = (
-    None, True, False, 0, 1, 2, -1, 0.0, 0.5, 1.0, 1.5, -0.5, 1e-300, 1e308, 10**30, -10**30, 2**31 - 1, 2**31,
-    2**63, 2**64, math.nan, math.inf, -math.inf, "", "1", "0.5", "True", "none", "abc", b"1", [], [1], (), (1,),
-    {"a": 1}, 1j, np.int64(3), np.float32(0.5), np.bool_(True),
+  None,
+  True,
+  False,
+  0,
+  1,
+  2,
+  -1,
+  0.0,
+  0.5,
+  1.0,
+  1.5,
+  -0.5,
+  1e-300,
+  1e308,
+  10**30,
+  -(10**30),
+  2**31 - 1,
+  2**31,
+  2**63,
+  2**64,
+  math.nan,
+  math.inf,
+  -math.inf,
+  "",
+  "1",
+  "0.5",
+  "True",
+  "none",
+  "abc",
+  b"1",
+  [],
+  [1],
+  (),
+  (1,),
+  {"a": 1},
+  1j,
+  np.int64(3),
+  np.float32(0.5),
+  np.bool_(True),
 )
 
 
@@ -227,9 +296,9 @@ def random_values(generator: random.Random) -> list[Any]:
   for _ in range(RANDOM_VALUES_PER_FIELD):
     kind = generator.randrange(6)
     if kind == 0:
-      values.append(generator.randint(-10**6, 10**6))
+      values.append(generator.randint(-(10**6), 10**6))
     elif kind == 1:
-      values.append(generator.randint(-2**70, 2**70))
+      values.append(generator.randint(-(2**70), 2**70))
     elif kind == 2:
       values.append(generator.uniform(-10.0, 10.0))
     elif kind == 3:
@@ -261,7 +330,8 @@ def names_the_field(message: str, field: str) -> bool:
   own checks), or ``<field>=`` in what is allowed (a combination: "... unless timing.jitter='straggler'")."""
   parent, _, leaf = field.rpartition(".")
   return bool(re.search(rf"(config\.|(?<![\w.])){re.escape(field)}[=.]", message)) or (
-      bool(parent) and f"config.{parent}: {leaf} " in message)
+    bool(parent) and f"config.{parent}: {leaf} " in message
+  )
 
 
 def field_paths(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
@@ -288,8 +358,11 @@ def _value_of(config, field):
   return config
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.field}{'|' if case.context else ''}"
-                         f"{','.join(f'{k}={v}' for k, v in case.context.items())}")
+@pytest.mark.parametrize(
+  "case",
+  CASES,
+  ids=lambda case: f"{case.field}{'|' if case.context else ''}{','.join(f'{k}={v}' for k, v in case.context.items())}",
+)
 def test_every_bad_value_is_refused_naming_the_field_and_every_good_one_accepted(case):
   generator = random.Random(f"{SEED}:{case.field}:{sorted(case.context.items())}")
   values = [_value_of(default_config(), case.field), *COMMON_VALUES, *case.extra, *random_values(generator)]
@@ -302,7 +375,7 @@ def test_every_bad_value_is_refused_naming_the_field_and_every_good_one_accepted
       error = None
     except ValueError as caught:
       error = caught
-    except Exception as caught:  # pylint: disable=broad-except  (any other type is the failure reported)
+    except Exception as caught:  # any other type is the failure reported
       problems.append(f"{value!r}: {type(caught).__name__} instead of ValueError: {caught}")
       continue
     # A dict given for a mapping field arrives as a ConfigDict; judge what validate_config saw.

@@ -35,8 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from stalesgd.training.checkpoint import CheckpointError, Checkpointer
-
+from stalesgd.training.checkpoint import Checkpointer, CheckpointError
 from tests.helpers.fault_helpers import assert_same_run, fault_config, flip_one_bit, state_files, train_in_process
 from tests.helpers.train_helpers import complete_checkpoints, read_metrics
 
@@ -46,13 +45,18 @@ CHECKPOINT_LOGGER = "stalesgd.training.checkpoint"
 def small_state(step: int) -> dict:
   """A pytree like the trainer's (weights, an integer counter, a PRNG key) whose values depend on ``step``."""
   weights = np.random.default_rng(step).standard_normal((64, 64)).astype(np.float32)
-  return {"params": {"w": jnp.asarray(weights), "b": jnp.full((64,), float(step))},
-          "step": jnp.asarray(step, jnp.int32), "key": jax.random.key(step)}
+  return {
+    "params": {"w": jnp.asarray(weights), "b": jnp.full((64,), float(step))},
+    "step": jnp.asarray(step, jnp.int32),
+    "key": jax.random.key(step),
+  }
 
 
 def leaves(tree) -> list[np.ndarray]:
-  return [np.asarray(jax.random.key_data(leaf) if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
-          for leaf in jax.tree.leaves(tree)]
+  return [
+    np.asarray(jax.random.key_data(leaf) if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
+    for leaf in jax.tree.leaves(tree)
+  ]
 
 
 def truncate_data(checkpoint: pathlib.Path) -> None:
@@ -85,6 +89,7 @@ def delete(relative: str):
   def damage(checkpoint: pathlib.Path) -> None:
     target = checkpoint / relative
     shutil.rmtree(target) if target.is_dir() else target.unlink()
+
   damage.__name__ = f"delete {relative}"
   return damage
 
@@ -93,19 +98,20 @@ def truncate(relative: str):
   def damage(checkpoint: pathlib.Path) -> None:
     with open(checkpoint / relative, "r+b") as file:
       file.truncate(5)
+
   damage.__name__ = f"truncate {relative}"
   return damage
 
 
 DAMAGE = {
-    "data_truncated": truncate_data,
-    "data_overwritten": overwrite_data,
-    "data_bit_flipped": flip_data_bit,
-    "array_index_deleted": delete("state/manifest.ocdbt"),
-    "state_item_deleted": delete("state"),
-    "metadata_truncated": truncate("metadata/metadata"),
-    "metadata_value_changed": change_metadata_value,
-    "metadata_item_deleted": delete("metadata"),
+  "data_truncated": truncate_data,
+  "data_overwritten": overwrite_data,
+  "data_bit_flipped": flip_data_bit,
+  "array_index_deleted": delete("state/manifest.ocdbt"),
+  "state_item_deleted": delete("state"),
+  "metadata_truncated": truncate("metadata/metadata"),
+  "metadata_value_changed": change_metadata_value,
+  "metadata_item_deleted": delete("metadata"),
 }
 
 
@@ -160,7 +166,8 @@ def _copy_of(reference_dir: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Pat
 
 @pytest.mark.slow
 def test_a_run_whose_final_checkpoint_is_damaged_resumes_from_the_previous_and_ends_exactly(
-    tmp_path, digits_npz, reference_run, caplog, capsys):
+  tmp_path, digits_npz, reference_run, caplog, capsys
+):
   reference, reference_dir = reference_run("async_dc")
   workdir = _copy_of(reference_dir, tmp_path)
   flip_data_bit(workdir / "checkpoints" / "188")

@@ -33,8 +33,14 @@ import time
 
 import pytest
 
-from tests.helpers.fault_helpers import (assert_same_run, fault_config, finish, npz_flags, train_in_process,
-                                         wait_for_checkpoint_after)
+from tests.helpers.fault_helpers import (
+  assert_same_run,
+  fault_config,
+  finish,
+  npz_flags,
+  train_in_process,
+  wait_for_checkpoint_after,
+)
 from tests.helpers.train_helpers import complete_checkpoints, log_tail, main_command, start_main
 
 SECONDS_PER_BLOCK = 0.08
@@ -50,11 +56,18 @@ KILLS = {"async_dc": 3, "dcs3gd": 2}
 @pytest.mark.slow
 @pytest.mark.parametrize("variant, seed", [("async_dc", 12), ("dcs3gd", 13)])
 def test_sigkill_at_random_moments_then_resume_ends_like_the_uninterrupted_run(
-    variant, seed, tmp_path, compilation_cache, digits_npz, reference_run):
+  variant, seed, tmp_path, compilation_cache, digits_npz, reference_run
+):
   moments = random.Random(seed)
   workdir, log = tmp_path / "killed", tmp_path / "killed.log"
-  command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1", f"--config.num_epochs={NUM_EPOCHS}",
-                         *npz_flags(digits_npz), seconds_per_block=SECONDS_PER_BLOCK)
+  command = main_command(
+    workdir,
+    variant,
+    "--config.checkpoint_every_seconds=1",
+    f"--config.num_epochs={NUM_EPOCHS}",
+    *npz_flags(digits_npz),
+    seconds_per_block=SECONDS_PER_BLOCK,
+  )
   resumed_from = []
   for kill in range(KILLS[variant]):
     before = complete_checkpoints(workdir)
@@ -70,9 +83,18 @@ def test_sigkill_at_random_moments_then_resume_ends_like_the_uninterrupted_run(
   resumed_from.append(complete_checkpoints(workdir)[-1])
 
   # The last launch is not killed: no pause per block.
-  process = start_main(main_command(workdir, variant, "--config.checkpoint_every_seconds=1",
-                                    f"--config.num_epochs={NUM_EPOCHS}", *npz_flags(digits_npz), seconds_per_block=0),
-                       log, compilation_cache)
+  process = start_main(
+    main_command(
+      workdir,
+      variant,
+      "--config.checkpoint_every_seconds=1",
+      f"--config.num_epochs={NUM_EPOCHS}",
+      *npz_flags(digits_npz),
+      seconds_per_block=0,
+    ),
+    log,
+    compilation_cache,
+  )
   try:
     reference, reference_dir = reference_run(variant, num_epochs=NUM_EPOCHS)  # meanwhile, in this process
   except BaseException:
@@ -86,7 +108,8 @@ def test_sigkill_at_random_moments_then_resume_ends_like_the_uninterrupted_run(
 
 
 def test_a_run_killed_before_its_first_checkpoint_was_whole_starts_over_with_clean_records(
-    tmp_path, digits_npz, reference_run, capsys):
+  tmp_path, digits_npz, reference_run, capsys
+):
   """What a SIGKILL leaves when it lands before the first (asynchronous) save is complete.
 
   The records and TensorBoard events written so far remain, with no checkpoint

@@ -35,9 +35,20 @@ import time
 import pytest
 
 from tests.helpers.fault_helpers import npz_flags, without_wall_clock
-from tests.helpers.train_helpers import (REPOSITORY_ROOT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars,
-                                         finish, log_tail, main_command, main_environment, multiprocess_harness,
-                                         read_metrics, read_summary, wait_for_checkpoint_after)
+from tests.helpers.train_helpers import (
+  REPOSITORY_ROOT,
+  WALL_CLOCK_FIELDS,
+  complete_checkpoints,
+  event_scalars,
+  finish,
+  log_tail,
+  main_command,
+  main_environment,
+  multiprocess_harness,
+  read_metrics,
+  read_summary,
+  wait_for_checkpoint_after,
+)
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -53,20 +64,44 @@ NUM_EPOCHS = 3.0
 ROUNDS = {"async_dc": ((1,),), "dcs3gd": ((0, 1),)}
 
 
-def launch_both(workdir: pathlib.Path, variant: str, digits_npz: pathlib.Path, logs: list[pathlib.Path],
-                compilation_cache: pathlib.Path, seconds_per_block: float) -> list[subprocess.Popen]:
+def launch_both(
+  workdir: pathlib.Path,
+  variant: str,
+  digits_npz: pathlib.Path,
+  logs: list[pathlib.Path],
+  compilation_cache: pathlib.Path,
+  seconds_per_block: float,
+) -> list[subprocess.Popen]:
   """Both processes of one launch, each logging to its own file."""
   port = multiprocess_harness.free_port()
   environment = main_environment(compilation_cache, devices_per_process=8 // NUM_PROCESSES)
-  command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1", f"--config.num_epochs={NUM_EPOCHS}",
-                         *npz_flags(digits_npz), seconds_per_block=seconds_per_block)
+  command = main_command(
+    workdir,
+    variant,
+    "--config.checkpoint_every_seconds=1",
+    f"--config.num_epochs={NUM_EPOCHS}",
+    *npz_flags(digits_npz),
+    seconds_per_block=seconds_per_block,
+  )
   processes = []
   for process_id, log in enumerate(logs):
     with open(log, "ab") as output:
-      processes.append(subprocess.Popen(
-          command + [f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={NUM_PROCESSES}",
-                     f"--process_id={process_id}", f"--heartbeat_timeout={HEARTBEAT_TIMEOUT}"],
-          cwd=REPOSITORY_ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT, start_new_session=True))
+      processes.append(
+        subprocess.Popen(
+          command
+          + [
+            f"--coordinator_address=127.0.0.1:{port}",
+            f"--num_processes={NUM_PROCESSES}",
+            f"--process_id={process_id}",
+            f"--heartbeat_timeout={HEARTBEAT_TIMEOUT}",
+          ],
+          cwd=REPOSITORY_ROOT,
+          env=environment,
+          stdout=output,
+          stderr=subprocess.STDOUT,
+          start_new_session=True,
+        )
+      )
   return processes
 
 
@@ -83,8 +118,10 @@ def kill_round(processes: list[subprocess.Popen], victims: tuple[int, ...], logs
     survived_for = time.monotonic() - killed_at
     assert status != 0, f"survivor process {index} exited 0 after its peer died:\n{log_tail(logs[index])}"
     text = logs[index].read_text(errors="replace")
-    assert any(cause in text for cause in ("distributed service detected fatal errors", "heartbeat",
-                                           "Connection reset", "Gloo", "gloo")), log_tail(logs[index], lines=60)
+    assert any(
+      cause in text
+      for cause in ("distributed service detected fatal errors", "heartbeat", "Connection reset", "Gloo", "gloo")
+    ), log_tail(logs[index], lines=60)
     assert survived_for < HEARTBEAT_TIMEOUT + SURVIVOR_MARGIN
 
 
@@ -94,7 +131,8 @@ def assert_resumed_from(step: int, workdir: pathlib.Path, log: pathlib.Path) -> 
 
 @pytest.mark.parametrize("variant, seed", [("async_dc", 21), ("dcs3gd", 22)])
 def test_killed_processes_of_a_two_process_run_then_relaunching_both_resumes_exactly(
-    variant, seed, tmp_path, compilation_cache, digits_npz, reference_run):
+  variant, seed, tmp_path, compilation_cache, digits_npz, reference_run
+):
   moments = random.Random(seed)
   workdir = tmp_path / "killed"
   for round_number, victims in enumerate(ROUNDS[variant]):
@@ -147,12 +185,14 @@ def assert_same_records(workdir: pathlib.Path, reference_dir: pathlib.Path, *, e
   assert [record["step"] for record in ours] == [record["step"] for record in theirs]
   for mine, expected in zip(ours, theirs):
     assert {key: value for key, value in mine.items() if key not in rounded} == {
-        key: value for key, value in expected.items() if key not in rounded}, mine["step"]
+      key: value for key, value in expected.items() if key not in rounded
+    }, mine["step"]
     for field in rounded:
       if field in expected:
         assert mine[field] == pytest.approx(expected[field], rel=1e-5), (field, mine["step"])
-  shown = lambda directory: {tag: points for tag, points in event_scalars(directory, apply_purges=True).items()
-                             if tag not in WALL_CLOCK_FIELDS}
+  shown = lambda directory: {
+    tag: points for tag, points in event_scalars(directory, apply_purges=True).items() if tag not in WALL_CLOCK_FIELDS
+  }
   ours, theirs = shown(workdir), shown(reference_dir)
   assert ours.keys() == theirs.keys()
   for tag in theirs:

@@ -27,10 +27,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from stalesgd import data as data_lib
-from stalesgd.training import _runners as runners
 from stalesgd.schedule import Schedule
+from stalesgd.training import _runners as runners
 from stalesgd.training._loop import TrainingDiverged
-
 from tests.helpers.fault_helpers import assert_same_run, fault_config, train_in_process
 from tests.helpers.train_helpers import complete_checkpoints, read_metrics
 
@@ -39,7 +38,8 @@ SECONDS_PER_BLOCK = 0.05  # so that a timed checkpoint (every second) falls betw
 
 @pytest.mark.slow
 def test_a_nan_at_a_chosen_update_stops_the_run_naming_it_and_the_last_checkpoint_holds_earlier_weights(
-    tmp_path, digits_npz, reference_run, monkeypatch, capsys):
+  tmp_path, digits_npz, reference_run, monkeypatch, capsys
+):
   reference, reference_dir = reference_run("async_dc")
   schedule = Schedule.load(reference_dir / "schedule.npz")
   assert schedule.contributions_per_update == 1  # async: one gradient per update

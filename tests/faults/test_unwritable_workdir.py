@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 import resource
 import stat
@@ -25,9 +24,14 @@ import pytest
 
 from stalesgd.training import checkpoint as checkpoint_lib
 from stalesgd.training.checkpoint import CheckpointError
-
-from tests.helpers.fault_helpers import (PHASE_TIMEOUT, assert_same_run, fault_config, npz_flags, train_in_process,
-                                         wait_for_checkpoint_after)
+from tests.helpers.fault_helpers import (
+  PHASE_TIMEOUT,
+  assert_same_run,
+  fault_config,
+  npz_flags,
+  train_in_process,
+  wait_for_checkpoint_after,
+)
 from tests.helpers.train_helpers import REPOSITORY_ROOT, complete_checkpoints, log_tail, main_command, main_environment
 
 SECONDS_PER_BLOCK = 0.08
@@ -50,13 +54,26 @@ def _resume_and_compare(workdir: pathlib.Path, intact: int, digits_npz, referenc
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(resource, "prlimit"), reason="resource.prlimit is Linux-only")
 def test_disk_full_during_a_save_stops_the_run_naming_the_directory_and_keeps_the_previous_checkpoint(
-    tmp_path, compilation_cache, digits_npz, reference_run, capsys):
+  tmp_path, compilation_cache, digits_npz, reference_run, capsys
+):
   workdir, log = tmp_path / "run", tmp_path / "run.log"
-  command = main_command(workdir, "async_dc", "--config.checkpoint_every_seconds=1", *npz_flags(digits_npz),
-                         seconds_per_block=SECONDS_PER_BLOCK)
+  command = main_command(
+    workdir,
+    "async_dc",
+    "--config.checkpoint_every_seconds=1",
+    *npz_flags(digits_npz),
+    seconds_per_block=SECONDS_PER_BLOCK,
+  )
   # Output through a pipe: the limit would stop writes to a log file too.
-  process = subprocess.Popen(command, cwd=REPOSITORY_ROOT, env=main_environment(compilation_cache),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  process = subprocess.Popen(
+    command,
+    cwd=REPOSITORY_ROOT,
+    env=main_environment(compilation_cache),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    start_new_session=True,
+  )
   try:
     intact = wait_for_checkpoint_after(workdir, -1, process, log)
     resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
@@ -90,10 +107,12 @@ def _chmod_stops_writes(directory: pathlib.Path) -> bool:
 
 
 def test_a_read_only_checkpoint_directory_stops_the_run_and_keeps_the_previous_checkpoint(
-    tmp_path, digits_npz, reference_run, monkeypatch, capsys):
+  tmp_path, digits_npz, reference_run, monkeypatch, capsys
+):
   if not _chmod_stops_writes(tmp_path):
-    pytest.skip("chmod does not stop this process's writes (root with CAP_DAC_OVERRIDE); the disk-full test "
-                "covers a failing save")
+    pytest.skip(
+      "chmod does not stop this process's writes (root with CAP_DAC_OVERRIDE); the disk-full test covers a failing save"
+    )
   workdir = tmp_path / "run"
   checkpoints = workdir / "checkpoints"
   unpatched_save = checkpoint_lib.Checkpointer.save
@@ -107,8 +126,11 @@ def test_a_read_only_checkpoint_directory_stops_the_run_and_keeps_the_previous_c
 
   monkeypatch.setattr(checkpoint_lib.Checkpointer, "save", save_then_turn_read_only)
   try:
-    with pytest.raises(CheckpointError, match=rf"writing a checkpoint in {checkpoints} failed.*"
-                                              r"the newest complete checkpoint, \d+, is intact"):
+    with pytest.raises(
+      CheckpointError,
+      match=rf"writing a checkpoint in {checkpoints} failed.*"
+      r"the newest complete checkpoint, \d+, is intact",
+    ):
       train_in_process(fault_config("async_dc", digits_npz, checkpoint_every_seconds=1), workdir)
   finally:
     checkpoints.chmod(stat.S_IRWXU)

@@ -33,10 +33,20 @@ def _norm(array: np.ndarray) -> float:
   return float(np.sqrt(np.sum(np.square(array))))
 
 
-def run_reference(loss_fn: Callable, params: dict[str, np.ndarray], batches: list[list[Any]], *,
-                  staleness: int, dc_lambda: float, lambda_mode: str = "constant", eager: bool = False,
-                  learning_rate: float, momentum: float, mean_square_decay: float = 0.95,
-                  eps: float = 1e-7) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+def run_reference(
+  loss_fn: Callable,
+  params: dict[str, np.ndarray],
+  batches: list[list[Any]],
+  *,
+  staleness: int,
+  dc_lambda: float,
+  lambda_mode: str = "constant",
+  eager: bool = False,
+  learning_rate: float,
+  momentum: float,
+  mean_square_decay: float = 0.95,
+  eps: float = 1e-7,
+) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
   """Runs DC-S3GD for len(batches) steps; batches[t][i] is learner i's batch at step t.
 
   Returns:
@@ -66,14 +76,12 @@ def run_reference(loss_fn: Callable, params: dict[str, np.ndarray], batches: lis
     updates = []
     for learner in range(learners):
       weights = local(step, learner)
-      grads = gradient({name: value.astype(np.float32) for name, value in weights.items()},
-                       step_batches[learner])
+      grads = gradient({name: value.astype(np.float32) for name, value in weights.items()}, step_batches[learner])
       grads = {name: np.asarray(value, np.float64) for name, value in grads.items()}
       if staleness > 0 and dc_lambda != 0:
         base, pending = consensus(step + 1), own_pending(learner, step - staleness + 1, step)
         displacement = {name: base[name] + omega * pending[name] - weights[name] for name in initial}
-        grads = _corrected(grads, displacement, dc_lambda, lambda_mode, mean_squares[learner],
-                           mean_square_decay, eps)
+        grads = _corrected(grads, displacement, dc_lambda, lambda_mode, mean_squares[learner], mean_square_decay, eps)
       momenta[learner] = {name: grads[name] + momentum * momenta[learner][name] for name in initial}
       updates.append({name: -learning_rate * momenta[learner][name] for name in initial})
     history.append(updates)

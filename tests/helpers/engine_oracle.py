@@ -28,27 +28,36 @@ def run_oracle(loss_fn, optimizer, params, schedule: Schedule, batch_fn, *, num_
   num_updates = schedule.num_updates if num_updates is None else num_updates
   gradient = jax.jit(jax.grad(loss_fn))
   apply_update = jax.jit(
-      lambda params, state, grads, staleness, stale, learner: _apply(optimizer, params, state, grads, staleness,
-                                                                    stale, learner))
+    lambda params, state, grads, staleness, stale, learner: _apply(
+      optimizer, params, state, grads, staleness, stale, learner
+    )
+  )
   history = {0: jax.tree_util.tree_map(jnp.asarray, params)}
   weights, state = history[0], optimizer.init(history[0])
   for update in range(num_updates):
     grads, stale = [], []
     for slot in range(schedule.contributions_per_update):
       version = int(schedule.timestamp[update, slot])
-      learner = schedule.learner[update, slot:slot + 1]
-      batch = batch_fn(learner, schedule.batch_index[update, slot:slot + 1])
+      learner = schedule.learner[update, slot : slot + 1]
+      batch = batch_fn(learner, schedule.batch_index[update, slot : slot + 1])
       grads.append(gradient(history[version], jax.tree_util.tree_map(lambda leaf: leaf[0], batch)))
       stale.append(history[version])
-    weights, state = apply_update(weights, state, _stack(grads), jnp.asarray(schedule.staleness[update], jnp.int32),
-                                  _stack(stale), jnp.asarray(schedule.learner[update], jnp.int32))
+    weights, state = apply_update(
+      weights,
+      state,
+      _stack(grads),
+      jnp.asarray(schedule.staleness[update], jnp.int32),
+      _stack(stale),
+      jnp.asarray(schedule.learner[update], jnp.int32),
+    )
     history[update + 1] = weights
   return weights
 
 
 def _apply(optimizer, params, state, grads, staleness, stale_params, learner):
-  updates, state = optimizer.update(grads, state, params, staleness=staleness, stale_params=stale_params,
-                                    learner=learner)
+  updates, state = optimizer.update(
+    grads, state, params, staleness=staleness, stale_params=stale_params, learner=learner
+  )
   return optax.apply_updates(params, updates), state
 
 
@@ -78,10 +87,12 @@ def _cross_entropy(logits, labels):
 
 def mlp_params(seed=0, features=6, hidden=16, classes=4):
   rng = np.random.default_rng(seed)
-  return {"w1": (rng.normal(size=(features, hidden)) / np.sqrt(features)).astype(np.float32),
-          "b1": np.zeros(hidden, np.float32),
-          "w2": (rng.normal(size=(hidden, classes)) / np.sqrt(hidden)).astype(np.float32),
-          "b2": np.zeros(classes, np.float32)}
+  return {
+    "w1": (rng.normal(size=(features, hidden)) / np.sqrt(features)).astype(np.float32),
+    "b1": np.zeros(hidden, np.float32),
+    "w2": (rng.normal(size=(hidden, classes)) / np.sqrt(hidden)).astype(np.float32),
+    "b2": np.zeros(classes, np.float32),
+  }
 
 
 def mlp_loss(params, batch):
@@ -91,15 +102,18 @@ def mlp_loss(params, batch):
 
 def cnn_params(seed=0, channels=4, classes=4):
   rng = np.random.default_rng(seed)
-  return {"conv": (rng.normal(size=(3, 3, 1, channels)) / 3.0).astype(np.float32),
-          "conv_bias": np.zeros(channels, np.float32),
-          "dense": (rng.normal(size=(4 * 4 * channels, classes)) / 8.0).astype(np.float32),
-          "dense_bias": np.zeros(classes, np.float32)}
+  return {
+    "conv": (rng.normal(size=(3, 3, 1, channels)) / 3.0).astype(np.float32),
+    "conv_bias": np.zeros(channels, np.float32),
+    "dense": (rng.normal(size=(4 * 4 * channels, classes)) / 8.0).astype(np.float32),
+    "dense_bias": np.zeros(classes, np.float32),
+  }
 
 
 def cnn_loss(params, batch):
-  hidden = jax.lax.conv_general_dilated(batch["x"], params["conv"], (1, 1), "SAME",
-                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  hidden = jax.lax.conv_general_dilated(
+    batch["x"], params["conv"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+  )
   hidden = jax.nn.relu(hidden + params["conv_bias"])
   hidden = jax.lax.reduce_window(hidden, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
   logits = hidden.reshape(hidden.shape[0], -1) @ params["dense"] + params["dense_bias"]
@@ -107,13 +121,15 @@ def cnn_loss(params, batch):
 
 
 MODELS = {
-    "mlp": (mlp_loss, mlp_params, (6,)),
-    "cnn": (cnn_loss, cnn_params, (8, 8, 1)),
+  "mlp": (mlp_loss, mlp_params, (6,)),
+  "cnn": (cnn_loss, cnn_params, (8, 8, 1)),
 }
 
 
 def max_relative_error(actual, expected) -> float:
   errors = jax.tree_util.tree_map(
-      lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / max(np.max(np.abs(np.asarray(b))), 1e-30)),
-      actual, expected)
+    lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / max(np.max(np.abs(np.asarray(b))), 1e-30)),
+    actual,
+    expected,
+  )
   return max(jax.tree_util.tree_leaves(errors))

@@ -17,10 +17,13 @@ import numpy as np
 
 from stalesgd.data._embedded import load_digits_splits
 from stalesgd.training._loop import train_and_evaluate
-
-from tests.helpers.train_helpers import (PHASE_TIMEOUT, WALL_CLOCK_FIELDS, complete_checkpoints, event_scalars, finish,
-                                        log_tail, read_metrics, read_summary, tiny_config, wait_for_checkpoint_after)
-
+from tests.helpers.train_helpers import (
+  WALL_CLOCK_FIELDS,
+  event_scalars,
+  read_metrics,
+  read_summary,
+  tiny_config,
+)
 
 
 def write_digits_npz(directory: pathlib.Path) -> pathlib.Path:
@@ -46,8 +49,7 @@ def train_in_process(config: ml_collections.ConfigDict, workdir: os.PathLike) ->
 
 
 def without_wall_clock(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-  return [{field: value for field, value in record.items() if field not in WALL_CLOCK_FIELDS}
-          for record in records]
+  return [{field: value for field, value in record.items() if field not in WALL_CLOCK_FIELDS} for record in records]
 
 
 def assert_same_run(workdir: pathlib.Path, reference: dict[str, Any], reference_dir: pathlib.Path) -> None:
@@ -56,12 +58,19 @@ def assert_same_run(workdir: pathlib.Path, reference: dict[str, Any], reference_
   assert not summary["preempted"] and summary["updates"] == reference["updates"]
   assert summary["params_sha256"] == reference["params_sha256"]
   assert without_wall_clock(read_metrics(workdir)) == without_wall_clock(read_metrics(reference_dir))
-  shown = lambda directory: {tag: points for tag, points in event_scalars(directory, apply_purges=True).items()
-                             if tag not in WALL_CLOCK_FIELDS}
+  shown = lambda directory: {
+    tag: points for tag, points in event_scalars(directory, apply_purges=True).items() if tag not in WALL_CLOCK_FIELDS
+  }
   ours, theirs = shown(workdir), shown(reference_dir)
-  differences = {tag: (sorted(set(ours.get(tag, [])) ^ set(theirs.get(tag, [])))[:4], len(ours.get(tag, [])),
-                       len(theirs.get(tag, []))) for tag in ours.keys() | theirs.keys()
-                 if ours.get(tag) != theirs.get(tag)}
+  differences = {
+    tag: (
+      sorted(set(ours.get(tag, [])) ^ set(theirs.get(tag, [])))[:4],
+      len(ours.get(tag, [])),
+      len(theirs.get(tag, [])),
+    )
+    for tag in ours.keys() | theirs.keys()
+    if ours.get(tag) != theirs.get(tag)
+  }
   assert not differences, f"TensorBoard scalars differ (tag: first differing points, counts ours/theirs): {differences}"
 
 

@@ -61,8 +61,10 @@ class ProcessResult:
   def describe(self) -> str:
     """A summary for assertion messages: status and the tail of stderr."""
     tail = "\n".join(self.stderr.strip().splitlines()[-15:])
-    return (f"process {self.process_id}: returncode={self.returncode} after {self.elapsed:.1f}s\n"
-            f"--- stdout ---\n{self.stdout[-2000:]}\n--- stderr (tail) ---\n{tail}")
+    return (
+      f"process {self.process_id}: returncode={self.returncode} after {self.elapsed:.1f}s\n"
+      f"--- stdout ---\n{self.stdout[-2000:]}\n--- stderr (tail) ---\n{tail}"
+    )
 
 
 def add_process_flags(parser: argparse.ArgumentParser, *, heartbeat_timeout: int) -> None:
@@ -82,10 +84,15 @@ def add_process_flags(parser: argparse.ArgumentParser, *, heartbeat_timeout: int
 
 def initialize_process(args: argparse.Namespace) -> None:
   """Joins the run with the flags of `add_process_flags` (`stalesgd.utils.initialize`)."""
-  from stalesgd.utils import _distributed as distributed  # pylint: disable=g-import-not-at-top  (children only)
-  distributed.initialize(args.coordinator_address, args.num_processes, args.process_id,
-                         initialization_timeout=args.initialization_timeout,
-                         heartbeat_timeout=args.heartbeat_timeout)
+  from stalesgd.utils import _distributed as distributed  # children only
+
+  distributed.initialize(
+    args.coordinator_address,
+    args.num_processes,
+    args.process_id,
+    initialization_timeout=args.initialization_timeout,
+    heartbeat_timeout=args.heartbeat_timeout,
+  )
 
 
 def free_port() -> int:
@@ -97,24 +104,38 @@ def free_port() -> int:
 
 def process_environment(devices_per_process: int, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
   """The environment of one child: CPU only, N host devices, gloo, the repository importable."""
-  env = {name: value for name, value in os.environ.items()
-         if not name.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_", "JAX_COORDINATOR"))
-         and name not in ("JOB_COMPLETION_INDEX", "XLA_FLAGS")}
-  env.update({
+  env = {
+    name: value
+    for name, value in os.environ.items()
+    if not name.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_", "JAX_COORDINATOR"))
+    and name not in ("JOB_COMPLETION_INDEX", "XLA_FLAGS")
+  }
+  env.update(
+    {
       "JAX_PLATFORMS": "cpu",
       "JAX_NUM_CPU_DEVICES": str(devices_per_process),
       "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
       "PYTHONPATH": os.pathsep.join([str(REPOSITORY_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
       "PYTHONUNBUFFERED": "1",
       "TF_CPP_MIN_LOG_LEVEL": "3",
-  })
+    }
+  )
   env.update(extra_env or {})
   return env
 
 
-def run_processes(target: str, args: Sequence[str] = (), *, num_processes: int, devices_per_process: int,
-                  timeout: float, output_dir: os.PathLike, extra_env: Mapping[str, str] | None = None,
-                  stop_all_on_failure: bool = True, failure_grace: float = 2.0) -> list[ProcessResult]:
+def run_processes(
+  target: str,
+  args: Sequence[str] = (),
+  *,
+  num_processes: int,
+  devices_per_process: int,
+  timeout: float,
+  output_dir: os.PathLike,
+  extra_env: Mapping[str, str] | None = None,
+  stop_all_on_failure: bool = True,
+  failure_grace: float = 2.0,
+) -> list[ProcessResult]:
   """Starts ``num_processes`` copies of ``target`` and waits for all of them (or the timeout).
 
   Args:
@@ -149,12 +170,20 @@ def run_processes(target: str, args: Sequence[str] = (), *, num_processes: int, 
     stdout = open(output_dir / f"process_{process_id}.stdout", "w+")
     stderr = open(output_dir / f"process_{process_id}.stderr", "w+")
     logs.append((stdout, stderr, output))
-    command = program + list(args) + [f"--coordinator_address={coordinator}",
-                                      f"--num_processes={num_processes}", f"--process_id={process_id}",
-                                      f"--output={output}"]
+    command = (
+      program
+      + list(args)
+      + [
+        f"--coordinator_address={coordinator}",
+        f"--num_processes={num_processes}",
+        f"--process_id={process_id}",
+        f"--output={output}",
+      ]
+    )
     # A new session per child, so a timeout can kill the child and anything it started.
-    processes.append(subprocess.Popen(command, cwd=REPOSITORY_ROOT, env=env, stdout=stdout, stderr=stderr,
-                                      start_new_session=True))
+    processes.append(
+      subprocess.Popen(command, cwd=REPOSITORY_ROOT, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
+    )
   ended = _wait(processes, start, timeout, stop_all_on_failure, failure_grace)
   results = []
   for process_id, (process, (stdout, stderr, output)) in enumerate(zip(processes, logs)):
@@ -164,16 +193,24 @@ def run_processes(target: str, args: Sequence[str] = (), *, num_processes: int, 
     if output.exists():
       with np.load(output) as archive:
         outputs = {name: archive[name] for name in archive.files}
-    results.append(ProcessResult(process_id=process_id, returncode=ended[process_id][0],
-                                 elapsed=ended[process_id][1], stdout=stdout.read(), stderr=stderr.read(),
-                                 outputs=outputs))
+    results.append(
+      ProcessResult(
+        process_id=process_id,
+        returncode=ended[process_id][0],
+        elapsed=ended[process_id][1],
+        stdout=stdout.read(),
+        stderr=stderr.read(),
+        outputs=outputs,
+      )
+    )
     stdout.close()
     stderr.close()
   return results
 
 
-def _wait(processes: list[subprocess.Popen], start: float, timeout: float, stop_all_on_failure: bool,
-          failure_grace: float) -> dict[int, tuple[int | None, float]]:
+def _wait(
+  processes: list[subprocess.Popen], start: float, timeout: float, stop_all_on_failure: bool, failure_grace: float
+) -> dict[int, tuple[int | None, float]]:
   """Polls until every process exits; kills stragglers at the deadline. Returns {id: (rc, elapsed)}."""
   ended: dict[int, tuple[int | None, float]] = {}
   deadline = start + timeout

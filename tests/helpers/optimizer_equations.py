@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stalesgd.training._run_config import default_config
 from stalesgd.training._optimizer import build_optimizer
+from stalesgd.training._run_config import default_config
 
 RTOL = 1e-6
 ATOL = 1e-9
@@ -41,9 +41,9 @@ PARAMS = {"w": [2.0, 1.0], "b": 0.5}
 # means are round: avg_0 = (w [0.6, 1.0], b 0.5), avg_1 = ([0.3, 0.3], 1.0),
 # avg_2 = ([0.4, 0.3], 0.2).
 GRADS = [
-    {"w": [[0.3, 0.6], [0.6, 0.9], [0.9, 1.5]], "b": [0.2, 0.4, 0.9]},
-    {"w": [[0.1, 0.2], [0.2, 0.4], [0.6, 0.3]], "b": [1.0, 0.5, 1.5]},
-    {"w": [[0.5, 0.1], [0.4, 0.2], [0.3, 0.6]], "b": [0.1, 0.2, 0.3]},
+  {"w": [[0.3, 0.6], [0.6, 0.9], [0.9, 1.5]], "b": [0.2, 0.4, 0.9]},
+  {"w": [[0.1, 0.2], [0.2, 0.4], [0.6, 0.3]], "b": [1.0, 0.5, 1.5]},
+  {"w": [[0.5, 0.1], [0.4, 0.2], [0.3, 0.6]], "b": [0.1, 0.2, 0.3]},
 ]
 STALENESS = [[0, 2, 4], [1, 3, 6], [2, 5, 8]]
 
@@ -101,8 +101,18 @@ def _numpy(tree):
   return {key: np.asarray(value, np.float64) for key, value in tree.items()}
 
 
-def run_updates(config, grads=GRADS, staleness=STALENESS, *, steps=2, stale=None, learners=None,
-                model=None, jit=False, updates_per_epoch=UPDATES_PER_EPOCH):
+def run_updates(
+  config,
+  grads=GRADS,
+  staleness=STALENESS,
+  *,
+  steps=2,
+  stale=None,
+  learners=None,
+  model=None,
+  jit=False,
+  updates_per_epoch=UPDATES_PER_EPOCH,
+):
   """Builds the optimizer at PARAMS and applies ``steps`` consecutive updates as the engine does.
 
   Update t receives the stack ``grads[t]`` with ``staleness=staleness[t]``,
@@ -113,8 +123,9 @@ def run_updates(config, grads=GRADS, staleness=STALENESS, *, steps=2, stale=None
   the leading axis). Returns each update as float64 numpy leaves.
   """
   params = _tree(PARAMS)
-  optimizer = build_optimizer(config, model=FakeModel() if model is None else model, params=params,
-                              updates_per_epoch=updates_per_epoch)
+  optimizer = build_optimizer(
+    config, model=FakeModel() if model is None else model, params=params, updates_per_epoch=updates_per_epoch
+  )
   state = optimizer.init(params)
   update = jax.jit(optimizer.update) if jit else optimizer.update
   weights, results = params, []
@@ -132,16 +143,34 @@ def run_updates(config, grads=GRADS, staleness=STALENESS, *, steps=2, stale=None
       learner = jnp.asarray(learners[t], jnp.int32)
     else:
       learner = jnp.arange(c, dtype=jnp.int32) if stacked else jnp.asarray(0, jnp.int32)
-    updates, state = update(_tree(grads[t]), state, weights, staleness=jnp.asarray(sigma, jnp.int32),
-                            stale_params=stale_params, learner=learner)
+    updates, state = update(
+      _tree(grads[t]),
+      state,
+      weights,
+      staleness=jnp.asarray(sigma, jnp.int32),
+      stale_params=stale_params,
+      learner=learner,
+    )
     results.append(_numpy(updates))
     weights = {key: weights[key] + updates[key] for key in weights}
   return results
 
 
-def reference_updates(grads=GRADS, *, steps=2, alphas, momentum, nesterov=False, weights=None,
-                      penalty=None, weight_decay=0.0, placement="modulated", lr_mult=None, wd_mult=None,
-                      correct=None):
+def reference_updates(
+  grads=GRADS,
+  *,
+  steps=2,
+  alphas,
+  momentum,
+  nesterov=False,
+  weights=None,
+  penalty=None,
+  weight_decay=0.0,
+  placement="modulated",
+  lr_mult=None,
+  wd_mult=None,
+  correct=None,
+):
   """The equation of the module docstring in float64 numpy, for ``steps`` updates from PARAMS.
 
   ``alphas[t]`` is alpha_t, ``weights[t]`` the c staleness weights s(sigma_k)
@@ -180,8 +209,9 @@ def assert_updates_close(actual, expected):
   for t, (got, want) in enumerate(zip(actual, expected)):
     assert sorted(got) == sorted(want)
     for key in want:
-      np.testing.assert_allclose(got[key], np.asarray(want[key], np.float64), rtol=RTOL, atol=ATOL,
-                                 err_msg=f"update {t}, leaf {key!r}")
+      np.testing.assert_allclose(
+        got[key], np.asarray(want[key], np.float64), rtol=RTOL, atol=ATOL, err_msg=f"update {t}, leaf {key!r}"
+      )
 
 
 def assert_updates_equal(actual, expected):

@@ -28,7 +28,6 @@ import pytest
 from tensorboardX.proto import event_pb2
 
 from stalesgd.utils._metrics import read_jsonl
-
 from tests.helpers import multiprocess_harness, tiny_run_config
 from tests.helpers.workers import paced_main
 
@@ -36,9 +35,22 @@ REPOSITORY_ROOT = multiprocess_harness.REPOSITORY_ROOT
 CONFIG_FILE = pathlib.Path(tiny_run_config.__file__).resolve()
 PACED_MAIN = paced_main.__name__  # a module: ``python -m``, or launch/local.sh's LAUNCH_MODULE
 SUMMARY_FIELDS = {
-    "label", "protocol", "learners", "batch_per_learner", "updates", "epochs", "test_accuracy", "test_error",
-    "train_accuracy", "sim_time", "wall_time", "staleness_mean", "staleness_max", "dropped_gradients",
-    "params_sha256", "preempted",
+  "label",
+  "protocol",
+  "learners",
+  "batch_per_learner",
+  "updates",
+  "epochs",
+  "test_accuracy",
+  "test_error",
+  "train_accuracy",
+  "sim_time",
+  "wall_time",
+  "staleness_mean",
+  "staleness_max",
+  "dropped_gradients",
+  "params_sha256",
+  "preempted",
 }
 
 
@@ -74,12 +86,13 @@ def event_scalars(workdir: os.PathLike, *, apply_purges: bool = False) -> dict[s
     offset = 0
     while offset < len(data):
       # A record: uint64 length, uint32 CRC of the length, payload, uint32 CRC of the payload.
-      (length,) = struct.unpack("<Q", data[offset:offset + 8])
-      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      (length,) = struct.unpack("<Q", data[offset : offset + 8])
+      event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
       offset += 12 + length + 4
       if apply_purges and event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
-        scalars = {tag: [(step, value) for step, value in points if step < event.step]
-                   for tag, points in scalars.items()}
+        scalars = {
+          tag: [(step, value) for step, value in points if step < event.step] for tag, points in scalars.items()
+        }
       for value in event.summary.value:
         if value.WhichOneof("value") == "simple_value":
           scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
@@ -96,15 +109,19 @@ def complete_checkpoints(workdir: os.PathLike) -> list[int]:
 
 def main_environment(compilation_cache: os.PathLike, devices_per_process: int = 8) -> dict[str, str]:
   """The environment of an ``experiments.main`` subprocess: host CPU devices, a shared compilation cache."""
-  return multiprocess_harness.process_environment(devices_per_process=devices_per_process, extra_env={
+  return multiprocess_harness.process_environment(
+    devices_per_process=devices_per_process,
+    extra_env={
       "JAX_COMPILATION_CACHE_DIR": str(compilation_cache),
       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
       "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-  })
+    },
+  )
 
 
-def main_command(workdir: os.PathLike, variant: str, *overrides: str,
-                 seconds_per_block: float | None = None) -> list[str]:
+def main_command(
+  workdir: os.PathLike, variant: str, *overrides: str, seconds_per_block: float | None = None
+) -> list[str]:
   """``experiments.main`` on a `tiny_run_config` variant, optionally paced (see `workers.paced_main`)."""
   program = [sys.executable, "-m", "experiments.main"]
   if seconds_per_block is not None:
@@ -115,14 +132,26 @@ def main_command(workdir: os.PathLike, variant: str, *overrides: str,
 def start_main(command: list[str], log_path: os.PathLike, compilation_cache: os.PathLike) -> subprocess.Popen:
   """Starts a command in the repository root with its output (both streams) going to ``log_path``."""
   with open(log_path, "ab") as log:
-    return subprocess.Popen(command, cwd=REPOSITORY_ROOT, env=main_environment(compilation_cache), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+      command,
+      cwd=REPOSITORY_ROOT,
+      env=main_environment(compilation_cache),
+      stdout=log,
+      stderr=subprocess.STDOUT,
+      start_new_session=True,
+    )
 
 
 def run_main(command: list[str], compilation_cache: os.PathLike, timeout: float) -> subprocess.CompletedProcess:
   """Runs a command to completion in the repository root and returns its captured output."""
-  return subprocess.run(command, cwd=REPOSITORY_ROOT, env=main_environment(compilation_cache), capture_output=True,
-                        text=True, timeout=timeout)
+  return subprocess.run(
+    command,
+    cwd=REPOSITORY_ROOT,
+    env=main_environment(compilation_cache),
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def log_tail(log_path: os.PathLike, lines: int = 30) -> str:
@@ -134,8 +163,7 @@ WALL_CLOCK_FIELDS = ("wall_time", "images_per_s")  # metrics that differ between
 PHASE_TIMEOUT = 120.0  # seconds; a command-line phase normally takes 3-10 s
 
 
-def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subprocess.Popen,
-                              log: pathlib.Path) -> int:
+def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subprocess.Popen, log: pathlib.Path) -> int:
   """Waits until the running process has a complete checkpoint beyond ``step``; returns its step."""
   deadline = time.monotonic() + PHASE_TIMEOUT
   while time.monotonic() < deadline:
@@ -143,15 +171,15 @@ def wait_for_checkpoint_after(workdir: pathlib.Path, step: int, process: subproc
     if newer:
       return newer[-1]
     if process.poll() is not None:
-      pytest.fail(f"the run exited with status {process.returncode} before checkpointing past update {step}:\n"
-                  f"{log_tail(log)}")
+      pytest.fail(
+        f"the run exited with status {process.returncode} before checkpointing past update {step}:\n{log_tail(log)}"
+      )
     time.sleep(0.01)
   process.kill()
   pytest.fail(f"no checkpoint past update {step} within {PHASE_TIMEOUT} s:\n{log_tail(log)}")
 
 
-def finish(process: subprocess.Popen, log: pathlib.Path, timeout: float = PHASE_TIMEOUT,
-           what: str = "the run") -> int:
+def finish(process: subprocess.Popen, log: pathlib.Path, timeout: float = PHASE_TIMEOUT, what: str = "the run") -> int:
   """The exit status of a running process (killed, and the test failed, after ``timeout`` seconds)."""
   try:
     return process.wait(timeout=timeout)

@@ -17,7 +17,7 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd.training.checkpoint import CheckpointError, Checkpointer, PreemptionGuard
+from stalesgd.training.checkpoint import Checkpointer, CheckpointError, PreemptionGuard
 from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
 from tests.helpers.workers import resume_loop_worker, sigkill_during_save_worker
 from tests.helpers.workers.resume_loop_worker import train
@@ -38,49 +38,58 @@ def _training_like_state(devices):
   by_learner = jax.sharding.NamedSharding(mesh, jax.P("learners"))
   replicated = jax.sharding.NamedSharding(mesh, jax.P())
   params = {
-      "dense": {"kernel": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float32).reshape(3, 4) / 3.0},
-      "bias_bf16": jnp.array([0.1, -2.5, 3.14159], dtype=jnp.bfloat16),
+    "dense": {"kernel": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float32).reshape(3, 4) / 3.0},
+    "bias_bf16": jnp.array([0.1, -2.5, 3.14159], dtype=jnp.bfloat16),
   }
   optimizer = optax.sgd(0.1, momentum=0.9)
   optimizer_state = optimizer.init(params)
   # One real step so the momentum is not all zeros.
   updates, optimizer_state = optimizer.update(jax.tree.map(jnp.ones_like, params), optimizer_state, params)
   return {
-      "params": optax.apply_updates(params, updates),
-      "optimizer": optimizer_state,
-      "ring_buffer": jax.device_put(jnp.arange(8 * 5, dtype=jnp.float32).reshape(8, 5) * 0.37, by_learner),
-      "lr_scale": jax.device_put(jnp.array([1.0, 0.5, 1 / 3], dtype=jnp.float32), replicated),
-      "counts": jnp.array([3, -7, 2**31 - 1], dtype=jnp.int32),
-      "staleness_histogram": np.array([5, 0, 9], dtype=np.int64),
-      "key": jax.random.key(42),
+    "params": optax.apply_updates(params, updates),
+    "optimizer": optimizer_state,
+    "ring_buffer": jax.device_put(jnp.arange(8 * 5, dtype=jnp.float32).reshape(8, 5) * 0.37, by_learner),
+    "lr_scale": jax.device_put(jnp.array([1.0, 0.5, 1 / 3], dtype=jnp.float32), replicated),
+    "counts": jnp.array([3, -7, 2**31 - 1], dtype=jnp.int32),
+    "staleness_histogram": np.array([5, 0, 9], dtype=np.int64),
+    "key": jax.random.key(42),
   }
 
 
 def _leaves_bits(tree):
   """Each leaf as (dtype, shape, raw bytes): equal bits, not just equal values."""
+
   def bits(leaf):
     if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
       leaf = jax.random.key_data(leaf)
     array = np.asarray(leaf)
     return (str(array.dtype), array.shape, array.tobytes())
+
   return [bits(leaf) for leaf in jax.tree.leaves(tree)]
 
 
 def _other_values_like(state):
   """A restore target: same structure, dtypes and shardings, different values."""
+
   def other(leaf):
     if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
       return jax.random.key(0)
     if isinstance(leaf, jax.Array):
       return jax.device_put(jnp.zeros_like(leaf), leaf.sharding)
     return np.zeros_like(leaf)
+
   return jax.tree.map(other, state)
 
 
 def test_round_trip_is_bit_exact_and_keeps_shardings(tmp_path, devices):
   state = _training_like_state(devices)
-  metadata = {"next_update": np.int64(1234), "seed": 7, "lr": np.float32(0.25), "history": [0.5, 0.25],
-              "config": {"protocol": "softsync", "learners": 8}}
+  metadata = {
+    "next_update": np.int64(1234),
+    "seed": 7,
+    "lr": np.float32(0.25),
+    "history": [0.5, 0.25],
+    "config": {"protocol": "softsync", "learners": 8},
+  }
   with Checkpointer(tmp_path) as checkpointer:
     assert checkpointer.save(1234, state, metadata)
     checkpointer.wait()
@@ -92,8 +101,13 @@ def test_round_trip_is_bit_exact_and_keeps_shardings(tmp_path, devices):
   assert restored_state["ring_buffer"].sharding == state["ring_buffer"].sharding
   assert restored_state["lr_scale"].sharding == state["lr_scale"].sharding
   assert isinstance(restored_state["optimizer"][0], optax.TraceState)
-  assert restored_metadata == {"next_update": 1234, "seed": 7, "lr": 0.25, "history": [0.5, 0.25],
-                               "config": {"protocol": "softsync", "learners": 8}}
+  assert restored_metadata == {
+    "next_update": 1234,
+    "seed": 7,
+    "lr": 0.25,
+    "history": [0.5, 0.25],
+    "config": {"protocol": "softsync", "learners": 8},
+  }
 
 
 def test_restore_uses_the_targets_sharding_not_the_saved_one(tmp_path, devices):
@@ -145,8 +159,11 @@ def test_a_state_of_another_structure_is_refused_as_another_version_and_kept(tmp
     for step in (5, 10):
       checkpointer.save(step, {"weights": jnp.arange(3.0), "applied_scale": jnp.ones(())}, {"next_update": step})
   with Checkpointer(tmp_path) as reopened:
-    with pytest.raises(CheckpointError, match=r"hold a state of another structure than this run's .*another "
-                                              r"version of stalesgd"):
+    with pytest.raises(
+      CheckpointError,
+      match=r"hold a state of another structure than this run's .*another "
+      r"version of stalesgd",
+    ):
       reopened.restore({"weights": jnp.zeros(3), "lr_scale": jnp.ones(())})
   assert sorted(entry.name for entry in tmp_path.iterdir()) == ["10", "5"]
 
@@ -193,8 +210,14 @@ def test_leftover_temporary_directory_is_ignored_and_removed(tmp_path):
 
 def test_a_save_killed_by_sigkill_is_never_restored(tmp_path):
   environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
-  completed = subprocess.run([sys.executable, "-m", sigkill_during_save_worker.__name__, str(tmp_path)],
-                             env=environment, capture_output=True, text=True, timeout=120, check=False)
+  completed = subprocess.run(
+    [sys.executable, "-m", sigkill_during_save_worker.__name__, str(tmp_path)],
+    env=environment,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
   assert completed.returncode == -signal.SIGKILL, completed.stderr[-3000:]
   # The kill really hit the second save half-way: its temporary directory is there.
   assert (tmp_path / "2.orbax-checkpoint-tmp").is_dir()
@@ -213,8 +236,13 @@ def test_a_save_killed_by_sigkill_is_never_restored(tmp_path):
 def _run_resume_loop(workdir, num_steps, *signal_arguments):
   environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
   completed = subprocess.run(
-      [sys.executable, "-m", resume_loop_worker.__name__, str(workdir), str(num_steps), *signal_arguments],
-      env=environment, capture_output=True, text=True, timeout=120, check=False)
+    [sys.executable, "-m", resume_loop_worker.__name__, str(workdir), str(num_steps), *signal_arguments],
+    env=environment,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
   outcome = json.loads(completed.stdout.strip().splitlines()[-1]) if completed.stdout.strip() else None
   return completed.returncode, outcome, completed.stderr[-3000:]
 
@@ -234,11 +262,14 @@ def test_killed_then_preempted_run_resumes_to_the_uninterrupted_result(tmp_path)
   assert read_jsonl(workdir / METRICS_FILENAME) == read_jsonl(tmp_path / "uninterrupted" / METRICS_FILENAME)
 
 
-@pytest.mark.parametrize("arguments, message", [
+@pytest.mark.parametrize(
+  "arguments, message",
+  [
     ({"max_to_keep": 0}, "max_to_keep = 0"),
     ({"save_interval_steps": 1.5}, "save_interval_steps = 1.5"),
     ({"save_interval_seconds": -1}, "save_interval_seconds = -1"),
-])
+  ],
+)
 def test_bad_options_raise(tmp_path, arguments, message):
   with pytest.raises(ValueError, match=message):
     Checkpointer(tmp_path, **arguments)
@@ -273,6 +304,7 @@ def test_preemption_guard_turns_sigterm_into_a_flag_and_restores_the_handler():
 def test_preemption_guard_with_several_signals():
   def sentinel_handler(signal_number, frame):
     del signal_number, frame
+
   previous = signal.signal(signal.SIGUSR1, sentinel_handler)
   try:
     with PreemptionGuard(signals=(signal.SIGTERM, signal.SIGUSR1)) as guard:
@@ -284,11 +316,14 @@ def test_preemption_guard_with_several_signals():
     signal.signal(signal.SIGUSR1, previous)
 
 
-@pytest.mark.parametrize("signals, message", [
+@pytest.mark.parametrize(
+  "signals, message",
+  [
     ((), r"signals = \(\)"),
     ((signal.SIGKILL,), "not SIGKILL"),
     ((12345,), "signals contains 12345"),
-])
+  ],
+)
 def test_preemption_guard_rejects_bad_signals(signals, message):
   with pytest.raises(ValueError, match=message):
     PreemptionGuard(signals=signals)
@@ -306,10 +341,14 @@ def _run_checkpoint_workers(directory: pathlib.Path, *mode: str) -> tuple[list[d
   environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
   environment.pop("XLA_FLAGS", None)
   workers = [
-      subprocess.Popen([sys.executable, "-m", MULTIPROCESS_CHECKPOINT_WORKER,
-                        str(process_id), str(port), str(directory), *mode],
-                       env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-      for process_id in (0, 1)
+    subprocess.Popen(
+      [sys.executable, "-m", MULTIPROCESS_CHECKPOINT_WORKER, str(process_id), str(port), str(directory), *mode],
+      env=environment,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for process_id in (0, 1)
   ]
   try:
     outputs = [worker.communicate(timeout=180) for worker in workers]
@@ -360,14 +399,20 @@ def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
   # Shards written by the two processes form the whole array, readable by one process.
   with Checkpointer(tmp_path) as checkpointer:
     replicated = jax.sharding.NamedSharding(_learners_mesh(devices), jax.P())
-    state, _ = checkpointer.restore({"ring": jax.ShapeDtypeStruct((4, 3), jnp.float32, sharding=replicated),
-                                     "weights": jax.ShapeDtypeStruct((4, 4096), jnp.float32, sharding=replicated)},
-                                    step=1)
+    state, _ = checkpointer.restore(
+      {
+        "ring": jax.ShapeDtypeStruct((4, 3), jnp.float32, sharding=replicated),
+        "weights": jax.ShapeDtypeStruct((4, 4096), jnp.float32, sharding=replicated),
+      },
+      step=1,
+    )
   np.testing.assert_array_equal(np.asarray(state["ring"]), np.arange(12, dtype=np.float32).reshape(4, 3))
 
   # One bit flipped in the data process 1 wrote for the newest step: only process 1 can see it (its shards'
   # checksum); both processes must fall back to step 1 together.
-  [data] = sorted((tmp_path / "4" / "state" / "ocdbt.process_1" / "d").iterdir(), key=lambda path: path.stat().st_size)[-1:]
+  [data] = sorted((tmp_path / "4" / "state" / "ocdbt.process_1" / "d").iterdir(), key=lambda path: path.stat().st_size)[
+    -1:
+  ]
   with open(data, "r+b") as file:
     file.seek(data.stat().st_size // 2)
     byte = file.read(1)

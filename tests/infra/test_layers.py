@@ -20,8 +20,18 @@ PACKAGE_ROOT = pathlib.Path(stalesgd.__file__).parent
 CORE_PACKAGES = ("transforms", "schedule", "parallel", "engine", "decentral")
 PACKAGE_ORDER = CORE_PACKAGES + ("utils", "data", "models", "training", "configs", "studies", "cli")
 # absl is not here: optax itself imports it (absl.logging).
-TRAINING_STACK_DISTRIBUTIONS = ("flax", "orbax", "tensorflow_datasets", "ml_collections", "tensorboardX",
-                                "matplotlib", "sklearn", "PIL", "scipy", "etils")
+TRAINING_STACK_DISTRIBUTIONS = (
+  "flax",
+  "orbax",
+  "tensorflow_datasets",
+  "ml_collections",
+  "tensorboardX",
+  "matplotlib",
+  "sklearn",
+  "PIL",
+  "scipy",
+  "etils",
+)
 
 
 def _package_of(path: pathlib.Path) -> str:
@@ -85,6 +95,7 @@ def test_the_core_imports_nothing_of_the_training_stack():
       assert not loaded, loaded
       print("ok")
       """)
-  completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False,
-                             cwd=PACKAGE_ROOT.parent)
+  completed = subprocess.run(
+    [sys.executable, "-c", program], capture_output=True, text=True, check=False, cwd=PACKAGE_ROOT.parent
+  )
   assert completed.returncode == 0 and completed.stdout.strip() == "ok", completed.stderr[-3000:]

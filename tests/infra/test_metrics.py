@@ -35,12 +35,12 @@ def _read_events(path: pathlib.Path) -> list[event_pb2.Event]:
   data = path.read_bytes()
   events, offset = [], 0
   while offset < len(data):
-    header = data[offset:offset + 8]
+    header = data[offset : offset + 8]
     (length,) = struct.unpack("<Q", header)
-    (header_crc,) = struct.unpack("<I", data[offset + 8:offset + 12])
+    (header_crc,) = struct.unpack("<I", data[offset + 8 : offset + 12])
     assert header_crc == _masked_crc32c(header)
-    payload = data[offset + 12:offset + 12 + length]
-    (payload_crc,) = struct.unpack("<I", data[offset + 12 + length:offset + 16 + length])
+    payload = data[offset + 12 : offset + 12 + length]
+    (payload_crc,) = struct.unpack("<I", data[offset + 12 + length : offset + 16 + length])
     assert payload_crc == _masked_crc32c(payload)
     events.append(event_pb2.Event.FromString(payload))
     offset += 16 + length
@@ -68,8 +68,10 @@ def test_jsonl_records_hold_python_numbers(tmp_path):
   lines = (tmp_path / METRICS_FILENAME).read_text().splitlines()
   assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
   records = read_jsonl(tmp_path / METRICS_FILENAME)
-  assert records[:2] == [{"step": 0, "train_loss": 2.5, "staleness_max": 7, "lr_scale": 0.125},
-                         {"step": 1, "test_error": 12.5, "diverged": 0}]
+  assert records[:2] == [
+    {"step": 0, "train_loss": 2.5, "staleness_max": 7, "lr_scale": 0.125},
+    {"step": 1, "test_error": 12.5, "diverged": 0},
+  ]
   assert isinstance(records[0]["staleness_max"], int)
   assert math.isnan(records[2]["train_loss"])
 
@@ -152,8 +154,9 @@ def test_bad_records_raise_before_writing(tmp_path):
 
 
 def test_to_json_value_converts_nested_arrays_and_rejects_objects():
-  converted = to_json_value({"seeds": (np.int64(1), 2), "lr": jnp.float32(0.5), "grid": np.eye(2, dtype=np.int32),
-                             "note": None, "flag": True})
+  converted = to_json_value(
+    {"seeds": (np.int64(1), 2), "lr": jnp.float32(0.5), "grid": np.eye(2, dtype=np.int32), "note": None, "flag": True}
+  )
   assert converted == {"seeds": [1, 2], "lr": 0.5, "grid": [[1, 0], [0, 1]], "note": None, "flag": True}
   assert json.loads(json.dumps(converted)) == converted
   with pytest.raises(ValueError, match=r"config\['learners'\] has key 3"):

@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 from matplotlib import image
 
-from stalesgd.utils._plots import Run, curve_points, markdown_table, plot_curves, plot_staleness_histograms, \
-    table_columns, write_results_table
+from stalesgd.utils._plots import (
+  Run,
+  curve_points,
+  markdown_table,
+  plot_curves,
+  plot_staleness_histograms,
+  table_columns,
+  write_results_table,
+)
 
 
 def _records(final_error: float, evaluate_every: int = 4, with_sim_time: bool = True) -> list[dict]:
@@ -34,8 +41,14 @@ def _assert_is_a_drawn_png(path):
 
 
 def test_curve_points_use_only_records_with_both_fields_sorted_by_x():
-  records = [{"epoch": 2.0, "test_error": 10.0}, {"epoch": 1.0}, {"epoch": 0.5, "test_error": 30.0},
-             {"test_error": 5.0}, {"epoch": 3.0, "test_error": float("nan")}, {"epoch": 4.0, "test_error": None}]
+  records = [
+    {"epoch": 2.0, "test_error": 10.0},
+    {"epoch": 1.0},
+    {"epoch": 0.5, "test_error": 30.0},
+    {"test_error": 5.0},
+    {"epoch": 3.0, "test_error": float("nan")},
+    {"epoch": 4.0, "test_error": None},
+  ]
   x_values, y_values = curve_points(records, "epoch", "test_error")
   np.testing.assert_array_equal(x_values, [0.5, 2.0])
   np.testing.assert_array_equal(y_values, [30.0, 10.0])
@@ -44,8 +57,11 @@ def test_curve_points_use_only_records_with_both_fields_sorted_by_x():
 
 
 def test_plot_curves_draws_each_run_and_tolerates_missing_fields(tmp_path):
-  runs = [Run("hardsync", _records(18.0)), Run("8-softsync, fixed α0", _records(30.0, evaluate_every=5)),
-          ("async without sim_time", _records(25.0, with_sim_time=False))]
+  runs = [
+    Run("hardsync", _records(18.0)),
+    Run("8-softsync, fixed α0", _records(30.0, evaluate_every=5)),
+    ("async without sim_time", _records(25.0, with_sim_time=False)),
+  ]
   path = plot_curves(runs, tmp_path / "figures" / "test_error.png", title="demo")
   pixels = _assert_is_a_drawn_png(path)
   assert pixels.shape[1] > pixels.shape[0]  # Two panels side by side.
@@ -55,8 +71,9 @@ def test_plot_curves_draws_each_run_and_tolerates_missing_fields(tmp_path):
 
 
 def test_plot_curves_with_no_matching_records_still_writes_a_figure(tmp_path):
-  path = plot_curves([Run("no evaluations yet", [{"step": 1, "epoch": 0.1}])], tmp_path / "empty.png",
-                     y="test_error", x=("epoch",))
+  path = plot_curves(
+    [Run("no evaluations yet", [{"step": 1, "epoch": 0.1}])], tmp_path / "empty.png", y="test_error", x=("epoch",)
+  )
   _assert_is_a_drawn_png(path)
 
 
@@ -69,28 +86,33 @@ def test_plot_curves_rejects_empty_inputs(tmp_path):
 
 def test_staleness_histograms(tmp_path):
   generator = np.random.default_rng(0)
-  staleness = {"hardsync": np.zeros(1000, dtype=np.int64),
-               "8-softsync": generator.poisson(8, size=(100, 30)),
-               "async": generator.geometric(1 / 30, size=3000).astype(np.int32) - 1}
+  staleness = {
+    "hardsync": np.zeros(1000, dtype=np.int64),
+    "8-softsync": generator.poisson(8, size=(100, 30)),
+    "async": generator.geometric(1 / 30, size=3000).astype(np.int32) - 1,
+  }
   _assert_is_a_drawn_png(plot_staleness_histograms(staleness, tmp_path / "staleness.png", title="λ = 30"))
   _assert_is_a_drawn_png(plot_staleness_histograms({"one": [3]}, tmp_path / "linear.png", log_scale=False))
 
 
-@pytest.mark.parametrize("staleness, message", [
+@pytest.mark.parametrize(
+  "staleness, message",
+  [
     ({}, "staleness is empty"),
     ({"a": []}, r"staleness\['a'\] is empty"),
     ({"a": [0.5, 1.0]}, r"staleness\['a'\] has dtype float64; allowed: integer"),
     ({"a": [2, -1]}, r"staleness\['a'\] holds -1"),
-])
+  ],
+)
 def test_staleness_histograms_reject_bad_input(tmp_path, staleness, message):
   with pytest.raises(ValueError, match=message):
     plot_staleness_histograms(staleness, tmp_path / "bad.png")
 
 
 ROWS = [
-    {"protocol": "hardsync", "n": 1, "test_error": 18.234, "published_test_error": 18.0},
-    {"protocol": "softsync", "n": 30, "published_test_error": 22.5, "test_error": 21.0, "note": "α0/σ"},
-    {"protocol": "async", "n": 30, "test_error": None},
+  {"protocol": "hardsync", "n": 1, "test_error": 18.234, "published_test_error": 18.0},
+  {"protocol": "softsync", "n": 30, "published_test_error": 22.5, "test_error": 21.0, "note": "α0/σ"},
+  {"protocol": "async", "n": 30, "test_error": None},
 ]
 
 
@@ -101,11 +123,12 @@ def test_table_columns_put_published_numbers_beside_ours():
 
 def test_markdown_table():
   assert markdown_table(ROWS) == (
-      "| protocol |  n | test_error | published_test_error | note |\n"
-      "| -------- | -: | ---------: | -------------------: | ---- |\n"
-      "| hardsync |  1 |      18.23 |                18.00 |      |\n"
-      "| softsync | 30 |      21.00 |                22.50 | α0/σ |\n"
-      "| async    | 30 |            |                      |      |\n")
+    "| protocol |  n | test_error | published_test_error | note |\n"
+    "| -------- | -: | ---------: | -------------------: | ---- |\n"
+    "| hardsync |  1 |      18.23 |                18.00 |      |\n"
+    "| softsync | 30 |      21.00 |                22.50 | α0/σ |\n"
+    "| async    | 30 |            |                      |      |\n"
+  )
   assert markdown_table(ROWS, ["n", "protocol"], float_format="{:.1f}").splitlines()[2] == "|  1 | hardsync |"
   with pytest.raises(ValueError, match="no columns"):
     markdown_table([])

@@ -29,23 +29,24 @@ def _wide_terminal(monkeypatch):
 
 def test_plain_lines_every_interval_with_rate_and_eta():
   stream, clock = io.StringIO(), FakeClock()
-  with ProgressReporter(100, examples_per_step=128, description="async", stream=stream, enabled=True,
-                        interval_seconds=10, clock=clock) as progress:
+  with ProgressReporter(
+    100, examples_per_step=128, description="async", stream=stream, enabled=True, interval_seconds=10, clock=clock
+  ) as progress:
     for step in range(1, 101):
       clock.now = step - 1.0  # One update per second after the first.
       progress.update(step, {"train_loss": 1.0 / step} if step % 25 == 0 else None)
   assert stream.getvalue().splitlines() == [
-      "async   1/100   1.0%",
-      "async  11/100  11.0% | 1 updates/s, 128 images/s | 10.0s, ETA 1m29s",
-      "async  21/100  21.0% | 1 updates/s, 128 images/s | 20.0s, ETA 1m19s",
-      "async  31/100  31.0% | 1 updates/s, 128 images/s | 30.0s, ETA 1m09s | train_loss=0.04",
-      "async  41/100  41.0% | 1 updates/s, 128 images/s | 40.0s, ETA 59.0s | train_loss=0.04",
-      "async  51/100  51.0% | 1 updates/s, 128 images/s | 50.0s, ETA 49.0s | train_loss=0.02",
-      "async  61/100  61.0% | 1 updates/s, 128 images/s | 1m00s, ETA 39.0s | train_loss=0.02",
-      "async  71/100  71.0% | 1 updates/s, 128 images/s | 1m10s, ETA 29.0s | train_loss=0.02",
-      "async  81/100  81.0% | 1 updates/s, 128 images/s | 1m20s, ETA 19.0s | train_loss=0.01333",
-      "async  91/100  91.0% | 1 updates/s, 128 images/s | 1m30s, ETA 9.0s | train_loss=0.01333",
-      "async 100/100 100.0% | 1 updates/s, 128 images/s | 1m39s, ETA 0.0s | train_loss=0.01",
+    "async   1/100   1.0%",
+    "async  11/100  11.0% | 1 updates/s, 128 images/s | 10.0s, ETA 1m29s",
+    "async  21/100  21.0% | 1 updates/s, 128 images/s | 20.0s, ETA 1m19s",
+    "async  31/100  31.0% | 1 updates/s, 128 images/s | 30.0s, ETA 1m09s | train_loss=0.04",
+    "async  41/100  41.0% | 1 updates/s, 128 images/s | 40.0s, ETA 59.0s | train_loss=0.04",
+    "async  51/100  51.0% | 1 updates/s, 128 images/s | 50.0s, ETA 49.0s | train_loss=0.02",
+    "async  61/100  61.0% | 1 updates/s, 128 images/s | 1m00s, ETA 39.0s | train_loss=0.02",
+    "async  71/100  71.0% | 1 updates/s, 128 images/s | 1m10s, ETA 29.0s | train_loss=0.02",
+    "async  81/100  81.0% | 1 updates/s, 128 images/s | 1m20s, ETA 19.0s | train_loss=0.01333",
+    "async  91/100  91.0% | 1 updates/s, 128 images/s | 1m30s, ETA 9.0s | train_loss=0.01333",
+    "async 100/100 100.0% | 1 updates/s, 128 images/s | 1m39s, ETA 0.0s | train_loss=0.01",
   ]
   assert "\r" not in stream.getvalue()
 
@@ -68,7 +69,8 @@ def test_terminal_bar_redraws_in_place_and_messages_keep_it():
   progress.update(4, {"test_error": 12.5})
   assert "\n" not in stream.getvalue()
   assert stream.getvalue().endswith(
-      "\r4/8 [============>...........]  50.0% | 1 updates/s | 2.0s, ETA 4.0s | test_error=12.5")
+    "\r4/8 [============>...........]  50.0% | 1 updates/s | 2.0s, ETA 4.0s | test_error=12.5"
+  )
   progress.write("evaluated")
   clock.now = 6.0
   progress.update(8)
@@ -104,11 +106,14 @@ def test_default_is_enabled_on_process_zero_and_plain_on_a_stringio():
   assert stream.getvalue() == "3/3 100.0%\n"
 
 
-@pytest.mark.parametrize("arguments, message", [
+@pytest.mark.parametrize(
+  "arguments, message",
+  [
     ({"total_steps": 0}, "total_steps = 0"),
     ({"total_steps": 10, "examples_per_step": 0}, "examples_per_step = 0"),
     ({"total_steps": 10, "interval_seconds": -1}, "interval_seconds = -1"),
-])
+  ],
+)
 def test_bad_arguments_raise(arguments, message):
   with pytest.raises(ValueError, match=message):
     ProgressReporter(**arguments)

@@ -58,15 +58,18 @@ def test_a_moved_module_path_imports_with_a_deprecation_warning(old, new):
 
 def test_old_import_forms_work_in_a_fresh_interpreter():
   """``from stalesgd import train`` and ``from stalesgd.train import ...`` as 0.1 code wrote them."""
-  program = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
-             "try:\n  from stalesgd import config\nexcept DeprecationWarning as warning:\n  print(warning)\n"
-             "warnings.simplefilter('ignore')\n"
-             "from stalesgd.train import train_and_evaluate\n"
-             "from stalesgd.checkpoint.checkpointer import Checkpointer\n"
-             "import stalesgd.training\n"
-             "assert train_and_evaluate is stalesgd.training.train_and_evaluate\n"
-             "assert Checkpointer is stalesgd.training.checkpoint.Checkpointer\n")
-  completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False,
-                             cwd=API_DOC.parents[1])
+  program = (
+    "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+    "try:\n  from stalesgd import config\nexcept DeprecationWarning as warning:\n  print(warning)\n"
+    "warnings.simplefilter('ignore')\n"
+    "from stalesgd.train import train_and_evaluate\n"
+    "from stalesgd.checkpoint.checkpointer import Checkpointer\n"
+    "import stalesgd.training\n"
+    "assert train_and_evaluate is stalesgd.training.train_and_evaluate\n"
+    "assert Checkpointer is stalesgd.training.checkpoint.Checkpointer\n"
+  )
+  completed = subprocess.run(
+    [sys.executable, "-c", program], capture_output=True, text=True, check=False, cwd=API_DOC.parents[1]
+  )
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert completed.stdout.startswith("stalesgd.config moved to stalesgd.training in stalesgd 0.2")

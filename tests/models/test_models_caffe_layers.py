@@ -37,26 +37,41 @@ def _caffe_pool_reference(x: np.ndarray, window: int, stride: int, pad: int, mod
   return out
 
 
-@pytest.mark.parametrize("size, window, stride, pad, expected", [
-    (32, 3, 2, 0, 16), (16, 3, 2, 0, 8), (8, 3, 2, 0, 4),  # cifar10_full: rounds up
-    (55, 3, 2, 0, 27), (27, 3, 2, 0, 13), (13, 3, 2, 0, 6),  # AlexNet
+@pytest.mark.parametrize(
+  "size, window, stride, pad, expected",
+  [
+    (32, 3, 2, 0, 16),
+    (16, 3, 2, 0, 8),
+    (8, 3, 2, 0, 4),  # cifar10_full: rounds up
+    (55, 3, 2, 0, 27),
+    (27, 3, 2, 0, 13),
+    (13, 3, 2, 0, 6),  # AlexNet
     (5, 3, 1, 1, 5),  # LRN's pooling keeps the size
     (6, 3, 3, 2, 3),  # the last window would start in the padding: dropped
-])
+  ],
+)
 def test_pooled_size_follows_caffe(size, window, stride, pad, expected):
   assert caffe_pooled_size(size, window, stride, pad) == expected
 
 
-@pytest.mark.parametrize("bad", [dict(window=0, stride=1), dict(window=3, stride=0),
-                                 dict(window=3, stride=1, pad=3), dict(window=3, stride=1, pad=-1)])
+@pytest.mark.parametrize(
+  "bad",
+  [
+    dict(window=0, stride=1),
+    dict(window=3, stride=0),
+    dict(window=3, stride=1, pad=3),
+    dict(window=3, stride=1, pad=-1),
+  ],
+)
 def test_pooled_size_rejects_bad_arguments(bad):
   with pytest.raises(ValueError, match="window"):
     caffe_pooled_size(8, **bad)
 
 
 @pytest.mark.parametrize("mode", ["max", "avg"])
-@pytest.mark.parametrize("size, window, stride, pad", [
-    (32, 3, 2, 0), (9, 3, 2, 0), (7, 3, 2, 1), (6, 3, 3, 2), (5, 3, 1, 1), (10, 2, 2, 0)])
+@pytest.mark.parametrize(
+  "size, window, stride, pad", [(32, 3, 2, 0), (9, 3, 2, 0), (7, 3, 2, 1), (6, 3, 3, 2), (5, 3, 1, 1), (10, 2, 2, 0)]
+)
 def test_pooling_matches_caffe_loops(mode, size, window, stride, pad):
   rng = np.random.default_rng(size * 100 + window * 10 + pad)
   x = rng.normal(size=(2, size, size + 1, 3)).astype(np.float32)
@@ -80,7 +95,7 @@ def _lrn_within_reference(x, local_size, alpha, beta):
   out = np.empty_like(x, dtype=np.float64)
   for i in range(x.shape[1]):
     for j in range(x.shape[2]):
-      window_sum = padded[:, i:i + local_size, j:j + local_size, :].sum(axis=(1, 2))
+      window_sum = padded[:, i : i + local_size, j : j + local_size, :].sum(axis=(1, 2))
       out[:, i, j, :] = x[:, i, j, :] * (1 + alpha * window_sum / local_size**2) ** (-beta)
   return out
 
@@ -90,7 +105,7 @@ def _lrn_across_reference(x, local_size, alpha, beta, k):
   squares = x.astype(np.float64) ** 2
   out = np.empty_like(x, dtype=np.float64)
   for c in range(x.shape[3]):
-    window_sum = squares[..., max(c - half, 0):c + half + 1].sum(axis=-1)
+    window_sum = squares[..., max(c - half, 0) : c + half + 1].sum(axis=-1)
     out[..., c] = x[..., c] * (k + alpha / local_size * window_sum) ** (-beta)
   return out
 

@@ -21,15 +21,19 @@ class _DenseDropout(nn.Module):
 
 @pytest.fixture(scope="module")
 def model_and_params():
-  model = ModelSpec(name="dense_dropout", module=_DenseDropout(), num_classes=3,
-                    default_image_shape=(2, 2, 1), uses_dropout=True)
+  model = ModelSpec(
+    name="dense_dropout", module=_DenseDropout(), num_classes=3, default_image_shape=(2, 2, 1), uses_dropout=True
+  )
   return model, model.init(jax.random.key(0))["params"]
 
 
 def _batch(seed):
   rng = np.random.default_rng(0)
-  return {"image": jnp.asarray(rng.normal(size=(4, 2, 2, 1)), jnp.float32),
-          "label": jnp.array([0, 1, 2, 0], jnp.int32), "dropout_seed": jnp.uint32(seed)}
+  return {
+    "image": jnp.asarray(rng.normal(size=(4, 2, 2, 1)), jnp.float32),
+    "label": jnp.array([0, 1, 2, 0], jnp.int32),
+    "dropout_seed": jnp.uint32(seed),
+  }
 
 
 def test_same_seed_same_loss_other_seed_other_mask(model_and_params):
@@ -44,8 +48,7 @@ def test_vmapped_learners_each_use_their_own_seed(model_and_params):
   batches = [_batch(seed) for seed in (1, 2, 3)]
   stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *batches)
   vmapped = jax.vmap(model.loss_fn, in_axes=(None, 0))(params, stacked)[0]
-  np.testing.assert_allclose(vmapped, [float(model.loss_fn(params, batch)[0]) for batch in batches],
-                             rtol=1e-6)
+  np.testing.assert_allclose(vmapped, [float(model.loss_fn(params, batch)[0]) for batch in batches], rtol=1e-6)
 
 
 def test_missing_seed_is_rejected_and_evaluation_needs_none(model_and_params):

@@ -27,8 +27,7 @@ def test_resnet50_trains_one_step_at_reduced_resolution():
   model = get_model("resnet50", num_classes=1000)
   variables = model.init(jax.random.key(0), (64, 64, 3))
   rng = np.random.default_rng(0)
-  batch = {"image": jnp.asarray(rng.normal(size=(2, 64, 64, 3)), jnp.float32),
-           "label": jnp.array([3, 999], jnp.int32)}
+  batch = {"image": jnp.asarray(rng.normal(size=(2, 64, 64, 3)), jnp.float32), "label": jnp.array([3, 999], jnp.int32)}
   loss, logits, grads, new_params = _one_sgd_step(model, variables["params"], batch)
   assert logits.shape == (2, 1000) and np.isfinite(float(loss))
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
@@ -40,8 +39,10 @@ def test_alexnet_trains_one_step_at_full_size():
   model = get_model("alexnet", num_classes=1000)
   params = model.init(jax.random.key(0))["params"]
   rng = np.random.default_rng(1)
-  batch = {"image": jnp.asarray(rng.normal(scale=50.0, size=(2, 227, 227, 3)), jnp.float32),
-           "label": jnp.array([0, 500], jnp.int32)}
+  batch = {
+    "image": jnp.asarray(rng.normal(scale=50.0, size=(2, 227, 227, 3)), jnp.float32),
+    "label": jnp.array([0, 500], jnp.int32),
+  }
   loss, logits, grads, _ = _one_sgd_step(model, params, batch)
   assert logits.shape == (2, 1000) and np.isfinite(float(loss))
   assert float(loss) > 0.0

@@ -25,8 +25,7 @@ def _images(seed, shape):
 
 
 def test_precise_bn_is_mean_of_batch_means_and_of_unbiased_batch_variances():
-  model = ModelSpec(name="dense_bn", module=_DenseBatchNorm(), num_classes=2,
-                    default_image_shape=(2, 2, 1))
+  model = ModelSpec(name="dense_bn", module=_DenseBatchNorm(), num_classes=2, default_image_shape=(2, 2, 1))
   params = model.init(jax.random.key(0))["params"]
   batches = [{"image": _images(seed, (5, 2, 2, 1))} for seed in range(3)]
   stats = model.batch_stats_for_eval(params, batches)
@@ -34,8 +33,7 @@ def test_precise_bn_is_mean_of_batch_means_and_of_unbiased_batch_variances():
   kernel, bias = np.asarray(params["dense"]["kernel"], np.float64), np.asarray(params["dense"]["bias"])
   hidden = [np.asarray(batch["image"], np.float64).reshape(5, -1) @ kernel + bias for batch in batches]
   np.testing.assert_allclose(stats["bn"]["mean"], np.mean([h.mean(0) for h in hidden], 0), rtol=1e-5)
-  np.testing.assert_allclose(stats["bn"]["var"], np.mean([h.var(0, ddof=1) for h in hidden], 0),
-                             rtol=1e-5)
+  np.testing.assert_allclose(stats["bn"]["var"], np.mean([h.var(0, ddof=1) for h in hidden], 0), rtol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +56,10 @@ def test_precise_bn_statistics_replace_the_initial_ones(resnet_and_params):
 def test_evaluation_is_deterministic_and_per_example(resnet_and_params):
   model, variables = resnet_and_params
   batches = [{"image": _images(7, (4, 32, 32, 3))}]
-  eval_variables = {"params": variables["params"],
-                    "batch_stats": model.batch_stats_for_eval(variables["params"], batches)}
+  eval_variables = {
+    "params": variables["params"],
+    "batch_stats": model.batch_stats_for_eval(variables["params"], batches),
+  }
   images = _images(8, (6, 32, 32, 3))
   logits = model.predict(eval_variables, images)
   np.testing.assert_array_equal(logits, model.predict(eval_variables, images))
@@ -67,8 +67,7 @@ def test_evaluation_is_deterministic_and_per_example(resnet_and_params):
   np.testing.assert_allclose(model.predict(eval_variables, images[:2]), logits[:2], rtol=1e-4, atol=1e-5)
   # ... while the training-mode forward normalises with the batch's own statistics.
   train_logits = model.loss_fn(variables["params"], {"image": images, "label": jnp.zeros(6, jnp.int32)})[1]
-  train_logits_pair = model.loss_fn(variables["params"],
-                                    {"image": images[:2], "label": jnp.zeros(2, jnp.int32)})[1]
+  train_logits_pair = model.loss_fn(variables["params"], {"image": images[:2], "label": jnp.zeros(2, jnp.int32)})[1]
   assert not np.allclose(train_logits[:2], train_logits_pair, atol=1e-4)
 
 

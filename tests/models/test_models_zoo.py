@@ -10,18 +10,20 @@ import pytest
 from stalesgd.models import available_models, get_model
 
 SMALL_MODELS = {
-    # name: (options, image shape, input scale)
-    "cifar10_full": ({}, (32, 32, 3), 60.0),  # mean-subtracted raw pixels
-    "resnet20": ({}, (32, 32, 3), 1.0),
-    "mlp": ({"hidden_sizes": (32,)}, (8, 8, 1), 1.0),
-    "small_cnn": ({"conv_features": (8, 16), "dense_features": 16}, (8, 8, 1), 1.0),
+  # name: (options, image shape, input scale)
+  "cifar10_full": ({}, (32, 32, 3), 60.0),  # mean-subtracted raw pixels
+  "resnet20": ({}, (32, 32, 3), 1.0),
+  "mlp": ({"hidden_sizes": (32,)}, (8, 8, 1), 1.0),
+  "small_cnn": ({"conv_features": (8, 16), "dense_features": 16}, (8, 8, 1), 1.0),
 }
 
 
 def _batch(image_shape, batch_size, scale, seed=0, num_classes=10):
   rng = np.random.default_rng(seed)
-  return {"image": jnp.asarray(rng.normal(scale=scale, size=(batch_size, *image_shape)), jnp.float32),
-          "label": jnp.asarray(rng.integers(0, num_classes, batch_size), jnp.int32)}
+  return {
+    "image": jnp.asarray(rng.normal(scale=scale, size=(batch_size, *image_shape)), jnp.float32),
+    "label": jnp.asarray(rng.integers(0, num_classes, batch_size), jnp.int32),
+  }
 
 
 def test_cifar10_full_has_exactly_the_papers_parameters():
@@ -29,15 +31,23 @@ def test_cifar10_full_has_exactly_the_papers_parameters():
   shapes = model.parameter_shapes()
   assert model.num_parameters() == 89_578
   assert {name: shapes[name]["kernel"].shape for name in shapes} == {
-      "conv1": (5, 5, 3, 32), "conv2": (5, 5, 32, 32), "conv3": (5, 5, 32, 64),
-      "ip1": (1024, 10)}  # 1024 = 4 x 4 x 64: Caffe's rounded-up pooling
+    "conv1": (5, 5, 3, 32),
+    "conv2": (5, 5, 32, 32),
+    "conv3": (5, 5, 32, 64),
+    "ip1": (1024, 10),
+  }  # 1024 = 4 x 4 x 64: Caffe's rounded-up pooling
 
 
-@pytest.mark.parametrize("name, options, expected", [
-    ("resnet20", {}, 269_722), ("resnet_cifar", {"depth": 110}, 1_727_962),
+@pytest.mark.parametrize(
+  "name, options, expected",
+  [
+    ("resnet20", {}, 269_722),
+    ("resnet_cifar", {"depth": 110}, 1_727_962),
     ("resnet50", {}, 25_557_032),
-    ("alexnet", {}, 60_965_224), ("alexnet", {"groups": 1}, 62_378_344),
-])
+    ("alexnet", {}, 60_965_224),
+    ("alexnet", {"groups": 1}, 62_378_344),
+  ],
+)
 def test_parameter_counts_at_full_size(name, options, expected):
   num_classes = 1000 if name in ("resnet50", "alexnet") else 10
   assert get_model(name, num_classes=num_classes, **options).num_parameters() == expected
@@ -59,8 +69,10 @@ def test_cifar10_full_initialisation_follows_caffe():
     np.testing.assert_array_equal(params[name]["bias"], 0.0)
 
 
-@pytest.mark.parametrize("name, learning_rate, steps", [
-    ("cifar10_full", 0.01, 14), ("resnet20", 0.05, 10), ("mlp", 0.1, 10), ("small_cnn", 0.1, 10)])
+@pytest.mark.parametrize(
+  "name, learning_rate, steps",
+  [("cifar10_full", 0.01, 14), ("resnet20", 0.05, 10), ("mlp", 0.1, 10), ("small_cnn", 0.1, 10)],
+)
 def test_gradients_reach_every_layer_and_sgd_decreases_the_loss(name, learning_rate, steps):
   # cifar10_full starts slowly (conv1 std 1e-4: tiny activations), hence its
   # larger plain-SGD step than the paper's 0.001 with momentum 0.9.
@@ -123,16 +135,20 @@ def test_models_without_batch_norm_have_trivial_eval_state():
   assert set(variables) == {"params"} and not model.has_batch_norm
   batch = _batch((32, 32, 3), 3, 60.0)
   assert model.batch_stats_for_eval(variables["params"], [batch]) == {}
-  np.testing.assert_allclose(model.predict(variables, batch["image"]),
-                             model.loss_fn(variables["params"], batch)[1], rtol=1e-6)
+  np.testing.assert_allclose(
+    model.predict(variables, batch["image"]), model.loss_fn(variables["params"], batch)[1], rtol=1e-6
+  )
 
 
 def test_registry_lists_every_required_model():
-  assert {"cifar10_full", "resnet20", "resnet_cifar", "resnet50", "alexnet", "mlp",
-          "small_cnn"} <= set(available_models())
+  assert {"cifar10_full", "resnet20", "resnet_cifar", "resnet50", "alexnet", "mlp", "small_cnn"} <= set(
+    available_models()
+  )
 
 
-@pytest.mark.parametrize("name, options, match", [
+@pytest.mark.parametrize(
+  "name, options, match",
+  [
     ("vgg16", {}, "model name 'vgg16' is unknown"),
     ("resnet20", {"depth": 32}, r"does not take option\(s\) \['depth'\]"),
     ("resnet_cifar", {"depth": 21}, "depth must be 6n \\+ 2"),
@@ -141,7 +157,8 @@ def test_registry_lists_every_required_model():
     ("alexnet", {"groups": 3}, "groups must be 1 or 2"),
     ("mlp", {"hidden_sizes": (0,)}, "hidden_sizes"),
     ("small_cnn", {"conv_features": ()}, "conv_features"),
-])
+  ],
+)
 def test_registry_rejects_bad_arguments(name, options, match):
   with pytest.raises(ValueError, match=match):
     get_model(name, num_classes=10, **options)

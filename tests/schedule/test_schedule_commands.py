@@ -13,13 +13,20 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 
 def _run(module: str, *flags: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", module, *flags], cwd=REPOSITORY, capture_output=True, text=True,
-                        timeout=300, check=False)
+  return subprocess.run(
+    [sys.executable, "-m", module, *flags], cwd=REPOSITORY, capture_output=True, text=True, timeout=300, check=False
+  )
 
 
 def test_one_protocol_prints_its_table_and_writes_a_histogram(tmp_path):
-  result = _run("experiments.schedule_stats", "--protocol=softsync", "--learners=30", "--n=4", "--updates=3000",
-                f"--output_dir={tmp_path}")
+  result = _run(
+    "experiments.schedule_stats",
+    "--protocol=softsync",
+    "--learners=30",
+    "--n=4",
+    "--updates=3000",
+    f"--output_dir={tmp_path}",
+  )
   assert result.returncode == 0, result.stderr
   row = next(line for line in result.stdout.splitlines() if "softsync(n=4)" in line).split()
   assert row[1] == "7"  # c = floor(30 / 4)
@@ -44,11 +51,14 @@ def test_sweep_covers_zhang_et_al_and_the_straggler_comparison(tmp_path):
   assert "updates/s" in result.stdout and "stragglers" in result.stdout
 
 
-@pytest.mark.parametrize("flags,message", [
+@pytest.mark.parametrize(
+  "flags,message",
+  [
     (("--protocol=hardsync", "--n=3"), "protocol 'hardsync' does not take option(s) ['n']"),
     (("--latency=-1",), "latency must be a number in [0.0, inf]; got -1.0"),
     (("--sweep", "--n=2"), "--sweep runs its own protocols and options"),
-])
+  ],
+)
 def test_bad_flags_fail_before_simulating(tmp_path, flags, message):
   result = _run("experiments.schedule_stats", *flags, f"--output_dir={tmp_path}")
   assert result.returncode != 0
@@ -58,11 +68,21 @@ def test_bad_flags_fail_before_simulating(tmp_path, flags, message):
 
 def test_benchmark_reports_every_protocol(tmp_path):
   output = tmp_path / "schedule_benchmark.json"
-  result = _run("experiments.benchmarks.schedule", "--arrivals=3000", "--repeats=1", "--learners=8",
-                f"--output={output}")
+  result = _run(
+    "experiments.benchmarks.schedule", "--arrivals=3000", "--repeats=1", "--learners=8", f"--output={output}"
+  )
   assert result.returncode == 0, result.stderr
   report = json.loads(output.read_text())
-  assert {row["protocol"] for row in report["rows"]} >= {"hardsync", "softsync", "async", "ssp", "backup",
-                                                         "drop_stale", "allreduce_sync", "s3gd", "dcs3gd"}
+  assert {row["protocol"] for row in report["rows"]} >= {
+    "hardsync",
+    "softsync",
+    "async",
+    "ssp",
+    "backup",
+    "drop_stale",
+    "allreduce_sync",
+    "s3gd",
+    "dcs3gd",
+  }
   assert all(row["arrivals"] >= 2_900 and row["arrivals_per_second"] > 0 for row in report["rows"])
   assert report["machine"]["host_cpus"] >= 1  # the field every benchmark shares (benchmarks/common.py)

@@ -9,26 +9,26 @@ import numpy as np
 import pytest
 
 from stalesgd.schedule import EventTrace, Schedule, TimingModel, simulate
-from stalesgd.schedule import _schedule_arrays as schedule_module
 from stalesgd.schedule import _protocols as protocols_module
+from stalesgd.schedule import _schedule_arrays as schedule_module
 
 
 def _tiny_schedule(**changes) -> Schedule:
   """Two updates of two contributions each, written by hand."""
   fields = dict(
-      protocol="softsync",
-      learners=3,
-      learner=np.array([[0, 1], [2, 0]], dtype=np.int32),
-      timestamp=np.array([[0, 0], [0, 1]]),
-      batch_index=np.array([[0, 0], [0, 1]]),
-      update_time=np.array([1.0, 2.0]),
-      dropped_learner=np.array([1], dtype=np.int32),
-      dropped_timestamp=np.array([0]),
-      dropped_batch_index=np.array([1]),
-      dropped_at_update=np.array([2]),
-      learner_busy_time=np.array([2.0, 1.5, 1.0]),
-      total_time=2.0,
-      options={"protocol_options": {"n": 1}, "seed": 0},
+    protocol="softsync",
+    learners=3,
+    learner=np.array([[0, 1], [2, 0]], dtype=np.int32),
+    timestamp=np.array([[0, 0], [0, 1]]),
+    batch_index=np.array([[0, 0], [0, 1]]),
+    update_time=np.array([1.0, 2.0]),
+    dropped_learner=np.array([1], dtype=np.int32),
+    dropped_timestamp=np.array([0]),
+    dropped_batch_index=np.array([1]),
+    dropped_at_update=np.array([2]),
+    learner_busy_time=np.array([2.0, 1.5, 1.0]),
+    total_time=2.0,
+    options={"protocol_options": {"n": 1}, "seed": 0},
   )
   fields.update(changes)
   return Schedule(**fields)
@@ -68,7 +68,9 @@ def test_integer_fields_are_converted_to_their_documented_dtypes():
   assert schedule.timestamp.dtype == np.int64 and schedule.update_time.dtype == np.float64
 
 
-@pytest.mark.parametrize("changes,message", [
+@pytest.mark.parametrize(
+  "changes,message",
+  [
     ({"learner": np.array([[0, 1], [3, 0]])}, r"learner must lie in \[0, learners=3\)"),
     ({"timestamp": np.array([[0, 1], [0, 1]])}, r"0 <= timestamp\[u\] <= u"),
     ({"timestamp": np.array([[0.0, 0.0], [0.0, 1.0]])}, r"timestamp must hold integers"),
@@ -79,7 +81,8 @@ def test_integer_fields_are_converted_to_their_documented_dtypes():
     ({"dropped_timestamp": np.array([3])}, r"dropped_timestamp <= dropped_at_update"),
     ({"learner_busy_time": np.zeros(2)}, r"learner_busy_time must have shape \(3,\)"),
     ({"learners": 0}, r"learners must be an integer >= 1"),
-])
+  ],
+)
 def test_inconsistent_schedules_raise(changes, message):
   with pytest.raises(ValueError, match=message):
     _tiny_schedule(**changes)
@@ -88,8 +91,9 @@ def test_inconsistent_schedules_raise(changes, message):
 @pytest.mark.parametrize("record_events", [False, True])
 def test_save_and_load_round_trip_exactly(tmp_path, record_events):
   timing = TimingModel(jitter="straggler", straggler_prob=0.1, straggler_factor=3.0, latency=0.01)
-  schedule = simulate("drop_stale", learners=6, max_staleness=3, num_updates=300, seed=5, timing=timing,
-                      record_events=record_events)
+  schedule = simulate(
+    "drop_stale", learners=6, max_staleness=3, num_updates=300, seed=5, timing=timing, record_events=record_events
+  )
   path = tmp_path / "run.schedule"  # no .npz suffix: the file is written at exactly this path
   schedule.save(path)
   loaded = Schedule.load(path)
@@ -98,13 +102,24 @@ def test_save_and_load_round_trip_exactly(tmp_path, record_events):
 
 
 def test_a_loaded_schedule_replays_from_its_recorded_options(tmp_path):
-  schedule = simulate("softsync", learners=8, n=4, num_updates=200, seed=3,
-                      timing=TimingModel(speed_factor_sigma=0.3, bandwidth=1e6, model_bytes=10_000))
+  schedule = simulate(
+    "softsync",
+    learners=8,
+    n=4,
+    num_updates=200,
+    seed=3,
+    timing=TimingModel(speed_factor_sigma=0.3, bandwidth=1e6, model_bytes=10_000),
+  )
   schedule.save(tmp_path / "run.npz")
   options = Schedule.load(tmp_path / "run.npz").options
-  replay = simulate(schedule.protocol, learners=schedule.learners, num_updates=schedule.num_updates,
-                    seed=options["seed"], timing=TimingModel.from_dict(options["timing"]),
-                    **options["protocol_options"])
+  replay = simulate(
+    schedule.protocol,
+    learners=schedule.learners,
+    num_updates=schedule.num_updates,
+    seed=options["seed"],
+    timing=TimingModel.from_dict(options["timing"]),
+    **options["protocol_options"],
+  )
   _assert_identical(schedule, replay)
 
 

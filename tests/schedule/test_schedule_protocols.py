@@ -18,8 +18,8 @@ def _arrival_times(schedule) -> dict[tuple[int, int], float]:
   trace = schedule.events
   arrivals = trace.kind == events_lib.ARRIVE
   return {
-      (int(learner), int(batch)): float(time)
-      for learner, batch, time in zip(trace.learner[arrivals], trace.batch_index[arrivals], trace.time[arrivals])
+    (int(learner), int(batch)): float(time)
+    for learner, batch, time in zip(trace.learner[arrivals], trace.batch_index[arrivals], trace.time[arrivals])
   }
 
 
@@ -114,17 +114,23 @@ def test_ssp_with_a_large_bound_lets_fast_learners_run_ahead():
 def test_backup_workers_apply_exactly_learners_minus_b_and_drop_the_latest_arrivals():
   learners, backup = 10, 3
   timing = TimingModel(jitter="lognormal", jitter_sigma=0.4)
-  schedule = simulate("backup", learners=learners, backup=backup, num_updates=300, seed=3, timing=timing,
-                      record_events=True)
+  schedule = simulate(
+    "backup", learners=learners, backup=backup, num_updates=300, seed=3, timing=timing, record_events=True
+  )
   assert schedule.contributions_per_update == learners - backup
   assert np.all(schedule.gradient_staleness == 0)
   assert np.all([np.unique(row).size == row.size for row in schedule.learner])
   assert schedule.num_dropped > 0 and np.all(schedule.dropped_staleness >= 1)
   arrived_at = _arrival_times(schedule)
-  last_accepted = np.array([max(arrived_at[(int(learner), int(batch))] for learner, batch in zip(row, batches))
-                            for row, batches in zip(schedule.learner, schedule.batch_index)])
-  for learner, batch, timestamp in zip(schedule.dropped_learner, schedule.dropped_batch_index,
-                                       schedule.dropped_timestamp):
+  last_accepted = np.array(
+    [
+      max(arrived_at[(int(learner), int(batch))] for learner, batch in zip(row, batches))
+      for row, batches in zip(schedule.learner, schedule.batch_index)
+    ]
+  )
+  for learner, batch, timestamp in zip(
+    schedule.dropped_learner, schedule.dropped_batch_index, schedule.dropped_timestamp
+  ):
     assert arrived_at[(int(learner), int(batch))] >= last_accepted[timestamp]
 
 
@@ -146,8 +152,16 @@ def test_backup_with_no_backup_workers_equals_hardsync():
 @pytest.mark.parametrize("n", [1, 4, 12])
 def test_drop_stale_applies_nothing_staler_than_the_bound_and_counts_every_drop(n):
   max_staleness = 2
-  schedule = simulate("drop_stale", learners=12, n=n, max_staleness=max_staleness, num_updates=3_000, seed=6,
-                      timing=TimingModel(jitter="exponential"), record_events=True)
+  schedule = simulate(
+    "drop_stale",
+    learners=12,
+    n=n,
+    max_staleness=max_staleness,
+    num_updates=3_000,
+    seed=6,
+    timing=TimingModel(jitter="exponential"),
+    record_events=True,
+  )
   assert schedule.max_staleness <= max_staleness
   assert schedule.num_dropped > 0
   assert np.all(schedule.dropped_staleness > max_staleness)
@@ -156,20 +170,28 @@ def test_drop_stale_applies_nothing_staler_than_the_bound_and_counts_every_drop(
   # Every arrival is either applied or dropped; arrivals of the gradients
   # still pending when the run stopped are neither.
   assert arrivals.sum() - schedule.learner.size - schedule.num_dropped < schedule.contributions_per_update
-  start_timestamp = {(int(learner), int(batch)): int(timestamp) for learner, batch, timestamp, kind in
-                     zip(trace.learner, trace.batch_index, trace.timestamp, trace.kind) if kind == events_lib.START}
+  start_timestamp = {
+    (int(learner), int(batch)): int(timestamp)
+    for learner, batch, timestamp, kind in zip(trace.learner, trace.batch_index, trace.timestamp, trace.kind)
+    if kind == events_lib.START
+  }
   too_stale = sum(
-      int(timestamp) - start_timestamp[(int(learner), int(batch))] > max_staleness
-      for learner, batch, timestamp in zip(trace.learner[arrivals], trace.batch_index[arrivals],
-                                           trace.timestamp[arrivals]))
+    int(timestamp) - start_timestamp[(int(learner), int(batch))] > max_staleness
+    for learner, batch, timestamp in zip(
+      trace.learner[arrivals], trace.batch_index[arrivals], trace.timestamp[arrivals]
+    )
+  )
   assert too_stale == schedule.num_dropped
 
 
-@pytest.mark.parametrize("protocol,options", [
+@pytest.mark.parametrize(
+  "protocol,options",
+  [
     ("allreduce_sync", {}),
     ("s3gd", {"staleness": 2}),
     ("dcs3gd", {"staleness": 1, "overlap": False}),
-])
+  ],
+)
 def test_decentralized_schedules_have_every_learner_every_step(protocol, options):
   learners, steps = 4, 50
   schedule = simulate(protocol, learners=learners, num_updates=steps, seed=0, **options)
@@ -187,8 +209,12 @@ def _step_period(schedule) -> float:
 def test_decentralized_step_cost_with_and_without_overlap(compute_time, allreduce_bytes):
   learners = 4
   # bandwidth chosen so the ring all-reduce takes `allreduce_bytes` seconds.
-  timing = TimingModel(compute_time=compute_time, jitter="deterministic", model_bytes=1_000,
-                       bandwidth=1_000 * 2 * (learners - 1) / learners / allreduce_bytes)
+  timing = TimingModel(
+    compute_time=compute_time,
+    jitter="deterministic",
+    model_bytes=1_000,
+    bandwidth=1_000 * 2 * (learners - 1) / learners / allreduce_bytes,
+  )
   allreduce = timing.allreduce_time(learners)
   assert allreduce == pytest.approx(allreduce_bytes)
   sync = simulate("allreduce_sync", learners=learners, num_updates=40, seed=0, timing=timing)
@@ -206,19 +232,28 @@ def test_dcs3gd_has_the_timing_of_s3gd():
 
 
 def _protocol_options(protocol: str, learners: int) -> dict:
-  return {"softsync": {"n": 2}, "ssp": {"s": 2}, "backup": {"backup": 1},
-          "drop_stale": {"max_staleness": 3, "n": learners // 2}}.get(protocol, {})
+  return {
+    "softsync": {"n": 2},
+    "ssp": {"s": 2},
+    "backup": {"backup": 1},
+    "drop_stale": {"max_staleness": 3, "n": learners // 2},
+  }.get(protocol, {})
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_every_learner_consumes_consecutive_mini_batches(protocol):
   learners = 6
   timing = TimingModel(jitter="straggler", jitter_sigma=0.2, straggler_prob=0.1, straggler_factor=4.0)
-  schedule = simulate(protocol, learners=learners, num_updates=200, seed=7, timing=timing,
-                      **_protocol_options(protocol, learners))
+  schedule = simulate(
+    protocol, learners=learners, num_updates=200, seed=7, timing=timing, **_protocol_options(protocol, learners)
+  )
   for learner in range(learners):
-    batches = np.concatenate([schedule.batch_index[schedule.learner == learner],
-                              schedule.dropped_batch_index[schedule.dropped_learner == learner]])
+    batches = np.concatenate(
+      [
+        schedule.batch_index[schedule.learner == learner],
+        schedule.dropped_batch_index[schedule.dropped_learner == learner],
+      ]
+    )
     np.testing.assert_array_equal(np.sort(batches), np.arange(batches.size), err_msg=f"learner {learner}")
     applied_in_order = schedule.batch_index[schedule.learner == learner]  # row-major = arrival order
     assert np.all(np.diff(applied_in_order) > 0)

@@ -7,13 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from stalesgd.utils import _plots as plots
 from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
-from stalesgd.utils import _schedule_plots as schedule_plots
 from stalesgd.schedule import _summary as statistics
+from stalesgd.utils import _plots as plots
+from stalesgd.utils import _schedule_plots as schedule_plots
 
 
-@pytest.mark.parametrize("protocol,arguments,message", [
+@pytest.mark.parametrize(
+  "protocol,arguments,message",
+  [
     ("softsync", {"n": 31}, r"n must be an integer in \[1, learners=30\]; got 31"),
     ("softsync", {"n": 0}, r"n must be an integer in \[1, learners=30\]; got 0"),
     ("softsync", {"n": 2.5}, r"n must be an integer in \[1, learners=30\]; got 2\.5"),
@@ -33,7 +35,8 @@ from stalesgd.schedule import _summary as statistics
     ("async", {"timing": "fast"}, r"timing must be a TimingModel or None; got str"),
     ("async", {"timing": TimingModel(speed_factors=(1.0, 2.0))}, r"speed_factors must hold one factor per learner"),
     ("allreduce_sync", {"record_events": True}, r"record_events is only available for hardsync"),
-])
+  ],
+)
 def test_invalid_arguments_raise_naming_the_argument_and_range(protocol, arguments, message):
   arguments = {"learners": 30, "num_updates": 10, "seed": 0, **arguments}
   with pytest.raises(ValueError, match=message):
@@ -44,8 +47,14 @@ def test_invalid_arguments_raise_naming_the_argument_and_range(protocol, argumen
 def test_progress_is_reported_up_to_the_last_update(protocol):
   reports = []
   options = {"n": 2} if protocol == "softsync" else {}
-  simulate(protocol, learners=4, num_updates=1_000, seed=0, progress=lambda done, total: reports.append((done, total)),
-           **options)
+  simulate(
+    protocol,
+    learners=4,
+    num_updates=1_000,
+    seed=0,
+    progress=lambda done, total: reports.append((done, total)),
+    **options,
+  )
   assert reports and reports[-1] == (1_000, 1_000)
   assert all(later > earlier for (earlier, _), (later, _) in zip(reports, reports[1:]))
 
@@ -58,15 +67,19 @@ def test_summary_of_deterministic_learners_shows_linear_speedup():
   summary = statistics.summarize(simulate("softsync", learners=30, n=4, num_updates=3_000, seed=0))
   assert summary["mean_staleness"] == pytest.approx(4.0, rel=0.2)
   assert summary["p_staleness_above_2n"] == 0.0
-  assert math.isnan(statistics.summarize(simulate("ssp", learners=4, s=1, num_updates=50, seed=0))
-                    ["p_staleness_above_2n"])
+  assert math.isnan(
+    statistics.summarize(simulate("ssp", learners=4, s=1, num_updates=50, seed=0))["p_staleness_above_2n"]
+  )
 
 
 def test_stragglers_slow_hardsync_more_than_async():
   stragglers = TimingModel(jitter="straggler", jitter_sigma=0.05, straggler_prob=0.02, straggler_factor=5.0)
-  speedups = {protocol: statistics.summarize(simulate(protocol, learners=30, num_updates=n_updates, seed=0,
-                                                      timing=stragglers))["speedup"]
-              for protocol, n_updates in (("hardsync", 300), ("async", 9_000))}
+  speedups = {
+    protocol: statistics.summarize(simulate(protocol, learners=30, num_updates=n_updates, seed=0, timing=stragglers))[
+      "speedup"
+    ]
+    for protocol, n_updates in (("hardsync", 300), ("async", 9_000))
+  }
   assert speedups["async"] > 25 and speedups["hardsync"] < 20
 
 
@@ -81,8 +94,10 @@ def test_dropped_gradients_do_not_count_towards_the_speedup():
 
 def test_staleness_histograms_of_every_protocol_are_written(tmp_path):
   options = {"softsync": {"n": 2}, "ssp": {"s": 1}, "backup": {"backup": 1}, "drop_stale": {"max_staleness": 2}}
-  staleness = {protocol: simulate(protocol, learners=4, num_updates=40, seed=0,
-                                  **options.get(protocol, {})).gradient_staleness for protocol in PROTOCOLS}
+  staleness = {
+    protocol: simulate(protocol, learners=4, num_updates=40, seed=0, **options.get(protocol, {})).gradient_staleness
+    for protocol in PROTOCOLS
+  }
   path = tmp_path / "nested" / "histogram.png"
   plots.plot_staleness_histograms(staleness, path)
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -91,7 +106,8 @@ def test_staleness_histograms_of_every_protocol_are_written(tmp_path):
 def test_protocol_comparison_plot_and_empty_inputs(tmp_path):
   path = tmp_path / "bars.png"
   schedule_plots.plot_protocol_comparison(
-      {"no stragglers": {"hardsync": 24.0, "async": 29.0}, "stragglers": {"async": 28.0}}, path, ylabel="speedup")
+    {"no stragglers": {"hardsync": 24.0, "async": 29.0}, "stragglers": {"async": 28.0}}, path, ylabel="speedup"
+  )
   assert path.stat().st_size > 0
   with pytest.raises(ValueError, match="at least one"):
     schedule_plots.plot_protocol_comparison({}, path, ylabel="speedup")

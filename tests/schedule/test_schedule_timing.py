@@ -17,7 +17,9 @@ def test_negative_times_raise_naming_the_field(field):
     TimingModel(**{field: -1.0})
 
 
-@pytest.mark.parametrize("fields,message", [
+@pytest.mark.parametrize(
+  "fields,message",
+  [
     ({"compute_time": 0.0}, r"compute_time must be a number in \(0\.0"),
     ({"bandwidth": 0.0}, r"bandwidth must be a number in \(0\.0"),
     ({"model_bytes": -5}, r"model_bytes must be an integer in \[0, inf\]"),
@@ -30,7 +32,8 @@ def test_negative_times_raise_naming_the_field(field):
     ({"speed_factors": (1.0, -2.0)}, r"speed_factors\[1\] must be a number in \(0\.0"),
     ({"speed_factors": (1.0,), "speed_factor_sigma": 0.5}, r"give at most one of"),
     ({"compute_time": math.nan}, r"compute_time must be a number"),
-])
+  ],
+)
 def test_invalid_timing_raises(fields, message):
   with pytest.raises(ValueError, match=message):
     TimingModel(**fields)
@@ -63,11 +66,14 @@ def test_trace_shape_must_fit_the_learners(tmp_path):
     simulate("async", learners=4, num_updates=10, seed=0, timing=TimingModel(trace=str(path)))
 
 
-@pytest.mark.parametrize("jitter,extra,mean", [
+@pytest.mark.parametrize(
+  "jitter,extra,mean",
+  [
     ("lognormal", {"jitter_sigma": 0.3}, 1.0),
     ("exponential", {}, 1.0),
     ("straggler", {"jitter_sigma": 0.0, "straggler_prob": 0.1, "straggler_factor": 5.0}, 1.4),
-])
+  ],
+)
 def test_jitter_laws_have_their_means(jitter, extra, mean):
   timing = TimingModel(compute_time=2.0, jitter=jitter, **extra)
   seconds = StepDurations(timing, learners=1, seed=0).first(0, 200_000)
@@ -118,7 +124,7 @@ def test_per_step_npy_trace_replays_step_times_cyclically(tmp_path):
   np.save(path, steps)
   timing = TimingModel(trace=str(path), jitter="deterministic")
   durations = StepDurations(timing, learners=2, seed=0)
-  expected = np.tile(steps, (BLOCK_STEPS, 1))[:BLOCK_STEPS + 5]  # crosses a block boundary
+  expected = np.tile(steps, (BLOCK_STEPS, 1))[: BLOCK_STEPS + 5]  # crosses a block boundary
   for learner in range(2):
     np.testing.assert_array_equal(durations.first(learner, BLOCK_STEPS + 5), expected[:, learner])
   schedule = simulate("hardsync", learners=2, num_updates=3, seed=0, timing=timing)
@@ -133,8 +139,9 @@ def test_step_times_are_common_random_numbers_across_protocols_and_cluster_sizes
   np.testing.assert_array_equal(small.first(1, 2 * BLOCK_STEPS + 3), streamed)
   hardsync = simulate("hardsync", learners=3, num_updates=20, seed=9, timing=timing)
   asynchronous = simulate("async", learners=3, num_updates=20, seed=9, timing=timing)
-  np.testing.assert_array_equal(hardsync.update_time[:1], np.max(
-      [StepDurations(timing, 3, 9).first(learner, 1) for learner in range(3)]))
+  np.testing.assert_array_equal(
+    hardsync.update_time[:1], np.max([StepDurations(timing, 3, 9).first(learner, 1) for learner in range(3)])
+  )
   assert asynchronous.update_time[0] == np.min([StepDurations(timing, 3, 9).first(learner, 1) for learner in range(3)])
 
 

@@ -11,19 +11,31 @@ import math
 import numpy as np
 import pytest
 
-from tests.helpers.optimizer_equations import (GRADS, LR_MULT, PARAMS, RTOL, STALE, STALENESS, WD_MULT,
-                                               assert_updates_close, assert_updates_equal, make_config,
-                                               reference_updates, run_updates)
-
+from tests.helpers.optimizer_equations import (
+  GRADS,
+  LR_MULT,
+  PARAMS,
+  RTOL,
+  STALE,
+  STALENESS,
+  WD_MULT,
+  assert_updates_close,
+  assert_updates_equal,
+  make_config,
+  reference_updates,
+  run_updates,
+)
 
 # ------------------------------------------------------- delay compensation
 
 
 def dc_constant(dc_lambda):
   """g~ = g + lambda0 g (.) g (.) (w_t - w_bak,k)."""
+
   def correct(t, g, w):
     del t
     return {key: g[key] + dc_lambda * g[key] ** 2 * (w[key] - STALE[key]) for key in g}
+
   return correct
 
 
@@ -66,7 +78,8 @@ def dc_adaptive(dc_lambda, decay, learners=None, num_learners=3, eps=1e-7, bias_
         per_contribution = ms[ids]
       if bias_correction:
         per_contribution = per_contribution / np.reshape(
-            per_contribution_weight, np.shape(per_contribution_weight) + (1,) * (per_contribution.ndim - 1))
+          per_contribution_weight, np.shape(per_contribution_weight) + (1,) * (per_contribution.ndim - 1)
+        )
       out[key] = g[key] + dc_lambda / np.sqrt(per_contribution + eps) * squares * (w[key] - STALE[key])
     return out
 
@@ -75,6 +88,7 @@ def dc_adaptive(dc_lambda, decay, learners=None, num_learners=3, eps=1e-7, bias_
 
 def dc_layerwise(dc_lambda):
   """Per contribution and leaf: lambda = lambda0 ||g|| / ||g (.) g (.) D||, so ||correction|| = lambda0 ||g||."""
+
   def correct(t, g, w):
     del t
     out = {}
@@ -85,6 +99,7 @@ def dc_layerwise(dc_lambda):
         rows.append(g[key][k] + dc_lambda * np.linalg.norm(g[key][k]) / np.linalg.norm(correction) * correction)
       out[key] = np.stack(rows)
     return out
+
   return correct
 
 
@@ -116,8 +131,9 @@ def test_delay_compensation_constant_by_hand():
 def test_delay_compensation_adaptive(dc_lambda, dc_decay, jit):
   """Catches a wrong dc_lambda or dc_decay (m <-> 1-m), a MeanSquare updated after lambda_t is taken,
   blended once per contribution instead of once per stack, or not carried to the next update."""
-  config = make_config(learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=dc_lambda,
-                       dc_decay=dc_decay)
+  config = make_config(
+    learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=dc_lambda, dc_decay=dc_decay
+  )
   expected = reference_updates(steps=3, alphas=[0.1] * 3, momentum=0.5, correct=dc_adaptive(dc_lambda, dc_decay))
   assert_updates_close(run_updates(config, steps=3, stale=STALE_STEPS, jit=jit), expected)
 
@@ -129,8 +145,7 @@ def test_delay_compensation_adaptive_epsilon():
   c = 1, b only: g = 1e-3, D = w_0 - w_bak = 0.25, lambda = 0.1 / sqrt(1e-7 + 1e-7);
   g~ = g + lambda g^2 D; momentum 0: u_0 = -0.1 g~.
   """
-  config = make_config(c=1, learning_rate=0.1, momentum=0.0, delay_compensation="adaptive", dc_lambda=0.1,
-                       dc_decay=0.9)
+  config = make_config(c=1, learning_rate=0.1, momentum=0.0, delay_compensation="adaptive", dc_lambda=0.1, dc_decay=0.9)
   grads = [{"w": [[1e-3, 2e-3]], "b": [1e-3]}]
   stale = [{"w": [[1.75, 0.5]], "b": [0.25]}]
   (got,) = run_updates(config, grads, [[1]], steps=1, stale=stale)
@@ -138,8 +153,9 @@ def test_delay_compensation_adaptive_epsilon():
   np.testing.assert_allclose(got["b"], -0.1 * (1e-3 + lam * 1e-6 * 0.25), rtol=RTOL)
   # w: MeanSquare (1e-7, 4e-7), D = (0.25, 0.5).
   lam_w = 0.1 / np.sqrt(np.array([1e-7, 4e-7]) + 1e-7)
-  np.testing.assert_allclose(got["w"], -0.1 * (np.array([1e-3, 2e-3]) + lam_w * np.array([1e-6, 4e-6])
-                                                * np.array([0.25, 0.5])), rtol=RTOL)
+  np.testing.assert_allclose(
+    got["w"], -0.1 * (np.array([1e-3, 2e-3]) + lam_w * np.array([1e-6, 4e-6]) * np.array([0.25, 0.5])), rtol=RTOL
+  )
 
 
 def test_delay_compensation_adaptive_first_update_by_hand():
@@ -147,8 +163,7 @@ def test_delay_compensation_adaptive_first_update_by_hand():
 
   b, m = 0.75: mean g^2 = (0.04 + 0.16 + 0.81)/3 = 1.01/3; MS = 0.25 * 1.01/3.
   """
-  config = make_config(learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=0.1,
-                       dc_decay=0.75)
+  config = make_config(learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=0.1, dc_decay=0.75)
   (got,) = run_updates(config, steps=1, stale=STALE_STEPS)
   lam = 0.1 / math.sqrt(0.25 * 1.01 / 3 + 1e-7)
   corrected = [0.2 + lam * 0.04 * 0.25, 0.4 - lam * 0.16 * 0.5, 0.9 + lam * 0.81 * 1.0]
@@ -164,10 +179,17 @@ LEARNER_IDS = [[0, 1, 1], [1, 1, 2], [2, 0, 0]]
 def test_delay_compensation_adaptive_per_learner_mean_square(jit):
   """Catches dc_per_learner_mean_square ignored (one global MeanSquare), rows indexed by contribution
   instead of learner, or absent learners' MeanSquare decayed."""
-  config = make_config(learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=0.1,
-                       dc_decay=0.9, dc_per_learner_mean_square=True)
-  expected = reference_updates(steps=3, alphas=[0.1] * 3, momentum=0.5,
-                               correct=dc_adaptive(0.1, 0.9, learners=LEARNER_IDS))
+  config = make_config(
+    learning_rate=0.1,
+    momentum=0.5,
+    delay_compensation="adaptive",
+    dc_lambda=0.1,
+    dc_decay=0.9,
+    dc_per_learner_mean_square=True,
+  )
+  expected = reference_updates(
+    steps=3, alphas=[0.1] * 3, momentum=0.5, correct=dc_adaptive(0.1, 0.9, learners=LEARNER_IDS)
+  )
   got = run_updates(config, steps=3, stale=STALE_STEPS, learners=LEARNER_IDS, jit=jit)
   assert_updates_close(got, expected)
   # And it is not the global MeanSquare.
@@ -180,17 +202,25 @@ def test_delay_compensation_adaptive_per_learner_mean_square(jit):
 def test_delay_compensation_adaptive_mean_square_bias_correction(per_learner, jit):
   """Catches dc_mean_square_bias_correction ignored, its weight W blended once per contribution instead of
   once per stack, not carried to the next update, or (per learner) advanced for absent learners."""
-  config = make_config(learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=0.1,
-                       dc_decay=0.9, dc_per_learner_mean_square=per_learner,
-                       dc_mean_square_bias_correction=True)
+  config = make_config(
+    learning_rate=0.1,
+    momentum=0.5,
+    delay_compensation="adaptive",
+    dc_lambda=0.1,
+    dc_decay=0.9,
+    dc_per_learner_mean_square=per_learner,
+    dc_mean_square_bias_correction=True,
+  )
   learners = LEARNER_IDS if per_learner else None
-  expected = reference_updates(steps=3, alphas=[0.1] * 3, momentum=0.5,
-                               correct=dc_adaptive(0.1, 0.9, learners=learners, bias_correction=True))
+  expected = reference_updates(
+    steps=3, alphas=[0.1] * 3, momentum=0.5, correct=dc_adaptive(0.1, 0.9, learners=learners, bias_correction=True)
+  )
   got = run_updates(config, steps=3, stale=STALE_STEPS, learners=LEARNER_IDS, jit=jit)
   assert_updates_close(got, expected)
   # And it is not the uncorrected MeanSquare.
-  uncorrected = reference_updates(steps=3, alphas=[0.1] * 3, momentum=0.5,
-                                  correct=dc_adaptive(0.1, 0.9, learners=learners))
+  uncorrected = reference_updates(
+    steps=3, alphas=[0.1] * 3, momentum=0.5, correct=dc_adaptive(0.1, 0.9, learners=learners)
+  )
   assert not np.allclose(got[0]["w"], uncorrected[0]["w"], rtol=1e-4)
 
 
@@ -200,8 +230,14 @@ def test_delay_compensation_bias_correction_first_update_by_hand():
   b, m = 0.75: mean g^2 = (0.04 + 0.16 + 0.81)/3 = 1.01/3, lambda = 0.1 / sqrt(1.01/3 + eps)
   (uncorrected: 0.1 / sqrt(0.25 * 1.01/3 + eps), twice as large).
   """
-  config = make_config(learning_rate=0.1, momentum=0.5, delay_compensation="adaptive", dc_lambda=0.1,
-                       dc_decay=0.75, dc_mean_square_bias_correction=True)
+  config = make_config(
+    learning_rate=0.1,
+    momentum=0.5,
+    delay_compensation="adaptive",
+    dc_lambda=0.1,
+    dc_decay=0.75,
+    dc_mean_square_bias_correction=True,
+  )
   (got,) = run_updates(config, steps=1, stale=STALE_STEPS)
   lam = 0.1 / math.sqrt(1.01 / 3 + 1e-7)
   corrected = [0.2 + lam * 0.04 * 0.25, 0.4 - lam * 0.16 * 0.5, 0.9 + lam * 0.81 * 1.0]
@@ -230,10 +266,18 @@ def test_weight_decay_does_not_enter_delay_compensation(mode):
   g + wd w; with an inverse rule, also decay that skips the staleness weight."""
   correct = {"constant": dc_constant(0.5), "adaptive": dc_adaptive(0.1, 0.9), "layerwise": dc_layerwise(0.2)}[mode]
   dc_lambda = {"constant": 0.5, "adaptive": 0.1, "layerwise": 0.2}[mode]
-  config = make_config(learning_rate=0.1, momentum=0.5, weight_decay=0.2, staleness_rule="inverse",
-                       delay_compensation=mode, dc_lambda=dc_lambda, dc_decay=0.9)
-  expected = reference_updates(alphas=[0.1, 0.1], momentum=0.5, weights=[[1, 1 / 2, 1 / 4], [1, 1 / 3, 1 / 6]],
-                               weight_decay=0.2, correct=correct)
+  config = make_config(
+    learning_rate=0.1,
+    momentum=0.5,
+    weight_decay=0.2,
+    staleness_rule="inverse",
+    delay_compensation=mode,
+    dc_lambda=dc_lambda,
+    dc_decay=0.9,
+  )
+  expected = reference_updates(
+    alphas=[0.1, 0.1], momentum=0.5, weights=[[1, 1 / 2, 1 / 4], [1, 1 / 3, 1 / 6]], weight_decay=0.2, correct=correct
+  )
   assert_updates_close(run_updates(config, stale=STALE_STEPS), expected)
 
 
@@ -243,8 +287,7 @@ def test_weight_decay_does_not_enter_delay_compensation_by_hand():
   g~ = (0.205, 0.36, 1.305) (see the DC pin); decay 0.2 * 0.5 = 0.1 per contribution;
   u_0 = -0.1 (1.87/3 + 0.1). With decay inside DC: g' = (0.3, 0.5, 1.0) gives another value.
   """
-  config = make_config(learning_rate=0.1, momentum=0.5, weight_decay=0.2, delay_compensation="constant",
-                       dc_lambda=0.5)
+  config = make_config(learning_rate=0.1, momentum=0.5, weight_decay=0.2, delay_compensation="constant", dc_lambda=0.5)
   (got,) = run_updates(config, steps=1, stale=STALE_STEPS)
   np.testing.assert_allclose(got["b"], -0.1 * (1.87 / 3 + 0.1), rtol=RTOL)
 
@@ -269,8 +312,15 @@ def test_gap_aware_penalises_each_coordinate():
 
 # --------------------------------------------------------- the combined case
 
-COMBINED = {"learning_rate": 0.1, "momentum": 0.5, "lr_decay_epochs": (0.5,), "lr_decay_factor": 0.5,
-            "weight_decay": 0.1, "model_multipliers": True, "staleness_rule": "inverse"}
+COMBINED = {
+  "learning_rate": 0.1,
+  "momentum": 0.5,
+  "lr_decay_epochs": (0.5,),
+  "lr_decay_factor": 0.5,
+  "weight_decay": 0.1,
+  "model_multipliers": True,
+  "staleness_rule": "inverse",
+}
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -284,8 +334,9 @@ def test_combined_momentum_decay_multipliers_inverse_rule(c, jit):
   else:
     grads = [{key: np.asarray(value)[1:2] for key, value in g.items()} for g in GRADS]
     staleness, weights = [[2], [3]], [[1 / 2], [1 / 3]]
-  expected = reference_updates(grads, alphas=[0.1, 0.05], momentum=0.5, weights=weights, weight_decay=0.1,
-                               lr_mult=LR_MULT, wd_mult=WD_MULT)
+  expected = reference_updates(
+    grads, alphas=[0.1, 0.05], momentum=0.5, weights=weights, weight_decay=0.1, lr_mult=LR_MULT, wd_mult=WD_MULT
+  )
   assert_updates_close(run_updates(config, grads, staleness, jit=jit), expected)
 
 
@@ -295,9 +346,14 @@ def test_unstacked_call_is_a_stack_of_one():
   stacked_grads = [{key: np.asarray(value)[1:2] for key, value in g.items()} for g in GRADS]
   stale = [{key: value[1:2] for key, value in STALE.items()}] * 3
   stacked = run_updates(config, stacked_grads, [[2], [3], [1]], steps=3, stale=stale, learners=[[1]] * 3)
-  unstacked = run_updates(config, [{key: value[0] for key, value in g.items()} for g in stacked_grads],
-                          [2, 3, 1], steps=3, stale=[{key: value[0] for key, value in s.items()} for s in stale],
-                          learners=[1, 1, 1])
+  unstacked = run_updates(
+    config,
+    [{key: value[0] for key, value in g.items()} for g in stacked_grads],
+    [2, 3, 1],
+    steps=3,
+    stale=[{key: value[0] for key, value in s.items()} for s in stale],
+    learners=[1, 1, 1],
+  )
   assert_updates_equal(unstacked, stacked)
 
 

@@ -12,86 +12,129 @@ import numpy as np
 import pytest
 
 from stalesgd.training._run_config import validate_config
-from tests.helpers.optimizer_equations import (LR_MULT, RTOL, WD_MULT, assert_updates_close, FakeModel, make_config,
-                                               reference_updates, run_updates)
-
+from tests.helpers.optimizer_equations import (
+  LR_MULT,
+  RTOL,
+  WD_MULT,
+  FakeModel,
+  assert_updates_close,
+  make_config,
+  reference_updates,
+  run_updates,
+)
 
 # ------------------------------------------------------------------ the solver
 
 
-@pytest.mark.parametrize("learning_rate, expected", [
+@pytest.mark.parametrize(
+  "learning_rate, expected",
+  [
     # Momentum 0: u_t = -alpha * avg_t.
     (0.1, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.03, -0.03], "b": -0.1}]),
     (0.05, [{"w": [-0.03, -0.05], "b": -0.025}, {"w": [-0.015, -0.015], "b": -0.05}]),
-])
+  ],
+)
 def test_learning_rate_scales_the_step(learning_rate, expected):
   """Catches a learning rate that is ignored, applied twice, or not negated (u = +alpha g)."""
   config = make_config(learning_rate=learning_rate, momentum=0.0)
   assert_updates_close(run_updates(config), expected)
 
 
-@pytest.mark.parametrize("momentum, expected", [
+@pytest.mark.parametrize(
+  "momentum, expected",
+  [
     # v_0 = 0.1 avg_0 = ([0.06, 0.1], 0.05); v_1 = mu v_0 + 0.1 avg_1; v_2 = mu v_1 + 0.1 avg_2.
     # mu 0.5:  v_1 = ([0.03+0.03, 0.05+0.03], 0.025+0.1), v_2 = ([0.03+0.04, 0.04+0.03], 0.0625+0.02)
-    (0.5, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.06, -0.08], "b": -0.125},
-           {"w": [-0.07, -0.07], "b": -0.0825}]),
+    (0.5, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.06, -0.08], "b": -0.125}, {"w": [-0.07, -0.07], "b": -0.0825}]),
     # mu 0.25: v_1 = ([0.015+0.03, 0.025+0.03], 0.0125+0.1), v_2 = ([0.01125+0.04, 0.01375+0.03], 0.028125+0.02)
-    (0.25, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.045, -0.055], "b": -0.1125},
-            {"w": [-0.05125, -0.04375], "b": -0.048125}]),
-])
+    (
+      0.25,
+      [
+        {"w": [-0.06, -0.1], "b": -0.05},
+        {"w": [-0.045, -0.055], "b": -0.1125},
+        {"w": [-0.05125, -0.04375], "b": -0.048125},
+      ],
+    ),
+  ],
+)
 def test_momentum_accumulates_the_buffer(momentum, expected):
   """Catches a momentum that is ignored, scaled (e.g. 0.9 mu), or a buffer that is reset each update."""
   config = make_config(learning_rate=0.1, momentum=momentum)
   assert_updates_close(run_updates(config, steps=3), expected)
 
 
-@pytest.mark.parametrize("nesterov, expected", [
+@pytest.mark.parametrize(
+  "nesterov, expected",
+  [
     (False, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.06, -0.08], "b": -0.125}]),
     # u_t = -(alpha avg_t + mu v_t), mu 0.5: u_0 = -([0.06, 0.1] + 0.5 [0.06, 0.1], 0.05 + 0.025);
     # u_1 = -([0.03 + 0.03, 0.03 + 0.04], 0.1 + 0.0625).
     (True, [{"w": [-0.09, -0.15], "b": -0.075}, {"w": [-0.06, -0.07], "b": -0.1625}]),
-])
+  ],
+)
 def test_nesterov_looks_ahead_through_the_buffer(nesterov, expected):
   """Catches an ignored nesterov flag, or Nesterov's look-ahead taken on the old buffer v_{t-1}."""
   config = make_config(learning_rate=0.1, momentum=0.5, nesterov=nesterov)
   assert_updates_close(run_updates(config), expected)
 
 
-@pytest.mark.parametrize("lr_decay_epochs, lr_decay_factor, expected", [
+@pytest.mark.parametrize(
+  "lr_decay_epochs, lr_decay_factor, expected",
+  [
     # Boundary round(0.5 * 2) = 1: alpha = 0.1, 0.05, 0.05 (mu 0.5). The buffer keeps alpha_0's part:
     # v_1 = 0.5 v_0 + 0.05 avg_1 = ([0.03+0.015, 0.05+0.015], 0.025+0.05),
     # v_2 = 0.5 v_1 + 0.05 avg_2 = ([0.0225+0.02, 0.0325+0.015], 0.0375+0.01).
-    ((0.5,), 0.5, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.045, -0.065], "b": -0.075},
-                   {"w": [-0.0425, -0.0475], "b": -0.0475}]),
+    (
+      (0.5,),
+      0.5,
+      [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.045, -0.065], "b": -0.075}, {"w": [-0.0425, -0.0475], "b": -0.0475}],
+    ),
     # Boundary round(0.3 * 2) = round(0.6) = 1: the same as epoch 0.5.
-    ((0.3,), 0.5, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.045, -0.065], "b": -0.075},
-                   {"w": [-0.0425, -0.0475], "b": -0.0475}]),
+    (
+      (0.3,),
+      0.5,
+      [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.045, -0.065], "b": -0.075}, {"w": [-0.0425, -0.0475], "b": -0.0475}],
+    ),
     # Boundary 1 with factor 0.2: alpha = 0.1, 0.02, 0.02.
     # v_1 = ([0.03+0.006, 0.05+0.006], 0.025+0.02), v_2 = ([0.018+0.008, 0.028+0.006], 0.0225+0.004).
-    ((0.5,), 0.2, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.036, -0.056], "b": -0.045},
-                   {"w": [-0.026, -0.034], "b": -0.0265}]),
+    (
+      (0.5,),
+      0.2,
+      [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.036, -0.056], "b": -0.045}, {"w": [-0.026, -0.034], "b": -0.0265}],
+    ),
     # Boundary 2: alpha = 0.1, 0.1, 0.05; v_2 = 0.5 v_1 + 0.05 avg_2 = ([0.03+0.02, 0.04+0.015], 0.0625+0.01).
-    ((1.0,), 0.5, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.06, -0.08], "b": -0.125},
-                   {"w": [-0.05, -0.055], "b": -0.0725}]),
+    (
+      (1.0,),
+      0.5,
+      [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.06, -0.08], "b": -0.125}, {"w": [-0.05, -0.055], "b": -0.0725}],
+    ),
     # Boundaries 1 and 2 (given unsorted): alpha = 0.1, 0.05, 0.025;
     # v_2 = 0.5 v_1 + 0.025 avg_2 = ([0.0225+0.01, 0.0325+0.0075], 0.0375+0.005).
-    ((1.0, 0.5), 0.5, [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.045, -0.065], "b": -0.075},
-                       {"w": [-0.0325, -0.04], "b": -0.0425}]),
-])
+    (
+      (1.0, 0.5),
+      0.5,
+      [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.045, -0.065], "b": -0.075}, {"w": [-0.0325, -0.04], "b": -0.0425}],
+    ),
+  ],
+)
 def test_learning_rate_decay_at_boundaries_inside_the_buffer(lr_decay_epochs, lr_decay_factor, expected):
   """Catches wrong boundaries (epochs not converted with updates_per_epoch, off by one: t > b), an
   ignored lr_decay_factor, and optax's order (learning rate after the momentum trace), which rescales
   the buffer at a decay step: it would give u_1 = -0.05 (0.5 avg_0 + avg_1) = -([0.03, 0.04], 0.0625)."""
-  config = make_config(learning_rate=0.1, momentum=0.5, lr_decay_epochs=lr_decay_epochs,
-                       lr_decay_factor=lr_decay_factor)
+  config = make_config(
+    learning_rate=0.1, momentum=0.5, lr_decay_epochs=lr_decay_epochs, lr_decay_factor=lr_decay_factor
+  )
   assert_updates_close(run_updates(config, steps=3), expected)
 
 
 def test_learning_rate_decay_counts_updates_per_epoch():
   """Catches a schedule that ignores updates_per_epoch: epoch 0.5 at 4 updates per epoch is update 2."""
   config = make_config(learning_rate=0.1, momentum=0.5, lr_decay_epochs=(0.5,), lr_decay_factor=0.5)
-  expected = [{"w": [-0.06, -0.1], "b": -0.05}, {"w": [-0.06, -0.08], "b": -0.125},
-              {"w": [-0.05, -0.055], "b": -0.0725}]
+  expected = [
+    {"w": [-0.06, -0.1], "b": -0.05},
+    {"w": [-0.06, -0.08], "b": -0.125},
+    {"w": [-0.05, -0.055], "b": -0.0725},
+  ]
   assert_updates_close(run_updates(config, steps=3, updates_per_epoch=4.0), expected)
 
 
@@ -104,10 +147,20 @@ def test_weight_decay_placement(placement, weight_decay):
   """Catches weight decay that is ignored, taken at the initial instead of the current weights, or
   placed wrongly: under "modulated" it must be scaled by each contribution's staleness weight (inverse
   rule, sigma = [0, 2, 4] then [1, 3, 6]), under "unmodulated" added once after the average."""
-  config = make_config(learning_rate=0.1, momentum=0.5, weight_decay=weight_decay,
-                       weight_decay_placement=placement, staleness_rule="inverse")
-  expected = reference_updates(alphas=[0.1, 0.1], momentum=0.5, weights=[[1, 1 / 2, 1 / 4], [1, 1 / 3, 1 / 6]],
-                               weight_decay=weight_decay, placement=placement)
+  config = make_config(
+    learning_rate=0.1,
+    momentum=0.5,
+    weight_decay=weight_decay,
+    weight_decay_placement=placement,
+    staleness_rule="inverse",
+  )
+  expected = reference_updates(
+    alphas=[0.1, 0.1],
+    momentum=0.5,
+    weights=[[1, 1 / 2, 1 / 4], [1, 1 / 3, 1 / 6]],
+    weight_decay=weight_decay,
+    placement=placement,
+  )
   assert_updates_close(run_updates(config), expected)
 
 
@@ -119,12 +172,13 @@ def test_weight_decay_placements_differ_by_hand():
   modulated:   avg + (7/12) wd w_0;  unmodulated: avg + wd w_0.  u_0 = -0.1 avg (mu irrelevant at t=0).
   """
   expected = {
-      "modulated": {"w": [-(0.275 + 0.7 / 6), -(0.475 + 0.35 / 6)], "b": -(0.625 / 3 + 0.175 / 6)},
-      "unmodulated": {"w": [-(0.275 + 0.2), -(0.475 + 0.1)], "b": -(0.625 / 3 + 0.05)},
+    "modulated": {"w": [-(0.275 + 0.7 / 6), -(0.475 + 0.35 / 6)], "b": -(0.625 / 3 + 0.175 / 6)},
+    "unmodulated": {"w": [-(0.275 + 0.2), -(0.475 + 0.1)], "b": -(0.625 / 3 + 0.05)},
   }
   for placement, want in expected.items():
-    config = make_config(learning_rate=0.1, momentum=0.5, weight_decay=0.1, weight_decay_placement=placement,
-                         staleness_rule="inverse")
+    config = make_config(
+      learning_rate=0.1, momentum=0.5, weight_decay=0.1, weight_decay_placement=placement, staleness_rule="inverse"
+    )
     (got,) = run_updates(config, steps=1)
     assert_updates_close([got], [{key: 0.1 * np.asarray(value) for key, value in want.items()}])
 
@@ -136,13 +190,19 @@ def test_weight_decay_placements_differ_by_hand():
 def test_model_multipliers(model_multipliers):
   """Catches ignored lr_mult or decay_mult, multipliers swapped, lr_mult applied to the weight decay
   term only, or multipliers read although config.model_multipliers is False."""
-  config = make_config(learning_rate=0.1, momentum=0.5, weight_decay=0.1, staleness_rule="inverse",
-                       model_multipliers=model_multipliers)
+  config = make_config(
+    learning_rate=0.1, momentum=0.5, weight_decay=0.1, staleness_rule="inverse", model_multipliers=model_multipliers
+  )
   model = FakeModel()
   expected = reference_updates(
-      steps=3, alphas=[0.1] * 3, momentum=0.5, weights=[[1, 1 / 2, 1 / 4], [1, 1 / 3, 1 / 6], [1 / 2, 1 / 5, 1 / 8]],
-      weight_decay=0.1, lr_mult=LR_MULT if model_multipliers else None,
-      wd_mult=WD_MULT if model_multipliers else None)
+    steps=3,
+    alphas=[0.1] * 3,
+    momentum=0.5,
+    weights=[[1, 1 / 2, 1 / 4], [1, 1 / 3, 1 / 6], [1 / 2, 1 / 5, 1 / 8]],
+    weight_decay=0.1,
+    lr_mult=LR_MULT if model_multipliers else None,
+    wd_mult=WD_MULT if model_multipliers else None,
+  )
   assert_updates_close(run_updates(config, steps=3, model=model), expected)
   if not model_multipliers:
     assert model.calls == []
@@ -164,51 +224,73 @@ def test_decay_multiplier_zero_removes_weight_decay_of_that_leaf():
 # (config fields, s(sigma_k) per update for sigma = [0, 2, 4], [1, 3, 6], [2, 5, 8]), by hand.
 E = math.exp
 STALENESS_CASES = {
-    "none": ({}, [[1, 1, 1], [1, 1, 1]]),
-    "constant": ({"staleness_rule": "constant"}, [[1, 1, 1], [1, 1, 1]]),
-    "inverse": ({"staleness_rule": "inverse"}, [[1, 1 / 2, 1 / 4], [1, 1 / 3, 1 / 6]]),
-    "inverse_mean_given_2": ({"staleness_rule": "inverse_mean", "staleness_mean": 2.0}, [[1 / 2] * 3, [1 / 2] * 3]),
-    "inverse_mean_given_4": ({"staleness_rule": "inverse_mean", "staleness_mean": 4.0}, [[1 / 4] * 3, [1 / 4] * 3]),
-    # <sigma> < 1 is clamped to 1.
-    "inverse_mean_given_half": ({"staleness_rule": "inverse_mean", "staleness_mean": 0.5}, [[1] * 3, [1] * 3]),
-    # Tracked: <sigma> of the updates before: 0 (weight 1), then mean(0, 2, 4) = 2, then
-    # mean(0, 2, 4, 1, 3, 6) = 16/6 = 8/3.
-    "inverse_mean_tracked": ({"staleness_rule": "inverse_mean"}, [[1] * 3, [1 / 2] * 3, [3 / 8] * 3]),
-    "polynomial_0.5": ({"staleness_rule": "polynomial", "staleness_exponent": 0.5},
-                       [[1, 3 ** -0.5, 5 ** -0.5], [2 ** -0.5, 4 ** -0.5, 7 ** -0.5]]),
-    "polynomial_1": ({"staleness_rule": "polynomial", "staleness_exponent": 1.0},
-                     [[1, 1 / 3, 1 / 5], [1 / 2, 1 / 4, 1 / 7]]),
-    "exponential_0.5": ({"staleness_rule": "exponential", "staleness_decay": 0.5},
-                        [[1, E(-1), E(-2)], [E(-0.5), E(-1.5), E(-3)]]),
-    "exponential_0.25": ({"staleness_rule": "exponential", "staleness_decay": 0.25},
-                         [[1, E(-0.5), E(-1)], [E(-0.25), E(-0.75), E(-1.5)]]),
-    "threshold_2": ({"staleness_rule": "threshold", "staleness_threshold": 2}, [[1, 1, 0], [1, 0, 0]]),
-    "threshold_3": ({"staleness_rule": "threshold", "staleness_threshold": 3}, [[1, 1, 0], [1, 1, 0]]),
-    # 1 / (sigma - threshold + 1) beyond the threshold.
-    "hinge_2": ({"staleness_rule": "hinge", "staleness_threshold": 2}, [[1, 1, 1 / 3], [1, 1 / 2, 1 / 5]]),
-    "hinge_3": ({"staleness_rule": "hinge", "staleness_threshold": 3}, [[1, 1, 1 / 2], [1, 1, 1 / 4]]),
-    # Normalised by s(<sigma>): inverse at <sigma> = 2 is 1/2.
-    "inverse_normalized": ({"staleness_rule": "inverse", "staleness_mean": 2.0, "staleness_normalize": True},
-                           [[2, 1, 1 / 2], [2, 2 / 3, 1 / 3]]),
-    # polynomial(0.5) at 2 is 3^-0.5.
-    "polynomial_normalized": ({"staleness_rule": "polynomial", "staleness_mean": 2.0, "staleness_normalize": True},
-                              [[3 ** 0.5, 1, (3 / 5) ** 0.5], [(3 / 2) ** 0.5, 3 ** 0.5 / 2, (3 / 7) ** 0.5]]),
-    # exponential(0.5) at 2 is e^-1.
-    "exponential_normalized": ({"staleness_rule": "exponential", "staleness_mean": 2.0,
-                                "staleness_normalize": True}, [[E(1), 1, E(-1)], [E(0.5), E(-0.5), E(-2)]]),
-    # hinge(2) at 4 is 1/3.
-    "hinge_normalized": ({"staleness_rule": "hinge", "staleness_threshold": 2, "staleness_mean": 4.0,
-                          "staleness_normalize": True}, [[3, 3, 1], [3, 3 / 2, 3 / 5]]),
-    # inverse_mean normalised by itself is 1.
-    "inverse_mean_normalized": ({"staleness_rule": "inverse_mean", "staleness_mean": 2.0,
-                                 "staleness_normalize": True}, [[1] * 3, [1] * 3]),
-    # threshold(2) at <sigma> = 3 is 0: left unnormalised.
-    "threshold_normalized_at_zero": ({"staleness_rule": "threshold", "staleness_threshold": 2, "staleness_mean": 3.0,
-                                      "staleness_normalize": True}, [[1, 1, 0], [1, 0, 0]]),
-    # Normalised by the tracked mean (0, 2, then 8/3): inverse at those is 1, 1/2, 3/8;
-    # sigma_2 = [2, 5, 8] -> [1/2, 1/5, 1/8] * 8/3.
-    "inverse_normalized_tracked": ({"staleness_rule": "inverse", "staleness_normalize": True},
-                                   [[1, 1 / 2, 1 / 4], [2, 2 / 3, 1 / 3], [4 / 3, 8 / 15, 1 / 3]]),
+  "none": ({}, [[1, 1, 1], [1, 1, 1]]),
+  "constant": ({"staleness_rule": "constant"}, [[1, 1, 1], [1, 1, 1]]),
+  "inverse": ({"staleness_rule": "inverse"}, [[1, 1 / 2, 1 / 4], [1, 1 / 3, 1 / 6]]),
+  "inverse_mean_given_2": ({"staleness_rule": "inverse_mean", "staleness_mean": 2.0}, [[1 / 2] * 3, [1 / 2] * 3]),
+  "inverse_mean_given_4": ({"staleness_rule": "inverse_mean", "staleness_mean": 4.0}, [[1 / 4] * 3, [1 / 4] * 3]),
+  # <sigma> < 1 is clamped to 1.
+  "inverse_mean_given_half": ({"staleness_rule": "inverse_mean", "staleness_mean": 0.5}, [[1] * 3, [1] * 3]),
+  # Tracked: <sigma> of the updates before: 0 (weight 1), then mean(0, 2, 4) = 2, then
+  # mean(0, 2, 4, 1, 3, 6) = 16/6 = 8/3.
+  "inverse_mean_tracked": ({"staleness_rule": "inverse_mean"}, [[1] * 3, [1 / 2] * 3, [3 / 8] * 3]),
+  "polynomial_0.5": (
+    {"staleness_rule": "polynomial", "staleness_exponent": 0.5},
+    [[1, 3**-0.5, 5**-0.5], [2**-0.5, 4**-0.5, 7**-0.5]],
+  ),
+  "polynomial_1": (
+    {"staleness_rule": "polynomial", "staleness_exponent": 1.0},
+    [[1, 1 / 3, 1 / 5], [1 / 2, 1 / 4, 1 / 7]],
+  ),
+  "exponential_0.5": (
+    {"staleness_rule": "exponential", "staleness_decay": 0.5},
+    [[1, E(-1), E(-2)], [E(-0.5), E(-1.5), E(-3)]],
+  ),
+  "exponential_0.25": (
+    {"staleness_rule": "exponential", "staleness_decay": 0.25},
+    [[1, E(-0.5), E(-1)], [E(-0.25), E(-0.75), E(-1.5)]],
+  ),
+  "threshold_2": ({"staleness_rule": "threshold", "staleness_threshold": 2}, [[1, 1, 0], [1, 0, 0]]),
+  "threshold_3": ({"staleness_rule": "threshold", "staleness_threshold": 3}, [[1, 1, 0], [1, 1, 0]]),
+  # 1 / (sigma - threshold + 1) beyond the threshold.
+  "hinge_2": ({"staleness_rule": "hinge", "staleness_threshold": 2}, [[1, 1, 1 / 3], [1, 1 / 2, 1 / 5]]),
+  "hinge_3": ({"staleness_rule": "hinge", "staleness_threshold": 3}, [[1, 1, 1 / 2], [1, 1, 1 / 4]]),
+  # Normalised by s(<sigma>): inverse at <sigma> = 2 is 1/2.
+  "inverse_normalized": (
+    {"staleness_rule": "inverse", "staleness_mean": 2.0, "staleness_normalize": True},
+    [[2, 1, 1 / 2], [2, 2 / 3, 1 / 3]],
+  ),
+  # polynomial(0.5) at 2 is 3^-0.5.
+  "polynomial_normalized": (
+    {"staleness_rule": "polynomial", "staleness_mean": 2.0, "staleness_normalize": True},
+    [[3**0.5, 1, (3 / 5) ** 0.5], [(3 / 2) ** 0.5, 3**0.5 / 2, (3 / 7) ** 0.5]],
+  ),
+  # exponential(0.5) at 2 is e^-1.
+  "exponential_normalized": (
+    {"staleness_rule": "exponential", "staleness_mean": 2.0, "staleness_normalize": True},
+    [[E(1), 1, E(-1)], [E(0.5), E(-0.5), E(-2)]],
+  ),
+  # hinge(2) at 4 is 1/3.
+  "hinge_normalized": (
+    {"staleness_rule": "hinge", "staleness_threshold": 2, "staleness_mean": 4.0, "staleness_normalize": True},
+    [[3, 3, 1], [3, 3 / 2, 3 / 5]],
+  ),
+  # inverse_mean normalised by itself is 1.
+  "inverse_mean_normalized": (
+    {"staleness_rule": "inverse_mean", "staleness_mean": 2.0, "staleness_normalize": True},
+    [[1] * 3, [1] * 3],
+  ),
+  # threshold(2) at <sigma> = 3 is 0: left unnormalised.
+  "threshold_normalized_at_zero": (
+    {"staleness_rule": "threshold", "staleness_threshold": 2, "staleness_mean": 3.0, "staleness_normalize": True},
+    [[1, 1, 0], [1, 0, 0]],
+  ),
+  # Normalised by the tracked mean (0, 2, then 8/3): inverse at those is 1, 1/2, 3/8;
+  # sigma_2 = [2, 5, 8] -> [1/2, 1/5, 1/8] * 8/3.
+  "inverse_normalized_tracked": (
+    {"staleness_rule": "inverse", "staleness_normalize": True},
+    [[1, 1 / 2, 1 / 4], [2, 2 / 3, 1 / 3], [4 / 3, 8 / 15, 1 / 3]],
+  ),
 }
 
 

@@ -8,16 +8,21 @@ from stalesgd.training._run_config import default_config
 from stalesgd.training._runners import run_label
 
 
-@pytest.mark.parametrize("fields, label", [
+@pytest.mark.parametrize(
+  "fields, label",
+  [
     ({"protocol": "hardsync"}, "hardsync (lambda=8, mu=16)"),
     ({"protocol": "softsync", "n": 4, "staleness_rule": "inverse"}, "4-softsync (lambda=8, mu=16, inverse)"),
     ({"protocol": "async", "delay_compensation": "constant"}, "async (lambda=8, mu=16, DC-constant)"),
-    ({"protocol": "async", "delay_compensation": "adaptive", "dc_mean_square_bias_correction": True},
-     "async (lambda=8, mu=16, DC-adaptive bias-corrected)"),
+    (
+      {"protocol": "async", "delay_compensation": "adaptive", "dc_mean_square_bias_correction": True},
+      "async (lambda=8, mu=16, DC-adaptive bias-corrected)",
+    ),
     ({"protocol": "dcs3gd"}, "dcs3gd (lambda=8, mu=16, DC-layerwise)"),  # DC-S3GD corrects by default
     ({"protocol": "dcs3gd", "delay_compensation": "adaptive"}, "dcs3gd (lambda=8, mu=16, DC-adaptive)"),
     ({"protocol": "s3gd"}, "s3gd (lambda=8, mu=16)"),
-])
+  ],
+)
 def test_label(fields, label):
   config = default_config()
   config.update(fields)

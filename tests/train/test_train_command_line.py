@@ -15,9 +15,14 @@ import orbax.checkpoint as ocp
 import pytest
 
 from stalesgd import schedule as schedule_lib
-
-from tests.helpers.train_helpers import (REPOSITORY_ROOT, complete_checkpoints, main_command, main_environment,
-                                         read_summary, run_main)
+from tests.helpers.train_helpers import (
+  REPOSITORY_ROOT,
+  complete_checkpoints,
+  main_command,
+  main_environment,
+  read_summary,
+  run_main,
+)
 
 RUN_TIMEOUT = 180.0
 FAILURE_TIMEOUT = 60.0
@@ -25,10 +30,20 @@ FAILURE_TIMEOUT = 60.0
 
 def test_overrides_reach_the_run(tmp_path, compilation_cache):
   workdir = tmp_path / "run"
-  completed = run_main(main_command(workdir, "hardsync", "--config.protocol=softsync", "--config.learners=4",
-                                    "--config.n=2", "--config.batch_per_learner=4", "--config.num_epochs=0.05",
-                                    "--config.model_options.hidden_sizes=(16,)"),
-                       compilation_cache, timeout=RUN_TIMEOUT)
+  completed = run_main(
+    main_command(
+      workdir,
+      "hardsync",
+      "--config.protocol=softsync",
+      "--config.learners=4",
+      "--config.n=2",
+      "--config.batch_per_learner=4",
+      "--config.num_epochs=0.05",
+      "--config.model_options.hidden_sizes=(16,)",
+    ),
+    compilation_cache,
+    timeout=RUN_TIMEOUT,
+  )
   assert completed.returncode == 0, completed.stderr[-3000:]
   summary = read_summary(workdir)
   assert (summary["protocol"], summary["learners"], summary["batch_per_learner"]) == ("softsync", 4, 4)
@@ -43,17 +58,22 @@ def test_overrides_reach_the_run(tmp_path, compilation_cache):
   assert state["params"]["hidden1"]["kernel"].shape == (64, 16)  # 8x8 digits into the overridden width
 
 
-@pytest.mark.parametrize("override, message", [
+@pytest.mark.parametrize(
+  "override, message",
+  [
     ("--config.learnrs=4", r"learnrs.*Did you mean .*learners"),
     ("--config.learners=four", r"--config\.learners=four: invalid literal for int"),
     ("--config.protocol=gossip", r"config\.protocol='gossip' is not allowed: one of \(.*'hardsync'"),
     ("--config.n=9", r"config\.n=9 is not allowed: an integer >= 1 and <= 8"),
-], ids=["misspelt_field", "wrong_type", "unknown_protocol", "n_above_learners"])
+  ],
+  ids=["misspelt_field", "wrong_type", "unknown_protocol", "n_above_learners"],
+)
 def test_bad_override_fails_naming_the_field(override, message, tmp_path, compilation_cache):
   workdir = tmp_path / "run"
   variant_overrides = ["--config.protocol=softsync"] if override == "--config.n=9" else []
-  completed = run_main(main_command(workdir, "hardsync", *variant_overrides, override), compilation_cache,
-                       timeout=FAILURE_TIMEOUT)
+  completed = run_main(
+    main_command(workdir, "hardsync", *variant_overrides, override), compilation_cache, timeout=FAILURE_TIMEOUT
+  )
   assert completed.returncode != 0
   assert re.search(message, completed.stderr), completed.stderr[-3000:]
   assert not (workdir / "checkpoints").exists()
@@ -61,10 +81,15 @@ def test_bad_override_fails_naming_the_field(override, message, tmp_path, compil
 
 def test_without_a_device_count_the_run_gets_the_fastest_layout(tmp_path, compilation_cache):
   # lambda = 8 learners: 2 host devices of about 4 learners each (stalesgd.training._device_layout).
-  env = {name: value for name, value in main_environment(compilation_cache).items()
-         if name != "JAX_NUM_CPU_DEVICES"}
+  env = {name: value for name, value in main_environment(compilation_cache).items() if name != "JAX_NUM_CPU_DEVICES"}
   workdir = tmp_path / "run"
-  completed = subprocess.run(main_command(workdir, "async_dc", "--config.num_epochs=0.05"), cwd=REPOSITORY_ROOT,
-                             env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+  completed = subprocess.run(
+    main_command(workdir, "async_dc", "--config.num_epochs=0.05"),
+    cwd=REPOSITORY_ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=RUN_TIMEOUT,
+  )
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert read_summary(workdir)["provenance"]["device_count"] == 2

@@ -18,7 +18,6 @@ import orbax.checkpoint as ocp
 import pytest
 
 from stalesgd.training._loop import TrainingDiverged, train_and_evaluate
-
 from tests.helpers.train_helpers import complete_checkpoints, read_metrics, tiny_config
 
 DIVERGING_LEARNING_RATE = 1e4
@@ -26,10 +25,12 @@ DIVERGING_LEARNING_RATE = 1e4
 
 def test_non_finite_loss_stops_the_run_and_the_last_checkpoint_is_good(tmp_path):
   workdir = tmp_path / "run"
-  config = tiny_config("async_dc", learning_rate=DIVERGING_LEARNING_RATE, checkpoint_every_seconds=1,
-                       log_every_updates=1)
-  with pytest.raises(FloatingPointError, match=r"the training loss became (nan|inf|-inf) at update \d+ \(epoch "
-                     ) as error:
+  config = tiny_config(
+    "async_dc", learning_rate=DIVERGING_LEARNING_RATE, checkpoint_every_seconds=1, log_every_updates=1
+  )
+  with pytest.raises(
+    FloatingPointError, match=r"the training loss became (nan|inf|-inf) at update \d+ \(epoch "
+  ) as error:
     train_and_evaluate(config, str(workdir))
   bad_update = int(re.search(r"at update (\d+)", str(error.value)).group(1))
   assert isinstance(error.value, TrainingDiverged) and error.value.update == bad_update

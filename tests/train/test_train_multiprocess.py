@@ -20,10 +20,18 @@ import time
 import pytest
 
 from stalesgd.training._loop import train_and_evaluate
-
-from tests.helpers.train_helpers import (CONFIG_FILE, WALL_CLOCK_FIELDS, PACED_MAIN, REPOSITORY_ROOT,
-                                         complete_checkpoints, log_tail, main_environment, read_metrics, read_summary,
-                                         tiny_config)
+from tests.helpers.train_helpers import (
+  CONFIG_FILE,
+  PACED_MAIN,
+  REPOSITORY_ROOT,
+  WALL_CLOCK_FIELDS,
+  complete_checkpoints,
+  log_tail,
+  main_environment,
+  read_metrics,
+  read_summary,
+  tiny_config,
+)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -43,9 +51,18 @@ def run_both(variant: str, tmp_path: pathlib.Path, compilation_cache) -> tuple[p
   environment["LAUNCH_KILL_GRACE"] = "1"
   with open(log, "wb") as output:
     launch = subprocess.Popen(
-        [str(LOCAL_SH), "2", f"--config={CONFIG_FILE}:{variant}", f"--config.num_epochs={EPOCHS}",
-         f"--workdir={workdir}"],
-        cwd=REPOSITORY_ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
+      [
+        str(LOCAL_SH),
+        "2",
+        f"--config={CONFIG_FILE}:{variant}",
+        f"--config.num_epochs={EPOCHS}",
+        f"--workdir={workdir}",
+      ],
+      cwd=REPOSITORY_ROOT,
+      env=environment,
+      stdout=output,
+      stderr=subprocess.STDOUT,
+    )
   reference_dir = tmp_path / "one_process"
   try:
     # The reference runs after the launch, not beside it, so the two processes have the cores to themselves.
@@ -69,7 +86,8 @@ def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path
   assert summary["params_sha256"] == reference["params_sha256"]
   strip = lambda record: {key: value for key, value in record.items() if key not in WALL_CLOCK_FIELDS}
   assert [strip(record) for record in read_metrics(workdir)] == [
-      strip(record) for record in read_metrics(reference_dir)]
+    strip(record) for record in read_metrics(reference_dir)
+  ]
   assert complete_checkpoints(workdir)[-1] == reference["updates"]
   assert len(list(pathlib.Path(workdir).glob("events.out.tfevents.*"))) == 1  # process 1 wrote none
 
@@ -99,7 +117,8 @@ def process_pid(process_id: int, workdir: pathlib.Path) -> int:
 
 @pytest.mark.parametrize("variant, signalled", [("async_dc", 1), ("dcs3gd", None)])
 def test_sigterm_to_a_two_process_run_saves_exits_zero_and_the_restart_resumes_exactly(
-    variant, signalled, devices, tmp_path, compilation_cache):
+  variant, signalled, devices, tmp_path, compilation_cache
+):
   """SIGTERM mid-run, to one process (``signalled``: a preemption notice may reach one host first) or to
   ``launch/local.sh``, which passes it to both: a checkpoint on every process at the same update, exit 0
   everywhere, exact resume.
@@ -113,14 +132,23 @@ def test_sigterm_to_a_two_process_run_saves_exits_zero_and_the_restart_resumes_e
   environment = main_environment(compilation_cache)
   environment.pop("JAX_NUM_CPU_DEVICES")
   environment.update(LAUNCH_KILL_GRACE="60", LAUNCH_MODULE=str(PACED_MAIN))
-  arguments = [f"--config={CONFIG_FILE}:{variant}", f"--config.num_epochs={EPOCHS}",
-               "--config.checkpoint_every_seconds=3600", "--config.log_every_updates=1", f"--workdir={workdir}"]
+  arguments = [
+    f"--config={CONFIG_FILE}:{variant}",
+    f"--config.num_epochs={EPOCHS}",
+    "--config.checkpoint_every_seconds=3600",
+    "--config.log_every_updates=1",
+    f"--workdir={workdir}",
+  ]
 
   def launch(seconds_per_block: str) -> subprocess.Popen:
     with open(log, "ab") as output:
-      return subprocess.Popen([str(LOCAL_SH), "2", *arguments], cwd=REPOSITORY_ROOT,
-                              env={**environment, "PACED_SECONDS_PER_BLOCK": seconds_per_block}, stdout=output,
-                              stderr=subprocess.STDOUT)
+      return subprocess.Popen(
+        [str(LOCAL_SH), "2", *arguments],
+        cwd=REPOSITORY_ROOT,
+        env={**environment, "PACED_SECONDS_PER_BLOCK": seconds_per_block},
+        stdout=output,
+        stderr=subprocess.STDOUT,
+      )
 
   first = launch("0.2")
   deadline = time.monotonic() + TIMEOUT

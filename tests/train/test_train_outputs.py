@@ -23,27 +23,50 @@ import pytest
 import tensorflow_datasets as tfds
 
 from stalesgd import schedule as schedule_lib
-from stalesgd.training.checkpoint import Checkpointer
-from stalesgd.training._run_config import updates_per_epoch
 from stalesgd.training._loop import train_and_evaluate
-
-from tests.helpers.train_helpers import (SUMMARY_FIELDS, evaluation_records, event_scalars, read_metrics, read_summary,
-                                         tiny_config)
+from stalesgd.training._run_config import updates_per_epoch
+from stalesgd.training.checkpoint import Checkpointer
+from tests.helpers.train_helpers import (
+  SUMMARY_FIELDS,
+  evaluation_records,
+  event_scalars,
+  read_metrics,
+  read_summary,
+  tiny_config,
+)
 
 MOCK_EXAMPLES = 48
-TRAINING_FIELDS = ("train_loss", "lr_scale", "staleness_mean", "staleness_max", "epoch", "sim_time", "wall_time",
-                   "images_per_s")
+TRAINING_FIELDS = (
+  "train_loss",
+  "lr_scale",
+  "staleness_mean",
+  "staleness_max",
+  "epoch",
+  "sim_time",
+  "wall_time",
+  "images_per_s",
+)
 EVALUATION_FIELDS = ("test_accuracy", "test_error", "test_loss", "train_accuracy")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 RUNS = {
-    # Rudra's CIFAR-10 network (LRN, per-layer multipliers, Caffe mean subtraction)
-    # under 2-softsync with alpha_0 / <sigma>.
-    "cifar10": dict(dataset="cifar10", model="cifar10_full", normalization="per_pixel_mean", model_multipliers=True,
-                    protocol="softsync", n=2, learners=4, batch_per_learner=4, staleness_rule="inverse_mean"),
-    # MNIST with the small CNN under async with DC-ASGD-a.
-    "mnist": dict(dataset="mnist", model="small_cnn", protocol="async", learners=8, batch_per_learner=3,
-                  delay_compensation="adaptive"),
+  # Rudra's CIFAR-10 network (LRN, per-layer multipliers, Caffe mean subtraction)
+  # under 2-softsync with alpha_0 / <sigma>.
+  "cifar10": dict(
+    dataset="cifar10",
+    model="cifar10_full",
+    normalization="per_pixel_mean",
+    model_multipliers=True,
+    protocol="softsync",
+    n=2,
+    learners=4,
+    batch_per_learner=4,
+    staleness_rule="inverse_mean",
+  ),
+  # MNIST with the small CNN under async with DC-ASGD-a.
+  "mnist": dict(
+    dataset="mnist", model="small_cnn", protocol="async", learners=8, batch_per_learner=3, delay_compensation="adaptive"
+  ),
 }
 
 
@@ -51,8 +74,15 @@ RUNS = {
 def finished_run(request, tmp_path_factory):
   """(config, workdir, summary) of a one-epoch run on mocked data, logging after every block."""
   workdir = tmp_path_factory.mktemp(f"run_{request.param}")
-  config = tiny_config("hardsync", data_source="tfds", data_dir=str(workdir / "no_tfds_here"), num_epochs=1.0,
-                       eval_every_epochs=0.5, log_every_updates=1, **RUNS[request.param])
+  config = tiny_config(
+    "hardsync",
+    data_source="tfds",
+    data_dir=str(workdir / "no_tfds_here"),
+    num_epochs=1.0,
+    eval_every_epochs=0.5,
+    log_every_updates=1,
+    **RUNS[request.param],
+  )
   config.model_options = ml_collections.ConfigDict()  # the tiny config's MLP width does not apply
   with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
     summary = train_and_evaluate(config, str(workdir))
@@ -66,15 +96,19 @@ def test_summary_is_complete_and_written(finished_run):
   assert read_summary(workdir) == json.loads(json.dumps(summary))
   assert summary["updates"] == total_updates and not summary["preempted"]
   assert (summary["protocol"], summary["learners"], summary["batch_per_learner"]) == (
-      config.protocol, config.learners, config.batch_per_learner)
+    config.protocol,
+    config.learners,
+    config.batch_per_learner,
+  )
   assert summary["epochs"] == pytest.approx(total_updates / updates_per_epoch(config, MOCK_EXAMPLES))
   assert len(summary["params_sha256"]) == 64 and int(summary["params_sha256"], 16) >= 0
   origin = summary["provenance"]
   assert (origin["backend"], origin["device_count"], origin["process_count"]) == ("cpu", 8, 1)
   assert origin["packages"]["jax"] == jax.__version__ and origin["packages"]["optax"] == optax.__version__
   assert origin["python"].startswith("3.") and origin["device_kind"]
-  commit = subprocess.run(["git", "-C", str(pathlib.Path(__file__).parent), "rev-parse", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
+  commit = subprocess.run(
+    ["git", "-C", str(pathlib.Path(__file__).parent), "rev-parse", "HEAD"], capture_output=True, text=True
+  ).stdout.strip()
   assert origin["stalesgd_commit"] is None if not commit else origin["stalesgd_commit"].startswith(commit)
   last_evaluation = evaluation_records(read_metrics(workdir))[-1]
   for field in ("test_accuracy", "test_error", "train_accuracy"):
@@ -85,7 +119,10 @@ def test_schedule_file_is_the_run_schedule(finished_run):
   config, workdir, summary = finished_run
   schedule = schedule_lib.Schedule.load(workdir / "schedule.npz")
   assert (schedule.protocol, schedule.learners, schedule.num_updates) == (
-      config.protocol, config.learners, summary["updates"])
+    config.protocol,
+    config.learners,
+    summary["updates"],
+  )
   assert summary["sim_time"] == pytest.approx(float(schedule.update_time[-1]))
   assert summary["staleness_max"] == schedule.max_staleness
   assert summary["staleness_mean"] == pytest.approx(float(schedule.staleness.mean()))
@@ -132,8 +169,9 @@ def test_tensorboard_holds_the_jsonl_scalars(finished_run):
   for field in TRAINING_FIELDS + EVALUATION_FIELDS:
     expected = [(record["step"], record[field]) for record in records if field in record]
     assert [step for step, _ in scalars[field]] == [step for step, _ in expected], field
-    np.testing.assert_allclose([value for _, value in scalars[field]], [value for _, value in expected],
-                               rtol=1e-6, err_msg=field)  # TensorBoard stores float32
+    np.testing.assert_allclose(
+      [value for _, value in scalars[field]], [value for _, value in expected], rtol=1e-6, err_msg=field
+    )  # TensorBoard stores float32
 
 
 def test_plots_are_png_images(finished_run):

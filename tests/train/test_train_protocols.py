@@ -14,24 +14,23 @@ import math
 import numpy as np
 import pytest
 
-from stalesgd.training._run_config import updates_per_epoch
 from stalesgd.data import load_dataset
 from stalesgd.training._loop import train_and_evaluate
-
+from stalesgd.training._run_config import updates_per_epoch
 from tests.helpers.train_helpers import evaluation_records, read_metrics, tiny_config
 
 EPOCHS = 0.1  # 3 synchronous updates of 64 images, 19 asynchronous ones of 8
 CASES = {
-    "hardsync": dict(protocol="hardsync"),
-    "softsync-inverse": dict(protocol="softsync", n=2, staleness_rule="inverse"),
-    "async": dict(protocol="async"),
-    "async-dc_adaptive": dict(protocol="async", delay_compensation="adaptive", dc_lambda=2.0),
-    "ssp-dc_constant": dict(protocol="ssp", ssp_bound=1, delay_compensation="constant", dc_lambda=0.5),
-    "backup": dict(protocol="backup", backup_workers=2),
-    "drop_stale-polynomial": dict(protocol="drop_stale", n=8, max_staleness=3, staleness_rule="polynomial"),
-    "allreduce_sync": dict(protocol="allreduce_sync"),
-    "s3gd": dict(protocol="s3gd", allreduce_staleness=1),
-    "dcs3gd-constant": dict(protocol="dcs3gd", allreduce_staleness=1, delay_compensation="constant", dc_lambda=0.5),
+  "hardsync": dict(protocol="hardsync"),
+  "softsync-inverse": dict(protocol="softsync", n=2, staleness_rule="inverse"),
+  "async": dict(protocol="async"),
+  "async-dc_adaptive": dict(protocol="async", delay_compensation="adaptive", dc_lambda=2.0),
+  "ssp-dc_constant": dict(protocol="ssp", ssp_bound=1, delay_compensation="constant", dc_lambda=0.5),
+  "backup": dict(protocol="backup", backup_workers=2),
+  "drop_stale-polynomial": dict(protocol="drop_stale", n=8, max_staleness=3, staleness_rule="polynomial"),
+  "allreduce_sync": dict(protocol="allreduce_sync"),
+  "s3gd": dict(protocol="s3gd", allreduce_staleness=1),
+  "dcs3gd-constant": dict(protocol="dcs3gd", allreduce_staleness=1, delay_compensation="constant", dc_lambda=0.5),
 }
 
 

@@ -30,10 +30,20 @@ import signal
 import pytest
 
 from stalesgd.training._loop import train_and_evaluate
-
-from tests.helpers.train_helpers import (WALL_CLOCK_FIELDS, complete_checkpoints, evaluation_records, event_scalars,
-                                         finish, log_tail, main_command, read_metrics, read_summary, start_main,
-                                         tiny_config, wait_for_checkpoint_after)
+from tests.helpers.train_helpers import (
+  WALL_CLOCK_FIELDS,
+  complete_checkpoints,
+  evaluation_records,
+  event_scalars,
+  finish,
+  log_tail,
+  main_command,
+  read_metrics,
+  read_summary,
+  start_main,
+  tiny_config,
+  wait_for_checkpoint_after,
+)
 
 SECONDS_PER_BLOCK = 0.1
 EVALUATION_FIELDS = ("test_accuracy", "test_loss", "train_accuracy")
@@ -45,15 +55,15 @@ def without_wall_clock(record: dict) -> dict:
 
 def read_event_scalars(workdir: pathlib.Path) -> dict:
   """TensorBoard scalars as TensorBoard shows them (purged steps dropped), wall-clock tags aside."""
-  return {tag: values for tag, values in event_scalars(workdir, apply_purges=True).items()
-          if tag not in WALL_CLOCK_FIELDS}
+  return {
+    tag: values for tag, values in event_scalars(workdir, apply_purges=True).items() if tag not in WALL_CLOCK_FIELDS
+  }
 
 
 @pytest.mark.parametrize("variant", ["async_dc", "dcs3gd"])
 def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, tmp_path, compilation_cache):
   workdir, log = tmp_path / "interrupted", tmp_path / "interrupted.log"
-  command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1",
-                         seconds_per_block=SECONDS_PER_BLOCK)
+  command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1", seconds_per_block=SECONDS_PER_BLOCK)
 
   # 1. SIGKILL once a checkpoint exists.
   process = start_main(command, log, compilation_cache)
@@ -95,10 +105,14 @@ def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, 
   assert all(earlier < later for earlier, later in zip(steps, steps[1:])), steps
   assert steps[-1] == total_updates
   # Every record, wall-clock fields aside, is the uninterrupted run's: checkpoints add none.
-  assert ([without_wall_clock(record) for record in records]
-          == [without_wall_clock(record) for record in reference_records])
+  assert [without_wall_clock(record) for record in records] == [
+    without_wall_clock(record) for record in reference_records
+  ]
   assert read_event_scalars(workdir) == read_event_scalars(reference_dir)
-  evaluations = [{field: record[field] for field in ("step",) + EVALUATION_FIELDS}
-                 for record in evaluation_records(records)]
-  assert evaluations == [{field: record[field] for field in ("step",) + EVALUATION_FIELDS}
-                         for record in evaluation_records(reference_records)]
+  evaluations = [
+    {field: record[field] for field in ("step",) + EVALUATION_FIELDS} for record in evaluation_records(records)
+  ]
+  assert evaluations == [
+    {field: record[field] for field in ("step",) + EVALUATION_FIELDS}
+    for record in evaluation_records(reference_records)
+  ]

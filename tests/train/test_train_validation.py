@@ -16,11 +16,10 @@ import time
 import ml_collections
 import pytest
 
-from stalesgd.training import _loop as train_lib
-from stalesgd.training._workdir import RESUMABLE_CHANGES, config_changes
 from stalesgd.data import DatasetNotPreparedError
+from stalesgd.training import _loop as train_lib
 from stalesgd.training._loop import train_and_evaluate
-
+from stalesgd.training._workdir import RESUMABLE_CHANGES, config_changes
 from tests.helpers.train_helpers import tiny_config
 
 # Reading an unprepared tfds directory must fail at once; a download attempt
@@ -28,54 +27,76 @@ from tests.helpers.train_helpers import tiny_config
 NOT_PREPARED_SECONDS = 20.0
 
 BAD_CONFIGS = {
-    "n_above_learners": (dict(protocol="softsync", n=9), r"config\.n=9 is not allowed: an integer >= 1 and <= 8"),
-    "n_below_one": (dict(protocol="softsync", n=0), r"config\.n=0 is not allowed: an integer >= 1"),
-    "drop_stale_n_above_learners": (dict(protocol="drop_stale", n=12), r"config\.n=12 .*<= 8"),
-    "batch_per_learner_zero": (dict(batch_per_learner=0),
-                               r"config\.batch_per_learner=0 is not allowed: an integer >= 1"),
-    "learners_zero": (dict(learners=0), r"config\.learners=0 is not allowed: an integer >= 1"),
-    "unknown_protocol": (dict(protocol="gossip"),
-                         r"config\.protocol='gossip' is not allowed: one of \(.*'hardsync'.*'dcs3gd'"),
-    "unknown_staleness_rule": (dict(staleness_rule="sqrt"),
-                               r"config\.staleness_rule='sqrt' is not allowed: one of \(.*'inverse'.*'inverse_mean'"),
-    "unknown_delay_compensation": (dict(delay_compensation="taylor"),
-                                   r"config\.delay_compensation='taylor' is not allowed: one of \(.*'adaptive'"),
-    "backup_workers_equal_learners": (dict(protocol="backup", backup_workers=8),
-                                      r"config\.backup_workers=8 is not allowed: an integer >= 0 and <= 7"),
-    "decentral_learners_not_devices": (dict(protocol="dcs3gd", learners=4),
-                                       r"config\.learners=4 is not allowed: .*one learner per device.* 8"),
-    "decentral_staleness_rule": (dict(protocol="s3gd", staleness_rule="inverse"),
-                                 r"config\.staleness_rule='inverse' is not allowed: 'none'"),
-    "npz_without_data_dir": (dict(data_source="npz"), r"config\.data_dir=None is not allowed: the directory"),
-    "unknown_data_source": (dict(data_source="s3"), r"config\.data_source='s3' is not allowed: one of \(.*'tfds'"),
-    "unknown_model": (dict(model="resnet7"), r"config\.model='resnet7' is not allowed: one of \(.*'small_cnn'"),
-    "threshold_rule_without_threshold": (dict(protocol="async", staleness_rule="threshold"),
-                                         r"config\.staleness_threshold=None is not allowed"),
-    "negative_learning_rate": (dict(learning_rate=-0.1),
-                               r"config\.learning_rate=-0\.1 is not allowed: a finite number > 0"),
-    "bad_timing": (dict(**{"timing.jitter": "cauchy"}), r"config\.timing: .*jitter"),
-    "per_learner_mean_square_without_dc_a": (
-        dict(protocol="async", delay_compensation="constant", dc_per_learner_mean_square=True),
-        r"config\.dc_per_learner_mean_square=True is not allowed: False unless delay_compensation='adaptive'"),
-    "mean_square_bias_correction_without_dc_a": (
-        dict(protocol="async", delay_compensation="constant", dc_mean_square_bias_correction=True),
-        r"config\.dc_mean_square_bias_correction=True is not allowed: False unless "
-        r"delay_compensation='adaptive'"),
-    "mean_square_bias_correction_with_dcs3gd": (
-        dict(protocol="dcs3gd", delay_compensation="adaptive", dc_mean_square_bias_correction=True),
-        r"config\.dc_mean_square_bias_correction=True is not allowed: False for protocol 'dcs3gd'"),
-    "per_learner_mean_square_with_dcs3gd": (
-        dict(protocol="dcs3gd", delay_compensation="adaptive", dc_per_learner_mean_square=True),
-        r"config\.dc_per_learner_mean_square=True is not allowed: False for protocol 'dcs3gd'"),
-    "unknown_weight_decay_placement": (dict(weight_decay_placement="before_dc"),
-                                       r"config\.weight_decay_placement='before_dc' is not allowed: one of "
-                                       r"\('modulated', 'unmodulated'\)"),
+  "n_above_learners": (dict(protocol="softsync", n=9), r"config\.n=9 is not allowed: an integer >= 1 and <= 8"),
+  "n_below_one": (dict(protocol="softsync", n=0), r"config\.n=0 is not allowed: an integer >= 1"),
+  "drop_stale_n_above_learners": (dict(protocol="drop_stale", n=12), r"config\.n=12 .*<= 8"),
+  "batch_per_learner_zero": (dict(batch_per_learner=0), r"config\.batch_per_learner=0 is not allowed: an integer >= 1"),
+  "learners_zero": (dict(learners=0), r"config\.learners=0 is not allowed: an integer >= 1"),
+  "unknown_protocol": (
+    dict(protocol="gossip"),
+    r"config\.protocol='gossip' is not allowed: one of \(.*'hardsync'.*'dcs3gd'",
+  ),
+  "unknown_staleness_rule": (
+    dict(staleness_rule="sqrt"),
+    r"config\.staleness_rule='sqrt' is not allowed: one of \(.*'inverse'.*'inverse_mean'",
+  ),
+  "unknown_delay_compensation": (
+    dict(delay_compensation="taylor"),
+    r"config\.delay_compensation='taylor' is not allowed: one of \(.*'adaptive'",
+  ),
+  "backup_workers_equal_learners": (
+    dict(protocol="backup", backup_workers=8),
+    r"config\.backup_workers=8 is not allowed: an integer >= 0 and <= 7",
+  ),
+  "decentral_learners_not_devices": (
+    dict(protocol="dcs3gd", learners=4),
+    r"config\.learners=4 is not allowed: .*one learner per device.* 8",
+  ),
+  "decentral_staleness_rule": (
+    dict(protocol="s3gd", staleness_rule="inverse"),
+    r"config\.staleness_rule='inverse' is not allowed: 'none'",
+  ),
+  "npz_without_data_dir": (dict(data_source="npz"), r"config\.data_dir=None is not allowed: the directory"),
+  "unknown_data_source": (dict(data_source="s3"), r"config\.data_source='s3' is not allowed: one of \(.*'tfds'"),
+  "unknown_model": (dict(model="resnet7"), r"config\.model='resnet7' is not allowed: one of \(.*'small_cnn'"),
+  "threshold_rule_without_threshold": (
+    dict(protocol="async", staleness_rule="threshold"),
+    r"config\.staleness_threshold=None is not allowed",
+  ),
+  "negative_learning_rate": (
+    dict(learning_rate=-0.1),
+    r"config\.learning_rate=-0\.1 is not allowed: a finite number > 0",
+  ),
+  "bad_timing": (dict(**{"timing.jitter": "cauchy"}), r"config\.timing: .*jitter"),
+  "per_learner_mean_square_without_dc_a": (
+    dict(protocol="async", delay_compensation="constant", dc_per_learner_mean_square=True),
+    r"config\.dc_per_learner_mean_square=True is not allowed: False unless delay_compensation='adaptive'",
+  ),
+  "mean_square_bias_correction_without_dc_a": (
+    dict(protocol="async", delay_compensation="constant", dc_mean_square_bias_correction=True),
+    r"config\.dc_mean_square_bias_correction=True is not allowed: False unless "
+    r"delay_compensation='adaptive'",
+  ),
+  "mean_square_bias_correction_with_dcs3gd": (
+    dict(protocol="dcs3gd", delay_compensation="adaptive", dc_mean_square_bias_correction=True),
+    r"config\.dc_mean_square_bias_correction=True is not allowed: False for protocol 'dcs3gd'",
+  ),
+  "per_learner_mean_square_with_dcs3gd": (
+    dict(protocol="dcs3gd", delay_compensation="adaptive", dc_per_learner_mean_square=True),
+    r"config\.dc_per_learner_mean_square=True is not allowed: False for protocol 'dcs3gd'",
+  ),
+  "unknown_weight_decay_placement": (
+    dict(weight_decay_placement="before_dc"),
+    r"config\.weight_decay_placement='before_dc' is not allowed: one of "
+    r"\('modulated', 'unmodulated'\)",
+  ),
 }
 
 
 def _refuse(stage):
   def reached(*args, **kwargs):
     raise AssertionError(f"train_and_evaluate reached {stage} with an invalid config")
+
   return reached
 
 
@@ -89,8 +110,7 @@ def later_stages_refused(monkeypatch):
 
 
 @pytest.mark.parametrize("case", list(BAD_CONFIGS))
-def test_bad_config_is_rejected_before_reading_data_or_compiling(case, tmp_path, compilations,
-                                                                  later_stages_refused):
+def test_bad_config_is_rejected_before_reading_data_or_compiling(case, tmp_path, compilations, later_stages_refused):
   overrides, message = BAD_CONFIGS[case]
   with pytest.raises(ValueError, match=message):
     train_and_evaluate(tiny_config("hardsync", **overrides), str(tmp_path / "run"))
@@ -103,8 +123,7 @@ def test_unprepared_tfds_dataset_is_reported_without_downloading(tmp_path, compi
   monkeypatch.setattr(train_lib, "make_runner", _refuse("make_runner"))
   data_dir = tmp_path / "empty_tfds_dir"
   data_dir.mkdir()
-  config = tiny_config("hardsync", dataset="cifar10", data_source="tfds", data_dir=str(data_dir),
-                       model="cifar10_full")
+  config = tiny_config("hardsync", dataset="cifar10", data_source="tfds", data_dir=str(data_dir), model="cifar10_full")
   config.model_options = ml_collections.ConfigDict()
   started = time.monotonic()
   with pytest.raises(DatasetNotPreparedError, match=r"dataset 'cifar10' is not prepared in data_dir=") as error:
@@ -137,6 +156,6 @@ def test_a_field_added_after_the_run_was_saved_counts_as_its_default():
   saved = json.loads(tiny_config("hardsync").to_json())
   del saved["dc_mean_square_bias_correction"]
   assert config_changes(saved, tiny_config("hardsync")) == []
-  assert config_changes(saved, tiny_config("hardsync", delay_compensation="adaptive",
-                                           dc_mean_square_bias_correction=True)) == [
-      "dc_mean_square_bias_correction: False -> True", "delay_compensation: 'none' -> 'adaptive'"]
+  assert config_changes(
+    saved, tiny_config("hardsync", delay_compensation="adaptive", dc_mean_square_bias_correction=True)
+  ) == ["dc_mean_square_bias_correction: False -> True", "delay_compensation: 'none' -> 'adaptive'"]

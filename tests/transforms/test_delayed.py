@@ -12,7 +12,6 @@ import stalesgd
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
 from stalesgd.parallel import _sharding as sharding_lib
-
 from tests.helpers.engine_oracle import MODELS, Data, max_relative_error
 
 TOLERANCE = 1e-5  # the engine tests' float32 tolerance: the same arithmetic, fused differently by XLA
@@ -89,9 +88,12 @@ def test_a_users_loop_with_delayed_equals_the_engines_round_robin_async(tau):
   data = Data(input_shape)
 
   def optimizer():  # alpha0/sigma and DC-ASGD-a together, so both staleness and stale_params matter
-    return optax.chain(stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
-                       stalesgd.scale_by_staleness("inverse"), stalesgd.average_contributions(),
-                       optax.sgd(LEARNING_RATE, momentum=0.9))
+    return optax.chain(
+      stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
+      stalesgd.scale_by_staleness("inverse"),
+      stalesgd.average_contributions(),
+      optax.sgd(LEARNING_RATE, momentum=0.9),
+    )
 
   engine = engine_lib.Engine(loss_fn, optimizer(), mesh=sharding_lib.learner_mesh())
   plan = engine.plan(schedule)

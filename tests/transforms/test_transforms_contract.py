@@ -8,7 +8,8 @@ extra arguments, optax wrappers, dtypes, state structure, None leaves, chains.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -44,50 +45,60 @@ class Entry:
 
 
 REGISTRY = [
-    Entry("staleness_inverse", stalesgd.scale_by_staleness, {"rule": "inverse"}),
-    Entry("staleness_inverse_mean_tracked", stalesgd.scale_by_staleness, {"rule": "inverse_mean"}),
-    Entry("staleness_inverse_mean_given", stalesgd.scale_by_staleness,
-          {"rule": "inverse_mean", "mean_staleness": 2.0}),
-    Entry("staleness_polynomial", stalesgd.scale_by_staleness,
-          {"rule": "polynomial", "exponent": 0.5}),
-    Entry("staleness_polynomial_normalized", stalesgd.scale_by_staleness,
-          {"rule": "polynomial", "normalize": True}),
-    Entry("staleness_exponential_scheduled", stalesgd.scale_by_staleness,
-          {"rule": "exponential", "decay": optax.linear_schedule(0.1, 0.3, 10)}),
-    Entry("staleness_threshold", stalesgd.scale_by_staleness,
-          {"rule": "threshold", "max_staleness": 3}),
-    Entry("staleness_hinge", stalesgd.scale_by_staleness,
-          {"rule": "hinge", "max_staleness": 1, "hinge_slope": 0.5}),
-    Entry("staleness_constant", stalesgd.scale_by_staleness, {"rule": "constant"}),
-    Entry("dc_constant", stalesgd.scale_by_delay_compensation, {"dc_lambda": 0.04}),
-    # DC-ASGD-a's correction is about dc_lambda * |g| * D: the paper's 2.0 overshoots the
-    # curvature of this quadratic (|g| up to 4) and diverges; 1.0 stays below it.
-    Entry("dc_adaptive", stalesgd.scale_by_delay_compensation,
-          {"dc_lambda": 1.0, "adaptive": True, "decay": 0.95}),
-    Entry("dc_adaptive_per_learner", stalesgd.scale_by_delay_compensation,
-          {"dc_lambda": 1.0, "adaptive": True, "num_learners": 3}, static_args=("num_learners",)),
-    Entry("dc_layerwise", stalesgd.scale_by_delay_compensation,
-          {"dc_lambda": 0.2, "layerwise": True}),
-    Entry("gap_aware", stalesgd.scale_by_gap_aware, {"decay": 0.9}),
-    Entry("average_contributions", stalesgd.average_contributions, {}),
-    Entry("staleness_aware_sgd", stalesgd.staleness_aware_sgd,
-          {"learning_rate": LEARNING_RATE, "momentum": 0.5, "nesterov": True}, optimizer=True),
-    Entry("staleness_aware_sgd_polynomial", stalesgd.staleness_aware_sgd,
-          {"learning_rate": LEARNING_RATE, "rule": "polynomial", "exponent": 1.0}, optimizer=True),
-    Entry("dc_asgd", stalesgd.dc_asgd, {"learning_rate": LEARNING_RATE, "momentum": 0.5},
-          optimizer=True),
-    Entry("dc_asgd_adaptive", stalesgd.dc_asgd,
-          {"learning_rate": optax.exponential_decay(LEARNING_RATE, 100, 0.5), "dc_lambda": 1.0,
-           "adaptive": True}, optimizer=True),
+  Entry("staleness_inverse", stalesgd.scale_by_staleness, {"rule": "inverse"}),
+  Entry("staleness_inverse_mean_tracked", stalesgd.scale_by_staleness, {"rule": "inverse_mean"}),
+  Entry("staleness_inverse_mean_given", stalesgd.scale_by_staleness, {"rule": "inverse_mean", "mean_staleness": 2.0}),
+  Entry("staleness_polynomial", stalesgd.scale_by_staleness, {"rule": "polynomial", "exponent": 0.5}),
+  Entry("staleness_polynomial_normalized", stalesgd.scale_by_staleness, {"rule": "polynomial", "normalize": True}),
+  Entry(
+    "staleness_exponential_scheduled",
+    stalesgd.scale_by_staleness,
+    {"rule": "exponential", "decay": optax.linear_schedule(0.1, 0.3, 10)},
+  ),
+  Entry("staleness_threshold", stalesgd.scale_by_staleness, {"rule": "threshold", "max_staleness": 3}),
+  Entry("staleness_hinge", stalesgd.scale_by_staleness, {"rule": "hinge", "max_staleness": 1, "hinge_slope": 0.5}),
+  Entry("staleness_constant", stalesgd.scale_by_staleness, {"rule": "constant"}),
+  Entry("dc_constant", stalesgd.scale_by_delay_compensation, {"dc_lambda": 0.04}),
+  # DC-ASGD-a's correction is about dc_lambda * |g| * D: the paper's 2.0 overshoots the
+  # curvature of this quadratic (|g| up to 4) and diverges; 1.0 stays below it.
+  Entry("dc_adaptive", stalesgd.scale_by_delay_compensation, {"dc_lambda": 1.0, "adaptive": True, "decay": 0.95}),
+  Entry(
+    "dc_adaptive_per_learner",
+    stalesgd.scale_by_delay_compensation,
+    {"dc_lambda": 1.0, "adaptive": True, "num_learners": 3},
+    static_args=("num_learners",),
+  ),
+  Entry("dc_layerwise", stalesgd.scale_by_delay_compensation, {"dc_lambda": 0.2, "layerwise": True}),
+  Entry("gap_aware", stalesgd.scale_by_gap_aware, {"decay": 0.9}),
+  Entry("average_contributions", stalesgd.average_contributions, {}),
+  Entry(
+    "staleness_aware_sgd",
+    stalesgd.staleness_aware_sgd,
+    {"learning_rate": LEARNING_RATE, "momentum": 0.5, "nesterov": True},
+    optimizer=True,
+  ),
+  Entry(
+    "staleness_aware_sgd_polynomial",
+    stalesgd.staleness_aware_sgd,
+    {"learning_rate": LEARNING_RATE, "rule": "polynomial", "exponent": 1.0},
+    optimizer=True,
+  ),
+  Entry("dc_asgd", stalesgd.dc_asgd, {"learning_rate": LEARNING_RATE, "momentum": 0.5}, optimizer=True),
+  Entry(
+    "dc_asgd_adaptive",
+    stalesgd.dc_asgd,
+    {"learning_rate": optax.exponential_decay(LEARNING_RATE, 100, 0.5), "dc_lambda": 1.0, "adaptive": True},
+    optimizer=True,
+  ),
 ]
 IDS = [entry.name for entry in REGISTRY]
 
 
 def loss(params):
   return sum(
-      0.5 * jnp.sum(curvature * (param - optimum) ** 2)
-      for curvature, param, optimum in zip(
-          jax.tree.leaves(CURVATURE), jax.tree.leaves(params), jax.tree.leaves(OPTIMUM)))
+    0.5 * jnp.sum(curvature * (param - optimum) ** 2)
+    for curvature, param, optimum in zip(jax.tree.leaves(CURVATURE), jax.tree.leaves(params), jax.tree.leaves(OPTIMUM))
+  )
 
 
 def initial_params(dtype=jnp.float32):
@@ -121,17 +132,17 @@ def run_delayed_descent(optimizer, steps, use_extra_args):
       staleness = jnp.minimum(step_index, DELAY)
       stale = jax.tree.map(lambda ring: ring[(step_index - staleness) % (DELAY + 1)], history)
       updates, state = optimizer.update(
-          jax.grad(loss)(stale), state, params, staleness=staleness, stale_params=stale,
-          learner=step_index % 3)
+        jax.grad(loss)(stale), state, params, staleness=staleness, stale_params=stale, learner=step_index % 3
+      )
     else:
       updates, state = optimizer.update(jax.grad(loss)(params), state, params)
     params = optax.apply_updates(params, updates)
-    history = jax.tree.map(
-        lambda ring, leaf: ring.at[(step_index + 1) % (DELAY + 1)].set(leaf), history, params)
+    history = jax.tree.map(lambda ring, leaf: ring.at[(step_index + 1) % (DELAY + 1)].set(leaf), history, params)
     return (params, state, history), None
 
   (final, _, _), _ = jax.jit(lambda carry: jax.lax.scan(step, carry, jnp.arange(steps)))(
-      (params, optimizer.init(params), history))
+    (params, optimizer.init(params), history)
+  )
   return final
 
 
@@ -164,9 +175,13 @@ def test_jitted_update_matches_eager_and_does_not_retrace(entry, dtype=jnp.bfloa
     jitted_updates, jitted_state = update(grads, jitted_state, params, stale)
     eager_updates, eager_state = transform.update(grads, eager_state, params, **extra_args)
     tolerance = 1e-6 if dtype == jnp.float32 else 1e-2
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(
-        np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tolerance, atol=tolerance),
-                 jitted_updates, eager_updates)
+    jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(
+        np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tolerance, atol=tolerance
+      ),
+      jitted_updates,
+      eager_updates,
+    )
   assert len(traces) == 1
   assert_trees_equal_shape_and_dtype(initial_state, jitted_state)
 
@@ -194,8 +209,7 @@ def test_inject_hyperparams_gives_the_same_updates(entry):
   for _ in range(2):
     injected_updates, injected_state = injected.update(grads, injected_state, params, **extra_args)
     plain_updates, plain_state = plain.update(grads, plain_state, params, **extra_args)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
-                 injected_updates, plain_updates)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), injected_updates, plain_updates)
 
 
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
@@ -269,7 +283,11 @@ def test_works_inside_optax_masked(entry):
   stale, extra_args = stale_inputs(params)
   grads = jax.grad(loss)(stale)
   updates, _ = masked.update(grads, masked.init(params), params, **extra_args)
-  only_w, _ = alone.update({"w": grads["w"]}, alone.init({"w": params["w"]}), {"w": params["w"]},
-                           **{**extra_args, "stale_params": {"w": stale["w"]}})
+  only_w, _ = alone.update(
+    {"w": grads["w"]},
+    alone.init({"w": params["w"]}),
+    {"w": params["w"]},
+    **{**extra_args, "stale_params": {"w": stale["w"]}},
+  )
   np.testing.assert_array_equal(updates["w"], only_w["w"])
   np.testing.assert_array_equal(updates["b"], grads["b"])

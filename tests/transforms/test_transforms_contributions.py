@@ -14,8 +14,10 @@ PARAMS = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(())}
 
 def stack(count, dtype=jnp.float32):
   keys = jax.random.split(jax.random.key(0), 2)
-  return {"w": jax.random.normal(keys[0], (count, 2, 3)).astype(dtype),
-          "b": jax.random.normal(keys[1], (count,)).astype(dtype)}
+  return {
+    "w": jax.random.normal(keys[0], (count, 2, 3)).astype(dtype),
+    "b": jax.random.normal(keys[1], (count,)).astype(dtype),
+  }
 
 
 def test_average_of_a_stack_by_hand():
@@ -33,8 +35,7 @@ def test_a_stack_of_one_returns_exactly_its_gradient(dtype):
   updates, _ = transform.update(grads, transform.init(PARAMS), PARAMS, staleness=jnp.array([3]))
   for averaged, single in zip(jax.tree.leaves(updates), jax.tree.leaves(grads)):
     assert averaged.dtype == dtype
-    np.testing.assert_array_equal(np.asarray(averaged, np.float32), np.asarray(single[0],
-                                                                                np.float32))
+    np.testing.assert_array_equal(np.asarray(averaged, np.float32), np.asarray(single[0], np.float32))
 
 
 def test_unstacked_gradients_pass_unchanged():
@@ -58,19 +59,16 @@ def test_contributions_in_stack_reads_every_indication():
   grads = stack(3)
   stale = jax.tree.map(jnp.zeros_like, grads)
   assert stalesgd.contributions_in_stack(grads, PARAMS, staleness=jnp.arange(3)) == 3
-  assert stalesgd.contributions_in_stack(grads, PARAMS, stale_params=stale,
-                                         learner=jnp.arange(3)) == 3
+  assert stalesgd.contributions_in_stack(grads, PARAMS, stale_params=stale, learner=jnp.arange(3)) == 3
   single = jax.tree.map(lambda leaf: leaf[0], grads)
-  assert stalesgd.contributions_in_stack(single, PARAMS, staleness=2, stale_params=PARAMS,
-                                         learner=0) is None
+  assert stalesgd.contributions_in_stack(single, PARAMS, staleness=2, stale_params=PARAMS, learner=0) is None
   assert stalesgd.contributions_in_stack(single, PARAMS) is None
 
 
 def test_inconsistent_inputs_raise():
   grads = stack(3)
   stale = jax.tree.map(jnp.zeros_like, grads)
-  with pytest.raises(ValueError,
-                     match="disagree .*staleness: stack of 2.*stale_params: stack of 3"):
+  with pytest.raises(ValueError, match="disagree .*staleness: stack of 2.*stale_params: stack of 3"):
     stalesgd.contributions_in_stack(grads, PARAMS, staleness=jnp.arange(2), stale_params=stale)
   with pytest.raises(ValueError, match="mixes stacked and unstacked"):
     stalesgd.contributions_in_stack(grads, PARAMS, stale_params={"w": stale["w"], "b": PARAMS["b"]})

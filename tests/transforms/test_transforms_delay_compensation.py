@@ -34,7 +34,8 @@ def test_constant_lambda_by_hand():
 
 def test_mean_square_lambda_by_hand():
   corrected = stalesgd.delay_compensated_gradient(
-      GRADS, PARAMS - STALE, 0.1, mean_square=jnp.array([1.0, 4.0]), eps=0.0)
+    GRADS, PARAMS - STALE, 0.1, mean_square=jnp.array([1.0, 4.0]), eps=0.0
+  )
   np.testing.assert_allclose(corrected, [1.0 + 0.1 / 1.0 * 1.0, 2.0 + 0.1 / 2.0 * -4.0], rtol=1e-7)
 
 
@@ -44,11 +45,9 @@ def test_layerwise_lambda_by_hand():
   corrected = stalesgd.delay_compensated_gradient(grads, displacement, 0.2, layerwise=True)
   # ||g|| = sqrt(5), ||g g D|| = sqrt(1 + 16): lambda = 0.2 sqrt(5 / 17).
   layer_lambda = 0.2 * math.sqrt(5.0) / math.sqrt(17.0)
-  np.testing.assert_allclose(corrected["a"], [1.0 + layer_lambda, 2.0 - 4.0 * layer_lambda],
-                             rtol=1e-6)
+  np.testing.assert_allclose(corrected["a"], [1.0 + layer_lambda, 2.0 - 4.0 * layer_lambda], rtol=1e-6)
   # The correction's norm is 0.2 ||g||.
-  np.testing.assert_allclose(np.linalg.norm(corrected["a"] - GRADS), 0.2 * math.sqrt(5.0),
-                             rtol=1e-6)
+  np.testing.assert_allclose(np.linalg.norm(corrected["a"] - GRADS), 0.2 * math.sqrt(5.0), rtol=1e-6)
   np.testing.assert_array_equal(corrected["b"], [3.0])  # zero denominator: no correction, no NaN
 
 
@@ -60,8 +59,8 @@ def test_update_mean_square_by_hand():
 
 def test_zero_gradient_with_zero_mean_square_stays_finite():
   corrected = stalesgd.delay_compensated_gradient(
-      jnp.array([0.0, 2.0]), jnp.array([1.0, 1.0]), 1.0, mean_square=jnp.array([0.0, 4.0]),
-      eps=0.0)
+    jnp.array([0.0, 2.0]), jnp.array([1.0, 1.0]), 1.0, mean_square=jnp.array([0.0, 4.0]), eps=0.0
+  )
   np.testing.assert_array_equal(corrected, [0.0, 2.0 + 1.0 / 2.0 * 4.0])
 
 
@@ -102,24 +101,20 @@ def test_dc_asgd_a_two_steps_by_hand():
   transform = stalesgd.scale_by_delay_compensation(dc_lambda=1.0, adaptive=True, decay=0.5)
   first, second, state = two_updates(transform)
   # MeanSquare = 0.5 * 0 + 0.5 * (1, 4) = (0.5, 2) includes the current gradient.
-  np.testing.assert_allclose(first, [1.0 + 1.0 / math.sqrt(0.5), 2.0 - 4.0 / math.sqrt(2.0)],
-                             rtol=1e-6)
+  np.testing.assert_allclose(first, [1.0 + 1.0 / math.sqrt(0.5), 2.0 - 4.0 / math.sqrt(2.0)], rtol=1e-6)
   # MeanSquare = 0.5 * (0.5, 2) + 0.5 * (4, 4) = (2.25, 3).
   np.testing.assert_allclose(second, [2.0 + 4.0 / 1.5, 2.0 - 4.0 / math.sqrt(3.0)], rtol=1e-6)
   np.testing.assert_allclose(state.mean_square, [2.25, 3.0], rtol=1e-7)
 
 
 def test_dc_asgd_a_per_learner_three_steps_by_hand():
-  transform = stalesgd.scale_by_delay_compensation(
-      dc_lambda=1.0, adaptive=True, decay=0.5, num_learners=2)
+  transform = stalesgd.scale_by_delay_compensation(dc_lambda=1.0, adaptive=True, decay=0.5, num_learners=2)
   state = transform.init(PARAMS)
   first, state = transform.update(GRADS, state, PARAMS, stale_params=STALE, learner=0)
-  np.testing.assert_allclose(first, [1.0 + 1.0 / math.sqrt(0.5), 2.0 - 4.0 / math.sqrt(2.0)],
-                             rtol=1e-6)
+  np.testing.assert_allclose(first, [1.0 + 1.0 / math.sqrt(0.5), 2.0 - 4.0 / math.sqrt(2.0)], rtol=1e-6)
   # Learner 1's MeanSquare starts from 0: 0.5 * (4, 4) = (2, 2).
   second, state = transform.update(GRADS_2, state, PARAMS_2, stale_params=STALE_2, learner=1)
-  np.testing.assert_allclose(second, [2.0 + 4.0 / math.sqrt(2.0), 2.0 - 4.0 / math.sqrt(2.0)],
-                             rtol=1e-6)
+  np.testing.assert_allclose(second, [2.0 + 4.0 / math.sqrt(2.0), 2.0 - 4.0 / math.sqrt(2.0)], rtol=1e-6)
   # Learner 0's MeanSquare was kept at (0.5, 2): now (2.25, 3).
   third, state = transform.update(GRADS_2, state, PARAMS_2, stale_params=STALE_2, learner=0)
   np.testing.assert_allclose(third, [2.0 + 4.0 / 1.5, 2.0 - 4.0 / math.sqrt(3.0)], rtol=1e-6)
@@ -128,7 +123,8 @@ def test_dc_asgd_a_per_learner_three_steps_by_hand():
 
 def test_bias_corrected_dc_asgd_a_two_steps_by_hand():
   transform = stalesgd.scale_by_delay_compensation(
-      dc_lambda=2.0, adaptive=True, decay=0.5, eps=0.0, bias_correction=True)
+    dc_lambda=2.0, adaptive=True, decay=0.5, eps=0.0, bias_correction=True
+  )
   first, second, state = two_updates(transform)
   # Step 1, g = (1, 2), g g D = (1, -4): MeanSquare = 0.5 * 0 + 0.5 * (1, 4) = (0.5, 2),
   # W = 0.5 * 0 + 0.5 * 1 = 0.5, MeanSquare / W = (1, 4), lambda = 2 / sqrt(1, 4) = (2, 1):
@@ -144,8 +140,8 @@ def test_bias_corrected_dc_asgd_a_two_steps_by_hand():
 
 def test_bias_corrected_decay_schedule_by_hand():
   transform = stalesgd.scale_by_delay_compensation(
-      dc_lambda=2.0, adaptive=True, decay=lambda count: jnp.where(count == 0, 0.5, 0.25), eps=0.0,
-      bias_correction=True)
+    dc_lambda=2.0, adaptive=True, decay=lambda count: jnp.where(count == 0, 0.5, 0.25), eps=0.0, bias_correction=True
+  )
   first, second, state = two_updates(transform)
   # Step 1 at m = 0.5: as in the two-step test, W = 0.5 and g~ = (3, -2).
   np.testing.assert_allclose(first, [3.0, -2.0], rtol=1e-6)
@@ -158,7 +154,8 @@ def test_bias_corrected_decay_schedule_by_hand():
 
 def test_bias_corrected_per_learner_absent_learner_keeps_its_weight_by_hand():
   transform = stalesgd.scale_by_delay_compensation(
-      dc_lambda=2.0, adaptive=True, decay=0.5, eps=0.0, num_learners=2, bias_correction=True)
+    dc_lambda=2.0, adaptive=True, decay=0.5, eps=0.0, num_learners=2, bias_correction=True
+  )
   state = transform.init(PARAMS)
   np.testing.assert_array_equal(state.mean_square_weight, [0.0, 0.0])
   # Learner 0, g = (1, 2): its MeanSquare (0.5, 2) and W 0.5, as in the global case: g~ = (3, -2).
@@ -178,8 +175,9 @@ def test_bias_corrected_per_learner_absent_learner_keeps_its_weight_by_hand():
   # A stack of two from learner 1, both g = (1, 2) with D = (1, -1): its MeanSquare blends once with
   # the mean g^2 = (1, 4): 0.5 * (2, 2) + 0.5 * (1, 4) = (1.5, 3), and its W once: 0.75 (not 0.875);
   # MeanSquare / W = (2, 4), lambda = (sqrt(2), 1): each g~ = (1 + sqrt(2), 2 - 4).
-  stacked, state = transform.update(jnp.stack([GRADS, GRADS]), state, PARAMS,
-                                    stale_params=jnp.stack([STALE, STALE]), learner=jnp.array([1, 1]))
+  stacked, state = transform.update(
+    jnp.stack([GRADS, GRADS]), state, PARAMS, stale_params=jnp.stack([STALE, STALE]), learner=jnp.array([1, 1])
+  )
   np.testing.assert_allclose(stacked, [[1.0 + math.sqrt(2.0), -2.0]] * 2, rtol=1e-6)
   np.testing.assert_allclose(state.mean_square_weight, [0.75, 0.75], rtol=1e-7)
   np.testing.assert_allclose(state.mean_square, [[2.25, 3.0], [1.5, 3.0]], rtol=1e-7)
@@ -201,13 +199,12 @@ def test_bias_correction_at_decay_zero_is_the_uncorrected_rule_bit_for_bit(num_l
   for step in range(4):
     grads = jax.tree.map(lambda leaf: jnp.cos(leaf * (step + 1)), params)
     stale = jax.tree.map(lambda leaf: leaf - 0.3 * (step + 1), params)
-    ours, corrected_state = corrected.update(grads, corrected_state, params, stale_params=stale,
-                                             learner=step % 3)
-    theirs, uncorrected_state = uncorrected.update(grads, uncorrected_state, params,
-                                                   stale_params=stale, learner=step % 3)
+    ours, corrected_state = corrected.update(grads, corrected_state, params, stale_params=stale, learner=step % 3)
+    theirs, uncorrected_state = uncorrected.update(
+      grads, uncorrected_state, params, stale_params=stale, learner=step % 3
+    )
     jax.tree.map(np.testing.assert_array_equal, ours, theirs)
-    jax.tree.map(np.testing.assert_array_equal, corrected_state.mean_square,
-                 uncorrected_state.mean_square)
+    jax.tree.map(np.testing.assert_array_equal, corrected_state.mean_square, uncorrected_state.mean_square)
     params = jax.tree.map(lambda param, update: param - 0.1 * update, params, ours)
   np.testing.assert_array_equal(corrected_state.mean_square_weight, 1.0)  # every learner sent
 
@@ -245,8 +242,7 @@ def test_scheduled_lambda_follows_the_update_count():
 @pytest.mark.parametrize("dc_lambda, expected", [(0.04, [-0.104, -0.184]), (0.5, [-0.15, 0.0])])
 def test_done_when_dc_asgd_numbers(dc_lambda, expected):
   transform = stalesgd.dc_asgd(0.1, dc_lambda=dc_lambda)
-  updates, _ = transform.update(GRADS, transform.init(PARAMS), PARAMS, staleness=3,
-                                stale_params=STALE)
+  updates, _ = transform.update(GRADS, transform.init(PARAMS), PARAMS, staleness=3, stale_params=STALE)
   # -0.1 * (g + lambda * g * g * (params - old)) with g * g * D = (1, -4)
   np.testing.assert_allclose(updates, expected, rtol=1e-6, atol=1e-7)
 

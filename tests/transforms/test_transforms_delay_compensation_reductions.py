@@ -20,10 +20,10 @@ GRADS = jnp.array([1.0, 2.0])
 # ---------------------------------------------------------------- exact reductions
 
 MODES = {
-    "constant": {"dc_lambda": 0.3},
-    "adaptive": {"dc_lambda": 2.0, "adaptive": True},
-    "per_learner": {"dc_lambda": 2.0, "adaptive": True, "num_learners": 3},
-    "layerwise": {"dc_lambda": 0.2, "layerwise": True},
+  "constant": {"dc_lambda": 0.3},
+  "adaptive": {"dc_lambda": 2.0, "adaptive": True},
+  "per_learner": {"dc_lambda": 2.0, "adaptive": True, "num_learners": 3},
+  "layerwise": {"dc_lambda": 0.2, "layerwise": True},
 }
 
 
@@ -33,8 +33,9 @@ def sgd_trajectories(transform, reference, stale_of, steps=4):
   our_state, their_state = transform.init(ours), reference.init(theirs)
   for step in range(steps):
     grads = jax.tree.map(lambda leaf: jnp.cos(leaf * (step + 1)), ours)
-    our_updates, our_state = transform.update(grads, our_state, ours, stale_params=stale_of(ours),
-                                              staleness=1, learner=step % 3)
+    our_updates, our_state = transform.update(
+      grads, our_state, ours, stale_params=stale_of(ours), staleness=1, learner=step % 3
+    )
     their_updates, their_state = reference.update(grads, their_state, theirs)
     ours = optax.apply_updates(ours, our_updates)
     theirs = optax.apply_updates(theirs, their_updates)
@@ -43,16 +44,19 @@ def sgd_trajectories(transform, reference, stale_of, steps=4):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_stale_params_equal_to_params_is_plain_sgd_bit_for_bit(mode):
-  sgd_trajectories(stalesgd.dc_asgd(0.1, momentum=0.9, **MODES[mode]),
-                   optax.sgd(0.1, momentum=0.9), stale_of=lambda params: params)
+  sgd_trajectories(
+    stalesgd.dc_asgd(0.1, momentum=0.9, **MODES[mode]), optax.sgd(0.1, momentum=0.9), stale_of=lambda params: params
+  )
 
 
 @pytest.mark.parametrize("mode", ["constant", "adaptive", "per_learner"])
 def test_zero_lambda_is_plain_sgd_bit_for_bit(mode):
   options = {**MODES[mode], "dc_lambda": 0.0}
-  sgd_trajectories(stalesgd.dc_asgd(0.1, momentum=0.9, nesterov=True, **options),
-                   optax.sgd(0.1, momentum=0.9, nesterov=True),
-                   stale_of=lambda params: jax.tree.map(lambda leaf: leaf - 0.3, params))
+  sgd_trajectories(
+    stalesgd.dc_asgd(0.1, momentum=0.9, nesterov=True, **options),
+    optax.sgd(0.1, momentum=0.9, nesterov=True),
+    stale_of=lambda params: jax.tree.map(lambda leaf: leaf - 0.3, params),
+  )
 
 
 def test_correction_is_exact_when_the_hessian_equals_lambda_g_g():
@@ -66,8 +70,7 @@ def test_correction_is_exact_when_the_hessian_equals_lambda_g_g():
   gradient = jax.grad(lambda w: 0.5 * jnp.sum(curvature * (w - optimum) ** 2))
   np.testing.assert_allclose(dc_lambda * gradient(stale) ** 2, curvature, rtol=1e-6)
   transform = stalesgd.scale_by_delay_compensation(dc_lambda=dc_lambda)
-  corrected, _ = transform.update(gradient(stale), transform.init(params), params,
-                                  stale_params=stale)
+  corrected, _ = transform.update(gradient(stale), transform.init(params), params, stale_params=stale)
   np.testing.assert_allclose(corrected, gradient(params), rtol=1e-6)
   assert not np.allclose(gradient(stale), gradient(params), rtol=1e-2)
 
@@ -102,12 +105,10 @@ def stacked_inputs():
 @pytest.mark.parametrize("mode", ["constant", "layerwise"])
 def test_stack_equals_separate_calls_then_mean(mode):
   grads, params, stale = stacked_inputs()
-  transform = optax.chain(stalesgd.scale_by_delay_compensation(**MODES[mode]),
-                          stalesgd.average_contributions())
+  transform = optax.chain(stalesgd.scale_by_delay_compensation(**MODES[mode]), stalesgd.average_contributions())
   state = transform.init(params)
   stacked, _ = transform.update(grads, state, params, stale_params=stale)
-  separate = [transform.update(grads[k], state, params, stale_params=stale[k])[0]
-              for k in range(3)]
+  separate = [transform.update(grads[k], state, params, stale_params=stale[k])[0] for k in range(3)]
   np.testing.assert_allclose(stacked, np.mean(separate, axis=0), rtol=1e-6)
 
 
@@ -118,7 +119,7 @@ def test_adaptive_stack_uses_the_mean_square_updated_with_the_whole_stack():
   _, state = transform.update(grads[2], state, params, stale_params=params)  # MS = 0.1 g_2^2
   stacked, new_state = transform.update(grads, state, params, stale_params=stale)
   g, d = np.asarray(grads, np.float64), np.asarray(params - stale, np.float64)
-  mean_square = 0.9 * 0.1 * g[2] ** 2 + 0.1 * np.mean(g ** 2, axis=0)
+  mean_square = 0.9 * 0.1 * g[2] ** 2 + 0.1 * np.mean(g**2, axis=0)
   expected = g + 2.0 / np.sqrt(mean_square + 1e-7) * g * g * d
   np.testing.assert_allclose(stacked, expected, rtol=1e-5)
   np.testing.assert_allclose(new_state.mean_square, mean_square, rtol=1e-6)
@@ -126,10 +127,10 @@ def test_adaptive_stack_uses_the_mean_square_updated_with_the_whole_stack():
 
 def test_per_learner_stack_blends_each_learner_with_its_own_contributions():
   grads, params, stale = stacked_inputs()
-  transform = stalesgd.scale_by_delay_compensation(
-      dc_lambda=1.0, adaptive=True, decay=0.5, num_learners=3)
-  stacked, state = transform.update(grads, transform.init(params), params, stale_params=stale,
-                                    learner=jnp.array([0, 2, 0]))
+  transform = stalesgd.scale_by_delay_compensation(dc_lambda=1.0, adaptive=True, decay=0.5, num_learners=3)
+  stacked, state = transform.update(
+    grads, transform.init(params), params, stale_params=stale, learner=jnp.array([0, 2, 0])
+  )
   g, d = np.asarray(grads, np.float64), np.asarray(params - stale, np.float64)
   learner_0 = 0.5 * (g[0] ** 2 + g[2] ** 2) / 2
   learner_2 = 0.5 * g[1] ** 2
@@ -141,10 +142,9 @@ def test_per_learner_stack_blends_each_learner_with_its_own_contributions():
 
 # The transform's own options beyond dc_asgd's.
 TRANSFORM_MODES = {
-    **MODES,
-    "bias_corrected": {"dc_lambda": 2.0, "adaptive": True, "bias_correction": True},
-    "bias_corrected_per_learner": {"dc_lambda": 2.0, "adaptive": True, "num_learners": 3,
-                                   "bias_correction": True},
+  **MODES,
+  "bias_corrected": {"dc_lambda": 2.0, "adaptive": True, "bias_correction": True},
+  "bias_corrected_per_learner": {"dc_lambda": 2.0, "adaptive": True, "num_learners": 3, "bias_correction": True},
 }
 
 
@@ -153,10 +153,8 @@ def test_stack_of_one_equals_the_unstacked_call_bit_for_bit(mode):
   grads, params, stale = stacked_inputs()
   transform = stalesgd.scale_by_delay_compensation(**TRANSFORM_MODES[mode])
   state = transform.init(params)
-  single, single_state = transform.update(grads[1], state, params, stale_params=stale[1],
-                                          learner=2)
-  stacked, stacked_state = transform.update(grads[1:2], state, params, stale_params=stale[1:2],
-                                            learner=jnp.array([2]))
+  single, single_state = transform.update(grads[1], state, params, stale_params=stale[1], learner=2)
+  stacked, stacked_state = transform.update(grads[1:2], state, params, stale_params=stale[1:2], learner=jnp.array([2]))
   np.testing.assert_array_equal(single, stacked[0])
   jax.tree.map(np.testing.assert_array_equal, single_state, stacked_state)
 
@@ -199,8 +197,7 @@ def test_update_errors():
   with pytest.raises(ValueError, match="disagree"):
     per_learner.update(grads, per_learner.init(params), params, stale_params=stale, learner=1)
   with pytest.raises(ValueError, match=r"learner must lie in \[0, num_learners=3\); got \[0, 3, 1\]"):
-    per_learner.update(grads, per_learner.init(params), params, stale_params=stale,
-                       learner=jnp.array([0, 3, 1]))
+    per_learner.update(grads, per_learner.init(params), params, stale_params=stale, learner=jnp.array([0, 3, 1]))
 
 
 def test_without_stale_params_it_is_the_identity():

@@ -15,8 +15,10 @@ from stalesgd.transforms import _staleness as staleness
 
 
 @pytest.mark.parametrize(
-    "module", [aliases, contributions, delay_compensation, gap_aware, mean_square, staleness],
-    ids=lambda module: module.__name__.rsplit(".", 1)[-1])
+  "module",
+  [aliases, contributions, delay_compensation, gap_aware, mean_square, staleness],
+  ids=lambda module: module.__name__.rsplit(".", 1)[-1],
+)
 def test_docstring_examples(module):
   result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
   assert result.attempted > 0

@@ -43,8 +43,7 @@ def test_a_gap_on_a_coordinate_that_never_moved_is_penalised_heavily():
 def test_first_update_has_no_scale_and_no_penalty():
   transform = stalesgd.scale_by_gap_aware()
   params = jnp.array([0.0, 0.0])
-  updates, _ = transform.update(ONES, transform.init(params), params,
-                                stale_params=jnp.array([5.0, -5.0]))
+  updates, _ = transform.update(ONES, transform.init(params), params, stale_params=jnp.array([5.0, -5.0]))
   np.testing.assert_array_equal(updates, ONES)
 
 
@@ -82,8 +81,7 @@ def test_stack_equals_separate_calls_and_a_stack_of_one_is_exact():
     np.testing.assert_allclose(single, stacked[k], rtol=1e-6)
     jax.tree.map(np.testing.assert_array_equal, single_state, stacked_state)
   one, one_state = transform.update(grads[:1], state, params, stale_params=stale[:1])
-  np.testing.assert_array_equal(one[0], transform.update(grads[0], state, params,
-                                                         stale_params=stale[0])[0])
+  np.testing.assert_array_equal(one[0], transform.update(grads[0], state, params, stale_params=stale[0])[0])
   jax.tree.map(np.testing.assert_array_equal, one_state, stacked_state)
 
 

@@ -27,28 +27,28 @@ def run_steps(transform, stalenesses, grads=GRADS):
 
 # Weights worked out by hand for the staleness sequence of each case.
 HAND_COMPUTED = [
-    ("inverse", {}, [0, 2, 4], [1.0, 1 / 2, 1 / 4]),
-    # <sigma> before each update: 0 (weight 1), then 2 (1/2), then (2 + 4) / 2 = 3 (1/3).
-    ("inverse_mean", {}, [2, 4, 0], [1.0, 1 / 2, 1 / 3]),
-    ("inverse_mean", {"mean_staleness": 4.0}, [0, 9, 1], [1 / 4, 1 / 4, 1 / 4]),
-    ("inverse_mean", {"mean_staleness": 0.5}, [0, 3], [1.0, 1.0]),
-    ("polynomial", {"exponent": 0.5}, [3, 8, 0], [1 / 2, 1 / 3, 1.0]),
-    ("polynomial", {"exponent": 1.0}, [1, 3], [1 / 2, 1 / 4]),
-    ("exponential", {"decay": math.log(2.0)}, [1, 3, 0], [1 / 2, 1 / 8, 1.0]),
-    ("threshold", {"max_staleness": 2}, [1, 3, 2], [1.0, 0.0, 1.0]),
-    # 1 / (0.5 * (sigma - 2) + 1) beyond the knee at 2.
-    ("hinge", {"max_staleness": 2, "hinge_slope": 0.5}, [4, 1, 8], [1 / 2, 1.0, 1 / 4]),
-    ("constant", {}, [0, 7, 30], [1.0, 1.0, 1.0]),
-    # Normalised by (1 + 3)^-1/2 = 1/2, the weight at <sigma> = 3.
-    ("polynomial", {"mean_staleness": 3.0, "normalize": True}, [0, 3, 8], [2.0, 1.0, 2 / 3]),
-    # Tracked <sigma>: 0 (weight at it 1), then 2 (weight 1/2), then 2 again.
-    ("inverse", {"normalize": True}, [2, 2, 4], [1 / 2, 1.0, 1 / 2]),
+  ("inverse", {}, [0, 2, 4], [1.0, 1 / 2, 1 / 4]),
+  # <sigma> before each update: 0 (weight 1), then 2 (1/2), then (2 + 4) / 2 = 3 (1/3).
+  ("inverse_mean", {}, [2, 4, 0], [1.0, 1 / 2, 1 / 3]),
+  ("inverse_mean", {"mean_staleness": 4.0}, [0, 9, 1], [1 / 4, 1 / 4, 1 / 4]),
+  ("inverse_mean", {"mean_staleness": 0.5}, [0, 3], [1.0, 1.0]),
+  ("polynomial", {"exponent": 0.5}, [3, 8, 0], [1 / 2, 1 / 3, 1.0]),
+  ("polynomial", {"exponent": 1.0}, [1, 3], [1 / 2, 1 / 4]),
+  ("exponential", {"decay": math.log(2.0)}, [1, 3, 0], [1 / 2, 1 / 8, 1.0]),
+  ("threshold", {"max_staleness": 2}, [1, 3, 2], [1.0, 0.0, 1.0]),
+  # 1 / (0.5 * (sigma - 2) + 1) beyond the knee at 2.
+  ("hinge", {"max_staleness": 2, "hinge_slope": 0.5}, [4, 1, 8], [1 / 2, 1.0, 1 / 4]),
+  ("constant", {}, [0, 7, 30], [1.0, 1.0, 1.0]),
+  # Normalised by (1 + 3)^-1/2 = 1/2, the weight at <sigma> = 3.
+  ("polynomial", {"mean_staleness": 3.0, "normalize": True}, [0, 3, 8], [2.0, 1.0, 2 / 3]),
+  # Tracked <sigma>: 0 (weight at it 1), then 2 (weight 1/2), then 2 again.
+  ("inverse", {"normalize": True}, [2, 2, 4], [1 / 2, 1.0, 1 / 2]),
 ]
 
 
 @pytest.mark.parametrize(
-    "rule, options, stalenesses, weights", HAND_COMPUTED,
-    ids=[f"{case[0]}-{i}" for i, case in enumerate(HAND_COMPUTED)])
+  "rule, options, stalenesses, weights", HAND_COMPUTED, ids=[f"{case[0]}-{i}" for i, case in enumerate(HAND_COMPUTED)]
+)
 def test_hand_computed_weights_over_three_steps(rule, options, stalenesses, weights):
   updates, state = run_steps(stalesgd.scale_by_staleness(rule, **options), stalenesses)
   np.testing.assert_allclose(updates, np.outer(weights, GRADS), rtol=1e-6)
@@ -59,12 +59,12 @@ def test_hand_computed_weights_over_three_steps(rule, options, stalenesses, weig
 def test_staleness_weight_is_the_same_rule_as_the_transform():
   stalenesses = jnp.arange(6)
   np.testing.assert_allclose(
-      stalesgd.staleness_weight("inverse", stalenesses), [1, 1, 1 / 2, 1 / 3, 1 / 4, 1 / 5],
-      rtol=1e-7)
+    stalesgd.staleness_weight("inverse", stalenesses), [1, 1, 1 / 2, 1 / 3, 1 / 4, 1 / 5], rtol=1e-7
+  )
   np.testing.assert_allclose(
-      stalesgd.staleness_weight("threshold", stalenesses, max_staleness=3, normalize=True,
-                                mean_staleness=5.0),
-      [1, 1, 1, 1, 0, 0])  # the weight at <sigma> is 0: left unnormalised
+    stalesgd.staleness_weight("threshold", stalenesses, max_staleness=3, normalize=True, mean_staleness=5.0),
+    [1, 1, 1, 1, 0, 0],
+  )  # the weight at <sigma> is 0: left unnormalised
 
 
 def test_threshold_counts_drops_and_zeroes_non_finite_dropped_gradients():
@@ -108,8 +108,7 @@ def test_without_staleness_it_is_the_identity_bit_for_bit():
 @pytest.mark.parametrize("rule", stalesgd.STALENESS_RULES)
 def test_stack_equals_separate_calls_then_mean(rule):
   options = {"max_staleness": 2} if rule in ("threshold", "hinge") else {}
-  transform = optax.chain(stalesgd.scale_by_staleness(rule, **options),
-                          stalesgd.average_contributions())
+  transform = optax.chain(stalesgd.scale_by_staleness(rule, **options), stalesgd.average_contributions())
   grads = jnp.array([[1.0, 2.0], [-3.0, 0.5], [4.0, 4.0]])
   stalenesses = jnp.array([0, 3, 1])
   state = transform.init(grads[0])
@@ -127,7 +126,8 @@ def test_stack_of_one_equals_the_unstacked_call_bit_for_bit(rule):
   state = transform.init(grads)
   single, single_state = transform.update(grads, state, staleness=3)
   stacked, stacked_state = transform.update(
-      jax.tree.map(lambda leaf: leaf[None], grads), state, staleness=jnp.array([3]))
+    jax.tree.map(lambda leaf: leaf[None], grads), state, staleness=jnp.array([3])
+  )
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b[0]), single, stacked)
   jax.tree.map(np.testing.assert_array_equal, single_state, stacked_state)
 
@@ -154,11 +154,9 @@ def test_done_when_staleness_aware_sgd_numbers():
   params = jnp.array([1.0, 2.0])
   old = jnp.array([0.0, 0.0])
   state = transform.init(params)
-  updates, state = transform.update(jnp.array([3.0, 6.0]), state, params, staleness=3,
-                                    stale_params=old)
+  updates, state = transform.update(jnp.array([3.0, 6.0]), state, params, staleness=3, stale_params=old)
   np.testing.assert_allclose(updates, [-0.1, -0.2], rtol=1e-6)  # -0.1 * g / 3
-  updates, state = transform.update(jnp.array([4.0, 4.0]), state, params, staleness=2,
-                                    stale_params=old)
+  updates, state = transform.update(jnp.array([4.0, 4.0]), state, params, staleness=2, stale_params=old)
   # momentum: m = g/2 + 0.5 * m_prev = (2, 2) + (0.5, 1); update = -0.1 * m
   np.testing.assert_allclose(updates, [-0.25, -0.3], rtol=1e-6)
 
@@ -170,13 +168,16 @@ def test_zhang_eq2_on_a_stack():
   np.testing.assert_allclose(updates, [-(2.0 + 3.0 + 2.0) / 3], rtol=1e-6)
 
 
-@pytest.mark.parametrize("factory_kwargs, message", [
+@pytest.mark.parametrize(
+  "factory_kwargs, message",
+  [
     ({"rule": "inverse_square"}, "rule must be one of"),
     ({"rule": "threshold"}, "needs max_staleness"),
     ({"rule": "hinge"}, "needs max_staleness"),
     ({"rule": "polynomial", "exponent": -1.0}, "exponent must be >= 0"),
     ({"rule": "inverse_mean", "mean_staleness": -2.0}, "mean_staleness must be >= 0"),
-])
+  ],
+)
 def test_bad_factory_arguments_raise(factory_kwargs, message):
   with pytest.raises(ValueError, match=message):
     stalesgd.scale_by_staleness(**factory_kwargs)

@@ -21,8 +21,8 @@ import pickle
 import numpy as np
 
 from stalesgd.data._npz_source import load_npz_splits
-from stalesgd.data.preparation._layouts import Layout, find_layout, npz_layout
 from stalesgd.data._sources import ArraySource
+from stalesgd.data.preparation._layouts import Layout, find_layout, npz_layout
 
 NAME = "cifar10"
 # The class names of batches.meta, in label order.
@@ -34,8 +34,7 @@ _SIDE, _CHANNELS = 32, 3
 _IMAGE_BYTES = _SIDE * _SIDE * _CHANNELS
 
 PYTHON_LAYOUT = Layout("CIFAR-10 python batches", tuple((batch,) for batch in (*TRAIN_BATCHES, TEST_BATCH)))
-BINARY_LAYOUT = Layout("CIFAR-10 binary batches",
-                       tuple((f"{batch}.bin",) for batch in (*TRAIN_BATCHES, TEST_BATCH)))
+BINARY_LAYOUT = Layout("CIFAR-10 binary batches", tuple((f"{batch}.bin",) for batch in (*TRAIN_BATCHES, TEST_BATCH)))
 
 
 def _channel_major_to_images(data: np.ndarray, path: str) -> np.ndarray:
@@ -65,15 +64,16 @@ def read_binary_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
   """(images uint8 [N, 32, 32, 3], labels [N]) of one binary batch."""
   records = np.fromfile(path, dtype=np.uint8)
   if records.size % (1 + _IMAGE_BYTES):
-    raise ValueError(f"{path}: {records.size} bytes is not a whole number of {1 + _IMAGE_BYTES}-byte "
-                     "records (one label byte, then 3072 image bytes)")
+    raise ValueError(
+      f"{path}: {records.size} bytes is not a whole number of {1 + _IMAGE_BYTES}-byte "
+      "records (one label byte, then 3072 image bytes)"
+    )
   records = records.reshape(-1, 1 + _IMAGE_BYTES)
   return _channel_major_to_images(records[:, 1:], path), records[:, 0].astype(np.int64)
 
 
 def _concatenate(parts: list[tuple[np.ndarray, np.ndarray]]) -> ArraySource:
-  return ArraySource(np.concatenate([images for images, _ in parts]),
-                     np.concatenate([labels for _, labels in parts]))
+  return ArraySource(np.concatenate([images for images, _ in parts]), np.concatenate([labels for _, labels in parts]))
 
 
 def read_splits(from_dir: str) -> tuple[str, dict[str, ArraySource]]:

@@ -58,8 +58,10 @@ def _validation_labels() -> list[str]:
 
   path = tfds.core.tfds_path(_VALIDATION_LABELS_FILE)
   if not path.exists():
-    raise MissingInputError(f"tensorflow_datasets {tfds.__version__} lacks {_VALIDATION_LABELS_FILE}, needed to "
-                            "label a flat validation folder: sort val/ into one folder per WordNet id instead")
+    raise MissingInputError(
+      f"tensorflow_datasets {tfds.__version__} lacks {_VALIDATION_LABELS_FILE}, needed to "
+      "label a flat validation folder: sort val/ into one folder per WordNet id instead"
+    )
   return path.read_text().split()
 
 
@@ -69,9 +71,11 @@ def _flat_validation(split_dir: str, images: Sequence[os.DirEntry], label_number
   for entry in images:
     match = _FLAT_VALIDATION_NAME.fullmatch(entry.name)
     if match is None or not 1 <= int(match.group(1)) <= len(labels):
-      raise ValueError(f"{os.path.join(split_dir, entry.name)}: a flat validation folder must hold "
-                       f"ILSVRC2012_val_00000001.JPEG .. ILSVRC2012_val_{len(labels):08d}.JPEG (labelled from "
-                       "tfds's validation label list); otherwise put each image in its class's folder")
+      raise ValueError(
+        f"{os.path.join(split_dir, entry.name)}: a flat validation folder must hold "
+        f"ILSVRC2012_val_00000001.JPEG .. ILSVRC2012_val_{len(labels):08d}.JPEG (labelled from "
+        "tfds's validation label list); otherwise put each image in its class's folder"
+      )
     files.append(ImageFile(entry.path, label_numbers[labels[int(match.group(1)) - 1]]))
   return files
 
@@ -98,15 +102,23 @@ def list_split(split_dir: str, label_names: Sequence[str], *, flat_validation: b
   if loose and not folders and flat_validation:
     return _flat_validation(split_dir, loose, label_numbers)
   if loose:
-    raise ValueError(f"{split_dir} holds images ({loose[0].name}, ...) beside its class folders: each image must "
-                     "lie in the folder of its class (a WordNet id such as n01440764)")
+    raise ValueError(
+      f"{split_dir} holds images ({loose[0].name}, ...) beside its class folders: each image must "
+      "lie in the folder of its class (a WordNet id such as n01440764)"
+    )
   unknown = [entry.name for entry in folders if entry.name not in label_numbers]
   if unknown:
-    raise ValueError(f"{split_dir}: class folder(s) {unknown[:5]}{' ...' if len(unknown) > 5 else ''} are not "
-                     f"ImageNet WordNet ids; allowed are the {len(label_names)} ids of tfds imagenet2012, e.g. "
-                     f"{', '.join(label_names[:3])} ... {label_names[-1]}")
-  files = [ImageFile(image.path, label_numbers[folder.name]) for folder in folders
-           for image in sorted(os.scandir(folder.path), key=lambda entry: entry.name) if _is_image(image)]
+    raise ValueError(
+      f"{split_dir}: class folder(s) {unknown[:5]}{' ...' if len(unknown) > 5 else ''} are not "
+      f"ImageNet WordNet ids; allowed are the {len(label_names)} ids of tfds imagenet2012, e.g. "
+      f"{', '.join(label_names[:3])} ... {label_names[-1]}"
+    )
+  files = [
+    ImageFile(image.path, label_numbers[folder.name])
+    for folder in folders
+    for image in sorted(os.scandir(folder.path), key=lambda entry: entry.name)
+    if _is_image(image)
+  ]
   if not files:
     raise MissingInputError(f"{split_dir} holds no images ({'/'.join(IMAGE_EXTENSIONS)} files in class folders)")
   return files
@@ -123,15 +135,20 @@ def read_splits(from_dir: str, label_names: Sequence[str]) -> tuple[str, dict[st
   check_directory(from_dir)
   split_dirs = {}
   for split, folder_names in SPLIT_FOLDERS.items():  # Both found before listing (minutes for ImageNet).
-    split_dir = next((os.path.join(from_dir, name) for name in folder_names
-                      if os.path.isdir(os.path.join(from_dir, name))), None)
+    split_dir = next(
+      (os.path.join(from_dir, name) for name in folder_names if os.path.isdir(os.path.join(from_dir, name))), None
+    )
     if split_dir is None:
       folders = " or ".join(f"{name}/" for name in folder_names)
-      raise MissingInputError(f"{NAME}: {from_dir} lacks the {split} folder {folders} (expected "
-                              f"{from_dir}/train/<wnid>/*.JPEG and {from_dir}/val/<wnid>/*.JPEG)")
+      raise MissingInputError(
+        f"{NAME}: {from_dir} lacks the {split} folder {folders} (expected "
+        f"{from_dir}/train/<wnid>/*.JPEG and {from_dir}/val/<wnid>/*.JPEG)"
+      )
     split_dirs[split] = split_dir
-  splits = {split: list_split(split_dir, label_names, flat_validation=split == "validation")
-            for split, split_dir in split_dirs.items()}
+  splits = {
+    split: list_split(split_dir, label_names, flat_validation=split == "validation")
+    for split, split_dir in split_dirs.items()
+  }
   return f"ImageNet folder tree in {from_dir}", splits
 
 

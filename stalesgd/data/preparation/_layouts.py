@@ -49,19 +49,21 @@ class Layout:
 
 def npz_layout(name: str) -> Layout:
   """The layout `stalesgd.data._npz_source` reads: ``<name>_train.npz`` and ``<name>_test.npz``."""
-  return Layout("npz arrays of source='npz' (images uint8 [N,H,W(,C)], labels [N])",
-                tuple((os.path.basename(npz_path("", name, split)),) for split in NPZ_SPLITS))
+  return Layout(
+    "npz arrays of source='npz' (images uint8 [N,H,W(,C)], labels [N])",
+    tuple((os.path.basename(npz_path("", name, split)),) for split in NPZ_SPLITS),
+  )
 
 
 def check_directory(from_dir: str) -> None:
   """Raises `MissingInputError` unless ``from_dir`` is an existing directory."""
   if not from_dir or not os.path.isdir(from_dir):
-    raise MissingInputError(f"--from={from_dir!r} is not a directory: pass the directory holding the "
-                            "data set's files")
+    raise MissingInputError(f"--from={from_dir!r} is not a directory: pass the directory holding the data set's files")
 
 
-def find_layout(dataset: str, from_dir: str, layouts: Sequence[Layout],
-                subdirectories: Sequence[str] = ()) -> tuple[Layout, list[str]]:
+def find_layout(
+  dataset: str, from_dir: str, layouts: Sequence[Layout], subdirectories: Sequence[str] = ()
+) -> tuple[Layout, list[str]]:
   """(layout, its files' paths) of the first complete layout in ``from_dir``.
 
   Args:
@@ -77,8 +79,9 @@ def find_layout(dataset: str, from_dir: str, layouts: Sequence[Layout],
       a single file.
   """
   check_directory(from_dir)
-  directories = [from_dir] + [os.path.join(from_dir, name) for name in subdirectories
-                              if os.path.isdir(os.path.join(from_dir, name))]
+  directories = [from_dir] + [
+    os.path.join(from_dir, name) for name in subdirectories if os.path.isdir(os.path.join(from_dir, name))
+  ]
   best: tuple[int, Layout, str, list[str | None]] | None = None
   for directory in directories:
     for layout in layouts:
@@ -92,7 +95,9 @@ def find_layout(dataset: str, from_dir: str, layouts: Sequence[Layout],
   if best is not None:
     _, layout, directory, paths = best
     missing = [" or ".join(names) for names, path in zip(layout.files, paths) if path is None]
-    raise MissingInputError(f"{dataset}: {directory} holds part of the {layout.description} but lacks "
-                            f"{', '.join(missing)}. Accepted layouts: {accepted}")
+    raise MissingInputError(
+      f"{dataset}: {directory} holds part of the {layout.description} but lacks "
+      f"{', '.join(missing)}. Accepted layouts: {accepted}"
+    )
   searched = ", ".join(directories)
   raise MissingInputError(f"{dataset}: no input files found in {searched}. Accepted layouts: {accepted}")

@@ -17,13 +17,15 @@ import os
 import numpy as np
 
 from stalesgd.data._npz_source import load_npz_splits
-from stalesgd.data.preparation._layouts import Layout, find_layout, npz_layout
 from stalesgd.data._sources import ArraySource
+from stalesgd.data.preparation._layouts import Layout, find_layout, npz_layout
 
 NAMES = ("mnist", "fashion_mnist")
 # split -> (images, labels) file stems.
-IDX_STEMS = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-             "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+IDX_STEMS = {
+  "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+  "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
 _UNSIGNED_BYTE = 0x08
 
 
@@ -32,8 +34,9 @@ def _accepted_names(stem: str) -> tuple[str, ...]:
   return (f"{stem}.gz", stem, f"{dotted}.gz", dotted)
 
 
-IDX_LAYOUT = Layout("IDX files", tuple(_accepted_names(stem) for split in ("train", "test")
-                                       for stem in IDX_STEMS[split]))
+IDX_LAYOUT = Layout(
+  "IDX files", tuple(_accepted_names(stem) for split in ("train", "test") for stem in IDX_STEMS[split])
+)
 
 
 def read_idx(path: str) -> np.ndarray:
@@ -69,8 +72,9 @@ def read_splits(name: str, from_dir: str) -> tuple[str, dict[str, ArraySource]]:
     splits = {}
     for split, (images, labels) in zip(("train", "test"), (arrays[:2], arrays[2:])):
       if images.ndim != 3 or labels.ndim != 1:
-        raise ValueError(f"{name} {split}: IDX images must be [N, H, W] and labels [N]; got "
-                         f"{images.shape} and {labels.shape}")
+        raise ValueError(
+          f"{name} {split}: IDX images must be [N, H, W] and labels [N]; got {images.shape} and {labels.shape}"
+        )
       splits[split] = ArraySource(images, labels)
   else:
     train, test = load_npz_splits(name, directory)

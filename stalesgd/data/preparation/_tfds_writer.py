@@ -75,7 +75,7 @@ def ordered_map(function: Callable[[Any], Any], items: Sequence[Any]) -> Iterato
   with concurrent.futures.ThreadPoolExecutor(PREPARATION_THREADS) as pool:
     pending: collections.deque[list[concurrent.futures.Future]] = collections.deque()
     for start in range(0, len(items), CHUNK):
-      pending.append([pool.submit(function, item) for item in items[start:start + CHUNK]])
+      pending.append([pool.submit(function, item) for item in items[start : start + CHUNK]])
       if len(pending) > 1:
         yield from (future.result() for future in pending.popleft())
     while pending:
@@ -117,12 +117,15 @@ def check_array_split(builder: Any, split: str, source: ArraySource) -> None:
   expected = tuple(builder.info.features["image"].shape)
   shape = tuple(source.image_shape)
   if len(shape) != len(expected) or any(want is not None and want != got for want, got in zip(expected, shape)):
-    raise ValueError(f"{builder.name} {split}: images must be [N, {', '.join(map(str, expected))}] "
-                     f"(tfds {builder.name} {builder.version}); got [N, {', '.join(map(str, shape))}]")
+    raise ValueError(
+      f"{builder.name} {split}: images must be [N, {', '.join(map(str, expected))}] "
+      f"(tfds {builder.name} {builder.version}); got [N, {', '.join(map(str, shape))}]"
+    )
   num_classes = builder.info.features["label"].num_classes
   if len(source) and int(source.labels.max()) >= num_classes:
-    raise ValueError(f"{builder.name} {split}: labels must lie in [0, {num_classes}); got maximum "
-                     f"{int(source.labels.max())}")
+    raise ValueError(
+      f"{builder.name} {split}: labels must lie in [0, {num_classes}); got maximum {int(source.labels.max())}"
+    )
 
 
 def local_builder(name: str, data_dir: str | None) -> Any:
@@ -156,8 +159,9 @@ def local_builder(name: str, data_dir: str | None) -> Any:
   return LocalFilesBuilder(data_dir=data_dir)
 
 
-def _with_progress(name: str, split: str, examples: Iterable[dict[str, Any]], total: int,
-                   stream: TextIO | None, counter: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+def _with_progress(
+  name: str, split: str, examples: Iterable[dict[str, Any]], total: int, stream: TextIO | None, counter: list[int]
+) -> Iterator[tuple[int, dict[str, Any]]]:
   """(position, example) pairs, printing ``name split: done/total`` lines with rate and ETA."""
   start = last = time.monotonic()
   for index, example in enumerate(examples):
@@ -168,9 +172,11 @@ def _with_progress(name: str, split: str, examples: Iterable[dict[str, Any]], to
       last = now
       rate = (index + 1) / max(now - start, 1e-9)
       eta = max(total - index - 1, 0) / rate
-      stream.write(f"{name} {split}: {index + 1}/{total} examples ({100 * (index + 1) / max(total, 1):.1f}%), "
-                   f"{format_rate(rate)} examples/s, {format_duration(now - start)}, "
-                   f"ETA {format_duration(eta)}\n")
+      stream.write(
+        f"{name} {split}: {index + 1}/{total} examples ({100 * (index + 1) / max(total, 1):.1f}%), "
+        f"{format_rate(rate)} examples/s, {format_duration(now - start)}, "
+        f"ETA {format_duration(eta)}\n"
+      )
       stream.flush()
 
 
@@ -180,12 +186,20 @@ def check_not_prepared(builder: Any, *, overwrite: bool) -> None:
   (tfds itself would silently keep the old data.)
   """
   if builder.is_prepared() and not overwrite:
-    raise FileExistsError(f"{builder.name} {builder.version} is already prepared in {builder.data_dir}; "
-                          "pass --overwrite (overwrite=True) to replace it, or choose another --data_dir")
+    raise FileExistsError(
+      f"{builder.name} {builder.version} is already prepared in {builder.data_dir}; "
+      "pass --overwrite (overwrite=True) to replace it, or choose another --data_dir"
+    )
 
 
-def write_splits(builder: Any, splits: Mapping[str, SplitExamples], *, overwrite: bool = False,
-                 label_names: Sequence[str] | None = None, progress: TextIO | None = sys.stderr) -> str:
+def write_splits(
+  builder: Any,
+  splits: Mapping[str, SplitExamples],
+  *,
+  overwrite: bool = False,
+  label_names: Sequence[str] | None = None,
+  progress: TextIO | None = sys.stderr,
+) -> str:
   """Writes ``splits`` with ``builder`` (from `local_builder`) and returns the data set's directory.
 
   Args:
@@ -213,17 +227,20 @@ def write_splits(builder: Any, splits: Mapping[str, SplitExamples], *, overwrite
     builder.info.features["label"].names = list(label_names)
   counters = {split: [0] for split in splits}
   builder.local_splits = {
-      split: _with_progress(builder.name, split, split_examples.examples, split_examples.num_examples,
-                            progress, counters[split])
-      for split, split_examples in splits.items()}
+    split: _with_progress(
+      builder.name, split, split_examples.examples, split_examples.num_examples, progress, counters[split]
+    )
+    for split, split_examples in splits.items()
+  }
   download_config = tfds.download.DownloadConfig(try_download_gcs=False)
   # tfds creates a downloads/ folder even when nothing is downloaded: keep it out of data_dir.
   with tempfile.TemporaryDirectory(prefix="stalesgd-prepare-") as download_dir:
-    builder.download_and_prepare(download_dir=download_dir, download_config=download_config,
-                                 file_format="array_record")
+    builder.download_and_prepare(download_dir=download_dir, download_config=download_config, file_format="array_record")
   for split, split_examples in splits.items():
     written = builder.info.splits[split].num_examples
     if written != split_examples.num_examples or counters[split][0] != written:
-      raise ValueError(f"{builder.name} {split}: {split_examples.num_examples} examples announced, "
-                       f"{counters[split][0]} generated, {written} written to {builder.data_dir}")
+      raise ValueError(
+        f"{builder.name} {split}: {split_examples.num_examples} examples announced, "
+        f"{counters[split][0]} generated, {written} written to {builder.data_dir}"
+      )
   return str(builder.data_dir)

@@ -55,8 +55,8 @@ def join_skipped_restore_barrier(manager: ocp.CheckpointManager) -> None:
   name mismatch, or a hang. Joining the barrier here keeps every process's
   sequence of collectives the same.
   """
-  checkpointer = manager._checkpointer  # pylint: disable=protected-access  (orbax keeps the barrier's key here)
+  checkpointer = manager._checkpointer  # orbax keeps the barrier's key here
   ocp.multihost.sync_global_processes(
-      ocp.multihost.unique_barrier_key("Checkpointer:restore",
-                                       prefix=checkpointer._barrier_sync_key_prefix),  # pylint: disable=protected-access
-      processes=checkpointer._active_processes)  # pylint: disable=protected-access
+    ocp.multihost.unique_barrier_key("Checkpointer:restore", prefix=checkpointer._barrier_sync_key_prefix),
+    processes=checkpointer._active_processes,
+  )

@@ -45,9 +45,20 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from stalesgd.training.checkpoint._agreement import (all_processes, barrier, is_barrier_error, join_skipped_restore_barrier)
+from stalesgd.training.checkpoint._agreement import (
+  all_processes,
+  barrier,
+  is_barrier_error,
+  join_skipped_restore_barrier,
+)
 from stalesgd.training.checkpoint._errors import CheckpointError, _UnreadableCheckpoint
-from stalesgd.training.checkpoint._integrity import (CHECKSUMS_KEY, check_checksums, metadata_checksum, process_sharded_checksums, state_checksums)
+from stalesgd.training.checkpoint._integrity import (
+  CHECKSUMS_KEY,
+  check_checksums,
+  metadata_checksum,
+  process_sharded_checksums,
+  state_checksums,
+)
 from stalesgd.utils._metrics import to_json_value
 
 PyTree = Any
@@ -98,12 +109,14 @@ class Checkpointer:
   writes them. `wait` and `close` block until every started save is on disk.
   """
 
-  def __init__(self,
-               directory: str | os.PathLike[str],
-               *,
-               max_to_keep: int | None = 3,
-               save_interval_steps: int | None = None,
-               save_interval_seconds: int | None = None):
+  def __init__(
+    self,
+    directory: str | os.PathLike[str],
+    *,
+    max_to_keep: int | None = 3,
+    save_interval_steps: int | None = None,
+    save_interval_seconds: int | None = None,
+  ):
     """Opens (and creates) a checkpoint directory.
 
     Args:
@@ -128,11 +141,11 @@ class Checkpointer:
     if not _is_url(directory):
       directory = os.path.abspath(directory)
     options = ocp.CheckpointManagerOptions(
-        preservation_policy=checkpoint_managers.LatestN(max_to_keep),
-        create=True,
-        cleanup_tmp_directories=True,
-        enable_async_checkpointing=True,
-        save_decision_policy=_save_decision_policy(save_interval_steps, save_interval_seconds),
+      preservation_policy=checkpoint_managers.LatestN(max_to_keep),
+      create=True,
+      cleanup_tmp_directories=True,
+      enable_async_checkpointing=True,
+      save_decision_policy=_save_decision_policy(save_interval_steps, save_interval_seconds),
     )
     self._manager = ocp.CheckpointManager(directory, options=options, item_names=(_STATE, _METADATA))
 
@@ -186,8 +199,9 @@ class Checkpointer:
     if not isinstance(metadata, Mapping):
       raise ValueError(f"metadata has type {type(metadata).__name__}; allowed: a mapping with str keys")
     if CHECKSUMS_KEY in metadata:
-      raise ValueError(f"metadata key {CHECKSUMS_KEY!r} is reserved for the checkpoint's own checksums; "
-                       "allowed: any other str key")
+      raise ValueError(
+        f"metadata key {CHECKSUMS_KEY!r} is reserved for the checkpoint's own checksums; allowed: any other str key"
+      )
     json_metadata = to_json_value(metadata, name="metadata")
     step = int(step)
     if step in self._manager.all_steps():
@@ -198,17 +212,18 @@ class Checkpointer:
       sharded_checksums = process_sharded_checksums(state)  # a collective: before anything may raise
       self._check_writable()
       if jax.process_index() == 0:  # only the primary process writes the metadata
-        json_metadata[CHECKSUMS_KEY] = {"state": state_checksums(state),
-                                        "metadata": metadata_checksum(json_metadata)}
+        json_metadata[CHECKSUMS_KEY] = {"state": state_checksums(state), "metadata": metadata_checksum(json_metadata)}
         if sharded_checksums is not None:
           json_metadata[CHECKSUMS_KEY]["process_sharded_state"] = sharded_checksums
       return self._manager.save(
-          step,
-          args=ocp.args.Composite(**{
-              _STATE: ocp.args.StandardSave(state),
-              _METADATA: ocp.args.JsonSave(json_metadata),
-          }),
-          force=force,
+        step,
+        args=ocp.args.Composite(
+          **{
+            _STATE: ocp.args.StandardSave(state),
+            _METADATA: ocp.args.JsonSave(json_metadata),
+          }
+        ),
+        force=force,
       )
 
   def restore(self, target_state: PyTree, *, step: int | None = None) -> tuple[PyTree, dict[str, Any]] | None:
@@ -258,36 +273,50 @@ class Checkpointer:
       # Every process must resume from the same step: one that cannot read its part rules the step out.
       if not all_processes(error is None):
         reason = str(error) if error is not None else "another process could not read its part"
-        _LOG.warning("checkpoint %d in %s is unreadable (%s); %s", candidate, self.directory, reason,
-                     "falling back to the previous checkpoint" if candidate != steps[-1] else "no older one is left")
+        _LOG.warning(
+          "checkpoint %d in %s is unreadable (%s); %s",
+          candidate,
+          self.directory,
+          reason,
+          "falling back to the previous checkpoint" if candidate != steps[-1] else "no older one is left",
+        )
         unreadable.append((candidate, reason))
         continue
       if unreadable:
         moved = self._set_aside([bad for bad, _ in unreadable])
-        _LOG.warning("resuming from checkpoint %d in %s: the newer checkpoint(s) %s could not be read and were "
-                     "renamed to %s", candidate, self.directory, [bad for bad, _ in unreadable], moved)
+        _LOG.warning(
+          "resuming from checkpoint %d in %s: the newer checkpoint(s) %s could not be read and were renamed to %s",
+          candidate,
+          self.directory,
+          [bad for bad, _ in unreadable],
+          moved,
+        )
       return restored
     details = "; ".join(f"step {bad}: {reason}" for bad, reason in unreadable)
     if all(_STRUCTURE_MISMATCH in reason for _, reason in unreadable):
       raise CheckpointError(
-          f"the checkpoints in {self.directory} hold a state of another structure than this run's ({details}): "
-          "they were written by another version of stalesgd (e.g. one before the staleness transform's state "
-          "field applied_scale became lr_scale). Resume them with the version that wrote them (its "
-          "summary.json records it under provenance), or start this version in another workdir")
+        f"the checkpoints in {self.directory} hold a state of another structure than this run's ({details}): "
+        "they were written by another version of stalesgd (e.g. one before the staleness transform's state "
+        "field applied_scale became lr_scale). Resume them with the version that wrote them (its "
+        "summary.json records it under provenance), or start this version in another workdir"
+      )
     raise CheckpointError(
-        f"no checkpoint in {self.directory} can be read ({details}). Refusing to start again from scratch: "
-        "move the directory away to do that (config.keep_checkpoints >= 2 keeps an older checkpoint to fall "
-        "back to)")
+      f"no checkpoint in {self.directory} can be read ({details}). Refusing to start again from scratch: "
+      "move the directory away to do that (config.keep_checkpoints >= 2 keeps an older checkpoint to fall "
+      "back to)"
+    )
 
   def _restore_step(self, step: int, abstract_state: PyTree) -> tuple[PyTree, dict[str, Any]]:
     """Reads one step and checks it against its checksums; raises `_UnreadableCheckpoint` if damaged."""
     try:
       restored = self._manager.restore(
-          step,
-          args=ocp.args.Composite(**{
-              _STATE: ocp.args.StandardRestore(abstract_state),
-              _METADATA: ocp.args.JsonRestore(),
-          }),
+        step,
+        args=ocp.args.Composite(
+          **{
+            _STATE: ocp.args.StandardRestore(abstract_state),
+            _METADATA: ocp.args.JsonRestore(),
+          }
+        ),
       )
       state, metadata = restored[_STATE], restored[_METADATA]
     except Exception as error:  # orbax and tensorstore raise ValueError, OSError, KeyError, JSONDecodeError...
@@ -367,13 +396,16 @@ class Checkpointer:
       try:
         self._manager.reload()
         intact = self.all_steps()
-      except Exception:  # pylint: disable=broad-except  (the report must not fail in its turn)
+      except Exception:  # the report must not fail in its turn
         intact = []
-      kept = (f"the newest complete checkpoint, {intact[-1]}, is intact and a restart resumes from it"
-              if intact else "no complete checkpoint exists yet")
+      kept = (
+        f"the newest complete checkpoint, {intact[-1]}, is intact and a restart resumes from it"
+        if intact
+        else "no complete checkpoint exists yet"
+      )
       raise CheckpointError(
-          f"writing a checkpoint in {self.directory} failed, noticed {when} ({type(error).__name__}: "
-          f"{_first_line(error)}); {kept}. Fix the cause (disk space, quota, permissions), then restart"
+        f"writing a checkpoint in {self.directory} failed, noticed {when} ({type(error).__name__}: "
+        f"{_first_line(error)}); {kept}. Fix the cause (disk space, quota, permissions), then restart"
       ) from error
 
   def __enter__(self) -> Checkpointer:
@@ -383,17 +415,15 @@ class Checkpointer:
     self.close()
 
 
-def _save_decision_policy(save_interval_steps: int | None,
-                          save_interval_seconds: int | None) -> checkpoint_managers.SaveDecisionPolicy:
+def _save_decision_policy(
+  save_interval_steps: int | None, save_interval_seconds: int | None
+) -> checkpoint_managers.SaveDecisionPolicy:
   """Orbax policy: the configured intervals, or every call, plus JAX's preemption sync point."""
-  policies: list[checkpoint_managers.SaveDecisionPolicy] = [
-      checkpoint_managers.PreemptionCheckpointingPolicy()
-  ]
+  policies: list[checkpoint_managers.SaveDecisionPolicy] = [checkpoint_managers.PreemptionCheckpointingPolicy()]
   if save_interval_steps is not None:
     policies.append(checkpoint_managers.FixedIntervalPolicy(save_interval_steps))
   if save_interval_seconds is not None:
-    policies.append(
-        checkpoint_managers.ContinuousCheckpointingPolicy(minimum_interval_secs=save_interval_seconds))
+    policies.append(checkpoint_managers.ContinuousCheckpointingPolicy(minimum_interval_secs=save_interval_seconds))
   if save_interval_steps is None and save_interval_seconds is None:
     policies.append(checkpoint_managers.FixedIntervalPolicy(1))
   return checkpoint_managers.AnySavePolicy(policies)

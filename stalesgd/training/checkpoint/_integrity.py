@@ -102,8 +102,9 @@ def state_checksums(state: PyTree) -> list[dict[str, Any] | None]:
   checksums = []
   for leaf in jax.tree_util.tree_leaves(state):
     array = _leaf_array(leaf)
-    checksums.append(None if array is None else
-                     {"crc32": _crc32(array), "dtype": str(array.dtype), "shape": list(array.shape)})
+    checksums.append(
+      None if array is None else {"crc32": _crc32(array), "dtype": str(array.dtype), "shape": list(array.shape)}
+    )
   return checksums
 
 
@@ -133,10 +134,15 @@ def check_checksums(state: PyTree, metadata: Mapping[str, Any], checksums: Any) 
     array = None if not isinstance(expected, Mapping) else _leaf_array(leaf)
     # A leaf restored into another dtype or shape than it was saved with (a cast the target asked for)
     # has other bytes by design; only a leaf read back as written is compared.
-    if (array is not None and str(array.dtype) == expected.get("dtype")
-        and list(array.shape) == expected.get("shape") and _crc32(array) != expected.get("crc32")):
-      raise _UnreadableCheckpoint(f"array {jax.tree_util.keystr(path)} does not match the checksum written "
-                                  "with it (its bytes changed on disk)")
+    if (
+      array is not None
+      and str(array.dtype) == expected.get("dtype")
+      and list(array.shape) == expected.get("shape")
+      and _crc32(array) != expected.get("crc32")
+    ):
+      raise _UnreadableCheckpoint(
+        f"array {jax.tree_util.keystr(path)} does not match the checksum written with it (its bytes changed on disk)"
+      )
   _check_process_shards(leaves, checksums.get("process_sharded_state"))
 
 
@@ -157,6 +163,8 @@ def _check_process_shards(leaves: Sequence[tuple[Any, Any]], saved: Any) -> None
     layout, crc = _local_shards_checksum(leaf)
     mine = expected[jax.process_index()] if isinstance(expected, list) else None
     if isinstance(mine, list) and mine[0] == layout and mine[1] != crc:
-      raise _UnreadableCheckpoint(f"the shards of array {jax.tree_util.keystr(path)} held by process "
-                                  f"{jax.process_index()} do not match the checksum written with them (their bytes "
-                                  "changed on disk)")
+      raise _UnreadableCheckpoint(
+        f"the shards of array {jax.tree_util.keystr(path)} held by process "
+        f"{jax.process_index()} do not match the checksum written with them (their bytes "
+        "changed on disk)"
+      )

@@ -65,8 +65,10 @@ class PreemptionGuard:
     catchable = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
     for signal_number in signals:
       if signal_number not in catchable:
-        raise ValueError(f"signals contains {signal_number!r}; allowed: catchable signals such as "
-                         "signal.SIGTERM, signal.SIGUSR1 (not SIGKILL or SIGSTOP)")
+        raise ValueError(
+          f"signals contains {signal_number!r}; allowed: catchable signals such as "
+          "signal.SIGTERM, signal.SIGUSR1 (not SIGKILL or SIGSTOP)"
+        )
     self._signals = signals
     self._received: int | None = None
     self._previous_handlers: dict[int, SignalHandler] = {}

@@ -20,18 +20,19 @@ import numpy as np
 from tests.helpers import multiprocess_harness
 
 PROTOCOL_CONFIGS = {
-    "dcs3gd": {"protocol": "dcs3gd", "dc_lambda": 0.5, "lambda_mode": "constant"},
-    "dcs3gd_adaptive_s2": {"protocol": "dcs3gd", "staleness": 2, "dc_lambda": 0.1,
-                           "lambda_mode": "adaptive"},
-    "allreduce_sync": {"protocol": "allreduce_sync"},
+  "dcs3gd": {"protocol": "dcs3gd", "dc_lambda": 0.5, "lambda_mode": "constant"},
+  "dcs3gd_adaptive_s2": {"protocol": "dcs3gd", "staleness": 2, "dc_lambda": 0.1, "lambda_mode": "adaptive"},
+  "allreduce_sync": {"protocol": "allreduce_sync"},
 }
 INPUTS, HIDDEN, OUTPUTS, BATCH_PER_WORKER = 6, 8, 2, 4
 
 
 def initial_params(seed: int) -> dict[str, np.ndarray]:
   rng = np.random.default_rng(seed)
-  return {"hidden": (rng.normal(size=(INPUTS, HIDDEN)) / np.sqrt(INPUTS)).astype(np.float32),
-          "output": (rng.normal(size=(HIDDEN, OUTPUTS)) / np.sqrt(HIDDEN)).astype(np.float32)}
+  return {
+    "hidden": (rng.normal(size=(INPUTS, HIDDEN)) / np.sqrt(INPUTS)).astype(np.float32),
+    "output": (rng.normal(size=(HIDDEN, OUTPUTS)) / np.sqrt(HIDDEN)).astype(np.float32),
+  }
 
 
 def batch_for(seed: int, worker: int, step: int) -> dict[str, np.ndarray]:
@@ -44,6 +45,7 @@ def batch_for(seed: int, worker: int, step: int) -> dict[str, np.ndarray]:
 
 def loss_fn(params, batch):
   import jax.numpy as jnp
+
   hidden = jnp.tanh(batch["inputs"] @ params["hidden"])
   predictions = hidden @ params["output"]
   loss = jnp.mean(jnp.square(predictions - batch["targets"]))
@@ -53,8 +55,9 @@ def loss_fn(params, batch):
 def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None = None):
   """Runs `steps` steps on all devices; returns (trainer, final state)."""
   import optax
-  from stalesgd.parallel import _sharding as sharding_lib
+
   from stalesgd.decentral import DCS3GD, config_for_protocol
+  from stalesgd.parallel import _sharding as sharding_lib
 
   mesh = sharding_lib.learner_mesh()
   options = dict(PROTOCOL_CONFIGS[protocol_name])
@@ -73,6 +76,7 @@ def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None 
 def flatten_result(protocol_name: str, trainer, state) -> dict[str, np.ndarray]:
   """The consensus weights and this process's workers' local weights, as named arrays."""
   import jax
+
   from stalesgd.parallel import _sharding as sharding_lib
 
   arrays = {}
@@ -100,6 +104,7 @@ def main(argv: list[str]) -> None:
     parser.error("pass exactly one of --output and --output_dir")
 
   import jax
+
   multiprocess_harness.initialize_process(args)
   die_at_step = args.die_at_step if args.process_id == args.die_process else None
   arrays = {}

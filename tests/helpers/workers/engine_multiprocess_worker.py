@@ -27,26 +27,29 @@ LEARNING_RATE = 0.05
 # (protocol, options) for `stalesgd.schedule.simulate`: gradients up to ~10
 # versions stale (async) and 2-softsync's stacks of 4 contributions per update.
 SCHEDULES = {
-    "async": ("async", {}),
-    "2-softsync": ("softsync", {"n": 2}),
+  "async": ("async", {}),
+  "2-softsync": ("softsync", {"n": 2}),
 }
 
 
 def make_optimizer():
   """DC-ASGD-a then Zhang et al.'s 1/sigma per contribution, averaged, then server SGD with momentum."""
   import optax
+
   import stalesgd
 
-  return optax.chain(stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
-                     stalesgd.scale_by_staleness("inverse"), stalesgd.average_contributions(),
-                     optax.sgd(LEARNING_RATE, momentum=0.9))
+  return optax.chain(
+    stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
+    stalesgd.scale_by_staleness("inverse"),
+    stalesgd.average_contributions(),
+    optax.sgd(LEARNING_RATE, momentum=0.9),
+  )
 
 
 def train(schedule_name: str, *, seed: int = 0):
   """Runs every block of a NUM_UPDATES-update schedule on all devices; returns (schedule, plan, final state)."""
   from stalesgd import engine as engine_lib
   from stalesgd import schedule as schedule_lib
-
   from tests.helpers.engine_oracle import MODELS, Data
 
   protocol, options = SCHEDULES[schedule_name]
@@ -66,7 +69,8 @@ def gather_state(schedule_name: str, state) -> dict[str, np.ndarray]:
   arrays = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
     arrays[f"{schedule_name}/{jax.tree_util.keystr(path)}"] = np.asarray(
-        multihost_utils.process_allgather(leaf, tiled=True))
+      multihost_utils.process_allgather(leaf, tiled=True)
+    )
   return arrays
 
 
@@ -78,6 +82,7 @@ def main(argv: list[str]) -> None:
   args = parser.parse_args(argv)
 
   import jax
+
   initialize_process(args)
   arrays = {"process_count": np.asarray(jax.process_count()), "device_count": np.asarray(jax.device_count())}
   for schedule_name in args.schedules.split(","):
@@ -88,7 +93,8 @@ def main(argv: list[str]) -> None:
     leaves = jax.tree_util.tree_leaves(state)
     # Leaves this process holds only part of: the parameter-sharded server state.
     arrays[f"{schedule_name}/split_leaves"] = np.asarray(
-        sum(leaf.addressable_shards[0].data.shape != leaf.shape for leaf in leaves))
+      sum(leaf.addressable_shards[0].data.shape != leaf.shape for leaf in leaves)
+    )
     arrays[f"{schedule_name}/fully_addressable"] = np.asarray(all(leaf.is_fully_addressable for leaf in leaves))
   np.savez(args.output, **arrays)
 

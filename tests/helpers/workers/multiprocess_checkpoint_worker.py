@@ -21,14 +21,14 @@ import time
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_num_cpu_devices", 2)
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard  # noqa: E402
+from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 
 GLOBAL_SHAPE = (4, 3)
 WEIGHTS_SHAPE = (4, 4096)  # large enough that damage in the middle of a data file hits array bytes
@@ -46,8 +46,10 @@ def _sharded_state() -> dict[str, jax.Array]:
   mesh = jax.make_mesh((4,), ("learners",))
   sharding = jax.sharding.NamedSharding(mesh, jax.P("learners"))
   arrays = {"ring": _global_values(), "weights": global_weights()}
-  return {name: jax.make_array_from_callback(values.shape, sharding, lambda index, values=values: values[index])
-          for name, values in arrays.items()}
+  return {
+    name: jax.make_array_from_callback(values.shape, sharding, lambda index, values=values: values[index])
+    for name, values in arrays.items()
+  }
 
 
 def _local_shards_match(array: jax.Array, expected: np.ndarray) -> bool:
@@ -66,15 +68,17 @@ def _stop_step(guard: PreemptionGuard, process_id: int, signal_at: int) -> int:
 
 def main() -> None:
   process_id, port, directory = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
-                             process_id=process_id, initialization_timeout=60)
+  jax.distributed.initialize(
+    coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=process_id, initialization_timeout=60
+  )
   state = _sharded_state()
   result: dict[str, object] = {"process_id": process_id}
   if sys.argv[4:] == ["restore"]:
     with Checkpointer(directory) as checkpointer:
       restored_state, result["restored_metadata"] = checkpointer.restore(state)
-    result["restored_shards_equal"] = (_local_shards_match(restored_state["ring"], _global_values())
-                                       and _local_shards_match(restored_state["weights"], global_weights()))
+    result["restored_shards_equal"] = _local_shards_match(
+      restored_state["ring"], _global_values()
+    ) and _local_shards_match(restored_state["weights"], global_weights())
     print(json.dumps(result), flush=True)
     jax.distributed.shutdown()
     return

@@ -25,7 +25,9 @@ SECONDS_PER_BLOCK_VARIABLE = "PACED_SECONDS_PER_BLOCK"
 
 def pace_runners(seconds_per_block: float) -> None:
   """Makes every runner's ``step`` sleep ``seconds_per_block`` before doing its work."""
-  from stalesgd.training import _runners as runners  # pylint: disable=g-import-not-at-top  (after experiments.main set up JAX)
+  from stalesgd.training import (
+    _runners as runners,  # after experiments.main set up JAX
+  )
 
   for runner_class in (runners.ParameterServerRunner, runners.DecentralizedRunner):
     unpaced_step = runner_class.step
@@ -41,13 +43,15 @@ def main() -> None:
   if SECONDS_PER_BLOCK_VARIABLE in os.environ:  # launchers that put their own flags first (launch/local.sh)
     seconds_per_block = float(os.environ[SECONDS_PER_BLOCK_VARIABLE])
   elif len(sys.argv) < 2:
-    raise SystemExit(f"usage: {sys.argv[0]} SECONDS_PER_BLOCK <experiments.main flags>, or "
-                     f"{SECONDS_PER_BLOCK_VARIABLE}=SECONDS {sys.argv[0]} <experiments.main flags>")
+    raise SystemExit(
+      f"usage: {sys.argv[0]} SECONDS_PER_BLOCK <experiments.main flags>, or "
+      f"{SECONDS_PER_BLOCK_VARIABLE}=SECONDS {sys.argv[0]} <experiments.main flags>"
+    )
   else:
     seconds_per_block = float(sys.argv.pop(1))
   if not seconds_per_block >= 0:
     raise SystemExit(f"SECONDS_PER_BLOCK={seconds_per_block!r}; allowed: a number >= 0")
-  from stalesgd.cli import train as train_cli  # pylint: disable=g-import-not-at-top  (defines the flags)
+  from stalesgd.cli import train as train_cli  # defines the flags
 
   pace_runners(seconds_per_block)
   app.run(train_cli.main)

@@ -19,11 +19,11 @@ import sys
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax
+import jax.numpy as jnp
 
-from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard  # noqa: E402
-from stalesgd.utils._metrics import MetricWriter  # noqa: E402
+from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
+from stalesgd.utils._metrics import MetricWriter
 
 TARGET = jnp.arange(4, dtype=jnp.float32)
 
@@ -37,8 +37,11 @@ def train_step(weights: jax.Array, key: jax.Array, step: jax.Array) -> tuple[jax
 def train(workdir: pathlib.Path, num_steps: int, signal_at: tuple[int, int] | None = None) -> dict[str, object]:
   state = {"weights": jnp.zeros(4, jnp.float32), "key": jax.random.key(0)}
   completed = 0
-  with Checkpointer(workdir / "checkpoints", save_interval_steps=3) as checkpointer, \
-      MetricWriter(workdir, enabled=True) as writer, PreemptionGuard() as guard:
+  with (
+    Checkpointer(workdir / "checkpoints", save_interval_steps=3) as checkpointer,
+    MetricWriter(workdir, enabled=True) as writer,
+    PreemptionGuard() as guard,
+  ):
     restored = checkpointer.restore(state)
     if restored is not None:
       state, metadata = restored

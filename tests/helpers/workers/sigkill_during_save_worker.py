@@ -14,10 +14,10 @@ import sys
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
-from stalesgd.training.checkpoint import Checkpointer  # noqa: E402
+from stalesgd.training.checkpoint import Checkpointer
 
 VALUES_SHAPE = (1024, 4096)
 
