@@ -81,3 +81,31 @@ def compilations():
   compiled.clear()
   yield compiled
   jax.monitoring.unregister_event_duration_listener(listener)
+
+
+# The files that take longest (seconds on the 2-core development machine, `--durations=0`), longest first.
+# pytest-xdist (`make test`: `-n 2 --dist loadfile`) hands out whole files in collection order, so these start
+# first and the workers finish together, instead of one long file running alone at the end. A file missing
+# here only runs in its usual place.
+LONG_FILES = (
+  "tests/engine/test_engine_exactness.py",  # 307
+  "tests/experiments/test_training_benchmark.py",  # 298
+  "tests/experiments/test_demo_robustness.py",  # 239
+  "tests/experiments/test_experiment_reproduce.py",  # 170
+  "tests/train/test_train_multiprocess.py",  # 133
+  "tests/experiments/test_study_parallel.py",  # 133
+  "tests/models/test_models_imagenet_step.py",  # 116
+  "tests/train/test_train_protocols.py",  # 106
+  "tests/models/test_models_zoo.py",  # 95
+  "tests/train/test_train_command_line.py",  # 87
+  "tests/infra/test_checkpoint.py",  # 85
+  "tests/faults/test_kill_two_processes.py",  # 83
+  "tests/faults/test_kill_resume.py",  # 78
+)
+
+
+def pytest_collection_modifyitems(config, items):
+  """Puts the tests of `LONG_FILES` first, in that order (a stable sort: the rest keep theirs)."""
+  del config
+  rank = {path: index for index, path in enumerate(LONG_FILES)}
+  items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))
