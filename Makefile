@@ -15,7 +15,7 @@ $(PY):
 	$(PY) -m pip install --upgrade pip
 
 $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
-	$(PY) -m pip install -c $(CONSTRAINTS) -e '.[test]'
+	$(PY) -m pip install -c $(CONSTRAINTS) -e '.[train,test]'
 	touch $(STAMP)
 
 # Two pytest workers, one test file each at a time (pytest-xdist): the suite's multi-process and compile-bound

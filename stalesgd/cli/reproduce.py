@@ -59,6 +59,10 @@ _DEVICES_CHOSEN = "JAX_NUM_CPU_DEVICES" in os.environ
 STUDY_CPU_DEVICES = 8
 PROGRAM = "stalesgd.cli.reproduce"  # what each process of a parallel sweep runs, with --task
 
+from stalesgd._extras import require_training_stack
+
+require_training_stack("stalesgd-reproduce")  # before the first import of the training stack
+
 import time
 
 import jax

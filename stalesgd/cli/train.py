@@ -41,6 +41,10 @@ import sys
 # fastest for the run (`stalesgd.training._device_layout`) before JAX starts.
 _DEVICES_CHOSEN = "JAX_NUM_CPU_DEVICES" in os.environ
 
+from stalesgd._extras import require_training_stack
+
+require_training_stack("stalesgd-train")  # before the first import of the training stack
+
 import jax
 from absl import app, flags, logging
 

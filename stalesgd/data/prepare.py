@@ -30,6 +30,10 @@ import os
 import sys
 from typing import TextIO
 
+from stalesgd._extras import require_training_stack
+
+require_training_stack("stalesgd-prepare")  # before the first import of the training stack
+
 from stalesgd.data._tfds_source import TFDS_SPLITS
 from stalesgd.data.preparation import _cifar10 as cifar10
 from stalesgd.data.preparation import _imagenet as imagenet

@@ -78,7 +78,7 @@ def test_dockerfile_copies_what_the_install_needs_and_pins_the_tested_versions()
   needed |= {pattern.rstrip("*") for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]}
   assert needed <= copied, needed - copied
   assert "pip install -c requirements/constraints.txt" in text
-  assert "cuda12" in project["project"]["optional-dependencies"] and "EXTRAS=cuda12" in text
+  assert "cuda12" in project["project"]["optional-dependencies"] and "EXTRAS=train,cuda12" in text
 
 
 def test_the_kubernetes_image_is_the_dockerfiles_cuda_variant():

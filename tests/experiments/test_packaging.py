@@ -15,6 +15,7 @@ import importlib.metadata
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -192,6 +193,7 @@ def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(
     info = f"stalesgd-{PROJECT['project']['version']}.dist-info"
     entry_points = archive.read(f"{info}/entry_points.txt").decode()
     top_level = archive.read(f"{info}/top_level.txt").decode().split()
+    metadata = archive.read(f"{info}/METADATA").decode()
   assert not [file for file in files if file.startswith("experiments/")]
   assert {file.split("/")[0] for file in files} == {"stalesgd", info}
   assert top_level == ["stalesgd"]
@@ -208,6 +210,16 @@ def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(
   assert "[console_scripts]" in entry_points
   for script, target in SCRIPTS.items():
     assert f"{script} = {target}" in entry_points
+  # pip install stalesgd is the core: jax, optax and numpy; everything else is behind an extra.
+  requirements = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+  unconditional = sorted(
+    re.split(r"[<>=!~ \[]", requirement)[0] for requirement in requirements if ";" not in requirement
+  )
+  assert unconditional == ["jax", "numpy", "optax"]
+  train_extra = {
+    re.split(r"[<>=!~ \[]", requirement)[0] for requirement in requirements if 'extra == "train"' in requirement
+  }
+  assert {"flax", "orbax-checkpoint", "tensorflow-datasets", "absl-py", "ml-collections", "tensorboardX"} <= train_extra
 
 
 # ----------------------------------------------------------------------------- the console scripts

@@ -9,6 +9,7 @@ own package or from one earlier in the list, never from a later one.
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 import subprocess
 import sys
@@ -99,3 +100,82 @@ def test_the_core_imports_nothing_of_the_training_stack():
     [sys.executable, "-c", program], capture_output=True, text=True, check=False, cwd=PACKAGE_ROOT.parent
   )
   assert completed.returncode == 0 and completed.stdout.strip() == "ok", completed.stderr[-3000:]
+
+
+CORE_PROGRAM = """
+import jax, jax.numpy as jnp, numpy as np, optax
+import stalesgd
+from stalesgd import decentral, engine, parallel, schedule
+
+def loss_fn(params, batch):
+  return jnp.mean((batch["x"] @ params["w"] - batch["y"]) ** 2)
+
+rng = np.random.default_rng(0)
+inputs = rng.normal(size=(64, 3)).astype(np.float32)
+targets = inputs @ np.array([[1.0], [-2.0], [0.5]], np.float32)
+params = {"w": np.zeros((3, 1), np.float32)}
+
+# A transform in a user's loop, with the staleness and the stale weights it needs.
+tx = stalesgd.dc_asgd(0.1, dc_lambda=0.04)
+state = tx.init(params)
+grads = jax.grad(loss_fn)(params, {"x": inputs[:8], "y": targets[:8]})
+updates, state = tx.update(grads, state, params, staleness=2, stale_params=params)
+assert np.all(np.isfinite(updates["w"]))
+
+# The timing model, then the engine on its schedule.
+timeline = schedule.simulate("async", learners=4, num_updates=24, seed=0)
+def batch_fn(learner, k):
+  first = (np.asarray(k, np.int64) * 8 + np.asarray(learner, np.int64) * 3) % 56
+  indices = first[:, None] + np.arange(8)[None]
+  return {"x": inputs[indices], "y": targets[indices]}
+optimizer = optax.chain(stalesgd.scale_by_staleness("inverse"), stalesgd.average_contributions(), optax.sgd(0.05))
+emulator = engine.Engine(loss_fn, optimizer)
+plan = emulator.plan(timeline)
+final = emulator.run(emulator.init(params, plan), plan, batch_fn)
+assert loss_fn(final.params, {"x": inputs, "y": targets}) < loss_fn(params, {"x": inputs, "y": targets})
+
+# DC-S3GD on the devices (one learner each).
+mesh = parallel.learner_mesh()
+trainer = decentral.DCS3GD(lambda p, b: (loss_fn(p, b), None), optax.sgd(0.05),
+                           decentral.config_for_protocol("dcs3gd"), mesh)
+dc_state = trainer.init(params)
+for step in range(4):
+  rows = lambda learner: slice(8 * (learner % 8), 8 * (learner % 8) + 8)
+  batch = parallel.stack_learners(lambda learner: {"x": inputs[rows(learner)], "y": targets[rows(learner)]}, mesh)
+  dc_state, _ = trainer.step(dc_state, batch)
+assert np.all(np.isfinite(np.asarray(trainer.consensus_params(dc_state)["w"])))
+print("ran")
+"""
+
+
+def _run_with_the_training_stack_blocked(program: str) -> subprocess.CompletedProcess:
+  blocker = textwrap.dedent(f"""
+      import importlib.abc, sys
+      class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+          if name.split(".")[0] in {TRAINING_STACK_DISTRIBUTIONS!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
+      sys.meta_path.insert(0, Block())
+      """)
+  environment = {**os.environ, "JAX_NUM_CPU_DEVICES": "4"}  # DC-S3GD with 4 learners
+  return subprocess.run(
+    [sys.executable, "-c", blocker + program],
+    capture_output=True,
+    text=True,
+    check=False,
+    cwd=PACKAGE_ROOT.parent,
+    timeout=300,
+    env=environment,
+  )
+
+
+def test_the_transforms_timing_model_engine_and_dcs3gd_run_with_the_core_alone():
+  completed = _run_with_the_training_stack_blocked(CORE_PROGRAM)
+  assert completed.returncode == 0 and completed.stdout.strip() == "ran", completed.stderr[-3000:]
+
+
+def test_a_program_without_the_training_stack_names_the_extra_to_install():
+  completed = _run_with_the_training_stack_blocked("import stalesgd.cli.train")
+  assert completed.returncode == 1
+  assert "stalesgd-train needs stalesgd's training stack" in completed.stderr
+  assert "pip install 'stalesgd[train]'" in completed.stderr and "flax" in completed.stderr
