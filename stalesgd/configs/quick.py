@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.training._run_config import contributions_per_update, default_config
+from stalesgd.training._run_config import default_config, examples_per_update
 
 DATA_FIELDS = ("dataset", "data_source", "data_dir", "normalization", "augment", "image_size")
 MODEL_FIELDS = ("model", "model_options", "model_multipliers")
@@ -73,8 +73,7 @@ def run_a_few_imagenet_updates(
     ``config``, for chaining.
   """
   config.image_size = image_size
-  examples_per_update = contributions_per_update(config) * config.batch_per_learner
-  config.num_epochs = updates * examples_per_update / IMAGENET_TRAIN_EXAMPLES
+  config.num_epochs = updates * examples_per_update(config) / IMAGENET_TRAIN_EXAMPLES
   config.lr_decay_epochs = ()
   config.eval_every_epochs = config.num_epochs
   config.train_eval_examples = 256

@@ -44,7 +44,7 @@ from stalesgd.studies import _report as report
 from stalesgd.studies._definitions import RunSettings, Study, Variant, run_directory_name, study_run
 from stalesgd.training import _loop as train
 from stalesgd.training._loop import SCHEDULE_FILENAME, SUMMARY_FILENAME
-from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS, protocol_options, validate_config
+from stalesgd.training._run_config import is_decentralized, protocol_options, validate_config
 from stalesgd.training._workdir import check_same_run
 from stalesgd.utils import _plots as plots
 
@@ -249,7 +249,7 @@ def check_tasks(tasks: Sequence[Task], num_devices: Callable[[ml_collections.Con
 
 def gpus_needed(config: ml_collections.ConfigDict) -> int:
   """GPUs one run takes on a GPU host: one per learner for a decentralized protocol, else one."""
-  return int(config.learners) if config.protocol in DECENTRALIZED_PROTOCOLS else 1
+  return int(config.learners) if is_decentralized(config) else 1
 
 
 def read_outcome_in(workdir: pathlib.Path) -> RunOutcome | None:

@@ -1,7 +1,9 @@
 """The training stack: one run from a config to a run directory (flax, orbax, tfds, ...).
 
 * `default_config`, `validate_config` (`._run_config`): every field of a run,
-  its default and its checks; `updates_per_epoch`, `contributions_per_update`.
+  its default and its checks; the quantities derived from it, each defined once:
+  `contributions_per_update` (c), `examples_per_update` (c mu), `updates_per_epoch`,
+  `is_decentralized`.
 * `build_run`, `train_and_evaluate` (`._loop`): the config turned into objects,
   and the training loop (checkpoints, preemption, metrics, summary).
 * `ParameterServerRunner`, `DecentralizedRunner`, `make_runner` (`._runners`):
@@ -18,7 +20,14 @@ from stalesgd.training._loop import build_run, train_and_evaluate
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._pending_metrics import PendingMetrics, TrainingDiverged
 from stalesgd.training._provenance import provenance
-from stalesgd.training._run_config import contributions_per_update, default_config, updates_per_epoch, validate_config
+from stalesgd.training._run_config import (
+  contributions_per_update,
+  default_config,
+  examples_per_update,
+  is_decentralized,
+  updates_per_epoch,
+  validate_config,
+)
 from stalesgd.training._runners import DecentralizedRunner, ParameterServerRunner, make_runner, run_label
 from stalesgd.training._workdir import check_same_run, config_changes
 
@@ -34,6 +43,8 @@ __all__ = [
   "config_changes",
   "contributions_per_update",
   "default_config",
+  "examples_per_update",
+  "is_decentralized",
   "make_runner",
   "provenance",
   "run_label",

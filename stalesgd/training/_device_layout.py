@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS
+from stalesgd.training._run_config import is_decentralized
 
 SLOTS_PER_DEVICE = 4
 MAX_CPU_DEVICES = 8  # the most results/layout_benchmark.json tries; more cores may want more
@@ -27,7 +27,7 @@ MAX_CPU_DEVICES = 8  # the most results/layout_benchmark.json tries; more cores 
 
 def cpu_device_count(config: ml_collections.ConfigDict) -> int:
   """The number of host devices for ``config`` on a CPU: a power of two in [1, 8], or ``learners``."""
-  if config.protocol in DECENTRALIZED_PROTOCOLS:
+  if is_decentralized(config):
     return int(config.learners)
   wanted = -(-int(config.learners) // SLOTS_PER_DEVICE)  # ceil(lambda / 4)
   count = 1

@@ -51,7 +51,11 @@ from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverge
   TrainingDiverged,
 )
 from stalesgd.training._provenance import provenance
-from stalesgd.training._run_config import contributions_per_update, updates_per_epoch, validate_config
+from stalesgd.training._run_config import (
+  examples_per_update,
+  updates_per_epoch,
+  validate_config,
+)
 from stalesgd.training._runners import Schedule, make_runner, run_label, simulate_schedule
 from stalesgd.training._workdir import check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
@@ -184,8 +188,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
   if primary and not (workdir / SCHEDULE_FILENAME).exists():
     schedule.save(workdir / SCHEDULE_FILENAME)
-  examples_per_update = contributions_per_update(config) * config.batch_per_learner
-  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update, description=run_label(config))
+  progress = ProgressReporter(
+    total_updates, examples_per_step=examples_per_update(config), description=run_label(config)
+  )
   progress.write(
     f"{run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
     f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
@@ -237,7 +242,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   eval_interval = config.eval_every_epochs * per_epoch
   start_time = time.monotonic()
   wall = lambda: wall_offset + time.monotonic() - start_time
-  pending = PendingMetrics(schedule, examples_per_update, per_epoch)
+  pending = PendingMetrics(schedule, examples_per_update(config), per_epoch)
   pending.start(updates, wall())
   pending.restore(pending_snapshot)
   next_log = _next_point(updates, config.log_every_updates)

@@ -45,7 +45,7 @@ import optax
 
 from stalesgd import transforms
 from stalesgd.models import ModelSpec
-from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS, WEIGHT_DECAY_PLACEMENTS
+from stalesgd.training._run_config import WEIGHT_DECAY_PLACEMENTS, is_decentralized
 
 
 def scale_per_parameter(multipliers: Any) -> optax.GradientTransformation:
@@ -177,7 +177,7 @@ def build_optimizer(
   solver.append(
     caffe_sgd(learning_rate_schedule(config, updates_per_epoch), momentum=config.momentum, nesterov=config.nesterov)
   )
-  if config.protocol in DECENTRALIZED_PROTOCOLS:
+  if is_decentralized(config):
     return optax.chain(*decay, *solver)
   correct, modulate = delay_compensation_transforms(config), staleness_modulation_transforms(config)
   average = [transforms.average_contributions()]

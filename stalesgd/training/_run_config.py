@@ -315,14 +315,14 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
       f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
       f"delay_compensation={config.delay_compensation!r})",
     )
-  if config.dc_per_learner_mean_square and schedule_lib.protocol_row(config.protocol).decentralized:
+  if config.dc_per_learner_mean_square and is_decentralized(config):
     fail(
       "dc_per_learner_mean_square",
       True,
       f"False for protocol {config.protocol!r} (DC-S3GD keeps one MeanSquare per learner anyway; the field "
       "chooses between the parameter server's two DC-ASGD-a conventions)",
     )
-  if config.dc_mean_square_bias_correction and schedule_lib.protocol_row(config.protocol).decentralized:
+  if config.dc_mean_square_bias_correction and is_decentralized(config):
     fail(
       "dc_mean_square_bias_correction",
       True,
@@ -430,6 +430,16 @@ def contributions_per_update(config: ml_collections.ConfigDict) -> int:
   return schedule_lib.contributions_per_update(config.protocol, learners=config.learners, **protocol_options(config))
 
 
+def examples_per_update(config: ml_collections.ConfigDict) -> int:
+  """c * mu: the examples one server update (decentralized: one step of all M learners) applies."""
+  return contributions_per_update(config) * config.batch_per_learner
+
+
 def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:
   """Server updates (decentralized: steps) per epoch of applied samples."""
-  return num_train / (contributions_per_update(config) * config.batch_per_learner)
+  return num_train / examples_per_update(config)
+
+
+def is_decentralized(config: ml_collections.ConfigDict) -> bool:
+  """Whether the config's protocol is a decentralized all-reduce protocol (its row of the protocol table)."""
+  return schedule_lib.protocol_row(config.protocol).decentralized

@@ -35,7 +35,7 @@ from stalesgd.models import ModelSpec
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.schedule import Schedule  # also the type the training loop names, through this layer
-from stalesgd.training._run_config import protocol_options, timing_model
+from stalesgd.training._run_config import is_decentralized, protocol_options, timing_model
 
 
 class _Blocks:
@@ -170,7 +170,7 @@ def make_runner(
   mesh: jax.sharding.Mesh,
 ):
   """The runner for the config's protocol (its row of `stalesgd.schedule.PROTOCOL_TABLE` says which)."""
-  if schedule_lib.protocol_row(config.protocol).decentralized:
+  if is_decentralized(config):
     return DecentralizedRunner(config, model, optimizer, schedule.num_updates, batches, mesh)
   return ParameterServerRunner(model, optimizer, schedule, batches, mesh)
 
