@@ -83,8 +83,8 @@ stop_all() {
     kill "-$signal" -- "-$pid" 2>/dev/null || true
   done
 }
-# SIGTERM (a preemption notice) or Ctrl-C: pass SIGTERM on so every process saves a checkpoint and exits 0,
-# then wait for them (SIGKILL after the grace period); the exit status is theirs.
+# SIGTERM (a preemption notice) or Ctrl-C: pass SIGTERM on so every process saves a checkpoint and exits 75
+# (preempted), then wait for them (SIGKILL after the grace period); the exit status is theirs.
 on_stop_request() {
   echo "local.sh: stop requested; passing SIGTERM to every process (SIGKILL after ${kill_grace} s)" >&2
   stop_all TERM

@@ -72,6 +72,7 @@ from stalesgd import cli
 from stalesgd.data import SOURCES
 from stalesgd.studies import STUDIES, RunSettings, plan_tasks, run_study
 from stalesgd.studies import _processes as processes
+from stalesgd.training import PREEMPTED_EXIT_STATUS
 from stalesgd.utils import _compilation_cache as compilation_cache
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
@@ -236,10 +237,12 @@ def main(argv):
       print(
         f"\n{row['variant']}, seed {row['seed']}: {row['status']}, test error {row['test_error']} ({row['workdir']})"
       )
+      if row["status"] == "preempted":
+        raise SystemExit(PREEMPTED_EXIT_STATUS)
     return
   if result.table is None:
     print(f"\n{study.name}: preempted before every run finished; rerun to resume ({workdir})")
-    return
+    raise SystemExit(PREEMPTED_EXIT_STATUS)
   print(f"\n{study.name}. The published claims this grid decides: {study.finding}\n")
   print(result.table)
   print(

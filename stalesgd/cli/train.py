@@ -106,6 +106,13 @@ def main(argv):
   # but keeping all JAX work after initialize() is JAX's rule.
   summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   logging.info("summary: %s", summary)
+  if summary["preempted"]:
+    print(
+      f"preempted at update {summary['updates']}: checkpointed; run the same command to resume "
+      f"(exit status {train.PREEMPTED_EXIT_STATUS})",
+      flush=True,
+    )
+    raise SystemExit(train.PREEMPTED_EXIT_STATUS)
 
 
 def run() -> None:

@@ -35,6 +35,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from stalesgd.training._loop import PREEMPTED_EXIT_STATUS
+
 GPU_ENVIRONMENT_VARIABLE = "CUDA_VISIBLE_DEVICES"
 CPU_DEVICES_ENVIRONMENT_VARIABLE = "JAX_NUM_CPU_DEVICES"
 LOG_FILENAME = "process.log"
@@ -154,8 +156,9 @@ def run_in_processes(
   """Runs ``tasks`` with at most ``parallel`` processes at a time, in order; returns each task's exit status.
 
   A task that needs more GPUs than the host has is refused before anything
-  starts. After a failed task (nonzero status) no new task starts and the
-  running ones finish. A SIGTERM or SIGINT to this process is forwarded to
+  starts. After a failed or preempted task (nonzero status; preempted is
+  `stalesgd.training.PREEMPTED_EXIT_STATUS`) no new task starts and the running
+  ones finish. A SIGTERM or SIGINT to this process is forwarded to
   every running task (which checkpoints and stops); tasks not yet started are
   left out of the result.
 
@@ -239,7 +242,10 @@ def run_in_processes(
         statuses[index] = status
         del running[index]
         minutes = (time.monotonic() - entry.started) / 60
-        ended = (describe(index) if describe else "finished") if status == 0 else f"FAILED (exit status {status})"
+        if status in (0, PREEMPTED_EXIT_STATUS):
+          ended = (describe(index) if describe else "finished") if status == 0 else "preempted (checkpointed)"
+        else:
+          ended = f"FAILED (exit status {status})"
         echo(
           f"  {ended}: {entry.task.label} after {minutes:.1f} min"
           + ("" if status == 0 else f"; see {entry.task.log_path}")

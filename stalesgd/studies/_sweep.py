@@ -43,7 +43,7 @@ from stalesgd.studies import _processes as processes
 from stalesgd.studies import _report as report
 from stalesgd.studies._definitions import RunSettings, Study, Variant, run_directory_name, study_run
 from stalesgd.training import _loop as train
-from stalesgd.training._loop import SCHEDULE_FILENAME, SUMMARY_FILENAME
+from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, SCHEDULE_FILENAME, SUMMARY_FILENAME
 from stalesgd.training._run_config import is_decentralized, protocol_options, validate_config
 from stalesgd.training._workdir import check_same_run
 from stalesgd.utils import _plots as plots
@@ -357,7 +357,13 @@ def run_tasks_in_processes(
     echo=echo,
     describe=lambda position: describe_outcome(read_outcome(unfinished[position])),
   )
-  failed = [(task, statuses[position]) for position, task in enumerate(unfinished) if statuses.get(position, 0) != 0]
+  # A preempted run exits with PREEMPTED_EXIT_STATUS: checkpointed, not failed (`gather` then reports the sweep
+  # unfinished, and running it again resumes).
+  failed = [
+    (task, statuses[position])
+    for position, task in enumerate(unfinished)
+    if statuses.get(position, 0) not in (0, PREEMPTED_EXIT_STATUS)
+  ]
   if failed:
     raise RuntimeError(
       "runs failed: "

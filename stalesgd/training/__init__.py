@@ -16,7 +16,7 @@
 """
 
 from stalesgd.training._evaluator import Evaluator
-from stalesgd.training._loop import build_run, train_and_evaluate
+from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, build_run, train_and_evaluate
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._pending_metrics import PendingMetrics, TrainingDiverged
 from stalesgd.training._provenance import provenance
@@ -32,6 +32,7 @@ from stalesgd.training._runners import DecentralizedRunner, ParameterServerRunne
 from stalesgd.training._workdir import check_same_run, config_changes
 
 __all__ = [
+  "PREEMPTED_EXIT_STATUS",
   "DecentralizedRunner",
   "Evaluator",
   "ParameterServerRunner",

@@ -22,7 +22,8 @@ Everything in ``workdir`` (written by process 0 only):
   summary's ``wall_time_breakdown`` splits this session's wall time into
   start-up, training (compilation included), evaluation and checkpoints.
 
-SIGTERM saves a checkpoint and returns (the process exits 0). A non-finite
+SIGTERM saves a checkpoint and returns a summary with ``preempted`` true (the
+programs then exit with `PREEMPTED_EXIT_STATUS`, 75). A non-finite
 loss stops the run with `TrainingDiverged` (a `FloatingPointError`) naming the update; checkpoints are
 only written after the losses up to them were checked, so the last one is good.
 """
@@ -65,6 +66,14 @@ from stalesgd.utils._progress import ProgressReporter
 
 SCHEDULE_FILENAME = "schedule.npz"
 SUMMARY_FILENAME = "summary.json"
+PREEMPTED_EXIT_STATUS = 75
+"""The exit status of a program whose run was preempted (SIGTERM): checkpointed, not finished.
+
+75 is EX_TEMPFAIL of sysexits.h, "try again later": distinct from success (0),
+so a scheduler can tell "preempted, rerun to resume" from "finished" (the
+Kubernetes example's pod-failure policy and launch/slurm.sbatch's requeue read
+it), and from a failure (1, or 128 + a signal).
+"""
 PENDING_METRICS_KEY = "pending_metrics"  # checkpoint metadata: per-update metrics not yet in a record
 
 
@@ -157,7 +166,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     images/s, staleness statistics, the weights' digest, and ``preempted``.
   """
   # SIGTERM is caught from the start, so a notice that arrives while the data
-  # loads or the step compiles still ends in a checkpoint and exit status 0.
+  # loads or the step compiles still ends in a checkpoint and a preempted summary.
   with PreemptionGuard() as guard:
     return _train_and_evaluate(config, workdir, guard)
 

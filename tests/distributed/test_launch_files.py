@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -40,7 +43,7 @@ def test_kubernetes_job_environment_resolves_to_pod_zero_behind_the_headless_ser
   assert {"containerPort": int(port)} in container["ports"]
 
 
-@pytest.mark.parametrize("script", ["local.sh", "slurm.sbatch"])
+@pytest.mark.parametrize("script", ["local.sh", "slurm.sbatch", "study_array.sbatch", "requeue_on_preemption.sh"])
 def test_shell_scripts_parse(script):
   completed = subprocess.run(["bash", "-n", str(LAUNCH / script)], capture_output=True, text=True)
   assert completed.returncode == 0, completed.stderr
@@ -88,3 +91,65 @@ def test_the_kubernetes_image_is_the_dockerfiles_cuda_variant():
   assert container["image"].endswith("/stalesgd:cuda12")
   assert "-t stalesgd:cuda12" in (LAUNCH / "Dockerfile").read_text()
   assert "launch/Dockerfile" in (LAUNCH / "kubernetes.yaml").read_text()
+
+
+# ----------------------------------------------------------------------------- SLURM: requeue on preemption
+
+PREEMPTED = 75  # stalesgd.training.PREEMPTED_EXIT_STATUS; the scripts are bash and cannot import it
+
+
+def _stub(path: pathlib.Path, body: str) -> None:
+  path.write_text("#!/usr/bin/env bash\n" + body + "\n")
+  path.chmod(0o755)
+
+
+def _slurm_job(tmp_path, script: str, program_body: str):
+  """The script with stubs on PATH: its program (srun, or the interpreter of the study array) and scontrol."""
+  stubs = tmp_path / "bin"
+  stubs.mkdir()
+  _stub(stubs / "scontrol", f'echo "$@" >> {tmp_path / "scontrol_calls"}')
+  _stub(stubs / "srun", program_body)
+  _stub(stubs / "python", program_body)
+  environ = {
+    "PATH": f"{stubs}:{os.environ['PATH']}",
+    "SLURM_SUBMIT_DIR": str(LAUNCH.parent),
+    "SLURM_JOB_ID": "1234",
+    "SLURM_ARRAY_TASK_ID": "3",
+    "PYTHON": str(stubs / "python"),
+  }
+  return ["bash", str(LAUNCH / script), "--workdir=/shared/runs/x"], environ
+
+
+def _scontrol_calls(tmp_path) -> list[str]:
+  path = tmp_path / "scontrol_calls"
+  return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.parametrize("script", ["slurm.sbatch", "study_array.sbatch"])
+@pytest.mark.parametrize("status, requeued", [(PREEMPTED, True), (0, False), (1, False)])
+def test_a_slurm_job_is_requeued_exactly_when_its_run_was_preempted(script, status, requeued, tmp_path):
+  command, environ = _slurm_job(tmp_path, script, f"exit {status}")
+  completed = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=60)
+  assert completed.returncode == status, completed.stderr
+  assert _scontrol_calls(tmp_path) == (["requeue 1234"] if requeued else [])
+
+
+@pytest.mark.parametrize("script", ["slurm.sbatch", "study_array.sbatch"])
+def test_sigterm_ahead_of_the_time_limit_reaches_the_run_and_requeues_the_job(script, tmp_path):
+  """SLURM's --signal=B:TERM@120 signals the batch shell only: the script passes it on to the run."""
+  text = (LAUNCH / script).read_text()
+  assert "#SBATCH --requeue" in text and "#SBATCH --signal=B:TERM@" in text
+  started = tmp_path / "started"
+  # A run that checkpoints and exits 75 on SIGTERM, as every stalesgd program does.
+  body = f"trap 'exit {PREEMPTED}' TERM\ntouch {started}\nwhile true; do sleep 0.05; done"
+  command, environ = _slurm_job(tmp_path, script, body)
+  job = subprocess.Popen(command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 30
+  while not started.exists():
+    assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+    time.sleep(0.05)
+  job.send_signal(signal.SIGTERM)
+  _, stderr = job.communicate(timeout=30)
+  assert job.returncode == PREEMPTED, stderr
+  assert "passing it to the run" in stderr
+  assert _scontrol_calls(tmp_path) == ["requeue 1234"]

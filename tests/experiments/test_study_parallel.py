@@ -155,7 +155,7 @@ def test_the_job_array_script_runs_its_element_then_gathers(tmp_path):
   stub.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "calls"}\n')
   stub.chmod(0o755)
   script = REPOSITORY / "launch" / "study_array.sbatch"
-  base = {"PATH": os.environ["PATH"], "PYTHON": str(stub), "SLURM_SUBMIT_DIR": str(tmp_path)}
+  base = {"PATH": os.environ["PATH"], "PYTHON": str(stub), "SLURM_SUBMIT_DIR": str(REPOSITORY), "SLURM_JOB_ID": "7"}
   flags = ["--study=zhang_cifar10", "--seeds=3", "--workdir=/shared/runs/zhang"]
   subprocess.run(["bash", str(script), *flags], env={**base, "SLURM_ARRAY_TASK_ID": "4"}, check=True, timeout=60)
   subprocess.run(["bash", str(script), *flags], env={**base, "STUDY_STEP": "gather"}, check=True, timeout=60)

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from stalesgd.training._loop import train_and_evaluate
+from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, train_and_evaluate
 from tests.helpers.train_helpers import (
   CONFIG_FILE,
   PACED_MAIN,
@@ -116,12 +116,12 @@ def process_pid(process_id: int, workdir: pathlib.Path) -> int:
 
 
 @pytest.mark.parametrize("variant, signalled", [("async_dc", 1), ("dcs3gd", None)])
-def test_sigterm_to_a_two_process_run_saves_exits_zero_and_the_restart_resumes_exactly(
+def test_sigterm_to_a_two_process_run_saves_exits_75_and_the_restart_resumes_exactly(
   variant, signalled, devices, tmp_path, compilation_cache
 ):
   """SIGTERM mid-run, to one process (``signalled``: a preemption notice may reach one host first) or to
-  ``launch/local.sh``, which passes it to both: a checkpoint on every process at the same update, exit 0
-  everywhere, exact resume.
+  ``launch/local.sh``, which passes it to both: a checkpoint on every process at the same update, exit status
+  75 (preempted) everywhere and from local.sh, exact resume.
 
   Timed checkpoints are off (one per hour, after the first), so the checkpoint
   at the preempted update can only come from the SIGTERM. A parameter-server run advances its
@@ -162,7 +162,7 @@ def test_sigterm_to_a_two_process_run_saves_exits_zero_and_the_restart_resumes_e
   else:  # that process alone; the other learns it in a collective
     os.kill(process_pid(signalled, workdir), signal.SIGTERM)
   try:
-    assert first.wait(timeout=TIMEOUT) == 0, log_tail(log, lines=60)
+    assert first.wait(timeout=TIMEOUT) == PREEMPTED_EXIT_STATUS, log_tail(log, lines=60)
   except subprocess.TimeoutExpired:
     first.kill()
     pytest.fail(f"the preempted run did not exit within {TIMEOUT} s:\n{log_tail(log, lines=60)}")

@@ -29,7 +29,7 @@ import signal
 
 import pytest
 
-from stalesgd.training._loop import train_and_evaluate
+from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, train_and_evaluate
 from tests.helpers.train_helpers import (
   WALL_CLOCK_FIELDS,
   complete_checkpoints,
@@ -73,11 +73,11 @@ def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, 
   killed_at = complete_checkpoints(workdir)[-1]
   assert not (workdir / "summary.json").exists()
 
-  # 2. Resume; SIGTERM once a newer checkpoint exists: save, exit 0, preempted.
+  # 2. Resume; SIGTERM once a newer checkpoint exists: save, exit 75 (preempted), preempted in the summary.
   process = start_main(command, log, compilation_cache)
   wait_for_checkpoint_after(workdir, killed_at, process, log)
   process.send_signal(signal.SIGTERM)
-  assert finish(process, log) == 0, log_tail(log)
+  assert finish(process, log) == PREEMPTED_EXIT_STATUS, log_tail(log)
   assert f"resumed from the checkpoint at update {killed_at}" in log.read_text()
   preempted = read_summary(workdir)
   assert preempted["preempted"] and killed_at < preempted["updates"]

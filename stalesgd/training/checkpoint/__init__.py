@@ -6,7 +6,7 @@
 * CRC-32 integrity checks (`stalesgd.training.checkpoint._integrity`): per array, of the metadata, and per process
   over its shards of an array sharded over processes; computed at save time, compared on restore.
 * `PreemptionGuard` (`stalesgd.training.checkpoint._preemption`): turns SIGTERM into a flag the training loop polls,
-  agreed on by all processes, so the loop saves and exits with status 0.
+  agreed on by all processes, so the loop saves and the program exits with status 75.
 * `stalesgd.training.checkpoint._agreement`: whether a per-process flag holds on all processes (one collective).
 * `stalesgd.training.checkpoint._errors`: `CheckpointError`.
 

@@ -1,7 +1,7 @@
 """`PreemptionGuard`: a SIGTERM guard for preemptible jobs, agreed on by all processes.
 
 The guard turns SIGTERM (what SLURM, Kubernetes and cloud schedulers send before killing a job) into a flag
-the training loop polls at its "is it time?" checks; the loop then saves and exits with status 0. On several
+the training loop polls at its "is it time?" checks; the loop then saves and returns, and the program exits with status 75 (`stalesgd.training.PREEMPTED_EXIT_STATUS`). On several
 processes the decision to stop must be the same everywhere, or one process would wait forever in a collective
 save the others never start; see `PreemptionGuard` for how that is agreed.
 """
@@ -29,7 +29,7 @@ class PreemptionGuard:
         if guard.should_stop(step):
           checkpointer.save(step, state, metadata, force=True)
           checkpointer.wait()
-          return  # and the process exits with status 0
+          return  # and the program exits with status 75 (preempted)
 
   How the stop decision is made: Python handlers for ``signals`` set a flag
   on the process that receives one; ``should_stop`` returns it, OR-ed over all
