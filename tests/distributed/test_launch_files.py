@@ -13,34 +13,69 @@ import pytest
 from stalesgd.utils import _distributed as distributed
 
 LAUNCH = pathlib.Path(__file__).resolve().parents[2] / "launch"
+PREEMPTED = 75  # stalesgd.training.PREEMPTED_EXIT_STATUS, as the launch files (YAML, bash) spell it
+
+
+def _kubernetes_manifest():
+  """(the PersistentVolumeClaim, the JobSet, its replicated job, the Job spec, the pod spec)."""
+  yaml = pytest.importorskip("yaml")
+  claim, jobset = yaml.safe_load_all((LAUNCH / "kubernetes.yaml").read_text())
+  [replicated] = jobset["spec"]["replicatedJobs"]
+  job = replicated["template"]["spec"]
+  return claim, jobset, replicated, job, job["template"]["spec"]
 
 
 def test_kubernetes_job_environment_resolves_to_pod_zero_behind_the_headless_service():
-  yaml = pytest.importorskip("yaml")
-  service, job = yaml.safe_load_all((LAUNCH / "kubernetes.yaml").read_text())
-  assert service["spec"]["clusterIP"] == "None"
-  assert service["spec"]["selector"] == {"job-name": job["metadata"]["name"]}
-  assert job["spec"]["completionMode"] == "Indexed"
-  pod = job["spec"]["template"]["spec"]
-  assert pod["subdomain"] == service["metadata"]["name"]
+  _, jobset, replicated, job, pod = _kubernetes_manifest()
+  assert jobset["kind"] == "JobSet" and jobset["apiVersion"].startswith("jobset.x-k8s.io/")
+  assert jobset["spec"]["network"]["enableDNSHostnames"] is True
+  service = jobset["spec"]["network"]["subdomain"]
+  assert job["completionMode"] == "Indexed" and replicated["replicas"] == 1
   [container] = pod["containers"]
-  environ = {
-    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
-    "JOB_COMPLETION_INDEX": "1",
-    "HOSTNAME": f"{job['metadata']['name']}-1",
-  }
+  # The JobSet names its child Job <jobset>-<replicated job>-<job index>, and that Job's pods
+  # <job name>-<completion index>: the job-name label the downward API gives JOB_NAME.
+  job_name = f"{jobset['metadata']['name']}-{replicated['name']}-0"
+  environ = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "JOB_COMPLETION_INDEX": "1", "HOSTNAME": f"{job_name}-1"}
   for variable in container["env"]:
     if "value" in variable:
       environ[variable["name"]] = variable["value"]
     else:  # the downward API's job-name label
       assert variable["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['job-name']"
-      environ[variable["name"]] = job["metadata"]["name"]
+      environ[variable["name"]] = job_name
+  assert environ["STALESGD_K8S_SERVICE"] == service
   cluster = distributed.resolve_cluster(environ=environ)
-  assert cluster.num_processes == job["spec"]["completions"] == job["spec"]["parallelism"]
+  assert cluster.num_processes == job["completions"] == job["parallelism"]
   assert cluster.process_id == 1
   port = environ["JAX_COORDINATOR_PORT"]
-  assert cluster.coordinator_address == f"{job['metadata']['name']}-0.{service['metadata']['name']}:{port}"
+  assert cluster.coordinator_address == f"{job_name}-0.{service}:{port}"
   assert {"containerPort": int(port)} in container["ports"]
+
+
+def test_kubernetes_preemption_restarts_the_whole_group_from_a_shared_volume():
+  """Exit status 75 or a disruption fails the Job at once; the JobSet restarts every pod, uncounted."""
+  claim, jobset, _, job, pod = _kubernetes_manifest()
+  assert job["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
+  rules = job["podFailurePolicy"]["rules"]
+  [on_exit] = [rule for rule in rules if "onExitCodes" in rule]
+  [container] = pod["containers"]
+  assert on_exit["action"] == "FailJob" and on_exit["onExitCodes"]["values"] == [PREEMPTED]
+  assert on_exit["onExitCodes"]["operator"] == "In" and on_exit["onExitCodes"]["containerName"] == container["name"]
+  [on_disruption] = [rule for rule in rules if "onPodConditions" in rule]
+  assert on_disruption["action"] == "FailJob"
+  assert on_disruption["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+  [restart] = jobset["spec"]["failurePolicy"]["rules"]
+  assert restart["action"] == "RestartJobSetAndIgnoreMaxRestarts"
+  assert restart["onJobFailureReasons"] == ["PodFailurePolicy"]
+  assert jobset["spec"]["failurePolicy"]["maxRestarts"] >= 1
+  # The run directory is on the claim, shared by every pod and outliving them.
+  assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
+  [volume] = pod["volumes"]
+  assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+  [mount] = container["volumeMounts"]
+  assert mount["name"] == volume["name"]
+  [workdir] = [argument.split("=", 1)[1] for argument in container["command"] if argument.startswith("--workdir=")]
+  assert workdir.startswith(mount["mountPath"].rstrip("/") + "/")
+  assert pod["terminationGracePeriodSeconds"] >= 60  # time to checkpoint after SIGTERM
 
 
 @pytest.mark.parametrize("script", ["local.sh", "slurm.sbatch", "study_array.sbatch", "requeue_on_preemption.sh"])
@@ -57,9 +92,7 @@ def test_slurm_script_uses_srun_one_task_per_gpu_and_fails_fast():
 
 
 def test_kubernetes_job_runs_a_config_file_that_exists():
-  yaml = pytest.importorskip("yaml")
-  _, job = yaml.safe_load_all((LAUNCH / "kubernetes.yaml").read_text())
-  [container] = job["spec"]["template"]["spec"]["containers"]
+  [container] = _kubernetes_manifest()[-1]["containers"]
   [config] = [argument.split("=", 1)[1] for argument in container["command"] if argument.startswith("--config=")]
   assert (LAUNCH.parent / config.split(":")[0]).is_file(), config
 
@@ -85,17 +118,13 @@ def test_dockerfile_copies_what_the_install_needs_and_pins_the_tested_versions()
 
 
 def test_the_kubernetes_image_is_the_dockerfiles_cuda_variant():
-  yaml = pytest.importorskip("yaml")
-  _, job = yaml.safe_load_all((LAUNCH / "kubernetes.yaml").read_text())
-  [container] = job["spec"]["template"]["spec"]["containers"]
+  [container] = _kubernetes_manifest()[-1]["containers"]
   assert container["image"].endswith("/stalesgd:cuda12")
   assert "-t stalesgd:cuda12" in (LAUNCH / "Dockerfile").read_text()
   assert "launch/Dockerfile" in (LAUNCH / "kubernetes.yaml").read_text()
 
 
 # ----------------------------------------------------------------------------- SLURM: requeue on preemption
-
-PREEMPTED = 75  # stalesgd.training.PREEMPTED_EXIT_STATUS; the scripts are bash and cannot import it
 
 
 def _stub(path: pathlib.Path, body: str) -> None:
@@ -153,3 +182,10 @@ def test_sigterm_ahead_of_the_time_limit_reaches_the_run_and_requeues_the_job(sc
   assert job.returncode == PREEMPTED, stderr
   assert "passing it to the run" in stderr
   assert _scontrol_calls(tmp_path) == ["requeue 1234"]
+
+
+def test_the_launch_files_preempted_status_is_the_programs():
+  from stalesgd.training import PREEMPTED_EXIT_STATUS
+
+  assert PREEMPTED == PREEMPTED_EXIT_STATUS
+  assert f"PREEMPTED_EXIT_STATUS={PREEMPTED}" in (LAUNCH / "requeue_on_preemption.sh").read_text()
