@@ -74,6 +74,14 @@ _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
   "Seconds without a heartbeat after which a peer process is declared dead and every survivor exits with an "
   "error instead of waiting in a collective (multi-process runs).",
 )
+_DISTRIBUTED = flags.DEFINE_enum(
+  "distributed",
+  "auto",
+  distributed.DISTRIBUTED_MODES,
+  "Multi-process start-up: 'auto' detects SLURM, Open MPI, a Kubernetes Indexed Job and other MPIs, then JAX's "
+  "own detection where a TPU cluster's variables are set; 'jax' uses JAX's detection only; 'off' runs one "
+  "process whatever the environment says.",
+)
 _COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -88,8 +96,9 @@ def main(argv):
   if not _DEVICES_CHOSEN:
     # One process: the layout the engine runs fastest on (ignored by GPU/TPU backends). Several
     # processes keep 8 each, as launch/local.sh and the cluster launchers expect.
-    single = (
-      (_NUM_PROCESSES.value or 1) == 1
+    single = _DISTRIBUTED.value == "off" or (
+      _DISTRIBUTED.value == "auto"
+      and (_NUM_PROCESSES.value or 1) == 1
       and _COORDINATOR_ADDRESS.value is None
       and distributed.detect_environment() is None
     )
@@ -100,6 +109,7 @@ def main(argv):
     process_id=_PROCESS_ID.value,
     initialization_timeout=_INITIALIZATION_TIMEOUT.value,
     heartbeat_timeout=_HEARTBEAT_TIMEOUT.value,
+    mode=_DISTRIBUTED.value,
   )
   from stalesgd.training import _loop as train  # after jax.distributed is initialized: importing it touches no devices,
 

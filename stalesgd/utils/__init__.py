@@ -14,7 +14,14 @@
 """
 
 from stalesgd.utils._compilation_cache import enable_compilation_cache
-from stalesgd.utils._distributed import ClusterSpec, detect_environment, initialize, resolve_cluster
+from stalesgd.utils._distributed import (
+  DISTRIBUTED_MODES,
+  JAX_CLUSTER_VARIABLES,
+  ClusterSpec,
+  detect_environment,
+  initialize,
+  resolve_cluster,
+)
 from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
 from stalesgd.utils._plots import (
   Band,
@@ -29,6 +36,8 @@ from stalesgd.utils._progress import ProgressReporter
 from stalesgd.utils._schedule_plots import plot_protocol_comparison
 
 __all__ = [
+  "DISTRIBUTED_MODES",
+  "JAX_CLUSTER_VARIABLES",
   "METRICS_FILENAME",
   "Band",
   "ClusterSpec",

@@ -36,6 +36,15 @@ arguments always override what it finds):
   ``mpirun -x JAX_COORDINATOR_ADDRESS=$(hostname):12345``), or else from JAX's
   ``mpi4py`` method when ``mpi4py`` is installed.
 
+Then, only when none of these matched and no argument was given: **JAX's own
+detection** (Cloud TPU pods, GKE TPU slices), where an environment variable of
+a cluster JAX knows is present (`JAX_CLUSTER_VARIABLES`), so a laptop or a
+single pod stays one process. ``mode`` (``--distributed`` of the programs)
+chooses: ``"auto"`` (the default: stalesgd's detectors, then that fallback),
+``"jax"`` (JAX's detection only, wherever it runs: JAX's Kubernetes detection
+through the API server, mpi4py, TPU metadata), ``"off"`` (one process, whatever
+the environment says).
+
 A detected (or requested) world of one process is a single host: nothing is
 initialized. On CPU, processes exchange collectives through gloo
 (``jax_cpu_collectives_implementation``), which is what makes
@@ -57,6 +66,17 @@ import jax
 _LOG = logging.getLogger(__name__)
 
 DEFAULT_KUBERNETES_PORT = 55527
+DISTRIBUTED_MODES = ("auto", "off", "jax")
+"""``--distributed``: stalesgd's detectors then JAX's; one process; JAX's detection only (module docstring)."""
+JAX_CLUSTER_VARIABLES = (
+  "TPU_WORKER_HOSTNAMES",
+  "TPU_PROCESS_ADDRESSES",
+  "TPU_WORKER_ID",
+  "MEGASCALE_COORDINATOR_ADDRESS",
+)
+"""Variables of the clusters JAX detects and stalesgd does not (Cloud TPU and GKE TPU): the ``auto`` fallback runs
+only where one is set. Not ``KUBERNETES_SERVICE_HOST``: every pod has it, and JAX's Kubernetes detection needs the
+``kubernetes`` package and pod-reading rights (``--distributed=jax`` asks for it)."""
 DEFAULT_INITIALIZATION_TIMEOUT = 600
 DEFAULT_HEARTBEAT_TIMEOUT = 100
 
@@ -66,25 +86,28 @@ class ClusterSpec:
   """Where this process sits in a multi-process run.
 
   Attributes:
-    num_processes: number of JAX processes (> 1).
-    process_id: this process's index, 0 <= process_id < num_processes.
+    num_processes: number of JAX processes (> 1), or None when JAX's own
+      detection finds it (``source="jax"``).
+    process_id: this process's index, 0 <= process_id < num_processes, or
+      None when JAX's own detection finds it.
     coordinator_address: ``host:port`` of process 0's coordination service, or
       None when JAX's own detection (``jax_detection``) derives it.
     local_device_ids: devices this process may use, or None for all (or for
       JAX's per-launcher default).
     source: where the values came from: ``"arguments"``, ``"slurm"``,
-      ``"openmpi"``, ``"kubernetes"`` or ``"mpi"``.
+      ``"openmpi"``, ``"kubernetes"``, ``"mpi"`` or ``"jax"`` (JAX's own
+      detection).
     jax_detection: the ``cluster_detection_method`` handed to
-      `jax.distributed.initialize` for what is still None, or ``"deactivate"``
-      when everything is known.
+      `jax.distributed.initialize` for what is still None, ``"deactivate"``
+      when everything is known, or None for JAX's automatic detection.
   """
 
-  num_processes: int
-  process_id: int
+  num_processes: int | None
+  process_id: int | None
   coordinator_address: str | None
   local_device_ids: tuple[int, ...] | None
   source: str
-  jax_detection: str
+  jax_detection: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +280,7 @@ def resolve_cluster(
   environ: Mapping[str, str] | None = None,
   initialization_timeout: int = DEFAULT_INITIALIZATION_TIMEOUT,
   heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
+  mode: str = "auto",
 ) -> ClusterSpec | None:
   """Merges explicit arguments with the detected environment, without starting anything.
 
@@ -272,6 +296,7 @@ def resolve_cluster(
     initialization_timeout: seconds to wait for all processes (validated here).
     heartbeat_timeout: seconds without a heartbeat before a peer is declared
       dead (validated here).
+    mode: one of `DISTRIBUTED_MODES` (module docstring).
 
   Returns:
     The cluster, or None for a single host (no launcher detected and no
@@ -283,17 +308,33 @@ def resolve_cluster(
       launcher).
   """
   environ = os.environ if environ is None else environ
+  if mode not in DISTRIBUTED_MODES:
+    raise ValueError(f"distributed mode {mode!r}; allowed: one of {DISTRIBUTED_MODES}")
   device_ids = _validate_explicit(
     coordinator_address, num_processes, process_id, local_device_ids, initialization_timeout, heartbeat_timeout
   )
+  if mode == "off":
+    given = {"coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}
+    present = [
+      name for name, value in given.items() if value is not None and not (name == "num_processes" and value == 1)
+    ]
+    if present:
+      raise ValueError(
+        f"distributed mode 'off' (one process) with {', '.join(present)} given: drop them, or use 'auto'"
+      )
+    return None
   coordinator_address = coordinator_address or environ.get("JAX_COORDINATOR_ADDRESS") or None
   if coordinator_address is not None:
     _validate_coordinator_address(coordinator_address)
+  if mode == "jax":
+    return ClusterSpec(num_processes, process_id, coordinator_address, device_ids, source="jax", jax_detection=None)
   detected = _detect(environ)
 
   if detected is None:
     given = {"coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}
     if all(value is None for value in given.values()):
+      if any(environ.get(name) for name in JAX_CLUSTER_VARIABLES):
+        return ClusterSpec(None, None, None, device_ids, source="jax", jax_detection=None)
       return None
     if num_processes == 1:
       if process_id not in (None, 0):
@@ -356,6 +397,7 @@ def initialize(
   local_device_ids: int | Sequence[int] | None = None,
   *,
   heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
+  mode: str = "auto",
 ) -> ClusterSpec | None:
   """Joins a multi-process JAX run, or does nothing on a single host.
 
@@ -379,6 +421,7 @@ def initialize(
       collective. On one machine, a non-coordinator peer killed mid-run brings
       the others down about ``heartbeat_timeout`` seconds later; a killed
       coordinator does so within a few seconds.
+    mode: one of `DISTRIBUTED_MODES` (module docstring).
 
   Returns:
     The cluster joined, or None on a single host.
@@ -394,6 +437,7 @@ def initialize(
     local_device_ids,
     initialization_timeout=initialization_timeout,
     heartbeat_timeout=heartbeat_timeout,
+    mode=mode,
   )
   if cluster is None:
     if local_device_ids is not None:
@@ -409,7 +453,7 @@ def initialize(
   # CPU processes need a cross-process collectives backend; inert on GPU/TPU.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   _LOG.info(
-    "initializing jax.distributed: process %d of %d via %s (coordinator %s)",
+    "initializing jax.distributed: process %s of %s via %s (coordinator %s)",
     cluster.process_id,
     cluster.num_processes,
     cluster.source,

@@ -266,3 +266,65 @@ def test_detect_environment_names_the_launcher():
   assert distributed.detect_environment(SLURM_ENV) == "slurm"
   assert distributed.detect_environment(KUBERNETES_ENV) == "kubernetes"
   assert distributed.detect_environment({"PMI_RANK": "0", "PMI_SIZE": "2"}) == "mpi"
+
+
+# ----------------------------------------------------------------------------- --distributed=auto|off|jax
+
+
+def test_auto_falls_back_to_jax_detection_only_where_a_tpu_cluster_variable_is_set():
+  laptop = {"HOME": "/root", "PATH": "/usr/bin"}
+  assert distributed.resolve_cluster(environ=laptop) is None
+  # Any pod has KUBERNETES_SERVICE_HOST: without an Indexed Job's index it stays one process.
+  assert distributed.resolve_cluster(environ={**laptop, "KUBERNETES_SERVICE_HOST": "10.0.0.1"}) is None
+  for variable in distributed.JAX_CLUSTER_VARIABLES:
+    cluster = distributed.resolve_cluster(environ={**laptop, variable: "t1v-n-0,t1v-n-1"})
+    assert cluster.source == "jax" and cluster.jax_detection is None
+    assert (cluster.num_processes, cluster.process_id, cluster.coordinator_address) == (None, None, None)
+
+
+def test_stalesgds_detectors_come_before_the_jax_fallback():
+  environ = {
+    "SLURM_JOB_ID": "1",
+    "SLURM_STEP_NODELIST": "n[1-2]",
+    "SLURM_NTASKS": "2",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "0",
+    "TPU_WORKER_ID": "0",
+  }
+  cluster = distributed.resolve_cluster(environ=environ)
+  assert (cluster.source, cluster.num_processes, cluster.process_id) == ("slurm", 2, 1)
+
+
+def test_jax_mode_hands_everything_to_jax_and_keeps_explicit_arguments():
+  cluster = distributed.resolve_cluster(environ={}, mode="jax")
+  assert (cluster.source, cluster.jax_detection, cluster.num_processes) == ("jax", None, None)
+  cluster = distributed.resolve_cluster("host:1234", 4, 2, environ={"SLURM_NTASKS": "9"}, mode="jax")
+  assert (cluster.coordinator_address, cluster.num_processes, cluster.process_id) == ("host:1234", 4, 2)
+
+
+def test_off_mode_is_one_process_whatever_the_environment_and_refuses_cluster_arguments():
+  slurm = {
+    "SLURM_JOB_ID": "1",
+    "SLURM_STEP_NODELIST": "n1",
+    "SLURM_NTASKS": "2",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+  }
+  assert distributed.resolve_cluster(environ=slurm, mode="off") is None
+  assert distributed.resolve_cluster(num_processes=1, environ=slurm, mode="off") is None
+  with pytest.raises(ValueError, match="'off'.*coordinator_address"):
+    distributed.resolve_cluster("host:1234", environ={}, mode="off")
+  with pytest.raises(ValueError, match="distributed mode 'mpi'; allowed"):
+    distributed.resolve_cluster(environ={}, mode="mpi")
+
+
+def test_initialize_in_jax_mode_calls_jax_with_automatic_detection(monkeypatch):
+  calls = []
+  monkeypatch.setattr(distributed.jax.distributed, "is_initialized", lambda: False)
+  monkeypatch.setattr(distributed.jax.distributed, "initialize", lambda **kwargs: calls.append(kwargs))
+  monkeypatch.setattr(distributed.jax.config, "update", lambda *args: None)
+  cluster = distributed.initialize(mode="jax")
+  assert cluster.source == "jax"
+  [call] = calls
+  assert call["cluster_detection_method"] is None and call["coordinator_address"] is None
+  assert call["num_processes"] is None and call["process_id"] is None

@@ -1,9 +1,10 @@
 """`PreemptionGuard`: a SIGTERM guard for preemptible jobs, agreed on by all processes.
 
 The guard turns SIGTERM (what SLURM, Kubernetes and cloud schedulers send before killing a job) into a flag
-the training loop polls at its "is it time?" checks; the loop then saves and returns, and the program exits with status 75 (`stalesgd.training.PREEMPTED_EXIT_STATUS`). On several
-processes the decision to stop must be the same everywhere, or one process would wait forever in a collective
-save the others never start; see `PreemptionGuard` for how that is agreed.
+the training loop polls at its "is it time?" checks; the loop then saves and returns, and the program exits
+with status 75 (`stalesgd.training.PREEMPTED_EXIT_STATUS`). On several processes the decision to stop must be
+the same everywhere, or one process would wait forever in a collective save the others never start; see
+`PreemptionGuard` for how that is agreed.
 """
 
 from __future__ import annotations
