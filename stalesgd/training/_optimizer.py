@@ -143,7 +143,7 @@ def staleness_modulation_transforms(config: ml_collections.ConfigDict) -> list[o
         config.staleness_rule,
         mean_staleness=config.staleness_mean,
         exponent=config.staleness_exponent,
-        decay=config.staleness_decay,
+        rate=config.staleness_decay,
         max_staleness=config.staleness_threshold,
         normalize=config.staleness_normalize,
       )

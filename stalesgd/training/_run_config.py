@@ -109,7 +109,7 @@ def default_config() -> ml_collections.ConfigDict:
   config.staleness_rule = "none"  # none | inverse (Zhang et al.) | inverse_mean (Rudra) | polynomial | ...
   config.staleness_mean = config_dict.placeholder(float)  # <sigma> for inverse_mean / normalize; tracked if unset
   config.staleness_exponent = 0.5
-  config.staleness_decay = 0.5
+  config.staleness_decay = 0.5  # b of the exponential rule (the transforms call it rate; the field keeps its name)
   config.staleness_threshold = config_dict.placeholder(int)  # threshold / hinge rules
   config.staleness_normalize = False
 

@@ -14,6 +14,7 @@ import optax
 
 from stalesgd.transforms import _contributions as contributions
 from stalesgd.transforms import _delay_compensation as delay_compensation
+from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _staleness as staleness
 
 
@@ -26,15 +27,17 @@ def _server_sgd(
   return optax.sgd(learning_rate, momentum=momentum, nesterov=nesterov)
 
 
+@_deprecation.renamed_keyword("decay", "rate")
+@_deprecation.positional_up_to(2)
 def staleness_aware_sgd(
   learning_rate: optax.ScalarOrSchedule,
   momentum: optax.ScalarOrSchedule | None = 0.0,
+  *,
   nesterov: bool = False,
   rule: str = "inverse",
-  *,
   mean_staleness: optax.ScalarOrSchedule | None = None,
   exponent: optax.ScalarOrSchedule = 0.5,
-  decay: optax.ScalarOrSchedule = 0.5,
+  rate: optax.ScalarOrSchedule = 0.5,
   max_staleness: optax.ScalarOrSchedule | None = None,
   hinge_slope: optax.ScalarOrSchedule = 1.0,
   normalize: bool = False,
@@ -92,7 +95,7 @@ def staleness_aware_sgd(
       rule,
       mean_staleness=mean_staleness,
       exponent=exponent,
-      decay=decay,
+      rate=rate,
       max_staleness=max_staleness,
       hinge_slope=hinge_slope,
       normalize=normalize,
@@ -102,9 +105,11 @@ def staleness_aware_sgd(
   )
 
 
+@_deprecation.positional_up_to(2)
 def dc_asgd(
   learning_rate: optax.ScalarOrSchedule,
   dc_lambda: optax.ScalarOrSchedule = 0.04,
+  *,
   adaptive: bool = False,
   momentum: optax.ScalarOrSchedule | None = 0.0,
   nesterov: bool = False,

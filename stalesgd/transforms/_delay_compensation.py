@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from stalesgd.transforms import _contributions as contributions
+from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
 from stalesgd.transforms import _mean_square as mean_square_lib
 
@@ -157,8 +158,10 @@ class ScaleByDelayCompensationBiasCorrectedState(NamedTuple):
   mean_square_weight: jax.Array  # The MeanSquare's blend weight W (float32, [] or [num_learners]).
 
 
+@_deprecation.positional_up_to(1)
 def scale_by_delay_compensation(
   dc_lambda: optax.ScalarOrSchedule = 0.04,
+  *,
   adaptive: bool = False,
   decay: optax.ScalarOrSchedule = 0.95,
   eps: optax.ScalarOrSchedule = 1e-7,

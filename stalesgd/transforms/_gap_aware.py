@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from stalesgd.transforms import _contributions as contributions
+from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
 from stalesgd.transforms._moving_average import exponential_moving_average
 
@@ -58,8 +59,10 @@ def _penalise(grad: jax.Array, displacement: jax.Array, step: jax.Array) -> jax.
   return (grad / (1 + gap)).astype(grad.dtype)
 
 
+@_deprecation.positional_up_to(1)
 def scale_by_gap_aware(
   decay: optax.ScalarOrSchedule = 0.99,
+  *,
   min_step_size: optax.ScalarOrSchedule = 1e-12,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Divides each gradient coordinate by one plus its Gap.

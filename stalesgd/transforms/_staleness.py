@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from stalesgd.transforms import _contributions as contributions
+from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
 
 RULES = ("inverse", "inverse_mean", "polynomial", "exponential", "threshold", "hinge", "constant")
@@ -31,7 +32,7 @@ def _check_rule(rule: str, max_staleness: Any) -> None:
     raise ValueError(f"rule={rule!r} needs max_staleness (the largest staleness kept at weight 1).")
 
 
-def _weight(rule, staleness, mean_staleness, exponent, decay, max_staleness, hinge_slope):
+def _weight(rule, staleness, mean_staleness, exponent, rate, max_staleness, hinge_slope):
   """The unnormalised weight s(sigma) of `rule`, in float32."""
   staleness = jnp.asarray(staleness, jnp.float32)
   if rule == "constant":
@@ -45,7 +46,7 @@ def _weight(rule, staleness, mean_staleness, exponent, decay, max_staleness, hin
   if rule == "polynomial":
     return jnp.power(1.0 + staleness, -jnp.asarray(exponent, jnp.float32))
   if rule == "exponential":
-    return jnp.exp(-jnp.asarray(decay, jnp.float32) * staleness)
+    return jnp.exp(-jnp.asarray(rate, jnp.float32) * staleness)
   kept = staleness <= max_staleness
   if rule == "threshold":
     return kept.astype(jnp.float32)
@@ -54,13 +55,14 @@ def _weight(rule, staleness, mean_staleness, exponent, decay, max_staleness, hin
   return jnp.where(kept, 1.0, 1.0 / (hinge_slope * beyond + 1.0))
 
 
+@_deprecation.renamed_keyword("decay", "rate")
 def staleness_weight(
   rule: str,
   staleness: Any,
   *,
   mean_staleness: Any = None,
   exponent: Any = 0.5,
-  decay: Any = 0.5,
+  rate: Any = 0.5,
   max_staleness: Any = None,
   hinge_slope: Any = 1.0,
   normalize: bool = False,
@@ -77,7 +79,7 @@ def staleness_weight(
     from the paper's abstract and secondary summaries).
   * ``"polynomial"``: :math:`(1 + \sigma)^{-a}`, :math:`a` = ``exponent``
     (FedBuff / FLSim, default :math:`a = 0.5`).
-  * ``"exponential"``: :math:`e^{-b\sigma}`, :math:`b` = ``decay``.
+  * ``"exponential"``: :math:`e^{-b\sigma}`, :math:`b` = ``rate``.
   * ``"threshold"``: 1 for :math:`\sigma \le \sigma_{max}`, else 0: the
     gradient is dropped (TensorFlow's DropStaleGradientOptimizer).
   * ``"hinge"``: 1 for :math:`\sigma \le \sigma_{max}`, else
@@ -96,7 +98,8 @@ def staleness_weight(
     mean_staleness: :math:`\langle\sigma\rangle`; required by ``"inverse_mean"``
       and by ``normalize``.
     exponent: :math:`a` of ``"polynomial"``.
-    decay: :math:`b` of ``"exponential"``.
+    rate: :math:`b` of ``"exponential"`` (0.1's ``decay``; that keyword still works
+      with a DeprecationWarning until 0.3.0).
     max_staleness: :math:`\sigma_{max}` of ``"threshold"`` and ``"hinge"``.
     hinge_slope: :math:`h` of ``"hinge"``.
     normalize: Divide by the weight at ``mean_staleness``.
@@ -125,7 +128,7 @@ def staleness_weight(
   _check_rule(rule, max_staleness)
   if mean_staleness is None and (rule == "inverse_mean" or normalize):
     raise ValueError(f"mean_staleness is required with rule={rule!r} and normalize={normalize}; got None.")
-  options = (mean_staleness, exponent, decay, max_staleness, hinge_slope)
+  options = (mean_staleness, exponent, rate, max_staleness, hinge_slope)
   weight = _weight(rule, staleness, *options)
   if not normalize:
     return weight
@@ -144,12 +147,13 @@ class ScaleByStalenessState(NamedTuple):
   lr_scale: jax.Array  # Mean weight applied at the last update (float32); see `lr_scale`.
 
 
+@_deprecation.renamed_keyword("decay", "rate")
 def scale_by_staleness(
   rule: str = "inverse",
   *,
   mean_staleness: optax.ScalarOrSchedule | None = None,
   exponent: optax.ScalarOrSchedule = 0.5,
-  decay: optax.ScalarOrSchedule = 0.5,
+  rate: optax.ScalarOrSchedule = 0.5,
   max_staleness: optax.ScalarOrSchedule | None = None,
   hinge_slope: optax.ScalarOrSchedule = 1.0,
   normalize: bool = False,
@@ -184,7 +188,8 @@ def scale_by_staleness(
     mean_staleness: Fixed :math:`\langle\sigma\rangle` (e.g. n for
       n-softsync); None tracks it.
     exponent: :math:`a` of ``"polynomial"``.
-    decay: :math:`b` of ``"exponential"``.
+    rate: :math:`b` of ``"exponential"`` (0.1's ``decay``; that keyword still works
+      with a DeprecationWarning until 0.3.0).
     max_staleness: :math:`\sigma_{max}` of ``"threshold"`` and ``"hinge"``.
     hinge_slope: :math:`h` of ``"hinge"``.
     normalize: Divide by the weight at :math:`\langle\sigma\rangle` so it is 1.
@@ -212,7 +217,7 @@ def scale_by_staleness(
   for name, value in (
     ("mean_staleness", mean_staleness),
     ("exponent", exponent),
-    ("decay", decay),
+    ("rate", rate),
     ("max_staleness", max_staleness),
     ("hinge_slope", hinge_slope),
   ):
@@ -239,7 +244,7 @@ def scale_by_staleness(
       name: hyperparameters.value_at(value, state.count)
       for name, value in (
         ("exponent", exponent),
-        ("decay", decay),
+        ("rate", rate),
         ("max_staleness", max_staleness),
         ("hinge_slope", hinge_slope),
       )

@@ -73,3 +73,50 @@ def test_old_import_forms_work_in_a_fresh_interpreter():
   )
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert completed.stdout.startswith("stalesgd.config moved to stalesgd.training in stalesgd 0.2")
+
+
+# ----------------------------------------------------------------------------- 0.1 call forms of the factories
+
+
+def _same_updates(first, second):
+  import jax.numpy as jnp
+  import numpy as np
+
+  params = {"w": jnp.array([1.0, -2.0])}
+  grads = {"w": jnp.array([0.5, 0.25])}
+  stale = {"w": jnp.array([0.5, -1.0])}
+  results = []
+  for tx in (first, second):
+    updates, _ = tx.update(grads, tx.init(params), params, staleness=3, stale_params=stale)
+    results.append(np.asarray(updates["w"]))
+  np.testing.assert_array_equal(*results)
+
+
+def test_flags_passed_by_position_still_work_with_a_deprecation_warning():
+  import stalesgd
+
+  with pytest.warns(DeprecationWarning, match=r"dc_asgd: passing adaptive, momentum by position.*removed in 0\.3\.0"):
+    old = stalesgd.dc_asgd(0.1, 0.5, True, 0.9)
+  _same_updates(old, stalesgd.dc_asgd(0.1, 0.5, adaptive=True, momentum=0.9))
+  with pytest.warns(DeprecationWarning, match="scale_by_delay_compensation: passing adaptive by position"):
+    old = stalesgd.scale_by_delay_compensation(2.0, True)
+  _same_updates(old, stalesgd.scale_by_delay_compensation(2.0, adaptive=True))
+  with pytest.warns(DeprecationWarning, match="staleness_aware_sgd: passing nesterov, rule by position"):
+    old = stalesgd.staleness_aware_sgd(0.1, 0.9, True, "exponential")
+  _same_updates(old, stalesgd.staleness_aware_sgd(0.1, 0.9, nesterov=True, rule="exponential"))
+  with pytest.raises(TypeError, match="multiple values for argument 'adaptive'"):
+    stalesgd.dc_asgd(0.1, 0.5, True, adaptive=False)
+
+
+def test_the_exponential_rules_rate_is_rate_and_decay_still_works_with_a_warning():
+  import stalesgd
+
+  with pytest.warns(DeprecationWarning, match=r"scale_by_staleness: the keyword 'decay' is now 'rate'"):
+    old = stalesgd.scale_by_staleness("exponential", decay=0.7)
+  _same_updates(old, stalesgd.scale_by_staleness("exponential", rate=0.7))
+  with pytest.warns(DeprecationWarning, match="staleness_aware_sgd: the keyword 'decay'"):
+    stalesgd.staleness_aware_sgd(0.1, rule="exponential", decay=0.7)
+  with pytest.warns(DeprecationWarning, match="staleness_weight: the keyword 'decay'"):
+    assert float(stalesgd.staleness_weight("exponential", 2.0, decay=0.5)) == pytest.approx(2.718281828**-1.0)
+  with pytest.raises(TypeError, match="both 'decay'"):
+    stalesgd.scale_by_staleness("exponential", decay=0.7, rate=0.7)

@@ -53,7 +53,7 @@ REGISTRY = [
   Entry(
     "staleness_exponential_scheduled",
     stalesgd.scale_by_staleness,
-    {"rule": "exponential", "decay": optax.linear_schedule(0.1, 0.3, 10)},
+    {"rule": "exponential", "rate": optax.linear_schedule(0.1, 0.3, 10)},
   ),
   Entry("staleness_threshold", stalesgd.scale_by_staleness, {"rule": "threshold", "max_staleness": 3}),
   Entry("staleness_hinge", stalesgd.scale_by_staleness, {"rule": "hinge", "max_staleness": 1, "hinge_slope": 0.5}),

@@ -34,7 +34,7 @@ HAND_COMPUTED = [
   ("inverse_mean", {"mean_staleness": 0.5}, [0, 3], [1.0, 1.0]),
   ("polynomial", {"exponent": 0.5}, [3, 8, 0], [1 / 2, 1 / 3, 1.0]),
   ("polynomial", {"exponent": 1.0}, [1, 3], [1 / 2, 1 / 4]),
-  ("exponential", {"decay": math.log(2.0)}, [1, 3, 0], [1 / 2, 1 / 8, 1.0]),
+  ("exponential", {"rate": math.log(2.0)}, [1, 3, 0], [1 / 2, 1 / 8, 1.0]),
   ("threshold", {"max_staleness": 2}, [1, 3, 2], [1.0, 0.0, 1.0]),
   # 1 / (0.5 * (sigma - 2) + 1) beyond the knee at 2.
   ("hinge", {"max_staleness": 2, "hinge_slope": 0.5}, [4, 1, 8], [1 / 2, 1.0, 1 / 4]),
