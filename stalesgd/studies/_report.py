@@ -32,7 +32,7 @@ from typing import Any
 
 from stalesgd.schedule import Schedule
 from stalesgd.studies import _seed_statistics as statistics
-from stalesgd.studies._definitions import RunSettings, Study
+from stalesgd.studies._definitions import Study
 from stalesgd.training._loop import SCHEDULE_FILENAME
 from stalesgd.utils import _plots as plots
 from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
@@ -93,10 +93,14 @@ def _number(value: Any) -> float | None:
   return None
 
 
-def _last_diagnostics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+DIAGNOSTICS = ("correction_ratio", "displacement_norm")
+"""DC-S3GD's per-run diagnostics: shown to three significant digits (a correction may be 1e-6 of the gradient)."""
+
+
+def _mean_diagnostics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
   """The mean over a run's logged records of DC-S3GD's diagnostics (absent for other protocols)."""
   means = {}
-  for field in ("correction_ratio", "displacement_norm"):
+  for field in DIAGNOSTICS:
     values = [_number(record.get(field)) for record in records]
     values = [value for value in values if value is not None]
     if values:
@@ -271,15 +275,15 @@ def bands(curves: Sequence[Mapping[str, Any]], field: str) -> list[plots.Band]:
   return result
 
 
-def write_report(
-  study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path, *, settings: RunSettings | None = None
-) -> str:
-  """Writes every file of the module docstring and returns the per-variant Markdown table and the decisions."""
-  del settings  # the rows carry every run's settings
+def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path) -> str:
+  """Writes every file of the module docstring and returns the per-variant Markdown table and the decisions.
+
+  The rows carry every run's settings (`result_row` of the sweep).
+  """
   records_of = {index: run_records(row) for index, row in enumerate(rows)}
   for index, row in enumerate(rows):
     row[FINAL] = run_final_value(row, records_of[index], study.last_evaluations)
-    row.update(_last_diagnostics(records_of[index]))
+    row.update(_mean_diagnostics(records_of[index]))
   plots.write_results_table(rows, workdir / RUNS_FILENAME)
   table = variant_rows(study, rows)
   plots.write_results_table(table, workdir / "results.csv")
@@ -302,7 +306,7 @@ def write_report(
     )
     if any(entry.get(column) is not None for entry in table)
   ]
-  markdown = plots.markdown_table(table, columns)
+  markdown = plots.markdown_table(table, columns, column_formats={field: "{:.3g}" for field in DIAGNOSTICS})
   (workdir / "results.md").write_text(markdown, encoding="utf-8")
   evaluation_rows = [
     {

@@ -481,4 +481,4 @@ def run_study(
   rows = [result_row(task, outcome, host_devices=host_devices) for task, outcome in done]
   if only_task is not None:
     return SweepResult(rows, None)
-  return SweepResult(rows, report.write_report(study, rows, pathlib.Path(workdir), settings=settings))
+  return SweepResult(rows, report.write_report(study, rows, pathlib.Path(workdir)))

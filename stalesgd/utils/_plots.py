@@ -284,7 +284,11 @@ def _format_cell(value: Any, float_format: str) -> str:
 
 
 def markdown_table(
-  rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, *, float_format: str = "{:.2f}"
+  rows: Sequence[Mapping[str, Any]],
+  columns: Sequence[str] | None = None,
+  *,
+  float_format: str = "{:.2f}",
+  column_formats: Mapping[str, str] | None = None,
 ) -> str:
   """A GitHub-flavoured Markdown table of result rows; missing cells are empty.
 
@@ -294,6 +298,8 @@ def markdown_table(
     columns: the columns in order; default `table_columns` (published numbers
       beside ours).
     float_format: how floats are shown.
+    column_formats: another format for some columns, by name (e.g. three
+      significant digits for a quantity that may be 1e-6).
 
   Returns:
     The table, lines joined with newlines, ending with a newline.
@@ -304,7 +310,8 @@ def markdown_table(
   columns = table_columns(rows) if columns is None else list(columns)
   if not columns:
     raise ValueError("the table has no columns; allowed: rows with fields, or explicit columns")
-  cells = [[_format_cell(row.get(name), float_format) for name in columns] for row in rows]
+  formats = [(column_formats or {}).get(name, float_format) for name in columns]
+  cells = [[_format_cell(row.get(name), form) for name, form in zip(columns, formats)] for row in rows]
   widths = [max([len(name)] + [len(row[index]) for row in cells]) for index, name in enumerate(columns)]
   numeric = [
     all(_is_finite_number(row.get(name)) or row.get(name) is None for row in rows)
