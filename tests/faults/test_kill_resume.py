@@ -36,12 +36,17 @@ import pytest
 from tests.helpers.fault_helpers import (
   assert_same_run,
   fault_config,
-  finish,
   npz_flags,
   train_in_process,
+)
+from tests.helpers.train_helpers import (
+  complete_checkpoints,
+  finish,
+  log_tail,
+  main_command,
+  start_main,
   wait_for_checkpoint_after,
 )
-from tests.helpers.train_helpers import complete_checkpoints, log_tail, main_command, start_main
 
 SECONDS_PER_BLOCK = 0.08
 # Seconds after a launch's first checkpoint. The seeds below draw delays of 0.39-1.03 s. A launch waits for a

@@ -25,14 +25,20 @@ import pytest
 from stalesgd.training import checkpoint as checkpoint_lib
 from stalesgd.training.checkpoint import CheckpointError
 from tests.helpers.fault_helpers import (
-  PHASE_TIMEOUT,
   assert_same_run,
   fault_config,
   npz_flags,
   train_in_process,
+)
+from tests.helpers.train_helpers import (
+  PHASE_TIMEOUT,
+  REPOSITORY_ROOT,
+  complete_checkpoints,
+  log_tail,
+  main_command,
+  main_environment,
   wait_for_checkpoint_after,
 )
-from tests.helpers.train_helpers import REPOSITORY_ROOT, complete_checkpoints, log_tail, main_command, main_environment
 
 SECONDS_PER_BLOCK = 0.08
 # A checkpoint of the tiny MLP's state writes a data file of 60-110 KB; metrics.jsonl and the
