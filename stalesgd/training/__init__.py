@@ -7,7 +7,8 @@
 * `build_run`, `train_and_evaluate` (`._loop`): the config turned into objects,
   and the training loop (checkpoints, preemption, metrics, summary).
 * `ParameterServerRunner`, `DecentralizedRunner`, `make_runner` (`._runners`):
-  the engine or DC-S3GD behind one interface.
+  the engine or DC-S3GD behind one typed interface, `Runner`, each reporting a block
+  with its own metrics type (`BlockMetrics` of the engine, `StepMetrics`).
 * `build_optimizer` (`._optimizer`): the Caffe SGD solver with the staleness
   rule and delay compensation of the config.
 * `Evaluator` (`._evaluator`), `PendingMetrics` (`._pending_metrics`),
@@ -28,7 +29,15 @@ from stalesgd.training._run_config import (
   updates_per_epoch,
   validate_config,
 )
-from stalesgd.training._runners import DecentralizedRunner, ParameterServerRunner, make_runner, run_label
+from stalesgd.training._runners import (
+  DecentralizedRunner,
+  ParameterServerRunner,
+  Runner,
+  RunnerMetrics,
+  StepMetrics,
+  make_runner,
+  run_label,
+)
 from stalesgd.training._workdir import check_same_run, config_changes
 
 __all__ = [
@@ -36,6 +45,9 @@ __all__ = [
   "DecentralizedRunner",
   "Evaluator",
   "ParameterServerRunner",
+  "Runner",
+  "RunnerMetrics",
+  "StepMetrics",
   "PendingMetrics",
   "TrainingDiverged",
   "build_optimizer",

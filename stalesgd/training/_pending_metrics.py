@@ -1,7 +1,7 @@
 """Per-update metrics between two log records: read from the device only when a record is due.
 
 Reading device arrays waits for the computation, so the training loop keeps
-each block's `stalesgd.training._runners.BlockMetrics` here and reads them back only at
+each block's metrics (`stalesgd.training._runners.RunnerMetrics`) here and reads them back only at
 log, evaluation and checkpoint points; in between the host runs ahead. Reading
 back checks the losses: a non-finite one stops the run with `TrainingDiverged`.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from stalesgd.training._runners import BlockMetrics, Schedule  # the schedule a runner runs
+from stalesgd.training._runners import RunnerMetrics, Schedule  # the schedule a runner runs
 
 
 class TrainingDiverged(FloatingPointError):
@@ -36,14 +36,14 @@ class PendingMetrics:
 
   def __init__(self, schedule: Schedule, examples_per_update: int, per_epoch: float):
     self.schedule, self.examples_per_update, self.per_epoch = schedule, examples_per_update, per_epoch
-    self._blocks: list[tuple[int, int, BlockMetrics]] = []
+    self._blocks: list[tuple[int, int, RunnerMetrics]] = []
     # Updates [first, stop) already on the host: (first, stop, float32 losses, float32 lr scales,
     # {diagnostic name: float32 values}).
     self._read: tuple[int, int, np.ndarray, np.ndarray, dict[str, np.ndarray]] | None = None
     self._since_update: int | None = None
     self._since_wall: float | None = None
 
-  def add(self, first: int, stop: int, metrics: BlockMetrics) -> None:
+  def add(self, first: int, stop: int, metrics: RunnerMetrics) -> None:
     self._blocks.append((first, stop, metrics))
 
   def start(self, update: int, wall_time: float) -> None:

@@ -8,8 +8,11 @@
   real on the mesh by `stalesgd.decentral`; a block is one step (one update,
   to which every learner contributes).
 
-A runner's state is a pytree of arrays (checkpointed as is); its blocks are
-fixed by the schedule, so a run stopped at a block boundary resumes exactly.
+Both implement `Runner` (a typed protocol: what the training loop may ask of
+a runner) and report each block with their own metrics type, `BlockMetrics`
+(the engine's) or `StepMetrics`. A runner's state is a pytree of arrays
+(checkpointed as is); its blocks are fixed by the schedule, so a run stopped at
+a block boundary resumes exactly.
 
 Which runner a protocol gets, and how the run config sets its options, is the
 protocol's row of `stalesgd.schedule.PROTOCOL_TABLE`; this module also turns a
@@ -19,7 +22,8 @@ config into the schedule it runs (`simulate_schedule`) and names the run
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import jax
 import ml_collections
@@ -30,7 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from stalesgd import decentral
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
-from stalesgd.engine import BlockMetrics  # both runners report a block this way
+from stalesgd.engine import BlockMetrics  # the parameter-server runner's report of a block
 from stalesgd.models import ModelSpec
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.parallel._dispatch import DispatchLimiter
@@ -38,10 +42,39 @@ from stalesgd.schedule import Schedule  # also the type the training loop names,
 from stalesgd.training._run_config import is_decentralized, protocol_options, timing_model
 
 
-class _Blocks:
-  """What both runners share: their blocks, given by ``block_starts``."""
+class StepMetrics(NamedTuple):
+  """What one decentralized step reports: one update, to which each of the M learners contributes.
 
-  block_starts: np.ndarray
+  Attributes:
+    loss: float32 [1, M], each learner's loss at its own weights and batch.
+    lr_scale: float32 [1], always 1 (a decentralized protocol has no staleness rule).
+    diagnostics: DC-S3GD's ``correction_ratio`` and ``displacement_norm``,
+      float32 [1] each, the mean over the learners.
+  """
+
+  loss: jax.Array
+  lr_scale: jax.Array
+  diagnostics: Mapping[str, jax.Array]
+
+
+RunnerMetrics = BlockMetrics | StepMetrics
+"""A block's report: rows are updates, ``loss`` is [updates, contributions]; `PendingMetrics` reads either."""
+
+State = TypeVar("State")
+
+
+@runtime_checkable
+class Runner(Protocol[State]):
+  """What the training loop asks of a protocol's runner, and nothing more.
+
+  The run is a sequence of blocks; block b covers updates
+  ``block_starts[b] .. block_starts[b + 1] - 1``.
+  """
+
+  @property
+  def block_starts(self) -> np.ndarray:
+    """First update of every block, then the number of updates."""
+    ...
 
   def block_at(self, updates: int) -> int:
     """The block that starts at update ``updates`` (the number of blocks once all are done).
@@ -49,10 +82,26 @@ class _Blocks:
     Raises:
       ValueError: ``updates`` is inside a block (the schedule differs from the saved run's).
     """
-    return engine_lib.block_starting_at(self.block_starts, updates)
+    ...
+
+  def init(self, params: Any) -> State:
+    """The state before the first update."""
+    ...
+
+  def step(self, state: State, block: int) -> tuple[State, RunnerMetrics]:
+    """Runs block ``block``; its metrics stay on the device until read."""
+    ...
+
+  def params(self, state: State) -> Any:
+    """The weights to evaluate and to digest."""
+    ...
+
+  def updates_done(self, state: State) -> int:
+    """Updates applied so far (where a resumed run continues)."""
+    ...
 
 
-class ParameterServerRunner(_Blocks):
+class ParameterServerRunner:
   """Parameter-server protocols through the exact emulator."""
 
   def __init__(
@@ -71,6 +120,9 @@ class ParameterServerRunner(_Blocks):
   def block_starts(self) -> np.ndarray:
     """First update of every block, then the number of updates."""
     return self.plan.block_starts
+
+  def block_at(self, updates: int) -> int:
+    return engine_lib.block_starting_at(self.block_starts, updates)
 
   def init(self, params: Any) -> engine_lib.EngineState:
     return self.engine.init(params, self.plan)
@@ -109,7 +161,7 @@ def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDCon
 DECENTRALIZED_DIAGNOSTICS = ("correction_ratio", "displacement_norm")
 
 
-class DecentralizedRunner(_Blocks):
+class DecentralizedRunner:
   """All-reduce protocols on real collectives, one learner per device."""
 
   def __init__(
@@ -138,12 +190,16 @@ class DecentralizedRunner(_Blocks):
 
   @property
   def block_starts(self) -> np.ndarray:
+    """One block per step: 0, 1, ..., the number of updates."""
     return np.arange(self.num_updates + 1, dtype=np.int64)
+
+  def block_at(self, updates: int) -> int:
+    return engine_lib.block_starting_at(self.block_starts, updates)
 
   def init(self, params: Any) -> decentral.DCS3GDState:
     return self.trainer.init(params)
 
-  def step(self, state: decentral.DCS3GDState, block: int) -> tuple[decentral.DCS3GDState, BlockMetrics]:
+  def step(self, state: decentral.DCS3GDState, block: int) -> tuple[decentral.DCS3GDState, StepMetrics]:
     learners = np.arange(self.trainer.num_learners)
     batch = sharding_lib.rows_from_batch_fn(self.batches, learners, np.full_like(learners, block), self._split)
     state, metrics = self.trainer.step(state, batch)
@@ -151,7 +207,7 @@ class DecentralizedRunner(_Blocks):
     # One update, one contribution per learner; DC-S3GD's diagnostics as their mean over the learners.
     replicated = self._replicate({name: metrics[name] for name in ("loss",) + DECENTRALIZED_DIAGNOSTICS})
     diagnostics = {name: replicated[name].mean(axis=1) for name in DECENTRALIZED_DIAGNOSTICS}
-    return state, BlockMetrics(replicated["loss"], np.ones(1, np.float32), diagnostics)
+    return state, StepMetrics(replicated["loss"], np.ones(1, np.float32), diagnostics)
 
   def params(self, state: decentral.DCS3GDState) -> Any:
     return self.trainer.consensus_params(state)
@@ -168,7 +224,7 @@ def make_runner(
   schedule: Schedule,
   batches,
   mesh: jax.sharding.Mesh,
-):
+) -> Runner:
   """The runner for the config's protocol (its row of `stalesgd.schedule.PROTOCOL_TABLE` says which)."""
   if is_decentralized(config):
     return DecentralizedRunner(config, model, optimizer, schedule.num_updates, batches, mesh)

@@ -179,3 +179,13 @@ def test_a_program_without_the_training_stack_names_the_extra_to_install():
   assert completed.returncode == 1
   assert "stalesgd-train needs stalesgd's training stack" in completed.stderr
   assert "pip install 'stalesgd[train]'" in completed.stderr and "flax" in completed.stderr
+
+
+def test_both_runners_implement_the_runner_protocol():
+  from stalesgd import training
+
+  members = [name for name in vars(training.Runner) if not name.startswith("_")]
+  assert set(members) == {"block_starts", "block_at", "init", "step", "params", "updates_done"}
+  for runner in (training.ParameterServerRunner, training.DecentralizedRunner):
+    assert all(callable(getattr(runner, name)) or isinstance(getattr(runner, name), property) for name in members)
+    assert training.Runner not in runner.__mro__  # structural: neither inherits it, nor a shared mixin
