@@ -30,6 +30,7 @@ only written after the losses up to them were checked, so the last one is good.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -91,6 +92,48 @@ def params_digest(params: Any) -> str:
   for leaf in jax.tree_util.tree_leaves(multihost_utils.process_allgather(params, tiled=True)):
     digest.update(np.ascontiguousarray(leaf).tobytes())
   return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class _LoopPosition:
+  """What the training loop changes as it runs, in one place: a checkpoint saves it, the summary reports it.
+
+  Attributes:
+    state: the runner's state (weights, optimizer state, ring buffer or in-flight updates).
+    block: the next block to run.
+    updates: updates applied (the first update of ``block``).
+    evaluation_seconds, checkpoint_seconds: this session's wall time in evaluations and saves.
+  """
+
+  state: Any
+  block: int
+  updates: int
+  evaluation_seconds: float = 0.0
+  checkpoint_seconds: float = 0.0
+
+
+def _save_checkpoint(
+  position: _LoopPosition,
+  *,
+  force: bool,
+  checkpointer: Checkpointer,
+  writer: MetricWriter,
+  pending: PendingMetrics,
+  wall_time: float,
+  seed: int,
+) -> None:
+  """Saves ``position`` when due (or ``force``), after the records up to it are on disk."""
+  if force or checkpointer.should_save(position.updates):
+    began = time.monotonic()
+    metadata = {
+      "update": position.updates,
+      "wall_time": wall_time,
+      "seed": seed,
+      PENDING_METRICS_KEY: pending.snapshot(),
+    }  # checks the losses before the weights are kept
+    writer.flush()  # every record up to this checkpoint survives a SIGKILL (TensorBoard buffers ~10 s)
+    checkpointer.save(position.updates, position.state, metadata, force=force)
+    position.checkpoint_seconds += time.monotonic() - began
 
 
 def _next_point(value: int, interval: float) -> float:
@@ -234,7 +277,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     writer.truncate_after(0)
   block_starts = runner.block_starts
   updates = runner.updates_done(state)
-  block = runner.block_at(updates)
+  position = _LoopPosition(state, runner.block_at(updates), updates)
   updates_at_start = updates
 
   # ----------------------------------------------------------------- loop
@@ -252,65 +295,55 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   start_time = time.monotonic()
   wall = lambda: wall_offset + time.monotonic() - start_time
   pending = PendingMetrics(schedule, examples_per_update(config), per_epoch)
-  pending.start(updates, wall())
+  pending.start(position.updates, wall())
   pending.restore(pending_snapshot)
-  next_log = _next_point(updates, config.log_every_updates)
-  next_eval = _next_point(updates, eval_interval)
+  next_log = _next_point(position.updates, config.log_every_updates)
+  next_eval = _next_point(position.updates, eval_interval)
   num_blocks = block_starts.shape[0] - 1
   preempted = False
-  seconds = {"evaluation": 0.0, "checkpoint": 0.0}
-
-  def checkpoint(force: bool) -> None:
-    if force or checkpointer.should_save(updates):
-      began = time.monotonic()
-      metadata = {
-        "update": updates,
-        "wall_time": wall(),
-        "seed": config.seed,
-        PENDING_METRICS_KEY: pending.snapshot(),
-      }  # checks the losses before the weights are kept
-      writer.flush()  # every record up to this checkpoint survives a SIGKILL (TensorBoard buffers ~10 s)
-      checkpointer.save(updates, state, metadata, force=force)
-      seconds["checkpoint"] += time.monotonic() - began
+  save = dict(checkpointer=checkpointer, writer=writer, pending=pending, seed=config.seed)
 
   # Leaving these blocks closes the checkpointer (finishing a save still being written in the
   # background) and the writer, also when the loop stops on an error such as a non-finite loss:
   # otherwise the dying process loses the last good checkpoint.
   with checkpointer, writer:
-    while block < num_blocks:
-      state, metrics = runner.step(state, block)
+    while position.block < num_blocks:
+      block = position.block
+      position.state, metrics = runner.step(position.state, block)
       pending.add(int(block_starts[block]), int(block_starts[block + 1]), metrics)
-      block += 1
-      updates = int(block_starts[block])
-      finished = block == num_blocks
+      position.block = block + 1
+      position.updates = updates = int(block_starts[block + 1])
+      finished = position.block == num_blocks
       if updates >= next_log or updates >= next_eval or finished:
         record = pending.flush(wall())
         if updates >= next_eval or finished:
           began = time.monotonic()
-          record.update(evaluator(runner.params(state)))
-          seconds["evaluation"] += time.monotonic() - began
+          record.update(evaluator(runner.params(position.state)))
+          position.evaluation_seconds += time.monotonic() - began
           next_eval = _next_point(updates, eval_interval)
         writer.write_scalars(updates, record)
         progress.update(updates, {key: record[key] for key in ("train_loss", "test_error") if key in record})
         next_log = _next_point(updates, config.log_every_updates)
       else:
         progress.update(updates)
-      if guard.should_stop(block):
-        checkpoint(force=True)
+      if guard.should_stop(position.block):
+        _save_checkpoint(position, force=True, wall_time=wall(), **save)
         preempted = not finished
         break
-      checkpoint(force=finished)
+      _save_checkpoint(position, force=finished, wall_time=wall(), **save)
   progress.close()
   loop_seconds = time.monotonic() - start_time
 
   # ----------------------------------------------------------------- summary and plots
-  summary = _summary(config, schedule, runner.params(state), updates, per_epoch, wall(), workdir, preempted)
+  summary = _summary(
+    config, schedule, runner.params(position.state), position.updates, per_epoch, wall(), workdir, preempted
+  )
   summary["wall_time_breakdown"] = {
     "startup_s": start_time - entered,  # data, model, schedule, state, restore (compilation is in the loop)
-    "training_s": loop_seconds - seconds["evaluation"] - seconds["checkpoint"],
-    "evaluation_s": seconds["evaluation"],
-    "checkpoint_s": seconds["checkpoint"],
-    "updates_this_session": updates - updates_at_start,
+    "training_s": loop_seconds - position.evaluation_seconds - position.checkpoint_seconds,
+    "evaluation_s": position.evaluation_seconds,
+    "checkpoint_s": position.checkpoint_seconds,
+    "updates_this_session": position.updates - updates_at_start,
   }
   if primary:
     (workdir / SUMMARY_FILENAME).write_text(json.dumps(summary, indent=2))
