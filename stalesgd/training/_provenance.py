@@ -58,10 +58,19 @@ def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
 
 
 def provenance() -> dict[str, Any]:
-  """Python, package versions, stalesgd's commit, the JAX backend, device kind and counts."""
+  """Python, stalesgd's version and commit, package versions, the JAX backend, device kind and counts.
+
+  ``stalesgd_version`` is the running code's ``stalesgd.__version__`` (not the
+  installed distribution's metadata, which an editable install leaves at the
+  version it was installed with); from a wheel, ``stalesgd_commit`` is None and
+  the version is what identifies the code.
+  """
+  import stalesgd  # the package this module is part of: its __version__
+
   devices = jax.devices()
   return {
     "python": platform.python_version(),
+    "stalesgd_version": stalesgd.__version__,
     "packages": package_versions(),
     "stalesgd_commit": source_commit(),
     "backend": jax.default_backend(),

@@ -22,6 +22,7 @@ import optax
 import pytest
 import tensorflow_datasets as tfds
 
+import stalesgd
 from stalesgd import schedule as schedule_lib
 from stalesgd.training._loop import train_and_evaluate
 from stalesgd.training._run_config import updates_per_epoch
@@ -106,6 +107,7 @@ def test_summary_is_complete_and_written(finished_run):
   assert (origin["backend"], origin["device_count"], origin["process_count"]) == ("cpu", 8, 1)
   assert origin["packages"]["jax"] == jax.__version__ and origin["packages"]["optax"] == optax.__version__
   assert origin["python"].startswith("3.") and origin["device_kind"]
+  assert origin["stalesgd_version"] == stalesgd.__version__
   commit = subprocess.run(
     ["git", "-C", str(pathlib.Path(__file__).parent), "rev-parse", "HEAD"], capture_output=True, text=True
   ).stdout.strip()
