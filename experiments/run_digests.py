@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import pathlib
-import struct
 import subprocess
 import sys
 import tempfile
@@ -66,21 +65,16 @@ def _sha256(value) -> str:
 
 
 def _event_scalars(workdir: pathlib.Path) -> list[tuple[str, int, float]]:
-  """Every scalar of the run's TensorBoard event files, read with tensorboardX's protobuf (no TensorFlow)."""
-  from tensorboardX.proto import event_pb2  # the training stack's
+  """The computed scalars of the run's TensorBoard event files, as sorted (tag, step, value)."""
+  # The tests' reader of event files (tensorboardX's protobuf, no TensorFlow): a developer tool of a clone.
+  from tests.helpers.train_helpers import event_scalars
 
-  scalars = []
-  for path in sorted(workdir.glob("events.out.tfevents.*")):
-    data = path.read_bytes()
-    offset = 0
-    while offset < len(data):
-      (length,) = struct.unpack("<Q", data[offset : offset + 8])
-      event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
-      offset += 12 + length + 4
-      for value in event.summary.value:
-        if value.HasField("simple_value") and not any(part in value.tag for part in MEASURED_FIELDS):
-          scalars.append((value.tag, int(event.step), float(value.simple_value)))
-  return sorted(scalars)
+  return sorted(
+    (tag, int(step), float(value))
+    for tag, points in event_scalars(workdir).items()
+    if not any(part in tag for part in MEASURED_FIELDS)
+    for step, value in points
+  )
 
 
 def run_digests(protocol: str, workdir: pathlib.Path) -> dict[str, str]:

@@ -34,6 +34,7 @@ from stalesgd.schedule import Schedule
 from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._definitions import Study
 from stalesgd.training._loop import SCHEDULE_FILENAME
+from stalesgd.training._runners import DECENTRALIZED_DIAGNOSTICS
 from stalesgd.utils import _plots as plots
 from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
 
@@ -93,8 +94,9 @@ def _number(value: Any) -> float | None:
   return None
 
 
-DIAGNOSTICS = ("correction_ratio", "displacement_norm")
-"""DC-S3GD's per-run diagnostics: shown to three significant digits (a correction may be 1e-6 of the gradient)."""
+# DC-S3GD's per-run diagnostics (the runner's list), shown to three significant digits: a correction may be 1e-6
+# of the gradient.
+DIAGNOSTICS = DECENTRALIZED_DIAGNOSTICS
 
 
 def _mean_diagnostics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:

@@ -16,22 +16,15 @@ import sys
 import textwrap
 
 import stalesgd
+from stalesgd._extras import TRAINING_STACK_MODULES
 
 PACKAGE_ROOT = pathlib.Path(stalesgd.__file__).parent
 CORE_PACKAGES = ("transforms", "schedule", "parallel", "engine", "decentral")
 PACKAGE_ORDER = CORE_PACKAGES + ("utils", "data", "models", "training", "configs", "studies", "cli")
-# absl is not here: optax itself imports it (absl.logging).
-TRAINING_STACK_DISTRIBUTIONS = (
-  "flax",
-  "orbax",
-  "tensorflow_datasets",
-  "ml_collections",
-  "tensorboardX",
-  "matplotlib",
-  "sklearn",
-  "PIL",
-  "scipy",
-  "etils",
+# The programs' list of the training stack (stalesgd._extras), by top-level package, without absl (optax itself
+# imports absl.logging), plus etils (orbax's and tfds's path library).
+TRAINING_STACK_DISTRIBUTIONS = tuple(
+  sorted({name.split(".")[0] for name in TRAINING_STACK_MODULES} - {"absl"} | {"etils"})
 )
 
 
