@@ -74,6 +74,7 @@ from stalesgd.studies import STUDIES, RunSettings, plan_tasks, run_study
 from stalesgd.studies import _processes as processes
 from stalesgd.training import PREEMPTED_EXIT_STATUS
 from stalesgd.utils import _compilation_cache as compilation_cache
+from stalesgd.utils import _paths as paths
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
 _QUICK = flags.DEFINE_bool("quick", False, "CPU-sized runs (embedded digits, or short runs with --data_source).")
@@ -198,6 +199,11 @@ def main(argv):
     [study.name] + (["quick"] if _QUICK.value else []) + ([_DATA_SOURCE.value] if _DATA_SOURCE.value else [])
   )
   workdir = _WORKDIR.value or os.path.join("runs", default_name)
+  if paths.is_url(workdir):
+    raise app.UsageError(
+      f"--workdir = {workdir!r}; allowed: a local path (a study's processes and its report share a local "
+      "directory; a single run's stalesgd-train --workdir may be gs://)"
+    )
   tasks = plan_tasks(study, workdir, settings, variants=_VARIANTS.value, seeds=_SEEDS.value)
   if _LIST_TASKS.value:
     for task in tasks:

@@ -53,13 +53,19 @@ from stalesgd.cli import config_flag
 from stalesgd.training import _device_layout as device_layout
 from stalesgd.utils import _compilation_cache as compilation_cache
 from stalesgd.utils import _distributed as distributed
+from stalesgd.utils import _paths as paths
 
 _CONFIG = config_flag.define_config_flag(
   "config",
   "A packaged config's name (one of " + ", ".join(configs.names()) + ") or a config "
   "file's path, optionally followed by :ARG, the argument of its get_config.",
 )
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, checkpoints, plots and the summary.")
+_WORKDIR = flags.DEFINE_string(
+  "workdir",
+  None,
+  "Directory for metrics, checkpoints, plots and the summary: a local path, or gs://bucket/path with the gcs "
+  "extra installed. A multi-process run needs one that every process reaches (a shared file system or gs://).",
+)
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
   "coordinator_address", None, "host:port of process 0 in a multi-process run."
 )
@@ -89,6 +95,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    paths.check_workdir(_WORKDIR.value)  # before JAX starts, the data loads or the step compiles
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
   if not flags.FLAGS["verbosity"].present:
     # orbax logs every checkpoint step at INFO; the run's own progress goes to stdout.
     logging.set_verbosity(logging.WARNING)

@@ -17,10 +17,11 @@ weights.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -224,8 +225,8 @@ class Schedule:
 
   # -- serialisation -----------------------------------------------------------
 
-  def save(self, path: str | os.PathLike[str]) -> None:
-    """Writes the schedule to ``path`` (an npz file, written at exactly that path).
+  def save(self, path: str | os.PathLike[str] | BinaryIO) -> None:
+    """Writes the schedule to ``path`` (an npz file, written at exactly that path), or into a binary file.
 
     Arrays are stored as they are and the options as JSON, so
     `Schedule.load` returns an identical schedule and a run can be replayed.
@@ -233,7 +234,8 @@ class Schedule:
     arrays = {name: getattr(self, name) for name, _, _ in _ARRAY_FIELDS}
     if self.events is not None:
       arrays.update({_EVENT_PREFIX + name: values for name, values in self.events.as_arrays().items()})
-    with open(path, "wb") as file:
+    with contextlib.ExitStack() as stack:
+      file = path if hasattr(path, "write") else stack.enter_context(open(path, "wb"))
       np.savez_compressed(
         file,
         protocol=np.asarray(self.protocol),
@@ -244,8 +246,8 @@ class Schedule:
       )
 
   @classmethod
-  def load(cls, path: str | os.PathLike[str]) -> Schedule:
-    """Reads a schedule written by `save`."""
+  def load(cls, path: str | os.PathLike[str] | BinaryIO) -> Schedule:
+    """Reads a schedule written by `save` (from a path or a binary file)."""
     with np.load(path, allow_pickle=False) as stored:
       arrays = {name: stored[name] for name, _, _ in _ARRAY_FIELDS}
       event_names = [name for name in stored.files if name.startswith(_EVENT_PREFIX)]

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import math
-import pathlib
+import os
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -63,6 +65,7 @@ from stalesgd.training._workdir import check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 from stalesgd.utils import _plots as plots
 from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
+from stalesgd.utils._paths import workdir_path, write_whole
 from stalesgd.utils._progress import ProgressReporter
 
 SCHEDULE_FILENAME = "schedule.npz"
@@ -218,9 +221,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   """`train_and_evaluate` with its preemption guard active."""
   entered = time.monotonic()
   # ----------------------------------------------------------------- checks and mesh
+  workdir = workdir_path(workdir, field="workdir")
   mesh = sharding_lib.learner_mesh()
   validate_config(config, num_devices=mesh.size)
-  workdir = pathlib.Path(workdir)
   check_same_run(config, workdir)
   primary = jax.process_index() == 0
   if primary:
@@ -239,12 +242,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   )
   per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
   if primary and not (workdir / SCHEDULE_FILENAME).exists():
-    schedule.save(workdir / SCHEDULE_FILENAME)
-  progress = ProgressReporter(
-    total_updates, examples_per_step=examples_per_update(config), description=run_label(config)
-  )
+    schedule_file = io.BytesIO()
+    schedule.save(schedule_file)
+    write_whole(workdir / SCHEDULE_FILENAME, schedule_file.getvalue())
+  label = run_label(config)
+  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update(config), description=label)
   progress.write(
-    f"{run_label(config)}: {total_updates} updates ({config.num_epochs:g} epochs of "
+    f"{label}: {total_updates} updates ({config.num_epochs:g} epochs of "
     f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
     f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s"
   )
@@ -259,11 +263,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   runner = make_runner(config, model, optimizer, schedule, batches, mesh)
   state = runner.init(params)
   checkpointer = Checkpointer(
-    str(workdir / "checkpoints"),
+    os.fspath(workdir / "checkpoints"),
     max_to_keep=config.keep_checkpoints,
     save_interval_seconds=config.checkpoint_every_seconds,
   )
-  writer = MetricWriter(str(workdir))
+  writer = MetricWriter(workdir)
   wall_offset = 0.0
   restored = checkpointer.restore(state)
   pending_snapshot = None
@@ -336,7 +340,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
 
   # ----------------------------------------------------------------- summary and plots
   summary = _summary(
-    config, schedule, runner.params(position.state), position.updates, per_epoch, wall(), workdir, preempted
+    config,
+    label=label,
+    schedule=schedule,
+    params=runner.params(position.state),
+    updates=position.updates,
+    updates_per_epoch=per_epoch,
+    wall_time=wall(),
+    records=read_jsonl(workdir / METRICS_FILENAME) if (workdir / METRICS_FILENAME).exists() else [],
+    preempted=preempted,
   )
   summary["wall_time_breakdown"] = {
     "startup_s": start_time - entered,  # data, model, schedule, state, restore (compilation is in the loop)
@@ -346,27 +358,37 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     "updates_this_session": position.updates - updates_at_start,
   }
   if primary:
-    (workdir / SUMMARY_FILENAME).write_text(json.dumps(summary, indent=2))
+    write_whole(workdir / SUMMARY_FILENAME, json.dumps(summary, indent=2))
     if not preempted:
       records = read_jsonl(workdir / METRICS_FILENAME)
-      label = run_label(config)
       plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
       plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
   return summary
 
 
-def _summary(config, schedule, params, updates, per_epoch, wall_time, workdir, preempted) -> dict[str, Any]:
-  records = read_jsonl(workdir / METRICS_FILENAME) if (workdir / METRICS_FILENAME).exists() else []
+def _summary(
+  config: ml_collections.ConfigDict,
+  *,
+  label: str,
+  schedule: Schedule,
+  params: Any,
+  updates: int,
+  updates_per_epoch: int,
+  wall_time: float,
+  records: Sequence[Mapping[str, Any]],
+  preempted: bool,
+) -> dict[str, Any]:
+  """``summary.json``: the run's last evaluation in ``records``, its schedule's statistics up to ``updates``."""
   evaluated = [record for record in records if "test_accuracy" in record]
   last = evaluated[-1] if evaluated else {}
   staleness = schedule.staleness[:updates]
   return {
-    "label": run_label(config),
+    "label": label,
     "protocol": config.protocol,
     "learners": config.learners,
     "batch_per_learner": config.batch_per_learner,
     "updates": updates,
-    "epochs": updates / per_epoch,
+    "epochs": updates / updates_per_epoch,
     "test_accuracy": last.get("test_accuracy"),
     "test_error": last.get("test_error"),
     "train_accuracy": last.get("train_accuracy"),

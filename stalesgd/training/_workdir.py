@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 
 import ml_collections
+from etils import epath
 
 from stalesgd.training._run_config import default_config
+from stalesgd.utils._paths import write_whole
 
 # Fields a resumed run may change: they decide when to log, save, how to batch
 # evaluation or how many threads decode, never the weights or the metrics' values.
@@ -44,7 +45,7 @@ def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
   ]
 
 
-def check_same_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> None:
+def check_same_run(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> None:
   """Refuses a workdir that holds a run of another config, before anything is resumed or reused.
 
   A checkpoint of one config restored into another would silently mix two runs.
@@ -52,7 +53,7 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Pat
   Raises:
     ValueError: naming the workdir and the fields that differ.
   """
-  path = pathlib.Path(workdir) / CONFIG_FILENAME
+  path = epath.Path(workdir) / CONFIG_FILENAME
   if not path.exists():
     return
   changes = config_changes(json.loads(path.read_text()), config)
@@ -63,10 +64,7 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Pat
     )
 
 
-def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
-  """Writes ``<workdir>/config.json`` atomically: the other processes of a restarted run read it
+def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> None:
+  """Writes ``<workdir>/config.json`` whole (`write_whole`): the other processes of a restarted run read it
   (`check_same_run`) while process 0 rewrites it, and see the old file or the new one, never a part."""
-  path = pathlib.Path(workdir) / CONFIG_FILENAME
-  temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  temporary.write_text(config.to_json(indent=2))
-  os.replace(temporary, path)
+  write_whole(epath.Path(workdir) / CONFIG_FILENAME, config.to_json(indent=2))

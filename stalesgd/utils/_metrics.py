@@ -4,8 +4,11 @@ Every record the training loop emits goes to two places in the run's workdir:
 
 * ``metrics.jsonl``: one JSON object per line, ``{"step": u, "train_loss": ...}``,
   the format the plotting code (`stalesgd.utils._plots`) and any notebook read back
-  with `read_jsonl`. Lines are written whole and flushed at once, so a run
-  killed with SIGKILL loses at most the line being written.
+  with `read_jsonl`. Locally, lines are written whole and flushed at once, so a
+  run killed with SIGKILL loses at most the line being written. On a URL workdir
+  (``gs://``, `stalesgd.utils._paths`), where objects cannot be appended to, the
+  lines are kept in memory and the whole file is uploaded at every `flush`
+  (the loop flushes before each checkpoint) and at `close`.
 * TensorBoard event files (written with tensorboardX, no TensorFlow needed):
   the same scalars, plus histograms such as the staleness distribution.
 
@@ -26,12 +29,14 @@ import json
 import math
 import numbers
 import os
-import pathlib
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from etils import epath
+
+from stalesgd.utils._paths import is_url, write_whole
 
 METRICS_FILENAME = "metrics.jsonl"
 
@@ -137,8 +142,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
   Raises:
     ValueError: if a complete line is not a JSON object.
   """
-  with open(path, encoding="utf-8") as file:
-    text = file.read()
+  text = epath.Path(path).read_text(encoding="utf-8")
   lines = text.split("\n")
   complete_lines = lines[:-1]  # The last element is "" or an interrupted line.
   records = []
@@ -188,7 +192,8 @@ class MetricWriter:
     """Creates the writer; files are created at the first write.
 
     Args:
-      workdir: the run's directory; created if missing.
+      workdir: the run's directory, a local path or a URL such as ``gs://bucket/run``;
+        created if missing.
       enabled: whether this process writes. None means
         ``jax.process_index() == 0``.
       flush_every_seconds: how often TensorBoard events are flushed to disk
@@ -209,7 +214,7 @@ class MetricWriter:
 
       enabled = jax.process_index() == 0
     self._enabled = bool(enabled)
-    self._workdir = pathlib.Path(workdir)
+    self._workdir = epath.Path(workdir)
     self._flush_every_seconds = flush_every_seconds
     self._max_histogram_bins = max_histogram_bins
     self._jsonl_file = None
@@ -221,7 +226,7 @@ class MetricWriter:
     return self._enabled
 
   @property
-  def jsonl_path(self) -> pathlib.Path:
+  def jsonl_path(self) -> epath.Path:
     return self._workdir / METRICS_FILENAME
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
@@ -307,12 +312,7 @@ class MetricWriter:
     if not self.jsonl_path.exists():
       return
     kept = [record for record in read_jsonl(self.jsonl_path) if record["step"] <= step]
-    temporary_path = self.jsonl_path.with_name(self.jsonl_path.name + ".tmp")
-    with open(temporary_path, "w", encoding="utf-8") as file:
-      file.writelines(json.dumps(record) + "\n" for record in kept)
-      file.flush()
-      os.fsync(file.fileno())
-    os.replace(temporary_path, self.jsonl_path)
+    write_whole(self.jsonl_path, "".join(json.dumps(record) + "\n" for record in kept))
 
   def flush(self) -> None:
     """Pushes everything written so far to the operating system."""
@@ -340,11 +340,14 @@ class MetricWriter:
   def _open_jsonl(self):
     if self._jsonl_file is None:
       self._workdir.mkdir(parents=True, exist_ok=True)
-      # Line buffering: every record reaches the OS when written, so records up
-      # to a checkpoint survive a SIGKILL that follows it.
-      self._jsonl_file = open(  # closed in close()
-        self.jsonl_path, "a", encoding="utf-8", buffering=1
-      )
+      if is_url(self._workdir):
+        self._jsonl_file = _UploadedLines(self.jsonl_path)
+      else:
+        # Line buffering: every record reaches the OS when written, so records up
+        # to a checkpoint survive a SIGKILL that follows it.
+        self._jsonl_file = open(  # closed in close()
+          os.fspath(self.jsonl_path), "a", encoding="utf-8", buffering=1
+        )
     return self._jsonl_file
 
   def _open_event_writer(self):
@@ -372,3 +375,28 @@ class MetricWriter:
     if self._event_writer is not None:
       self._event_writer.close()
       self._event_writer = None
+
+
+class _UploadedLines:
+  """An append-only text file on an object store: lines kept in memory, the whole object uploaded at `flush`.
+
+  Object stores cannot append, so each `flush` uploads every line so far
+  (`write_whole`); a reader sees the file as of some flush, never a part of a line.
+  """
+
+  def __init__(self, path: epath.Path):
+    self._path = path
+    self._lines = [path.read_text(encoding="utf-8")] if path.exists() else []
+    self._unsaved = False
+
+  def write(self, text: str) -> None:
+    self._lines.append(text)
+    self._unsaved = True
+
+  def flush(self) -> None:
+    if self._unsaved:
+      write_whole(self._path, "".join(self._lines))
+      self._unsaved = False
+
+  def close(self) -> None:
+    self.flush()

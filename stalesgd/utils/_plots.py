@@ -24,16 +24,18 @@ Example::
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
-import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from etils import epath
 from matplotlib.figure import Figure
 
 from stalesgd.utils._metrics import integer_bins
+from stalesgd.utils._paths import write_whole
 
 AXIS_LABELS = {
   "step": "server update",
@@ -87,7 +89,7 @@ def plot_curves(
   y: str = "test_error",
   x: Sequence[str] = ("epoch", "sim_time"),
   title: str | None = None,
-) -> pathlib.Path:
+) -> epath.Path:
   """One figure, one panel per x field, one line per run: e.g. test error vs epoch and vs simulated time.
 
   Args:
@@ -154,7 +156,7 @@ def plot_bands(
   y: str = "test_error",
   x: Sequence[str] = ("epoch", "sim_time"),
   title: str | None = None,
-) -> pathlib.Path:
+) -> epath.Path:
   """Like `plot_curves`, for several seeds per line: the mean, a ± std band, and min/max as dotted edges.
 
   Args:
@@ -201,7 +203,7 @@ def plot_bands(
 
 def plot_staleness_histograms(
   staleness: Mapping[str, Any], path: str | os.PathLike[str], *, log_scale: bool = True, title: str | None = None
-) -> pathlib.Path:
+) -> epath.Path:
   """The distribution of staleness σ of one or several runs, one outline per run.
 
   Probabilities rather than counts, so runs of different lengths compare; a log
@@ -254,11 +256,13 @@ def _check_staleness(label: str, values: Any) -> np.ndarray:
   return values.astype(np.int64)
 
 
-def save_figure(figure: Figure, path: str | os.PathLike[str]) -> pathlib.Path:
-  """Writes ``figure`` as a PNG at ``path`` (creating its directory) and returns the path."""
-  path = pathlib.Path(path)
+def save_figure(figure: Figure, path: str | os.PathLike[str]) -> epath.Path:
+  """Writes ``figure`` as a PNG at ``path``, local or a URL (creating its directory), and returns the path."""
+  path = epath.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  figure.savefig(path, dpi=120)
+  image = io.BytesIO()
+  figure.savefig(image, format="png", dpi=120)
+  write_whole(path, image.getvalue())
   return path
 
 
@@ -339,7 +343,7 @@ def write_results_table(
   *,
   columns: Sequence[str] | None = None,
   float_format: str = "{:.2f}",
-) -> pathlib.Path:
+) -> epath.Path:
   """Writes result rows as Markdown (``.md``) or CSV (``.csv``), by the path's suffix.
 
   CSV keeps full precision (``float_format`` applies to Markdown only); missing
@@ -357,17 +361,18 @@ def write_results_table(
   Raises:
     ValueError: if the suffix is neither ``.md`` nor ``.csv``.
   """
-  path = pathlib.Path(path)
+  path = epath.Path(path)
   if path.suffix not in (".md", ".csv"):
     raise ValueError(f"path suffix {path.suffix!r} ({path}); allowed: '.md' or '.csv'")
   path.parent.mkdir(parents=True, exist_ok=True)
   columns = table_columns(rows) if columns is None else list(columns)
   if path.suffix == ".md":
-    path.write_text(markdown_table(rows, columns, float_format=float_format), encoding="utf-8")
+    write_whole(path, markdown_table(rows, columns, float_format=float_format))
     return path
-  with open(path, "w", encoding="utf-8", newline="") as file:
-    writer = csv.DictWriter(file, fieldnames=columns, restval="", extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-      writer.writerow({name: ("" if row.get(name) is None else row.get(name)) for name in columns})
+  text = io.StringIO(newline="")
+  writer = csv.DictWriter(text, fieldnames=columns, restval="", extrasaction="ignore")
+  writer.writeheader()
+  for row in rows:
+    writer.writerow({name: ("" if row.get(name) is None else row.get(name)) for name in columns})
+  write_whole(path, text.getvalue())
   return path
