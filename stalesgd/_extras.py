@@ -15,6 +15,7 @@ TRAINING_STACK_MODULES = (
   "ml_collections",
   "flax",
   "orbax.checkpoint",
+  "etils.epath",
   "tensorflow_datasets",
   "tensorboardX",
   "matplotlib",

@@ -339,6 +339,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   loop_seconds = time.monotonic() - start_time
 
   # ----------------------------------------------------------------- summary and plots
+  records = read_jsonl(workdir / METRICS_FILENAME) if (workdir / METRICS_FILENAME).exists() else []
   summary = _summary(
     config,
     label=label,
@@ -347,7 +348,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     updates=position.updates,
     updates_per_epoch=per_epoch,
     wall_time=wall(),
-    records=read_jsonl(workdir / METRICS_FILENAME) if (workdir / METRICS_FILENAME).exists() else [],
+    records=records,
     preempted=preempted,
   )
   summary["wall_time_breakdown"] = {
@@ -360,7 +361,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   if primary:
     write_whole(workdir / SUMMARY_FILENAME, json.dumps(summary, indent=2))
     if not preempted:
-      records = read_jsonl(workdir / METRICS_FILENAME)
       plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
       plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
   return summary

@@ -24,8 +24,8 @@ Refused by `check_workdir`, before anything starts:
 
 Object stores rename by copying and cannot append, so on a URL a whole file is
 written in one upload (`write_whole`): a reader sees the old object or the new
-one, never a part. docs/semantics.md ("What survives what") says which
-guarantees hold on a URL workdir.
+one, never a part. The README's "What survives what" says which guarantees
+hold on a URL workdir and which were tested.
 """
 
 from __future__ import annotations

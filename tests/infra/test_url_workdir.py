@@ -5,8 +5,8 @@ extra), started on 127.0.0.1 for this module: no network. It speaks GCS's JSON
 API as gcsfs (epath's backend here) and google-cloud-storage (tensorboardX's)
 use it, but it keeps no object generations, which tensorstore's OCDBT driver
 needs for the checkpoint manifest ("Malformed StorageGeneration" at the first
-save), so checkpoints on ``gs://`` are not exercised here; docs/semantics.md
-says what was tested where.
+save of a run, measured by hand), so checkpoints on ``gs://`` are not exercised
+here; the README's "What survives what" says what was tested where.
 """
 
 from __future__ import annotations

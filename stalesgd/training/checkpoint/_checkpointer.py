@@ -60,6 +60,7 @@ from stalesgd.training.checkpoint._integrity import (
   state_checksums,
 )
 from stalesgd.utils._metrics import to_json_value
+from stalesgd.utils._paths import is_url
 
 PyTree = Any
 _STATE = "state"
@@ -74,11 +75,6 @@ def _first_line(error: BaseException) -> str:
   """An exception's message, cut at its first line (tensorstore appends long source locations)."""
   text = str(error).strip()
   return text.splitlines()[0] if text else repr(error)
-
-
-def _is_url(directory: str) -> bool:
-  """Whether a checkpoint directory is a URL such as ``gs://...`` rather than a local path."""
-  return "://" in directory
 
 
 def _check_optional_positive_int(name: str, value: Any) -> None:
@@ -138,7 +134,7 @@ class Checkpointer:
     _check_optional_positive_int("save_interval_steps", save_interval_steps)
     _check_optional_positive_int("save_interval_seconds", save_interval_seconds)
     directory = os.fspath(directory)
-    if not _is_url(directory):
+    if not is_url(directory):
       directory = os.path.abspath(directory)
     options = ocp.CheckpointManagerOptions(
       preservation_policy=checkpoint_managers.LatestN(max_to_keep),
@@ -376,7 +372,7 @@ class Checkpointer:
     this check fails first, before any of them is started.
     """
     directory = os.fspath(self._manager.directory)
-    if _is_url(directory):
+    if is_url(directory):
       return
     probe = os.path.join(directory, f".write_check.{os.getpid()}")
     with open(probe, "wb"):
