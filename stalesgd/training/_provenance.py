@@ -15,6 +15,8 @@ from typing import Any
 
 import jax
 
+from stalesgd.training.checkpoint import _format as checkpoint_format
+
 PACKAGES = (
   "jax",
   "jaxlib",
@@ -58,7 +60,7 @@ def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
 
 
 def provenance() -> dict[str, Any]:
-  """Python, stalesgd's version and commit, package versions, the JAX backend, device kind and counts.
+  """Python, stalesgd's version and commit, the checkpoint format, package versions, the JAX backend, devices.
 
   ``stalesgd_version`` is the running code's ``stalesgd.__version__`` (not the
   installed distribution's metadata, which an editable install leaves at the
@@ -71,6 +73,7 @@ def provenance() -> dict[str, Any]:
   return {
     "python": platform.python_version(),
     "stalesgd_version": stalesgd.__version__,
+    "checkpoint_format": checkpoint_format.FORMAT,
     "packages": package_versions(),
     "stalesgd_commit": source_commit(),
     "backend": jax.default_backend(),

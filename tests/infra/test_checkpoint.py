@@ -153,16 +153,16 @@ def test_a_reopened_directory_resumes_where_it_stopped(tmp_path):
 
 
 def test_a_state_of_another_structure_is_refused_as_another_version_and_kept(tmp_path):
-  """A checkpoint whose tree differs from the run's (a renamed optimizer-state field: another version of
-  stalesgd) is neither restored nor set aside as damaged: the error says so, and the files stay."""
+  """A checkpoint of today's format whose tree differs from the run's (a field that no migration of its format
+  renames) is neither restored nor set aside as damaged: the error names its writer, and the files stay."""
   with Checkpointer(tmp_path) as checkpointer:
     for step in (5, 10):
       checkpointer.save(step, {"weights": jnp.arange(3.0), "applied_scale": jnp.ones(())}, {"next_update": step})
   with Checkpointer(tmp_path) as reopened:
     with pytest.raises(
       CheckpointError,
-      match=r"hold a state of another structure than this run's .*another "
-      r"version of stalesgd",
+      match=r"written by stalesgd \S+ \(checkpoint format \d+\), holds a state of another structure than this "
+      r"run's \(keys only in the checkpoint: \['applied_scale'\]; only in this run: \['lr_scale'\]\)",
     ):
       reopened.restore({"weights": jnp.zeros(3), "lr_scale": jnp.ones(())})
   assert sorted(entry.name for entry in tmp_path.iterdir()) == ["10", "5"]
@@ -281,6 +281,9 @@ def test_bad_save_and_restore_arguments_raise(tmp_path):
       checkpointer.save(-1, {"weights": jnp.zeros(1)}, {})
     with pytest.raises(ValueError, match=r"metadata\['config'\] = <object"):
       checkpointer.save(0, {"weights": jnp.zeros(1)}, {"config": object()})
+    for reserved in ("_checksums", "_checkpoint_format", "_written_by"):
+      with pytest.raises(ValueError, match=f"metadata keys \\['{reserved}'\\] are reserved"):
+        checkpointer.save(0, {"weights": jnp.zeros(1)}, {reserved: 1})
     with pytest.raises(ValueError, match="metadata has type list"):
       checkpointer.save(0, {"weights": jnp.zeros(1)}, [1])
     checkpointer.save(0, {"weights": jnp.zeros(1)}, {})

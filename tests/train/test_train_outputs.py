@@ -108,6 +108,7 @@ def test_summary_is_complete_and_written(finished_run):
   assert origin["packages"]["jax"] == jax.__version__ and origin["packages"]["optax"] == optax.__version__
   assert origin["python"].startswith("3.") and origin["device_kind"]
   assert origin["stalesgd_version"] == stalesgd.__version__
+  assert origin["checkpoint_format"] == 2  # stalesgd.training.checkpoint._format.FORMAT
   commit = subprocess.run(
     ["git", "-C", str(pathlib.Path(__file__).parent), "rev-parse", "HEAD"], capture_output=True, text=True
   ).stdout.strip()

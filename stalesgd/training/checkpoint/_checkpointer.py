@@ -28,6 +28,12 @@ a run start again from scratch. A save that fails (disk full, directory
 read-only) raises `CheckpointError` naming the directory and the newest intact
 step.
 
+Every checkpoint records its format and the stalesgd version that wrote it
+(`stalesgd.training.checkpoint._format`). One of an older format is read
+through the format's migrations when they are renames of tree keys; one
+that cannot be (a newer format, or a state of another structure) raises
+`CheckpointError` naming the version that wrote it, and its files stay.
+
 Every method of `Checkpointer` must be called by all processes, in the same
 order, with the same step.
 """
@@ -45,6 +51,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
+from stalesgd.training.checkpoint import _format
 from stalesgd.training.checkpoint._agreement import (
   all_processes,
   barrier,
@@ -84,7 +91,26 @@ def _check_optional_positive_int(name: str, value: Any) -> None:
     raise ValueError(f"{name} = {value!r}; allowed: None or an int >= 1")
 
 
-_STRUCTURE_MISMATCH = "tree structures do not match"  # orbax: the checkpoint's tree is not the target's
+_RESERVED_KEYS = (CHECKSUMS_KEY, _format.FORMAT_KEY, _format.WRITER_KEY)  # written by `save` itself
+
+
+def _stalesgd_version() -> str:
+  import stalesgd  # the package this module is part of: its __version__
+
+  return stalesgd.__version__
+
+
+def _key_name(key: Any) -> str:
+  """One component of a jax key path as a string: a dict key, a NamedTuple field or a sequence index."""
+  for attribute in ("key", "name", "idx"):
+    if hasattr(key, attribute):
+      return str(getattr(key, attribute))
+  return str(key)
+
+
+def _leaves_by_path(tree: PyTree) -> dict[_format.KeyPath, Any]:
+  """``{key path: leaf}``; orbax saves a NamedTuple as a dict of its fields, so both spell a path alike."""
+  return {tuple(_key_name(key) for key in path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 class Checkpointer:
@@ -194,11 +220,14 @@ class Checkpointer:
       raise ValueError(f"step = {step!r}; allowed: an int >= 0")
     if not isinstance(metadata, Mapping):
       raise ValueError(f"metadata has type {type(metadata).__name__}; allowed: a mapping with str keys")
-    if CHECKSUMS_KEY in metadata:
+    reserved = [key for key in _RESERVED_KEYS if key in metadata]
+    if reserved:
       raise ValueError(
-        f"metadata key {CHECKSUMS_KEY!r} is reserved for the checkpoint's own checksums; allowed: any other str key"
+        f"metadata keys {reserved} are reserved for the checkpoint's own checksums and format; allowed: any "
+        f"str key but {list(_RESERVED_KEYS)}"
       )
     json_metadata = to_json_value(metadata, name="metadata")
+    json_metadata.update({_format.FORMAT_KEY: _format.FORMAT, _format.WRITER_KEY: _stalesgd_version()})
     step = int(step)
     if step in self._manager.all_steps():
       return False
@@ -289,13 +318,6 @@ class Checkpointer:
         )
       return restored
     details = "; ".join(f"step {bad}: {reason}" for bad, reason in unreadable)
-    if all(_STRUCTURE_MISMATCH in reason for _, reason in unreadable):
-      raise CheckpointError(
-        f"the checkpoints in {self.directory} hold a state of another structure than this run's ({details}): "
-        "they were written by another version of stalesgd (e.g. one before the staleness transform's state "
-        "field applied_scale became lr_scale). Resume them with the version that wrote them (its "
-        "summary.json records it under provenance), or start this version in another workdir"
-      )
     raise CheckpointError(
       f"no checkpoint in {self.directory} can be read ({details}). Refusing to start again from scratch: "
       "move the directory away to do that (config.keep_checkpoints >= 2 keeps an older checkpoint to fall "
@@ -303,29 +325,100 @@ class Checkpointer:
     )
 
   def _restore_step(self, step: int, abstract_state: PyTree) -> tuple[PyTree, dict[str, Any]]:
-    """Reads one step and checks it against its checksums; raises `_UnreadableCheckpoint` if damaged."""
-    try:
+    """Reads one step, migrating an older format, and checks it against its checksums.
+
+    The metadata (format, writer) and the saved tree's layout are read first, straight from the step's files;
+    then orbax restores both items at once, as a step is restored without a migration.
+
+    Raises:
+      _UnreadableCheckpoint: the step is damaged (a missing, truncated or changed piece).
+      CheckpointError: the step is whole but this version cannot resume it (a newer format, or a state of
+        another structure than ``abstract_state`` that no migration explains).
+    """
+    step_directory = self._manager.directory / str(step)
+    with self._reading():
+      saved_metadata = ocp.JsonCheckpointHandler().restore(step_directory / _METADATA)
+      saved_layout = ocp.StandardCheckpointHandler().metadata(step_directory / _STATE)
+      if not isinstance(saved_metadata, Mapping):
+        raise TypeError(f"its metadata is a {type(saved_metadata).__name__}, not a JSON object")
+    layout_target, rebuild = self._layout_for(
+      step, saved_metadata, getattr(saved_layout, "tree", saved_layout), abstract_state
+    )
+    with self._reading():
       restored = self._manager.restore(
         step,
         args=ocp.args.Composite(
           **{
-            _STATE: ocp.args.StandardRestore(abstract_state),
+            _STATE: ocp.args.StandardRestore(layout_target),
             _METADATA: ocp.args.JsonRestore(),
           }
         ),
       )
-      state, metadata = restored[_STATE], restored[_METADATA]
+    state, metadata = rebuild(restored[_STATE]), dict(restored[_METADATA])
+    checksums = metadata.pop(CHECKSUMS_KEY, None)
+    if checksums is not None:  # checkpoints written before checksums existed are taken as they are
+      check_checksums(state, metadata, checksums)
+    for key in (_format.FORMAT_KEY, _format.WRITER_KEY):  # the caller gets back the metadata it saved
+      metadata.pop(key, None)
+    return state, metadata
+
+  def _layout_for(
+    self, step: int, metadata: Mapping[str, Any], saved_layout: PyTree, abstract_state: PyTree
+  ) -> tuple[PyTree, Any]:
+    """The restore target in the saved layout, and the function that turns what it reads into today's layout.
+
+    The saved state's key paths are compared with ``abstract_state``'s: equal, the target is
+    ``abstract_state`` itself; equal after the migrations from the saved format (renames), the target is
+    the saved tree with today's leaves (shapes, dtypes, shardings) put at the renamed places, and the
+    restored values are put back into today's structure by path.
+    """
+    where = f"checkpoint {step} in {self.directory}, written by {_format.writer(metadata)},"
+    try:
+      migrations = _format.migrations_from(_format.saved_format(metadata))
+    except ValueError as error:
+      raise CheckpointError(
+        f"{where} cannot be read by stalesgd {_stalesgd_version()} ({error}): resume it with the version that "
+        "wrote it or a later one, or start this version in another workdir"
+      ) from error
+    saved, wanted = _leaves_by_path(saved_layout), _leaves_by_path(abstract_state)
+    if saved.keys() == wanted.keys():
+      return abstract_state, lambda restored: restored
+    renamed = {_format.migrated_path(path, migrations): path for path in saved}
+    if renamed.keys() != wanted.keys():
+      only_saved = sorted("/".join(path) for path in renamed.keys() - wanted.keys())
+      only_wanted = sorted("/".join(path) for path in wanted.keys() - renamed.keys())
+      raise CheckpointError(
+        f"{where} holds a state of another structure than this run's (keys only in the checkpoint: "
+        f"{only_saved[:4]}; only in this run: {only_wanted[:4]}), and no migration of format "
+        f"{_format.saved_format(metadata)} to {_format.FORMAT} explains it. Resume it with the version that "
+        "wrote it (its summary.json records it under provenance), or start this version in another workdir"
+      )
+    to_saved = {saved_path: today for today, saved_path in renamed.items()}
+    layout_target = jax.tree_util.tree_map_with_path(
+      lambda path, _: wanted[to_saved[tuple(_key_name(key) for key in path)]], saved_layout
+    )
+
+    def rebuild(restored: PyTree) -> PyTree:
+      values = {to_saved[path]: value for path, value in _leaves_by_path(restored).items()}
+      return jax.tree_util.tree_map_with_path(
+        lambda path, _: values[tuple(_key_name(key) for key in path)], abstract_state
+      )
+
+    return layout_target, rebuild
+
+  @contextlib.contextmanager
+  def _reading(self):
+    """Turns a failure to read part of a step into `_UnreadableCheckpoint`.
+
+    Each attempt to read a step ends in orbax's restore barrier on every process (see
+    `join_skipped_restore_barrier`); a process whose read fails before or inside orbax's restore joins it.
+    """
+    try:
+      yield
     except Exception as error:  # orbax and tensorstore raise ValueError, OSError, KeyError, JSONDecodeError...
       if jax.process_count() > 1 and not is_barrier_error(error):  # the other processes may wait in it
         join_skipped_restore_barrier(self._manager)
       raise _UnreadableCheckpoint(f"{type(error).__name__}: {_first_line(error)}") from error
-    if not isinstance(metadata, Mapping):
-      raise _UnreadableCheckpoint(f"its metadata is a {type(metadata).__name__}, not a JSON object")
-    metadata = dict(metadata)
-    checksums = metadata.pop(CHECKSUMS_KEY, None)
-    if checksums is not None:  # checkpoints written before checksums existed are taken as they are
-      check_checksums(state, metadata, checksums)
-    return state, metadata
 
   def _set_aside(self, steps: Sequence[int]) -> list[str]:
     """Renames unreadable step directories to ``<step>.unreadable`` (primary process); returns the new paths."""
