@@ -1,7 +1,8 @@
 """Model registry: `get_model(name, *, num_classes, **kwargs) -> ModelSpec`.
 
 The trainer and the configs name a model by string; each name maps to a factory
-in its model-family module. Unknown names and keyword arguments a factory does
+in its model-family module, and a ``"package.module:factory"`` import path names a
+user's model (`stalesgd.models._custom`). Unknown names and keyword arguments a factory does
 not take are rejected with the allowed values before anything is built.
 """
 
@@ -14,11 +15,13 @@ from typing import Any
 
 from stalesgd.models._alexnet import alexnet
 from stalesgd.models._cifar10_full import cifar10_full
+from stalesgd.models._custom import custom_model
 from stalesgd.models._mlp import mlp
 from stalesgd.models._resnet_cifar import resnet_cifar
 from stalesgd.models._resnet_imagenet import resnet_imagenet
 from stalesgd.models._small_cnn import small_cnn
 from stalesgd.models._spec import ModelSpec
+from stalesgd.utils._import_path import is_import_path
 
 _FACTORIES: dict[str, Callable[..., ModelSpec]] = {
   "cifar10_full": cifar10_full,
@@ -42,24 +45,34 @@ def _accepted_options(factory: Callable[..., ModelSpec]) -> set[str]:
   return {name for name in inspect.signature(factory).parameters if name not in bound and name != "num_classes"}
 
 
-def get_model(name: str, *, num_classes: int, **kwargs: Any) -> ModelSpec:
-  """Builds a registered model.
+def get_model(
+  name: str, *, num_classes: int, image_shape: tuple[int, int, int] | None = None, **kwargs: Any
+) -> ModelSpec:
+  """Builds a registered model, or a user's model named by import path.
 
   Args:
     name: one of `available_models()`, e.g. ``"cifar10_full"``, ``"resnet20"``,
       ``"resnet_cifar"`` (with ``depth``), ``"resnet50"``, ``"alexnet"``,
-      ``"mlp"``, ``"small_cnn"``.
+      ``"mlp"``, ``"small_cnn"``; or ``"package.module:factory"``, a factory
+      returning a flax module or a `ModelSpec` (`stalesgd.models._custom`).
     num_classes: number of output classes (>= 2).
+    image_shape: (height, width, channels) of the data: a user's model is
+      checked on it (a registered model ignores it).
     **kwargs: options of that model's factory (e.g. ``depth``, ``shortcut``,
       ``hidden_sizes``).
 
   Returns:
     The model's `ModelSpec`.
   """
-  if name not in _FACTORIES:
-    raise ValueError(f"model name {name!r} is unknown; available models: {', '.join(available_models())}")
   if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2:
     raise ValueError(f"num_classes must be an int >= 2; got {num_classes!r}")
+  if is_import_path(name):
+    return custom_model(name, num_classes=num_classes, image_shape=image_shape, options=kwargs)
+  if name not in _FACTORIES:
+    raise ValueError(
+      f"model name {name!r} is unknown; available models: {', '.join(available_models())}, or an import path "
+      "'package.module:factory' of your own (docs/own_experiment.md)"
+    )
   factory = _FACTORIES[name]
   accepted = _accepted_options(factory)
   unexpected = sorted(set(kwargs) - accepted)

@@ -7,7 +7,7 @@ optax ``GradientTransformationExtraArgs`` whose per-step inputs (``staleness``,
 ``stale_params``, ``learner``) arrive as keyword-only extra arguments; see
 `stalesgd.transforms._contributions` for how a stack of c gradients is passed.
 `lr_scale` reads from an optimizer state the learning-rate scale the staleness
-rules applied.
+rules applied, and `modulated_step` applies it to any optimizer's step (Adam's too).
 """
 
 from stalesgd.transforms._aliases import dc_asgd, staleness_aware_sgd
@@ -20,12 +20,14 @@ from stalesgd.transforms._delay_compensation import (
 from stalesgd.transforms._delayed import DelayedState, delayed
 from stalesgd.transforms._gap_aware import ScaleByGapAwareState, scale_by_gap_aware
 from stalesgd.transforms._mean_square import update_mean_square
+from stalesgd.transforms._modulated_step import ModulatedStepState, modulated_step
 from stalesgd.transforms._staleness import RULES as STALENESS_RULES
 from stalesgd.transforms._staleness import ScaleByStalenessState, lr_scale, scale_by_staleness, staleness_weight
 
 __all__ = [
   "STALENESS_RULES",
   "DelayedState",
+  "ModulatedStepState",
   "ScaleByDelayCompensationState",
   "ScaleByGapAwareState",
   "ScaleByStalenessState",
@@ -35,6 +37,7 @@ __all__ = [
   "delay_compensated_gradient",
   "delayed",
   "lr_scale",
+  "modulated_step",
   "scale_by_delay_compensation",
   "scale_by_gap_aware",
   "scale_by_staleness",
