@@ -28,7 +28,7 @@ class Dataset:
 
   Attributes:
     name: e.g. ``"cifar10"``.
-    source: where it was read from: ``"tfds"``, ``"npz"`` or ``"embedded"``.
+    source: where it was read from: ``"tfds"``, ``"npz"``, ``"embedded"`` or ``"python"``.
     train: the training split.
     test: the evaluation split (tfds ``imagenet2012``: ``validation``).
     num_classes: number of classes.
@@ -58,6 +58,18 @@ class Dataset:
   @property
   def num_test(self) -> int:
     return len(self.test)
+
+  @property
+  def chance_test_error(self) -> float:
+    """Test error (%) of always predicting the test split's most frequent class: 100 (1 - max_c n_c / N).
+
+    A diverged run is recorded with it. A lazily read split (ImageNet) is not scanned for its labels: it is
+    taken as balanced, 100 (1 - 1 / num_classes).
+    """
+    labels = getattr(self.test, "labels", None)
+    if labels is None or len(labels) == 0:
+      return 100.0 * (1.0 - 1.0 / self.num_classes)
+    return 100.0 * (1.0 - np.bincount(np.asarray(labels)).max() / len(labels))
 
   def preprocess(self, images: np.ndarray) -> np.ndarray:
     """uint8 [..., H, W, C] -> normalised float32."""

@@ -129,7 +129,8 @@ def test_embedded_digits_are_the_real_scikit_learn_images():
   [
     (dict(name="cifar10", source="web"), "source must be one of"),
     (dict(name="cifar10", source="tfds", normalization="zca"), "normalization must be one of"),
-    (dict(name="svhn", source="tfds"), "dataset 'svhn' is not available with source='tfds'"),
+    (dict(name="cifar10", source="python"), r"an import path 'package.module:function' goes with source='python'"),
+    (dict(name="pkg.mod:load", source="npz"), r"an import path 'package.module:function' goes with source='python'"),
     (dict(name="cifar10", source="embedded"), "dataset 'cifar10' is not embedded"),
   ],
 )
@@ -154,3 +155,82 @@ def test_real_mnist_from_shared_data():
   # Each learner's batch equals the raw pixels minus the mean image, no scaling.
   first = batches.sample_indices(np.array([0]), np.array([0]))[0]
   np.testing.assert_allclose(batch["image"][0], dataset.train.images[first] - mean_image, atol=1e-3)
+
+
+def test_any_tfds_data_set_with_its_own_label_feature_and_class_count():
+  """CIFAR-100's coarse labels: another label key, and 20 classes read from its DatasetInfo."""
+  with tfds.testing.mock_data(num_examples=10):
+    dataset = load_dataset("cifar100", source="tfds", data_dir="/nonexistent/tfds", label_key="coarse_label")
+  assert (dataset.num_classes, dataset.num_train, dataset.image_shape) == (20, 10, (32, 32, 3))
+  assert dataset.train.labels.max() < 20
+
+
+@pytest.mark.parametrize(
+  "options, match",
+  [
+    (dict(label_key="fine"), r"config.label_key = 'fine' is not a feature of tfds data set 'cifar100'; its features: "),
+    (dict(image_key="id"), r"config.image_key = 'id' of tfds data set 'cifar100' is a Text, not an Image"),
+    (dict(label_key="id"), r"config.label_key = 'id' of tfds data set 'cifar100' is a Text, not a ClassLabel"),
+  ],
+)
+def test_tfds_features_that_are_not_an_image_and_a_class_label_are_refused(options, match):
+  with tfds.testing.mock_data(num_examples=4):
+    with pytest.raises(ValueError, match=match):
+      load_dataset("cifar100", source="tfds", data_dir="/nonexistent/tfds", **options)
+
+
+def test_an_unknown_tfds_name_lists_what_the_data_dir_holds(tmp_path):
+  (tmp_path / "my_scans" / "1.0.0").mkdir(parents=True)
+  (tmp_path / "my_scans" / "1.0.0" / "dataset_info.json").write_text("{}")
+  (tmp_path / "not_a_dataset").mkdir()
+  with pytest.raises(
+    ValueError,
+    match=r"config.dataset = 'no_such_data' is neither a tfds data set nor prepared in "
+    r"data_dir=.*; prepared there: \['my_scans'\]",
+  ):
+    load_dataset("no_such_data", source="tfds", data_dir=str(tmp_path))
+
+
+def _user_arrays(classes: int = 3, train: int = 12, test: int = 9):
+  rng = np.random.default_rng(0)
+  images = lambda count: rng.integers(0, 256, (count, 6, 5), dtype=np.uint8)
+  return (images(train), np.arange(train) % classes), (images(test), np.array([0] * 6 + [1, 2, 2]))
+
+
+def user_tuple_data():
+  return _user_arrays()
+
+
+def user_mapping_data():
+  (train_images, train_labels), test = _user_arrays()
+  return {"train": (train_images, train_labels), "test": test, "num_classes": 5}
+
+
+def user_float_images():
+  (train_images, train_labels), test = _user_arrays()
+  return (train_images.astype(np.float32), train_labels), test
+
+
+def user_wrong_form():
+  return [1, 2, 3]
+
+
+def test_a_python_data_source_by_import_path():
+  dataset = load_dataset(f"{__name__}:user_tuple_data", source="python", normalization="unit")
+  assert (dataset.num_train, dataset.num_test, dataset.num_classes, dataset.image_shape) == (12, 9, 3, (6, 5, 1))
+  # Chance level from the data: always predicting class 0, the most frequent test class (6 of 9).
+  assert dataset.chance_test_error == pytest.approx(100.0 * (1 - 6 / 9))
+  assert load_dataset(f"{__name__}:user_mapping_data", source="python").num_classes == 5
+
+
+@pytest.mark.parametrize(
+  "function, match",
+  [
+    ("user_float_images", r"config.dataset = '.*:user_float_images', train split: images must be uint8"),
+    ("user_wrong_form", r"returned a list; allowed: \(\(train_images, train_labels\), "),
+    ("missing_function", r"has no attribute 'missing_function'"),
+  ],
+)
+def test_a_bad_python_data_source_is_refused_naming_the_field(function, match):
+  with pytest.raises(ValueError, match=match):
+    load_dataset(f"{__name__}:{function}", source="python")
