@@ -293,6 +293,31 @@ class MetricWriter:
         name, values.astype(np.float64), global_step=step, bins=histogram_bins, max_bins=self._max_histogram_bins
       )
 
+  def write_hparams(self, hparams: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+    """Writes the run's hyperparameters and final metrics for TensorBoard's HParams dashboard.
+
+    The summaries go into the run's own event file, so the run directory is one session of the HParams
+    table (a study's runs line up in one table when TensorBoard is pointed at the study's directory), and the
+    dashboard reads each metric's value from the run's scalars of that tag.
+
+    Args:
+      hparams: name -> a bool, int, float or str (anything else is written as its ``str``); the table
+        shows them in this order.
+      metrics: metric tag -> its final value (None values are left out).
+    """
+    from tensorboardX.summary import hparams as hparams_summaries  # tensorboardX's own HParams protobufs
+
+    if not self._enabled:
+      return
+    values = {
+      name: value if isinstance(value, (bool, int, float, str)) else str(value) for name, value in hparams.items()
+    }
+    finals = {name: _to_scalar(value, name=name) for name, value in metrics.items() if value is not None}
+    experiment, session_start, session_end = hparams_summaries(values, finals)
+    event_writer = self._open_event_writer()
+    for summary in (experiment, session_start, session_end):
+      event_writer.file_writer.add_summary(summary)
+
   def truncate_after(self, step: int) -> None:
     """Forgets everything written for steps after ``step``, to resume from it.
 

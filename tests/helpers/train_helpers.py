@@ -99,6 +99,33 @@ def event_scalars(workdir: os.PathLike, *, apply_purges: bool = False) -> dict[s
   return scalars
 
 
+def event_hparams(workdir: os.PathLike) -> tuple[dict[str, object], list[str], list[str]]:
+  """What TensorBoard's HParams dashboard reads from a run's event files: (hparams of the session start, the
+  experiment's hparam names in order, its metric tags)."""
+  from tensorboardX.proto import plugin_hparams_pb2
+
+  hparams: dict[str, object] = {}
+  names: list[str] = []
+  metrics: list[str] = []
+  for path in sorted(pathlib.Path(workdir).glob("events.out.tfevents.*"), key=lambda path: path.stat().st_mtime_ns):
+    data, offset = path.read_bytes(), 0
+    while offset < len(data):
+      (length,) = struct.unpack("<Q", data[offset : offset + 8])
+      event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
+      offset += 12 + length + 4
+      for value in event.summary.value:
+        if value.metadata.plugin_data.plugin_name != "hparams":
+          continue
+        content = plugin_hparams_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+        if content.HasField("experiment"):
+          names = [info.name for info in content.experiment.hparam_infos]
+          metrics = [info.name.tag for info in content.experiment.metric_infos]
+        if content.HasField("session_start_info"):
+          for name, entry in content.session_start_info.hparams.items():
+            hparams[name] = getattr(entry, entry.WhichOneof("kind"))
+  return hparams, names, metrics
+
+
 def complete_checkpoints(workdir: os.PathLike) -> list[int]:
   """Steps of a run's complete checkpoints (orbax renames a step's directory to its number once it is whole)."""
   directory = pathlib.Path(workdir) / "checkpoints"

@@ -13,6 +13,7 @@ import pytest
 from tensorboardX.proto import event_pb2
 
 from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, integer_bins, read_jsonl, to_json_value
+from tests.helpers.train_helpers import event_hparams
 
 
 def _crc32c(data: bytes) -> int:
@@ -179,3 +180,29 @@ def test_integer_bins_put_each_integer_in_its_own_bin():
   values = np.array([3, 3, 5, 7])
   counts, _ = np.histogram(values, integer_bins(values))
   np.testing.assert_array_equal(counts, [2, 0, 1, 0, 1])
+
+
+def test_hparams_go_into_the_runs_own_event_file_in_the_given_order(tmp_path):
+  with MetricWriter(tmp_path, enabled=True) as writer:
+    writer.write_scalars(10, {"test_error": 12.5})
+    writer.write_hparams(
+      {"protocol": "async", "learners": 8, "learning_rate": 0.1, "nesterov": False, "hidden_sizes": (32,)},
+      {"test_error": 12.5, "test_loss": None},
+    )
+  hparams, names, metrics = event_hparams(tmp_path)
+  assert names == ["protocol", "learners", "learning_rate", "nesterov", "hidden_sizes"]
+  assert hparams == {
+    "protocol": "async",
+    "learners": 8.0,
+    "learning_rate": 0.1,
+    "nesterov": False,
+    "hidden_sizes": "(32,)",
+  }
+  assert metrics == ["test_error"]
+  assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1  # no sub-directory run of its own
+
+
+def test_a_disabled_writer_writes_no_hparams(tmp_path):
+  with MetricWriter(tmp_path, enabled=False) as writer:
+    writer.write_hparams({"a": 1}, {"test_error": 1.0})
+  assert list(tmp_path.iterdir()) == []
