@@ -109,6 +109,15 @@ MOVED_MODULES: dict[str, str] = {
 }
 """Old module path -> the module that holds its code now."""
 
+MOVED_NAMES: dict[str, dict[str, str]] = {
+  "stalesgd.runners": {
+    "decentral_settings": "stalesgd.training._run_config",
+    "run_label": "stalesgd.training._run_config",
+    "simulate_schedule": "stalesgd.training._run_config",
+  },
+}
+"""Old module path -> {name: the module that holds it now}, for names that left the module `MOVED_MODULES` maps to."""
+
 
 def public_home(module: str) -> str:
   """The public package of a new module path: its parent when the leaf is private (``a.b._c`` -> ``a.b``)."""
@@ -131,6 +140,8 @@ class _MovedModuleLoader(importlib.abc.Loader):
     )  # warnings skips importlib's frames: the importer's line
     target = importlib.import_module(self._new_name)
     module.__dict__.update({name: value for name, value in vars(target).items() if not name.startswith("__")})
+    for name, home in MOVED_NAMES.get(module.__name__, {}).items():
+      module.__dict__[name] = getattr(importlib.import_module(home), name)
     module.__getattr__ = lambda name: getattr(target, name)
 
 

@@ -3,12 +3,14 @@
 * `default_config`, `validate_config` (`._run_config`): every field of a run,
   its default and its checks; the quantities derived from it, each defined once:
   `contributions_per_update` (c), `examples_per_update` (c mu), `updates_per_epoch`,
-  `is_decentralized`.
-* `build_run`, `train_and_evaluate` (`._loop`): the config turned into objects,
-  and the training loop (checkpoints, preemption, metrics, summary).
+  `is_decentralized`, and the run's name, `run_label`.
+* `build_run`, `train_and_evaluate` (`._loop`): the one place that turns the config
+  into objects (data, model, optimizer, schedule, DC-S3GD settings, runner), and
+  the training loop (checkpoints, preemption, metrics, summary).
 * `ParameterServerRunner`, `DecentralizedRunner`, `make_runner` (`._runners`):
   the engine or DC-S3GD behind one typed interface, `Runner`, each reporting a block
-  with its own metrics type (`BlockMetrics` of the engine, `StepMetrics`).
+  with its own metrics type (`BlockMetrics` of the engine, `StepMetrics`); they take
+  those objects, never the config.
 * `build_optimizer` (`._optimizer`): the Caffe SGD solver with the staleness
   rule and delay compensation of the config.
 * `Evaluator` (`._evaluator`), `PendingMetrics` (`._pending_metrics`),
@@ -26,6 +28,7 @@ from stalesgd.training._run_config import (
   default_config,
   examples_per_update,
   is_decentralized,
+  run_label,
   updates_per_epoch,
   validate_config,
 )
@@ -36,7 +39,6 @@ from stalesgd.training._runners import (
   RunnerMetrics,
   StepMetrics,
   make_runner,
-  run_label,
 )
 from stalesgd.training._workdir import check_same_run, config_changes
 

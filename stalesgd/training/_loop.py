@@ -1,7 +1,8 @@
 """`train_and_evaluate(config, workdir)`: the one training loop, for every protocol.
 
-Reads top to bottom (big_vision style): config checks -> mesh -> input ->
-model and optimizer -> schedule (the simulated cluster) -> runner (the exact
+Reads top to bottom (big_vision style): config checks -> mesh -> `build_run`
+(the one place that turns the config into objects: input, model, optimizer,
+schedule of the simulated cluster, DC-S3GD settings, and the runner: the exact
 emulator for parameter-server protocols, real collectives for decentralized
 ones) -> checkpoint restore -> loop with "is it time?" checks for logs,
 evaluations and checkpoints -> final evaluation, plots and summary.
@@ -56,11 +57,14 @@ from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverge
 )
 from stalesgd.training._provenance import provenance
 from stalesgd.training._run_config import (
+  decentral_settings,
   examples_per_update,
+  run_label,
+  simulate_schedule,
   updates_per_epoch,
   validate_config,
 )
-from stalesgd.training._runners import Schedule, make_runner, run_label, simulate_schedule
+from stalesgd.training._runners import DCS3GDConfig, Runner, Schedule, make_runner
 from stalesgd.training._workdir import check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 from stalesgd.utils import _plots as plots
@@ -155,6 +159,9 @@ class RunInputs(NamedTuple):
     optimizer: the server optimizer (`stalesgd.training.build_optimizer`).
     schedule: the simulated cluster's schedule of updates.
     updates_per_epoch: server updates per pass over the training split.
+    label: the run's name in logs, plots and the summary (`stalesgd.training.run_label`).
+    decentral_settings: a decentralized protocol's DC-S3GD settings; None for a parameter-server protocol.
+    runner: the protocol's runner on the mesh given to `build_run` (None without one).
   """
 
   dataset: data_lib.Dataset
@@ -164,14 +171,25 @@ class RunInputs(NamedTuple):
   optimizer: Any
   schedule: Schedule
   updates_per_epoch: float
+  label: str
+  decentral_settings: DCS3GDConfig | None
+  runner: Runner | None
 
 
-def build_run(config: ml_collections.ConfigDict) -> RunInputs:
-  """Loads the data and builds the model, optimizer and schedule of a (validated) config.
+def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None) -> RunInputs:
+  """Loads the data and builds the model, optimizer, schedule, DC-S3GD settings and runner of a (validated) config.
 
+  The one place that turns a config into objects (with the config layer,
+  `stalesgd.training._run_config`, for the quantities derived from it): the
+  runners and the layers below take those objects, never the config.
   Deterministic in the config: every process of a run, and every tool that
   re-executes a run outside the training loop (the benchmarks), gets the same
   weights, mini-batches and schedule.
+
+  Args:
+    config: the run's config, validated (`stalesgd.training.validate_config`).
+    mesh: the devices to run on; without one (the benchmarks, which drive the
+      engine themselves) no runner is built.
   """
   dataset = data_lib.load_dataset(
     config.dataset,
@@ -193,9 +211,11 @@ def build_run(config: ml_collections.ConfigDict) -> RunInputs:
   params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
   per_epoch = updates_per_epoch(config, dataset.num_train)
   total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
-  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
   schedule = simulate_schedule(config, total_updates, parameter_bytes=4 * _num_parameters(params))
-  return RunInputs(dataset, model, batches, params, optimizer, schedule, per_epoch)
+  settings, label = decentral_settings(config), run_label(config)
+  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
+  runner = None if mesh is None else make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings)
+  return RunInputs(dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -230,22 +250,21 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     workdir.mkdir(parents=True, exist_ok=True)
     write_config(config, workdir)
 
-  # ----------------------------------------------------------------- input, model, optimizer, schedule
-  run = build_run(config)
-  dataset, model, batches, params, optimizer, schedule = (
+  # ----------------------------------------------------------------- input, model, optimizer, schedule, runner
+  run = build_run(config, mesh)
+  dataset, model, params, schedule, runner, label = (
     run.dataset,
     run.model,
-    run.batches,
     run.params,
-    run.optimizer,
     run.schedule,
+    run.runner,
+    run.label,
   )
   per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
   if primary and not (workdir / SCHEDULE_FILENAME).exists():
     schedule_file = io.BytesIO()
     schedule.save(schedule_file)
     write_whole(workdir / SCHEDULE_FILENAME, schedule_file.getvalue())
-  label = run_label(config)
   progress = ProgressReporter(total_updates, examples_per_step=examples_per_update(config), description=label)
   progress.write(
     f"{label}: {total_updates} updates ({config.num_epochs:g} epochs of "
@@ -259,8 +278,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
       "2n); raise config.n or lower config.max_staleness to drop stale gradients"
     )
 
-  # ----------------------------------------------------------------- runner and checkpoint
-  runner = make_runner(config, model, optimizer, schedule, batches, mesh)
+  # ----------------------------------------------------------------- checkpoint
   state = runner.init(params)
   checkpointer = Checkpointer(
     os.fspath(workdir / "checkpoints"),

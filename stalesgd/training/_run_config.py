@@ -9,6 +9,12 @@ compiled) and names the offending field with the allowed values.
 Durations are in epochs (one epoch = the training split's size in *applied*
 samples: an update applies c contributions of mu samples each) and are converted
 to server updates in one place, `updates_per_epoch`.
+
+The config is read here and in `stalesgd.training.build_run`, nowhere below:
+this module also turns it into the typed objects of the layers under the
+training stack, the simulated cluster's schedule (`simulate_schedule`, with
+`timing_model` and `protocol_options`) and DC-S3GD's settings
+(`decentral_settings`), and names the run (`run_label`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Mapping
 import ml_collections
 from ml_collections import config_dict
 
-from stalesgd import models, transforms
+from stalesgd import decentral, models, transforms
 from stalesgd import schedule as schedule_lib
 from stalesgd.data import NORMALIZATIONS, SOURCES
 from stalesgd.data._embedded import EMBEDDED_DATASETS
@@ -443,3 +449,53 @@ def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> floa
 def is_decentralized(config: ml_collections.ConfigDict) -> bool:
   """Whether the config's protocol is a decentralized all-reduce protocol (its row of the protocol table)."""
   return schedule_lib.protocol_row(config.protocol).decentralized
+
+
+def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDConfig | None:
+  """The `stalesgd.decentral.DCS3GDConfig` of a decentralized run (None for a parameter-server protocol).
+
+  The protocol's row fixes some fields; the config sets the staleness S, eager
+  updates and (where the row allows one) the correction.
+  """
+  row = schedule_lib.protocol_row(config.protocol)
+  if not row.decentralized:
+    return None
+  overrides = {}
+  if "staleness" not in row.fixed_settings:
+    overrides.update(staleness=config.allreduce_staleness)
+  if row.eager:
+    overrides.update(eager=config.eager_updates)
+  if row.corrects and config.delay_compensation != "none":
+    overrides.update(
+      dc_lambda=config.dc_lambda, lambda_mode=config.delay_compensation, mean_square_decay=config.dc_decay
+    )
+  return decentral.config_for_protocol(config.protocol, **overrides)
+
+
+def simulate_schedule(
+  config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int
+) -> schedule_lib.Schedule:
+  """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config."""
+  return schedule_lib.simulate(
+    config.protocol,
+    learners=config.learners,
+    num_updates=num_updates,
+    seed=config.seed,
+    **protocol_options(config),
+    timing=timing_model(config, parameter_bytes=parameter_bytes),
+  )
+
+
+def run_label(config: ml_collections.ConfigDict) -> str:
+  """A run's name in logs, plots and summaries, e.g. ``"4-softsync (lambda=30, mu=4, inverse)"``."""
+  row = schedule_lib.protocol_row(config.protocol)
+  protocol = (row.label or row.name).format(**config)
+  rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
+  correction = config.delay_compensation
+  settings = decentral_settings(config)
+  if settings is not None:  # DC-S3GD corrects even with delay_compensation="none" (its own default lambda)
+    correction = settings.lambda_mode if settings.corrects else "none"
+  dc = "" if correction == "none" else f", DC-{correction}"
+  if config.dc_mean_square_bias_correction:
+    dc += " bias-corrected"
+  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"

@@ -14,32 +14,32 @@ a runner) and report each block with their own metrics type, `BlockMetrics`
 (checkpointed as is); its blocks are fixed by the schedule, so a run stopped at
 a block boundary resumes exactly.
 
-Which runner a protocol gets, and how the run config sets its options, is the
-protocol's row of `stalesgd.schedule.PROTOCOL_TABLE`; this module also turns a
-config into the schedule it runs (`simulate_schedule`) and names the run
-(`run_label`), so the training loop needs no layer below this one.
+Runners take typed objects only, never the run's config: the schedule, and
+for a decentralized protocol its `stalesgd.decentral.DCS3GDConfig`, both derived
+from the config by `stalesgd.training._run_config` (`simulate_schedule`,
+`decentral_settings`) and gathered by `stalesgd.training.build_run`, which
+calls `make_runner`. The training loop needs no layer below this one.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import jax
-import ml_collections
 import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from stalesgd import decentral
 from stalesgd import engine as engine_lib
-from stalesgd import schedule as schedule_lib
+from stalesgd.decentral import DCS3GDConfig  # a decentralized runner's settings; the type build_run names
 from stalesgd.engine import BlockMetrics  # the parameter-server runner's report of a block
 from stalesgd.models import ModelSpec
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.schedule import Schedule  # also the type the training loop names, through this layer
-from stalesgd.training._run_config import is_decentralized, protocol_options, timing_model
 
 
 class StepMetrics(NamedTuple):
@@ -139,22 +139,6 @@ class ParameterServerRunner:
     return int(state.step)
 
 
-def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDConfig:
-  """The `stalesgd.decentral.DCS3GDConfig` of a decentralized run: its protocol's row fixes some fields,
-  the config sets the staleness S, eager updates and (where the row allows one) the correction."""
-  row = schedule_lib.protocol_row(config.protocol)
-  overrides = {}
-  if "staleness" not in row.fixed_settings:
-    overrides.update(staleness=config.allreduce_staleness)
-  if row.eager:
-    overrides.update(eager=config.eager_updates)
-  if row.corrects and config.delay_compensation != "none":
-    overrides.update(
-      dc_lambda=config.dc_lambda, lambda_mode=config.delay_compensation, mean_square_decay=config.dc_decay
-    )
-  return decentral.config_for_protocol(config.protocol, **overrides)
-
-
 # What DCS3GD.step measures per learner and the log records carry (mean over learners and updates):
 # ||g~ - g|| / ||g||, the correction's size relative to the gradient (0 without correction), and ||D||, how
 # far the consensus moved the learner's weights (docs/semantics.md, DC-S3GD).
@@ -162,18 +146,27 @@ DECENTRALIZED_DIAGNOSTICS = ("correction_ratio", "displacement_norm")
 
 
 class DecentralizedRunner:
-  """All-reduce protocols on real collectives, one learner per device."""
+  """All-reduce protocols on real collectives, one learner per device.
+
+  Args:
+    settings: the protocol's DC-S3GD settings (S, eager updates, lambda).
+    model: the network.
+    optimizer: each learner's local optimizer.
+    num_updates: steps in the run.
+    batches: every learner's k-th mini-batch.
+    mesh: the devices, one learner each.
+  """
 
   def __init__(
     self,
-    config: ml_collections.ConfigDict,
+    settings: DCS3GDConfig,
     model: ModelSpec,
     optimizer: optax.GradientTransformation,
     num_updates: int,
     batches,
     mesh: jax.sharding.Mesh,
   ):
-    self.protocol_config = decentral_settings(config)
+    self.protocol_config = settings
     self.mesh = sharding_lib.learner_mesh(self.protocol_config.axis_name, devices=list(mesh.devices.flat))
     self.trainer = decentral.DCS3GD(model.loss_fn, optimizer, self.protocol_config, self.mesh)
     # Per-learner losses live on their learners' devices (possibly other
@@ -218,41 +211,45 @@ class DecentralizedRunner:
 
 
 def make_runner(
-  config: ml_collections.ConfigDict,
   model: ModelSpec,
   optimizer: optax.GradientTransformation,
   schedule: Schedule,
   batches,
   mesh: jax.sharding.Mesh,
+  *rest: Any,
+  decentral_settings: DCS3GDConfig | None = None,
 ) -> Runner:
-  """The runner for the config's protocol (its row of `stalesgd.schedule.PROTOCOL_TABLE` says which)."""
-  if is_decentralized(config):
-    return DecentralizedRunner(config, model, optimizer, schedule.num_updates, batches, mesh)
+  """The runner for the run's protocol: DC-S3GD's given its settings, the engine's otherwise.
+
+  Args:
+    model: the network.
+    optimizer: the server optimizer (decentralized: each learner's local optimizer).
+    schedule: the simulated cluster's schedule; a decentralized runner takes its number of updates.
+    batches: every learner's k-th mini-batch (`stalesgd.data.LearnerBatches`).
+    mesh: the devices to run on.
+    decentral_settings: a decentralized protocol's settings
+      (`stalesgd.training._run_config.decentral_settings`); None for a
+      parameter-server protocol.
+    *rest: only in the 0.1 form ``make_runner(config, model, optimizer,
+      schedule, batches, mesh)``, which still works with a DeprecationWarning
+      until 0.3.0.
+  """
+  if not isinstance(model, ModelSpec):  # stalesgd 0.1's make_runner(config, model, optimizer, schedule, batches, mesh)
+    return _make_runner_from_config(model, optimizer, schedule, batches, mesh, *rest)
+  if decentral_settings is not None:
+    return DecentralizedRunner(decentral_settings, model, optimizer, schedule.num_updates, batches, mesh)
   return ParameterServerRunner(model, optimizer, schedule, batches, mesh)
 
 
-def simulate_schedule(config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int) -> Schedule:
-  """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config."""
-  return schedule_lib.simulate(
-    config.protocol,
-    learners=config.learners,
-    num_updates=num_updates,
-    seed=config.seed,
-    **protocol_options(config),
-    timing=timing_model(config, parameter_bytes=parameter_bytes),
+def _make_runner_from_config(config, model, optimizer, schedule, batches, mesh) -> Runner:
+  """The 0.1 call form, with a DeprecationWarning until 0.3.0: the settings are derived from the config here."""
+  from stalesgd.training import _run_config  # only on this deprecated path: runners take objects, not configs
+
+  warnings.warn(
+    "make_runner(config, model, optimizer, schedule, batches, mesh) is deprecated and removed in stalesgd 0.3.0: "
+    "call make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=...), or build_run(config, mesh)",
+    DeprecationWarning,
+    stacklevel=3,
   )
-
-
-def run_label(config: ml_collections.ConfigDict) -> str:
-  """A run's name in logs, plots and summaries, e.g. ``"4-softsync (lambda=30, mu=4, inverse)"``."""
-  row = schedule_lib.protocol_row(config.protocol)
-  protocol = (row.label or row.name).format(**config)
-  rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
-  correction = config.delay_compensation
-  if row.decentralized:  # DC-S3GD corrects even with delay_compensation="none" (its own default lambda)
-    settings = decentral_settings(config)
-    correction = settings.lambda_mode if settings.corrects else "none"
-  dc = "" if correction == "none" else f", DC-{correction}"
-  if config.dc_mean_square_bias_correction:
-    dc += " bias-corrected"
-  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"
+  settings = _run_config.decentral_settings(config)
+  return make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings)
