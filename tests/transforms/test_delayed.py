@@ -18,6 +18,16 @@ TOLERANCE = 1e-5  # the engine tests' float32 tolerance: the same arithmetic, fu
 LEARNING_RATE = 0.05
 
 
+def _server_optimizer() -> optax.GradientTransformation:
+  """alpha0/sigma and DC-ASGD-a together, so both staleness and stale_params matter."""
+  return optax.chain(
+    stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
+    stalesgd.scale_by_staleness("inverse"),
+    stalesgd.average_contributions(),
+    optax.sgd(LEARNING_RATE, momentum=0.9),
+  )
+
+
 def _probe() -> optax.GradientTransformationExtraArgs:
   """An inner transform whose update shows what it was given: -(g + 100 staleness + 1000 stale_w); counts calls."""
 
@@ -87,19 +97,11 @@ def test_a_users_loop_with_delayed_equals_the_engines_round_robin_async(tau):
   loss_fn, init_params, input_shape = MODELS["mlp"]
   data = Data(input_shape)
 
-  def optimizer():  # alpha0/sigma and DC-ASGD-a together, so both staleness and stale_params matter
-    return optax.chain(
-      stalesgd.scale_by_delay_compensation(dc_lambda=2.0, adaptive=True, decay=0.95),
-      stalesgd.scale_by_staleness("inverse"),
-      stalesgd.average_contributions(),
-      optax.sgd(LEARNING_RATE, momentum=0.9),
-    )
-
-  engine = engine_lib.Engine(loss_fn, optimizer(), mesh=sharding_lib.learner_mesh())
+  engine = engine_lib.Engine(loss_fn, _server_optimizer(), mesh=sharding_lib.learner_mesh())
   plan = engine.plan(schedule)
   expected = engine.run(engine.init(init_params(), plan), plan, data).params
 
-  tx = stalesgd.delayed(optimizer(), staleness=tau)
+  tx = stalesgd.delayed(_server_optimizer(), staleness=tau)
   gradient = jax.jit(jax.grad(loss_fn))
   step = jax.jit(lambda grads, state, params: tx.update(grads, state, params))
   params = jax.tree.map(jnp.asarray, init_params())
@@ -109,3 +111,102 @@ def test_a_users_loop_with_delayed_equals_the_engines_round_robin_async(tau):
     updates_t, state = step(gradient(params, batch), state, params)
     params = optax.apply_updates(params, updates_t)
   assert max_relative_error(params, expected) <= TOLERANCE
+
+
+# Per-gradient delays (max_delay=D, delay=d_s at each call): g_s is due at call s + d_s; the due gradients form one
+# stack. The example below has calls with none due (0, 2) and calls with two due (3, 5):
+#   call:      0    1    2    3    4    5
+#   delay d_s: 1    2    2    0    1    0
+#   due at:    1    3    4    3    5    5
+#   applies:   -    g0   -    g1,g3  g2   g4,g5
+# A gradient's staleness is U(t) - U(s), the updates applied before its own call t minus those applied before its
+# arrival s: g0: 0 - 0; g1: 1 - 0 (call 1's update came after w_1 was read); g3: 1 - 1; g2: 2 - 1; g4: 3 - 2; g5: 0.
+DELAYS = [1, 2, 2, 0, 1, 0]
+
+
+def test_per_gradient_delays_by_hand_with_sgd():
+  inner = optax.chain(stalesgd.scale_by_staleness("constant"), stalesgd.average_contributions(), optax.sgd(0.5))
+  tx = stalesgd.delayed(inner, max_delay=2)
+  params = {"w": jnp.array([1.0, 2.0, 3.0])}
+  state = tx.init(params)
+  grads = [[2, 0, 0], [0, 4, 0], [0, 0, 6], [2, 2, 2], [4, 0, 0], [0, 0, 2]]
+  # w <- w - 0.5 * mean(due gradients):
+  #   call 1: -0.5 * g0             = [-1, 0, 0]           w = [0, 2, 3]
+  #   call 3: -0.5 * (g1 + g3) / 2  = [-0.5, -1.5, -0.5]   w = [-0.5, 0.5, 2.5]
+  #   call 4: -0.5 * g2             = [0, 0, -3]           w = [-0.5, 0.5, -0.5]
+  #   call 5: -0.5 * (g4 + g5) / 2  = [-1, 0, -0.5]        w = [-1.5, 0.5, -1]
+  expected_weights = [[1, 2, 3], [0, 2, 3], [0, 2, 3], [-0.5, 0.5, 2.5], [-0.5, 0.5, -0.5], [-1.5, 0.5, -1]]
+  for call, (grad, delay) in enumerate(zip(grads, DELAYS)):
+    updates, state = tx.update({"w": jnp.array(grad, jnp.float32)}, state, params, delay=delay)
+    params = optax.apply_updates(params, updates)
+    np.testing.assert_array_equal(params["w"], expected_weights[call], err_msg=f"call {call}")
+  staleness_state = state.inner_state[0]
+  assert int(staleness_state.count) == 4  # inner advanced on calls 1, 3, 4, 5 only
+  assert int(staleness_state.contributions) == 6  # 6 real gradients, no empty slots
+  assert float(staleness_state.mean_staleness) == 0.5  # stalenesses 0, 1, 0, 1, 1, 0
+  assert int(state.applied) == 4 and int(state.count) == 6
+
+
+def _stack_probe() -> optax.GradientTransformationExtraArgs:
+  """Like `_probe` for a stack: the mean over the stack of -(g + 100 staleness + 1000 stale_w)."""
+
+  def update(grads, count, params=None, *, staleness, stale_params, **extra):
+    del params, extra
+    return {"w": -jnp.mean(grads["w"] + 100.0 * staleness + 1000.0 * stale_params["w"])}, count + 1
+
+  return optax.GradientTransformationExtraArgs(lambda params: jnp.zeros((), jnp.int32), update)
+
+
+def test_per_gradient_delays_pass_each_gradients_staleness_and_weights_by_hand():
+  tx = stalesgd.delayed(_stack_probe(), max_delay=2)
+  state = tx.init({"w": jnp.float32(0.0)})
+  # The loop's weights at call t are t (any weights do: the wrapper only stores them); g_t = 2^t.
+  #   call 1: g0 (w 0, sigma 0):                         -(1)                             = -1
+  #   call 3: g1 (w 1, sigma 1), g3 (w 3, sigma 0):      -((2+100+1000) + (8+3000)) / 2   = -2055
+  #   call 4: g2 (w 2, sigma 1):                         -(4+100+2000)                    = -2104
+  #   call 5: g4 (w 4, sigma 1), g5 (w 5, sigma 0):      -((16+100+4000) + (32+5000)) / 2 = -4574
+  expected = [0.0, -1.0, 0.0, -2055.0, -2104.0, -4574.0]
+  for call, delay in enumerate(DELAYS):
+    params = {"w": jnp.float32(call)}
+    updates, state = tx.update({"w": jnp.float32(2.0**call)}, state, params, delay=delay)
+    assert float(updates["w"]) == expected[call], call
+  assert int(state.inner_state) == 4
+
+
+@pytest.mark.parametrize("tau, max_delay", [(0, 0), (2, 2), (2, 4)])
+def test_per_gradient_delays_all_equal_to_tau_are_the_fixed_delay_bit_for_bit(tau, max_delay):
+  fixed = stalesgd.delayed(_server_optimizer(), staleness=tau)
+  per_gradient = stalesgd.delayed(_server_optimizer(), max_delay=max_delay)
+  fixed_step = jax.jit(fixed.update)
+  per_gradient_step = jax.jit(
+    lambda grads, state, params, delay: per_gradient.update(grads, state, params, delay=delay)
+  )
+  loss = lambda params, x: jnp.sum((params["w"] * x - 1.0) ** 2)
+  params = reference = {"w": jnp.array([0.5, -1.0, 2.0])}
+  state, reference_state = per_gradient.init(params), fixed.init(reference)
+  for call in range(12):
+    x = jnp.array([1.0, 0.5, -0.25]) * (1 + call % 3)
+    updates, state = per_gradient_step(jax.grad(loss)(params, x), state, params, jnp.int32(tau))  # a traced delay
+    expected, reference_state = fixed_step(jax.grad(loss)(reference, x), reference_state, reference)
+    np.testing.assert_array_equal(updates["w"], expected["w"], err_msg=f"call {call}")
+    params, reference = optax.apply_updates(params, updates), optax.apply_updates(reference, expected)
+
+
+def test_bad_per_gradient_delays_are_refused():
+  for options in ({}, {"staleness": 1, "max_delay": 2}):
+    with pytest.raises(ValueError, match="allowed: exactly one of them"):
+      stalesgd.delayed(optax.sgd(0.1), **options)
+  for max_delay in (-1, 2.0, True):
+    with pytest.raises(ValueError, match="max_delay=.*allowed: an integer >= 0"):
+      stalesgd.delayed(optax.sgd(0.1), max_delay=max_delay)
+  params = {"w": jnp.ones(2)}
+  tx = stalesgd.delayed(optax.chain(stalesgd.average_contributions(), optax.sgd(0.1)), max_delay=2)
+  for delay in (None, 3, -1, 1.0, True, jnp.array([1, 1])):
+    with pytest.raises(ValueError, match=r"allowed: an integer scalar in \[0, max_delay=2\]"):
+      tx.update(params, tx.init(params), params, delay=delay)
+  with pytest.raises(ValueError, match="delay=1 was passed to delayed.staleness=2.*max_delay=D"):
+    fixed = stalesgd.delayed(optax.sgd(0.1), staleness=2)
+    fixed.update(params, fixed.init(params), params, delay=1)
+  with pytest.raises(ValueError, match=r"average_contributions\(\) in inner"):
+    unreduced = stalesgd.delayed(optax.sgd(0.1), max_delay=1)
+    unreduced.update(params, unreduced.init(params), params, delay=0)
