@@ -7,9 +7,17 @@ packaged ``stalesgd/configs/rudra_cifar10.py`` from any directory, an existing
 file path loads that file, and anything else stops the program at flag parsing
 with the list of names (config_flags alone would only fail when the config is
 first used).
+
+The free-form option fields (`OPEN_FIELDS`: ``model_options``, ``optimizer_options``) take
+keys the config file does not have, so a user's model or optimizer gets its options from the
+command line: ``--config.model_options.width=64`` adds ``width`` (its value read as a Python
+literal, else kept as a string) before config_flags applies the overrides, which then set it.
 """
 
 from __future__ import annotations
+
+import ast
+import sys
 
 from absl import flags
 from ml_collections import config_flags
@@ -21,19 +29,43 @@ from stalesgd import configs
 flags.disclaim_key_flags()
 
 
+OPEN_FIELDS = ("model_options", "optimizer_options")
+
+
+def _literal(text: str):
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
 class NamedConfigParser(flags.ArgumentParser):
   """Resolves ``NAME[:ARG]`` (`stalesgd.configs.resolve`), then parses ``FILE[:ARG]`` with config_flags' parser.
 
   Wraps the parser `config_flags.DEFINE_config_file` made (its class is not
   part of ml_collections' API), so loading, ``get_config(ARG)`` and locking
-  stay config_flags' own.
+  stay config_flags' own; then adds the keys that command-line overrides of
+  `OPEN_FIELDS` name and the config lacks.
   """
 
-  def __init__(self, file_parser: flags.ArgumentParser):
+  def __init__(self, file_parser: flags.ArgumentParser, name: str = "config", sys_argv: list[str] | None = None):
     self.file_parser = file_parser
+    self.name = name
+    self.sys_argv = sys_argv
 
   def parse(self, argument):
-    return self.file_parser.parse(configs.resolve(argument))
+    config = self.file_parser.parse(configs.resolve(argument))
+    for override in self.sys_argv if self.sys_argv is not None else sys.argv:
+      for field in OPEN_FIELDS:
+        prefix = f"--{self.name}.{field}."
+        if not override.startswith(prefix) or "=" not in override:
+          continue
+        key, _, value = override[len(prefix) :].partition("=")
+        options = config[field] if field in config else None
+        if options is not None and "." not in key and key not in options:
+          with options.unlocked():
+            options[key] = _literal(value)
+    return config
 
   def flag_type(self):
     return self.file_parser.flag_type()
@@ -57,5 +89,5 @@ def define_config_flag(
     name, None, help_string, flag_values=flag_values, lock_config=True, sys_argv=sys_argv
   )
   flag = flag_values[name]
-  flag.parser = NamedConfigParser(flag.parser)
+  flag.parser = NamedConfigParser(flag.parser, name, sys_argv)
   return holder

@@ -29,7 +29,7 @@ _FORM = (
 
 def _pair(value: Any, split: str, path: str) -> tuple[Any, Any]:
   if not isinstance(value, (tuple, list)) or len(value) != 2:
-    raise ValueError(f"{FIELD} = {path!r}: its {split} split is a {type(value).__name__}; allowed: {_FORM}")
+    raise ValueError(f"{FIELD}={path!r}: its {split} split is a {type(value).__name__}; allowed: {_FORM}")
   return value[0], value[1]
 
 
@@ -46,24 +46,24 @@ def load_python_splits(path: str) -> tuple[ArraySource, ArraySource, int]:
   if isinstance(returned, Mapping):
     missing = sorted({"train", "test"} - set(returned))
     if missing:
-      raise ValueError(f"{FIELD} = {path!r} returned a mapping without {missing}; allowed: {_FORM}")
+      raise ValueError(f"{FIELD}={path!r} returned a mapping without {missing}; allowed: {_FORM}")
     train, test, num_classes = returned["train"], returned["test"], returned.get("num_classes")
   elif isinstance(returned, (tuple, list)) and len(returned) == 2:
     train, test = returned
   else:
-    raise ValueError(f"{FIELD} = {path!r} returned a {type(returned).__name__}; allowed: {_FORM}")
+    raise ValueError(f"{FIELD}={path!r} returned a {type(returned).__name__}; allowed: {_FORM}")
   splits = []
   for split, value in (("train", train), ("test", test)):
     images, labels = _pair(value, split, path)
     try:
       splits.append(ArraySource(np.asarray(images), np.asarray(labels)))
     except ValueError as error:
-      raise ValueError(f"{FIELD} = {path!r}, {split} split: {error}") from error
+      raise ValueError(f"{FIELD}={path!r}, {split} split: {error}") from error
   largest = max(int(source.labels.max(initial=0)) for source in splits)
   if num_classes is None:
     num_classes = largest + 1
   if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
-    raise ValueError(f"{FIELD} = {path!r}: num_classes = {num_classes!r}; allowed: an int >= 2")
+    raise ValueError(f"{FIELD}={path!r}: num_classes = {num_classes!r}; allowed: an int >= 2")
   if largest >= num_classes:
-    raise ValueError(f"{FIELD} = {path!r}: labels reach {largest}, but num_classes = {num_classes}")
+    raise ValueError(f"{FIELD}={path!r}: labels reach {largest}, but num_classes = {num_classes}")
   return splits[0], splits[1], int(num_classes)

@@ -56,7 +56,7 @@ def prepared_datasets(data_dir: str | None) -> list[str]:
 def _unknown(name: str, data_dir: str | None) -> ValueError:
   where = f"data_dir={data_dir!r}" if data_dir else "the default tfds data_dir"
   return ValueError(
-    f"config.dataset = {name!r} is neither a tfds data set nor prepared in {where}; prepared there: "
+    f"config.dataset={name!r} is neither a tfds data set nor prepared in {where}; prepared there: "
     f"{prepared_datasets(data_dir) or 'none'}. Or use data_source='npz' (local arrays), 'python' (a function by "
     "import path) or 'embedded' ('digits')"
   )
@@ -99,14 +99,14 @@ def _check_features(name: str, features: Any, image_key: str, label_key: str) ->
   keys = sorted(features.keys()) if hasattr(features, "keys") else []
   for field, key in (("image_key", image_key), ("label_key", label_key)):
     if key not in keys:
-      raise ValueError(f"config.{field} = {key!r} is not a feature of tfds data set {name!r}; its features: {keys}")
+      raise ValueError(f"config.{field}={key!r} is not a feature of tfds data set {name!r}; its features: {keys}")
   if not isinstance(features[image_key], tfds.features.Image):
     kind = type(features[image_key]).__name__
-    raise ValueError(f"config.image_key = {image_key!r} of tfds data set {name!r} is a {kind}, not an Image")
+    raise ValueError(f"config.image_key={image_key!r} of tfds data set {name!r} is a {kind}, not an Image")
   label = features[label_key]
   if not isinstance(label, tfds.features.ClassLabel):
     raise ValueError(
-      f"config.label_key = {label_key!r} of tfds data set {name!r} is a {type(label).__name__}, not a ClassLabel "
+      f"config.label_key={label_key!r} of tfds data set {name!r} is a {type(label).__name__}, not a ClassLabel "
       "(a class count); allowed: an image-classification data set"
     )
   return int(label.num_classes)

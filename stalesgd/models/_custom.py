@@ -48,7 +48,7 @@ def custom_model(path: str, *, num_classes: int, image_shape: tuple[int, int, in
       forward updates state.
   """
   factory = load_callable(path, field=FIELD)
-  check_options(factory, options, field=FIELD, path=path)
+  check_options(factory, options, field=FIELD, path=path, options_field="config.model_options")
   names, takes_any = accepted_options(factory)
   arguments = dict(options)
   if "num_classes" in names or takes_any:
@@ -58,12 +58,11 @@ def custom_model(path: str, *, num_classes: int, image_shape: tuple[int, int, in
     spec = built
   elif isinstance(built, nn.Module):
     if image_shape is None:
-      raise ValueError(f"{FIELD} = {path!r} returned a module: the data's image shape is needed to check it")
+      raise ValueError(f"{FIELD}={path!r} returned a module: the data's image shape is needed to check it")
     spec = ModelSpec(name=path, module=built, num_classes=num_classes, default_image_shape=tuple(image_shape))
   else:
     raise ValueError(
-      f"{FIELD} = {path!r} returned a {type(built).__name__}; allowed: a flax.linen.Module or a "
-      "stalesgd.models.ModelSpec"
+      f"{FIELD}={path!r} returned a {type(built).__name__}; allowed: a flax.linen.Module or a stalesgd.models.ModelSpec"
     )
   _check_forward(spec, path=path, num_classes=num_classes, image_shape=image_shape or spec.default_image_shape)
   return spec
@@ -72,7 +71,7 @@ def custom_model(path: str, *, num_classes: int, image_shape: tuple[int, int, in
 def _check_forward(spec: ModelSpec, *, path: str, num_classes: int, image_shape: tuple[int, int, int]) -> None:
   """One abstract init and training/evaluation forward: output shapes, and a training path without state."""
   if spec.num_classes != num_classes:
-    raise ValueError(f"{FIELD} = {path!r} built a model of {spec.num_classes} classes; the data has {num_classes}")
+    raise ValueError(f"{FIELD}={path!r} built a model of {spec.num_classes} classes; the data has {num_classes}")
   images = jax.ShapeDtypeStruct((_PROBE_BATCH, *image_shape), jnp.float32)
   try:
     variables = jax.eval_shape(
@@ -80,13 +79,13 @@ def _check_forward(spec: ModelSpec, *, path: str, num_classes: int, image_shape:
     )
   except Exception as error:
     raise ValueError(
-      f"{FIELD} = {path!r}: init(images [B, *{tuple(image_shape)}], train=False) failed: {error}"
+      f"{FIELD}={path!r}: init(images [B, *{tuple(image_shape)}], train=False) failed: {error}"
     ) from error
   params = variables.get("params", {})
   extra = sorted(set(variables) - {"params", "batch_stats"})
   if extra:
     raise ValueError(
-      f"{FIELD} = {path!r} has variable collections {extra} besides params and batch_stats; the emulator "
+      f"{FIELD}={path!r} has variable collections {extra} besides params and batch_stats; the emulator "
       "differentiates a pure function of the params, so other state is not carried between updates"
     )
   rngs = {"dropout": jax.random.key(0)} if spec.uses_dropout else {}
@@ -103,13 +102,13 @@ def _check_forward(spec: ModelSpec, *, path: str, num_classes: int, image_shape:
       else ""
     )
     raise ValueError(
-      f"{FIELD} = {path!r}: the training forward apply({{'params': ...}}, images, train=True) failed "
+      f"{FIELD}={path!r}: the training forward apply({{'params': ...}}, images, train=True) failed "
       f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}).{why}"
     ) from error
   expected = (_PROBE_BATCH, num_classes)
   if tuple(logits.shape) != expected:
     raise ValueError(
-      f"{FIELD} = {path!r} returns outputs of shape {tuple(logits.shape)} for {_PROBE_BATCH} images of shape "
+      f"{FIELD}={path!r} returns outputs of shape {tuple(logits.shape)} for {_PROBE_BATCH} images of shape "
       f"{tuple(image_shape)}; allowed: logits [B, num_classes] = {expected}"
     )
   if variables.get("batch_stats"):
@@ -121,6 +120,6 @@ def _check_forward(spec: ModelSpec, *, path: str, num_classes: int, image_shape:
     ).get(MOMENTS_COLLECTION, {})
     if jax.tree.structure(moments) != jax.tree.structure(variables["batch_stats"]):
       raise ValueError(
-        f"{FIELD} = {path!r} has batch_stats that stalesgd.models.BatchNorm does not fill: precise BN at "
+        f"{FIELD}={path!r} has batch_stats that stalesgd.models.BatchNorm does not fill: precise BN at "
         "evaluation could not recompute them. Use stalesgd.models.BatchNorm for every batch-normalised layer"
       )

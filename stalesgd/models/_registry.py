@@ -46,7 +46,7 @@ def _accepted_options(factory: Callable[..., ModelSpec]) -> set[str]:
 
 
 def get_model(
-  name: str, *, num_classes: int, image_shape: tuple[int, int, int] | None = None, **kwargs: Any
+  name: str, *, num_classes: int, data_shape: tuple[int, int, int] | None = None, **kwargs: Any
 ) -> ModelSpec:
   """Builds a registered model, or a user's model named by import path.
 
@@ -56,8 +56,9 @@ def get_model(
       ``"mlp"``, ``"small_cnn"``; or ``"package.module:factory"``, a factory
       returning a flax module or a `ModelSpec` (`stalesgd.models._custom`).
     num_classes: number of output classes (>= 2).
-    image_shape: (height, width, channels) of the data: a user's model is
-      checked on it (a registered model ignores it).
+    data_shape: (height, width, channels) of the data's images: a user's
+      model is checked on it (a registered model ignores it; some take an
+      ``image_shape`` option of their own).
     **kwargs: options of that model's factory (e.g. ``depth``, ``shortcut``,
       ``hidden_sizes``).
 
@@ -67,7 +68,7 @@ def get_model(
   if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2:
     raise ValueError(f"num_classes must be an int >= 2; got {num_classes!r}")
   if is_import_path(name):
-    return custom_model(name, num_classes=num_classes, image_shape=image_shape, options=kwargs)
+    return custom_model(name, num_classes=num_classes, image_shape=data_shape, options=kwargs)
   if name not in _FACTORIES:
     raise ValueError(
       f"model name {name!r} is unknown; available models: {', '.join(available_models())}, or an import path "

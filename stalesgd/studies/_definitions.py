@@ -664,7 +664,51 @@ def demo() -> Study:
   )
 
 
+ASYNC_ADAM_MARGIN = 3.0  # test-error points: 9 of the digits' 300 test images, as the demo's
+
+
+def async_adam() -> Study:
+  """Does alpha_0/sigma help an asynchronous Adam server? (`stalesgd.configs.async_adam`; our question, no paper's.)"""
+  labels = {"hardsync": "hardsync", "async": "async", "async_inverse": "async, a0/sigma"}
+  variants = tuple(Variant(labels[name], "async_adam", name) for name in load_config_module("async_adam").VARIANTS)
+  claims = (
+    Claim(
+      "asynchronous Adam with alpha_0/sigma on its step matches synchronous Adam (our hypothesis, after Zhang "
+      "et al.'s SGD result)",
+      "async_a0_sigma",
+      "hardsync",
+      "matches",
+      ASYNC_ADAM_MARGIN,
+    ),
+    Claim(
+      "asynchronous Adam without a staleness rule is worse than synchronous Adam (our hypothesis)",
+      "async",
+      "hardsync",
+      "worse",
+      ASYNC_ADAM_MARGIN,
+    ),
+  )
+  return Study(
+    name="async_adam",
+    title="async Adam: lambda=16 learners on the embedded digits, Adam as the server's solver",
+    finding="No published claim: FedBuff-style servers apply stale updates with Adam, and Zhang et al. derived "
+    "alpha_0/sigma for SGD. The question is whether the rule, applied to Adam's step, keeps synchronous accuracy",
+    variants=variants,
+    paper_data=False,
+    has_quick=False,
+    claims=claims,
+  )
+
+
 STUDIES = {
   study.name: study
-  for study in (zhang_cifar10(), zhang_mnist(), rudra_mu_lambda(), dcasgd_table1(), dcs3gd_cifar10(), demo())
+  for study in (
+    zhang_cifar10(),
+    zhang_mnist(),
+    rudra_mu_lambda(),
+    dcasgd_table1(),
+    dcs3gd_cifar10(),
+    demo(),
+    async_adam(),
+  )
 }

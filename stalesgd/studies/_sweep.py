@@ -37,14 +37,13 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 
-from stalesgd.data._dataset import KNOWN_NUM_CLASSES
 from stalesgd.schedule import Schedule
 from stalesgd.studies import _processes as processes
 from stalesgd.studies import _report as report
 from stalesgd.studies._definitions import RunSettings, Study, Variant, run_directory_name, study_run
 from stalesgd.training import _loop as train
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, SCHEDULE_FILENAME, SUMMARY_FILENAME
-from stalesgd.training._run_config import is_decentralized, protocol_options, validate_config
+from stalesgd.training._run_config import flatten_config, is_decentralized, protocol_options, validate_config
 from stalesgd.training._workdir import check_same_run
 from stalesgd.utils import _plots as plots
 
@@ -87,12 +86,22 @@ class RunOutcome:
     return bool(self.summary and self.summary.get("preempted"))
 
 
-def run_variant(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> RunOutcome:
+def varied_fields(tasks: Sequence[Task]) -> tuple[str, ...]:
+  """The config fields (flattened) whose values differ between the grid's runs: TensorBoard shows them first."""
+  flats = [flatten_config(task.config) for task in tasks]
+  fields = sorted(set().union(*flats)) if flats else []
+  return tuple(field for field in fields if len({json.dumps(flat.get(field), sort_keys=True) for flat in flats}) > 1)
+
+
+def run_variant(
+  config: ml_collections.ConfigDict, workdir: pathlib.Path, *, hparams_first: Sequence[str] = ()
+) -> RunOutcome:
   """Trains one variant in ``workdir``, or reads back the result of an earlier sweep.
 
   Args:
     config: the run's config.
     workdir: the run's own directory.
+    hparams_first: the fields TensorBoard's HParams table shows first (`varied_fields`).
 
   Returns:
     The outcome; a diverged run is an outcome, not an error.
@@ -102,16 +111,17 @@ def run_variant(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> Run
     return finished
   workdir.mkdir(parents=True, exist_ok=True)
   try:
-    return RunOutcome(train.train_and_evaluate(config, str(workdir)))
+    return RunOutcome(train.train_and_evaluate(config, str(workdir), hparams_first=hparams_first))
   except train.TrainingDiverged as error:
     (workdir / DIVERGED_FILENAME).write_text(json.dumps({"update": error.update, "message": str(error)}, indent=2))
     return RunOutcome(None, diverged_at=error.update, message=str(error))
 
 
-def chance_error(config: ml_collections.ConfigDict) -> float | None:
-  """Test error (%) of a constant prediction: what a diverged run is recorded with (None if unknown)."""
-  num_classes = KNOWN_NUM_CLASSES.get(config.dataset)
-  return None if num_classes is None else 100.0 * (1.0 - 1.0 / num_classes)
+def chance_error(workdir: pathlib.Path) -> float | None:
+  """Test error (%) of always predicting the most frequent test class, from the data the run in ``workdir``
+  loaded (its ``dataset.json``): what a diverged run is recorded with. None if the run wrote none."""
+  path = pathlib.Path(workdir) / train.DATASET_FILENAME
+  return json.loads(path.read_text())["chance_test_error"] if path.exists() else None
 
 
 def result_row(task: Task, outcome: RunOutcome, *, host_devices: int | None = None) -> dict[str, Any]:
@@ -137,7 +147,7 @@ def result_row(task: Task, outcome: RunOutcome, *, host_devices: int | None = No
   }
   summary = outcome.summary or {}
   if outcome.diverged_at is not None:
-    error = chance_error(config)
+    error = chance_error(workdir)
     row.update(
       updates=outcome.diverged_at,
       epochs=None,
@@ -292,12 +302,14 @@ def _echo_outcome(task: Task, outcome: RunOutcome, echo) -> None:
     echo(f"  preempted: the sweep stops here; run the same command again to resume from {task.directory}")
 
 
-def run_tasks_here(tasks: Sequence[Task], echo=print) -> list[tuple[Task, RunOutcome]] | None:
+def run_tasks_here(
+  tasks: Sequence[Task], echo=print, *, hparams_first: Sequence[str] = ()
+) -> list[tuple[Task, RunOutcome]] | None:
   """Runs (or reads back) ``tasks`` one after the other in this process; None if one was preempted."""
   done = []
   for position, task in enumerate(tasks, start=1):
     echo(f"[{position}/{len(tasks)}] {task.label}: {task.command} --workdir={task.directory}")
-    outcome = run_variant(task.config, task.directory)
+    outcome = run_variant(task.config, task.directory, hparams_first=hparams_first)
     _echo_outcome(task, outcome, echo)
     if outcome.preempted:
       return None
@@ -471,7 +483,7 @@ def run_study(
       tasks, task_command, parallel=parallel, cpu_devices=cpu_devices, gpu_ids=gpu_ids, echo=echo
     )
   else:
-    done = run_tasks_here(chosen, echo=echo)
+    done = run_tasks_here(chosen, echo=echo, hparams_first=varied_fields(tasks))
   if done is None:
     return SweepResult([], None)
   if in_processes:
@@ -481,4 +493,9 @@ def run_study(
   rows = [result_row(task, outcome, host_devices=host_devices) for task, outcome in done]
   if only_task is not None:
     return SweepResult(rows, None)
-  return SweepResult(rows, report.write_report(study, rows, pathlib.Path(workdir)))
+  result = SweepResult(rows, report.write_report(study, rows, pathlib.Path(workdir)))
+  echo(
+    f"TensorBoard: tensorboard --logdir {workdir} (HParams: every run's config, the fields the grid varies "
+    "first, and its final metrics)"
+  )
+  return result

@@ -55,10 +55,11 @@ from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverge
   PendingMetrics,
   TrainingDiverged,
 )
-from stalesgd.training._provenance import provenance
+from stalesgd.training._provenance import provenance, source_commit, stalesgd_version
 from stalesgd.training._run_config import (
   decentral_settings,
   examples_per_update,
+  flatten_config,
   run_label,
   simulate_schedule,
   updates_per_epoch,
@@ -83,6 +84,27 @@ Kubernetes example's pod-failure policy and launch/slurm.sbatch's requeue read
 it), and from a failure (1, or 128 + a signal).
 """
 PENDING_METRICS_KEY = "pending_metrics"  # checkpoint metadata: per-update metrics not yet in a record
+SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
+DATASET_FILENAME = "dataset.json"
+
+
+def _session(first_update: int) -> dict[str, Any]:
+  """One session of a run: the update it started at and the code it ran (a resumed run may run other code)."""
+  return {"first_update": first_update, "stalesgd_version": stalesgd_version(), "stalesgd_commit": source_commit()}
+
+
+def _check_sessions(sessions: list[dict[str, Any]], progress: ProgressReporter) -> None:
+  """Warns when this session runs other code than the one before it: the run is then no single version's."""
+  if len(sessions) < 2:
+    return
+  before, now = sessions[-2], sessions[-1]
+  code = lambda session: (session.get("stalesgd_version"), session.get("stalesgd_commit"))
+  if code(before) != code(now) or str(now.get("stalesgd_commit")).endswith("-dirty"):
+    progress.write(
+      f"warning: updates before {now['first_update']} were computed by stalesgd {code(before)[0]} at "
+      f"{code(before)[1]}, the rest by {code(now)[0]} at {code(now)[1]}: the bits need not equal an "
+      "uninterrupted run of either (summary.json lists every session's code under sessions)"
+    )
 
 
 def _num_parameters(params: Any) -> int:
@@ -128,6 +150,7 @@ def _save_checkpoint(
   pending: PendingMetrics,
   wall_time: float,
   seed: int,
+  sessions: list[dict[str, Any]],
 ) -> None:
   """Saves ``position`` when due (or ``force``), after the records up to it are on disk."""
   if force or checkpointer.should_save(position.updates):
@@ -136,6 +159,7 @@ def _save_checkpoint(
       "update": position.updates,
       "wall_time": wall_time,
       "seed": seed,
+      SESSIONS_KEY: sessions,
       PENDING_METRICS_KEY: pending.snapshot(),
     }  # checks the losses before the weights are kept
     writer.flush()  # every record up to this checkpoint survives a SIGKILL (TensorBoard buffers ~10 s)
@@ -198,8 +222,14 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
     normalization=config.normalization,
     image_size=config.image_size,
     data_workers=config.data_workers,
+    train_split=config.train_split,
+    test_split=config.test_split,
+    image_key=config.image_key,
+    label_key=config.label_key,
   )
-  model = models.get_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+  model = models.get_model(
+    config.model, num_classes=dataset.num_classes, data_shape=dataset.image_shape, **config.model_options
+  )
   batches = data_lib.LearnerBatches(
     dataset,
     batch_per_learner=config.batch_per_learner,
@@ -218,7 +248,9 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   return RunInputs(dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str, *, hparams_first: Sequence[str] = ()
+) -> dict[str, Any]:
   """Trains and evaluates one run; returns its summary (also written to ``summary.json``).
 
   Args:
@@ -226,6 +258,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       `stalesgd.configs`).
     workdir: where metrics, checkpoints, plots and the summary go; a run
       restarted with the same workdir resumes from its latest checkpoint.
+    hparams_first: config fields (flattened, e.g. ``"timing.jitter"``) to
+      show first in TensorBoard's HParams table, e.g. those a study varies.
 
   Returns:
     The summary: final test accuracy and error, simulated and wall-clock time,
@@ -234,10 +268,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   # SIGTERM is caught from the start, so a notice that arrives while the data
   # loads or the step compiles still ends in a checkpoint and a preempted summary.
   with PreemptionGuard() as guard:
-    return _train_and_evaluate(config, workdir, guard)
+    return _train_and_evaluate(config, workdir, guard, hparams_first)
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: PreemptionGuard) -> dict[str, Any]:
+def _train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str, guard: PreemptionGuard, hparams_first: Sequence[str]
+) -> dict[str, Any]:
   """`train_and_evaluate` with its preemption guard active."""
   entered = time.monotonic()
   # ----------------------------------------------------------------- checks and mesh
@@ -261,6 +297,17 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     run.label,
   )
   per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
+  if primary:  # what the data is, from the data (a study reads a diverged run's chance-level error here)
+    facts = {
+      "name": dataset.name,
+      "source": dataset.source,
+      "num_classes": dataset.num_classes,
+      "num_train": dataset.num_train,
+      "num_test": dataset.num_test,
+      "image_shape": list(dataset.image_shape),
+      "chance_test_error": dataset.chance_test_error,
+    }
+    write_whole(workdir / DATASET_FILENAME, json.dumps(facts, indent=2))
   if primary and not (workdir / SCHEDULE_FILENAME).exists():
     schedule_file = io.BytesIO()
     schedule.save(schedule_file)
@@ -289,11 +336,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   wall_offset = 0.0
   restored = checkpointer.restore(state)
   pending_snapshot = None
+  sessions: list[dict[str, Any]] = []
   if restored is not None:
     state, metadata = restored
     writer.truncate_after(metadata["update"])
     pending_snapshot = metadata.get(PENDING_METRICS_KEY)
     wall_offset = metadata["wall_time"]
+    # A checkpoint from before sessions were recorded: its code is unknown.
+    sessions = list(
+      metadata.get(SESSIONS_KEY, [{"first_update": 0, "stalesgd_version": None, "stalesgd_commit": None}])
+    )
     progress.write(f"resumed from the checkpoint at update {metadata['update']} in {workdir}")
   elif (workdir / METRICS_FILENAME).exists():  # killed before its first checkpoint was whole: start over
     writer.truncate_after(0)
@@ -301,6 +353,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   updates = runner.updates_done(state)
   position = _LoopPosition(state, runner.block_at(updates), updates)
   updates_at_start = updates
+  sessions.append(_session(updates))
+  _check_sessions(sessions, progress)
 
   # ----------------------------------------------------------------- loop
   evaluator = Evaluator(
@@ -323,7 +377,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
   next_eval = _next_point(position.updates, eval_interval)
   num_blocks = block_starts.shape[0] - 1
   preempted = False
-  save = dict(checkpointer=checkpointer, writer=writer, pending=pending, seed=config.seed)
+  save = dict(checkpointer=checkpointer, writer=writer, pending=pending, seed=config.seed, sessions=sessions)
 
   # Leaving these blocks closes the checkpointer (finishing a save still being written in the
   # background) and the writer, also when the loop stops on an error such as a non-finite loss:
@@ -376,11 +430,18 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, guard: 
     "checkpoint_s": position.checkpoint_seconds,
     "updates_this_session": position.updates - updates_at_start,
   }
+  summary[SESSIONS_KEY] = sessions
   if primary:
     write_whole(workdir / SUMMARY_FILENAME, json.dumps(summary, indent=2))
     if not preempted:
       plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
       plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
+      last = next((record for record in reversed(records) if "test_error" in record), {})
+      with MetricWriter(workdir) as hparams_writer:  # one more event file in the run's directory
+        hparams_writer.write_hparams(
+          flatten_config(config, first=hparams_first),
+          {tag: last.get(tag) for tag in ("test_error", "test_accuracy", "test_loss", "train_accuracy")},
+        )
   return summary
 
 

@@ -32,6 +32,16 @@ rate :math:`\alpha_t` (this library's behaviour before docs/semantics.md).
 
 For decentralized protocols the same solver is each learner's local optimizer,
 without the per-contribution part: DC-S3GD applies its correction itself.
+
+``config.optimizer`` other than ``"sgd"`` (Adam, LAMB, a user's factory;
+`stalesgd.training._solvers`) replaces the Caffe solver A; the staleness weights
+still act on each contribution before the average, but their mean
+:math:`\bar s` and ``lr_mult`` scale A's *step*, which an adaptive optimizer
+would otherwise normalise away (`stalesgd.modulated_step`):
+
+.. math::
+  u = \bar s\, m_{lr} \odot A\Big(\frac{1}{c} \sum_{k=1}^{c}
+    \frac{s(\sigma_k)}{\bar s}\, q_k \big(\tilde g_k + wd\, m_{wd} \odot w\big)\Big)
 """
 
 from __future__ import annotations
@@ -45,7 +55,9 @@ import optax
 
 from stalesgd import transforms
 from stalesgd.models import ModelSpec
+from stalesgd.training import _solvers as solvers
 from stalesgd.training._run_config import WEIGHT_DECAY_PLACEMENTS, is_decentralized
+from stalesgd.training._solvers import CAFFE_SGD
 
 
 def scale_per_parameter(multipliers: Any) -> optax.GradientTransformation:
@@ -162,7 +174,9 @@ def build_optimizer(
   delay compensation -> weight decay -> staleness weight -> Gap-Aware ->
   average over the c contributions -> ``lr_mult`` -> Caffe SGD with momentum
   (with ``weight_decay_placement="unmodulated"``, weight decay moves after the
-  average).
+  average). With another ``config.optimizer`` (`stalesgd.training._solvers`)
+  the staleness modulation and ``lr_mult`` act on that solver's step
+  (`stalesgd.modulated_step`): u = s_bar * m_lr * A((1/c) sum_k (s_k / s_bar) g~_k).
   """
   decay = []
   if config.weight_decay > 0:
@@ -171,16 +185,24 @@ def build_optimizer(
         config.weight_decay, model.weight_decay_multipliers(params) if config.model_multipliers else None
       )
     )
-  solver = []
-  if config.model_multipliers:
-    solver.append(scale_per_parameter(model.learning_rate_multipliers(params)))
-  solver.append(
-    caffe_sgd(learning_rate_schedule(config, updates_per_epoch), momentum=config.momentum, nesterov=config.nesterov)
-  )
-  if is_decentralized(config):
-    return optax.chain(*decay, *solver)
+  lr_mult = [scale_per_parameter(model.learning_rate_multipliers(params))] if config.model_multipliers else []
+  schedule = learning_rate_schedule(config, updates_per_epoch)
   correct, modulate = delay_compensation_transforms(config), staleness_modulation_transforms(config)
   average = [transforms.average_contributions()]
+  if config.optimizer != CAFFE_SGD:
+    solver = solvers.build_solver(
+      config.optimizer,
+      schedule,
+      dict(config.optimizer_options.items()),
+      momentum=config.momentum,
+      nesterov=config.nesterov,
+    )
+    if is_decentralized(config):
+      return optax.chain(*decay, solver, *lr_mult)
+    return transforms.modulated_step(optax.chain(*correct, *decay, *modulate, *average), optax.chain(solver, *lr_mult))
+  solver = [*lr_mult, caffe_sgd(schedule, momentum=config.momentum, nesterov=config.nesterov)]
+  if is_decentralized(config):
+    return optax.chain(*decay, *solver)
   if config.weight_decay_placement == "modulated":
     return optax.chain(*correct, *decay, *modulate, *average, *solver)
   if config.weight_decay_placement == "unmodulated":

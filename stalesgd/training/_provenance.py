@@ -16,6 +16,7 @@ from typing import Any
 import jax
 
 from stalesgd.training.checkpoint import _format as checkpoint_format
+from stalesgd.training.checkpoint._format import stalesgd_version
 
 PACKAGES = (
   "jax",
@@ -67,12 +68,10 @@ def provenance() -> dict[str, Any]:
   version it was installed with); from a wheel, ``stalesgd_commit`` is None and
   the version is what identifies the code.
   """
-  import stalesgd  # the package this module is part of: its __version__
-
   devices = jax.devices()
   return {
     "python": platform.python_version(),
-    "stalesgd_version": stalesgd.__version__,
+    "stalesgd_version": stalesgd_version(),
     "checkpoint_format": checkpoint_format.FORMAT,
     "packages": package_versions(),
     "stalesgd_commit": source_commit(),

@@ -20,9 +20,11 @@ training stack, the simulated cluster's schedule (`simulate_schedule`, with
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
@@ -31,7 +33,6 @@ from stalesgd import decentral, models, transforms
 from stalesgd import schedule as schedule_lib
 from stalesgd.data import NORMALIZATIONS, SOURCES
 from stalesgd.data._embedded import EMBEDDED_DATASETS
-from stalesgd.data._tfds_source import TFDS_SPLITS
 from stalesgd.training._field_checks import (
   INT64_MAX,
   fail,
@@ -41,6 +42,8 @@ from stalesgd.training._field_checks import (
   require_int,
   require_number,
 )
+from stalesgd.training._solvers import CAFFE_SGD, solver_arguments
+from stalesgd.utils._import_path import check_options, is_import_path, load_callable
 
 # Every protocol's options, ranges and kind are its row of stalesgd.schedule.PROTOCOL_TABLE.
 PARAMETER_SERVER_PROTOCOLS = schedule_lib.PARAMETER_SERVER_PROTOCOLS
@@ -57,9 +60,14 @@ def default_config() -> ml_collections.ConfigDict:
   config.seed = 0
 
   # Data (stalesgd.data.load_dataset).
-  config.dataset = "digits"
-  config.data_source = "embedded"  # tfds | npz | embedded
+  config.dataset = "digits"  # with data_source="python": "package.module:function" (docs/own_experiment.md)
+  config.data_source = "embedded"  # tfds | npz | embedded | python
   config.data_dir = config_dict.placeholder(str)  # tfds data_dir, or the directory of <dataset>_{train,test}.npz
+  # tfds: the splits to train and evaluate on (unset: the data set's usual ones) and the image and label features.
+  config.train_split = config_dict.placeholder(str)
+  config.test_split = config_dict.placeholder(str)
+  config.image_key = "image"
+  config.label_key = "label"
   config.normalization = "per_channel"  # per_pixel_mean (Caffe/Rudra) | per_channel | unit | raw
   # Training augmentation (off in Rudra and DC-ASGD Table 1), by the data set's kind: in memory (CIFAR-10,
   # MNIST, npz) a pad-4 random crop + flip; tfds imagenet2012 (decoded lazily) the Inception random-resized
@@ -69,7 +77,7 @@ def default_config() -> ml_collections.ConfigDict:
   config.data_workers = default_data_workers()  # threads decoding ImageNet's JPEGs (the pixels do not depend on it)
 
   # Model (stalesgd.models.get_model).
-  config.model = "small_cnn"
+  config.model = "small_cnn"  # a registered name, or "package.module:factory" (docs/own_experiment.md)
   config.model_options = ml_collections.ConfigDict()
   config.model_multipliers = False  # Caffe-style per-layer learning-rate and weight-decay multipliers
 
@@ -110,6 +118,10 @@ def default_config() -> ml_collections.ConfigDict:
   # "modulated" (the papers): decay joins each gradient before the staleness weight, so the modulated
   # rate covers it; "unmodulated" (ablation): decay added once after the weighted average, at alpha_t.
   config.weight_decay_placement = "modulated"
+  # The solver: "sgd" (the papers' Caffe SGD), an optax optimizer by name ("adam", "adamw", "lamb", ...) or
+  # "package.module:factory"; its keyword options (e.g. b1, b2, eps; AdamW's weight_decay). stalesgd.training._solvers.
+  config.optimizer = "sgd"
+  config.optimizer_options = ml_collections.ConfigDict()
 
   # Staleness-dependent learning rate (stalesgd.scale_by_staleness), per contribution.
   config.staleness_rule = "none"  # none | inverse (Zhang et al.) | inverse_mean (Rudra) | polynomial | ...
@@ -157,6 +169,21 @@ def default_data_workers() -> int:
   return max(1, min(DEFAULT_DATA_WORKERS_CAP, cores))
 
 
+def flatten_config(config: ml_collections.ConfigDict, *, first: Sequence[str] = ()) -> dict[str, Any]:
+  """Every field as ``{"timing.jitter": value, ...}`` (nested fields joined by dots), those in ``first`` first."""
+  flat: dict[str, Any] = {}
+
+  def add(prefix: str, value: Any) -> None:
+    if isinstance(value, dict):
+      for key in sorted(value):
+        add(f"{prefix}{key}.", value[key])
+    else:
+      flat[prefix[:-1]] = value
+
+  add("", json.loads(config.to_json()))
+  return {**{field: flat[field] for field in first if field in flat}, **flat}
+
+
 @functools.cache
 def _default_fields() -> dict[str | None, tuple[str, ...]]:
   """The field names of `default_config` (None: top level) and of its ``timing``."""
@@ -185,14 +212,13 @@ def _require_known_fields(config) -> None:
     unknown = sorted(set(given.keys()) - set(expected))
     if unknown:
       raise ValueError(f"config.{prefix}{unknown[0]} is not a field; allowed: one of {expected}")
-  options = config.model_options
-  if not isinstance(options, (ml_collections.ConfigDict, Mapping)) or not all(isinstance(k, str) for k in options):
-    fail(
-      "model_options",
-      options,
-      "a mapping of the model's option names to values (e.g. "
-      "ml_collections.ConfigDict(hidden_sizes=(32,)) for model='mlp')",
-    )
+  for field, example in (
+    ("model_options", "ml_collections.ConfigDict(hidden_sizes=(32,)) for model='mlp'"),
+    ("optimizer_options", "ml_collections.ConfigDict(b1=0.9) for optimizer='adam'"),
+  ):
+    options = config[field]
+    if not isinstance(options, (ml_collections.ConfigDict, Mapping)) or not all(isinstance(k, str) for k in options):
+      fail(field, options, f"a mapping of option names to values (e.g. {example})")
 
 
 def _check_timing(config) -> None:
@@ -255,7 +281,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   require_choice(config, "protocol", PROTOCOLS)
   require_choice(config, "data_source", SOURCES)
   require_choice(config, "normalization", NORMALIZATIONS)
-  require_choice(config, "model", models.available_models())
+  _check_model(config)
   require_choice(config, "staleness_rule", STALENESS_RULES)
   require_choice(config, "delay_compensation", DELAY_COMPENSATIONS)
   require_choice(config, "weight_decay_placement", WEIGHT_DECAY_PLACEMENTS)
@@ -305,6 +331,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   ):
     fail("lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
   _check_timing(config)  # timing.jitter is checked by TimingModel, with the other fields' combination
+  _check_optimizer(config)
 
   _check_protocol(config, num_devices)
   if config.dc_per_learner_mean_square and config.delay_compensation != "adaptive":
@@ -377,6 +404,40 @@ def _check_protocol(config, num_devices: int) -> None:
     )
 
 
+def _check_model(config) -> None:
+  """A registered model name, or an importable factory that takes the model options (built in `build_run`)."""
+  if is_import_path(config.model):
+    factory = load_callable(config.model, field="config.model")
+    check_options(
+      factory,
+      config.model_options.keys(),
+      field="config.model",
+      path=config.model,
+      options_field="config.model_options",
+    )
+    return
+  require_choice(config, "model", models.available_models() + ("package.module:factory",))
+
+
+def _check_optimizer(config) -> None:
+  """The solver's name, its options, and what the config's SGD fields mean for it (`_solvers`)."""
+  if not isinstance(config.optimizer, str):
+    fail("optimizer", config.optimizer, "'sgd', an optax optimizer's name, or 'package.module:factory'")
+  if config.optimizer == CAFFE_SGD:
+    if config.optimizer_options.keys():
+      fail("optimizer_options", dict(config.optimizer_options.items()), "empty for optimizer='sgd' (the Caffe solver)")
+    return
+  solver_arguments(
+    config.optimizer, dict(config.optimizer_options.items()), momentum=config.momentum, nesterov=config.nesterov
+  )
+  if config.weight_decay_placement == "unmodulated" and config.weight_decay > 0:
+    fail(
+      "weight_decay_placement",
+      "unmodulated",
+      f"'modulated' with optimizer={config.optimizer!r}: the ablation is defined for the SGD solver only",
+    )
+
+
 def _check_dataset(config) -> None:
   """The data set's name and directory, for the config's source (nothing is read)."""
   name, data_dir, source = config.dataset, config.data_dir, config.data_source
@@ -384,12 +445,18 @@ def _check_dataset(config) -> None:
     fail("data_dir", data_dir, "None or the path of a directory (a str)")
   if source == "embedded" and (not isinstance(name, str) or name not in EMBEDDED_DATASETS):
     fail("dataset", name, f"one of {EMBEDDED_DATASETS} for data_source='embedded'")
-  if source == "tfds" and (not isinstance(name, str) or name not in TFDS_SPLITS):
-    fail(
-      "dataset",
-      name,
-      f"one of {tuple(sorted(TFDS_SPLITS))} for data_source='tfds' (data_source='npz' reads any name from local files)",
-    )
+  if source == "tfds" and (not isinstance(name, str) or not name or is_import_path(name)):
+    fail("dataset", name, "a tfds data set's name for data_source='tfds' (any prepared in data_dir)")
+  if source == "python":
+    if not is_import_path(name):
+      fail("dataset", name, "an import path 'package.module:function' for data_source='python'")
+    load_callable(name, field="config.dataset")
+  for field in ("train_split", "test_split"):
+    if config[field] is not None and (not isinstance(config[field], str) or not config[field]):
+      fail(field, config[field], "None (the data set's usual split) or a split's name")
+  for field in ("image_key", "label_key"):
+    if not isinstance(config[field], str) or not config[field]:
+      fail(field, config[field], "the name of a feature of the tfds data set")
   if source == "npz":
     if not isinstance(name, str) or not name or os.sep in name:
       fail("dataset", name, "a file-name prefix for data_source='npz' (<data_dir>/<dataset>_train.npz)")

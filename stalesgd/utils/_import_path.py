@@ -28,20 +28,20 @@ def load_callable(path: str, *, field: str) -> Callable[..., Any]:
   """
   module_name, _, attribute = path.partition(":")
   if not module_name or not attribute or ":" in attribute:
-    raise ValueError(f"{field} = {path!r}; allowed: a registered name or an import path 'package.module:attribute'")
+    raise ValueError(f"{field}={path!r}; allowed: a registered name or an import path 'package.module:attribute'")
   try:
     target: Any = importlib.import_module(module_name)
   except Exception as error:  # the user's module may raise anything while importing
     raise ValueError(
-      f"{field} = {path!r}: cannot import module {module_name!r} ({type(error).__name__}: {error}); it must be "
+      f"{field}={path!r}: cannot import module {module_name!r} ({type(error).__name__}: {error}); it must be "
       "importable from the program's sys.path (install the package, or start the program from its directory)"
     ) from error
   for part in attribute.split("."):
     if not hasattr(target, part):
-      raise ValueError(f"{field} = {path!r}: {getattr(target, '__name__', target)!r} has no attribute {part!r}")
+      raise ValueError(f"{field}={path!r}: {getattr(target, '__name__', target)!r} has no attribute {part!r}")
     target = getattr(target, part)
   if not callable(target):
-    raise ValueError(f"{field} = {path!r} is a {type(target).__name__}, not callable; allowed: a factory function")
+    raise ValueError(f"{field}={path!r} is a {type(target).__name__}, not callable; allowed: a factory function")
   return target
 
 
@@ -55,15 +55,19 @@ def accepted_options(factory: Callable[..., Any]) -> tuple[set[str], bool]:
   return names, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def check_options(factory: Callable[..., Any], options: Iterable[str], *, field: str, path: str) -> None:
+def check_options(
+  factory: Callable[..., Any], options: Iterable[str], *, field: str, path: str, options_field: str
+) -> None:
   """Refuses keyword ``options`` that ``factory`` does not take, naming them and the ones it does.
 
   Raises:
-    ValueError: naming ``field``, ``path``, the unexpected options and the accepted ones.
+    ValueError: naming ``options_field`` (e.g. ``config.model_options``), the unexpected options, ``field``
+      and ``path``, and the accepted options.
   """
   names, takes_any = accepted_options(factory)
   unexpected = sorted(set(options) - names)
   if unexpected and not takes_any:
     raise ValueError(
-      f"{field} = {path!r} does not take option(s) {unexpected}; its options are {sorted(names) or 'none'}"
+      f"{options_field}.{unexpected[0]}: {field}={path!r} does not take option(s) {unexpected}; its options are "
+      f"{sorted(names) or 'none'}"
     )

@@ -168,9 +168,9 @@ def test_any_tfds_data_set_with_its_own_label_feature_and_class_count():
 @pytest.mark.parametrize(
   "options, match",
   [
-    (dict(label_key="fine"), r"config.label_key = 'fine' is not a feature of tfds data set 'cifar100'; its features: "),
-    (dict(image_key="id"), r"config.image_key = 'id' of tfds data set 'cifar100' is a Text, not an Image"),
-    (dict(label_key="id"), r"config.label_key = 'id' of tfds data set 'cifar100' is a Text, not a ClassLabel"),
+    (dict(label_key="fine"), r"config.label_key='fine' is not a feature of tfds data set 'cifar100'; its features: "),
+    (dict(image_key="id"), r"config.image_key='id' of tfds data set 'cifar100' is a Text, not an Image"),
+    (dict(label_key="id"), r"config.label_key='id' of tfds data set 'cifar100' is a Text, not a ClassLabel"),
   ],
 )
 def test_tfds_features_that_are_not_an_image_and_a_class_label_are_refused(options, match):
@@ -185,7 +185,7 @@ def test_an_unknown_tfds_name_lists_what_the_data_dir_holds(tmp_path):
   (tmp_path / "not_a_dataset").mkdir()
   with pytest.raises(
     ValueError,
-    match=r"config.dataset = 'no_such_data' is neither a tfds data set nor prepared in "
+    match=r"config.dataset='no_such_data' is neither a tfds data set nor prepared in "
     r"data_dir=.*; prepared there: \['my_scans'\]",
   ):
     load_dataset("no_such_data", source="tfds", data_dir=str(tmp_path))
@@ -226,7 +226,7 @@ def test_a_python_data_source_by_import_path():
 @pytest.mark.parametrize(
   "function, match",
   [
-    ("user_float_images", r"config.dataset = '.*:user_float_images', train split: images must be uint8"),
+    ("user_float_images", r"config.dataset='.*:user_float_images', train split: images must be uint8"),
     ("user_wrong_form", r"returned a list; allowed: \(\(train_images, train_labels\), "),
     ("missing_function", r"has no attribute 'missing_function'"),
   ],

@@ -37,6 +37,7 @@ EXPECTED_CONFIG_FILES = {
   "dcs3gd_cifar10_full",
   "dcs3gd_imagenet_resnet50",
   "zhang_mnist",
+  "async_adam",
 }
 
 
@@ -50,12 +51,13 @@ def _config_modules():
 
 
 CONFIG_MODULES = _config_modules()
-# demo is quick already and has no quick token; every other file has one.
+# demo and async_adam are quick already and have no quick token; every other file has one.
+NO_QUICK = ("demo", "async_adam")
 RUNS = [
   (name, variant, quick)
   for name, module in CONFIG_MODULES.items()
   for variant in module.VARIANTS
-  for quick in ((False,) if name == "demo" else (False, True))
+  for quick in ((False,) if name in NO_QUICK else (False, True))
 ]
 
 
@@ -146,7 +148,8 @@ def _image_shape(config):
 
 
 @pytest.mark.parametrize(
-  "name, quick", [(name, quick) for name in CONFIG_MODULES for quick in ((False,) if name == "demo" else (False, True))]
+  "name, quick",
+  [(name, quick) for name in CONFIG_MODULES for quick in ((False,) if name in NO_QUICK else (False, True))],
 )
 def test_default_variant_builds_model_optimizer_and_schedule(name, quick):
   # Shapes only (jax.eval_shape): ResNet-50 and AlexNet are built without allocating their weights.

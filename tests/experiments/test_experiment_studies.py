@@ -23,7 +23,15 @@ MODES = {
 
 
 def test_the_studies_exist():
-  assert set(STUDIES) == {"zhang_cifar10", "zhang_mnist", "rudra_mu_lambda", "dcasgd_table1", "dcs3gd_cifar10", "demo"}
+  assert set(STUDIES) == {
+    "zhang_cifar10",
+    "zhang_mnist",
+    "rudra_mu_lambda",
+    "dcasgd_table1",
+    "dcs3gd_cifar10",
+    "demo",
+    "async_adam",
+  }
 
 
 @pytest.mark.parametrize("name", sorted(STUDIES))

@@ -44,6 +44,7 @@ from stalesgd.training._run_config import (
   default_config,
   validate_config,
 )
+from stalesgd.training._solvers import optax_optimizers
 
 NUM_DEVICES = 8
 INT32_MAX = 2**31 - 1
@@ -110,6 +111,29 @@ def non_empty_str(value: Any) -> bool:
   return isinstance(value, str) and bool(value)
 
 
+def optional_non_empty_str(value: Any) -> bool:
+  return value is None or non_empty_str(value)
+
+
+def tfds_name(value: Any) -> bool:
+  return non_empty_str(value) and ":" not in value
+
+
+def empty_mapping(value: Any) -> bool:
+  return isinstance(value, (ml_collections.ConfigDict, dict)) and not value
+
+
+def adam_options(value: Any) -> bool:
+  # optax.adam's own options; its learning_rate and nesterov are config fields
+  return isinstance(value, (ml_collections.ConfigDict, dict)) and set(value) <= {
+    "b1",
+    "b2",
+    "eps",
+    "eps_root",
+    "mu_dtype",
+  }
+
+
 def file_prefix(value: Any) -> bool:
   return non_empty_str(value) and "/" not in value
 
@@ -142,14 +166,18 @@ CASES = [
   Case("seed", ints(0, INT64_MAX), extra=(INT64_MAX, INT64_MAX + 1)),
   Case("dataset", exactly("digits"), extra=("cifar10", "mnist")),
   Case("dataset", file_prefix, {"data_source": "npz", "data_dir": "/data"}, extra=("cifar10", "a/b")),
-  Case("dataset", choice(TFDS_SPLITS), {"data_source": "tfds"}, extra=tuple(TFDS_SPLITS) + ("svhn",)),
-  Case("data_source", exactly("embedded"), extra=("tfds", "npz", "embedded")),
+  Case("dataset", tfds_name, {"data_source": "tfds"}, extra=tuple(TFDS_SPLITS) + ("svhn", "", "pkg.data:load")),
+  Case("data_source", exactly("embedded", "tfds"), extra=("tfds", "npz", "embedded", "python")),
   Case(
     "data_source",
     exactly("npz", "tfds"),
     {"dataset": "cifar10", "data_dir": "/data"},
     extra=("tfds", "npz", "embedded"),
   ),
+  Case("train_split", optional_non_empty_str, extra=("train", "train[:80%]", "")),
+  Case("test_split", optional_non_empty_str, extra=("test", "validation", "")),
+  Case("image_key", non_empty_str, extra=("image", "")),
+  Case("label_key", non_empty_str, extra=("coarse_label", "")),
   Case("data_dir", optional_str, extra=("/data", "")),
   Case("data_dir", non_empty_str, {"data_source": "npz"}, extra=("data", "")),
   Case("normalization", choice(NORMALIZATIONS), extra=NORMALIZATIONS + ("zca", "Per_channel")),
@@ -159,6 +187,15 @@ CASES = [
   Case("model", choice(models.available_models()), extra=models.available_models() + ("resnet7",)),
   Case("model_options", mapping, extra=({}, {"hidden_sizes": (8,)}, "hidden_sizes=8", ("hidden_sizes", 8))),
   Case("model_multipliers", flags),
+  Case("optimizer", exactly("sgd"), extra=("sgd", "adam", "sgd:x", "SGD")),
+  Case("optimizer", choice(("sgd",) + optax_optimizers()), {"momentum": 0.0}, extra=("adam", "lamb", "adamz", "a:b")),
+  Case("optimizer_options", empty_mapping, extra=({}, {"b1": 0.9}, "b1=0.9", ("b1", 0.9))),
+  Case(
+    "optimizer_options",
+    adam_options,
+    {"optimizer": "adam", "momentum": 0.0},
+    extra=({"b1": 0.8}, {"beta": 1}, {"nesterov": True}, {"learning_rate": 0.1}),
+  ),
   Case("protocol", choice(PROTOCOLS), extra=PROTOCOLS + ("gossip", "ASYNC")),
   Case("learners", ints(1)),
   Case("learners", exactly(NUM_DEVICES), {"protocol": "dcs3gd"}, extra=(4, 8, 16)),

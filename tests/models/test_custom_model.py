@@ -56,7 +56,7 @@ NOT_CALLABLE = 3
 
 
 def test_a_factory_returning_a_module_gives_a_spec_with_the_datas_classes():
-  spec = models.get_model(f"{HERE}:tiny_net", num_classes=7, image_shape=IMAGE_SHAPE, width=5)
+  spec = models.get_model(f"{HERE}:tiny_net", num_classes=7, data_shape=IMAGE_SHAPE, width=5)
   assert (spec.name, spec.num_classes, spec.default_image_shape) == (f"{HERE}:tiny_net", 7, IMAGE_SHAPE)
   params = spec.init(jax.random.key(0), IMAGE_SHAPE)["params"]
   assert params["Dense_0"]["kernel"].shape == (64, 5)
@@ -67,13 +67,13 @@ def test_a_factory_returning_a_module_gives_a_spec_with_the_datas_classes():
 
 
 def test_a_factory_returning_a_model_spec_is_used_as_it_is():
-  spec = models.get_model(f"{HERE}:a_spec", num_classes=10, image_shape=IMAGE_SHAPE)
+  spec = models.get_model(f"{HERE}:a_spec", num_classes=10, data_shape=IMAGE_SHAPE)
   assert spec.name == "mine"
   assert spec.learning_rate_multipliers({"a": jnp.zeros(2)}) == {"a": 2.0}
 
 
 def test_stalesgd_batch_norm_gets_precise_bn_like_the_built_in_models():
-  spec = models.get_model(f"{HERE}:tiny_net", num_classes=3, image_shape=IMAGE_SHAPE, batch_norm="stalesgd")
+  spec = models.get_model(f"{HERE}:tiny_net", num_classes=3, data_shape=IMAGE_SHAPE, batch_norm="stalesgd")
   assert spec.has_batch_norm
   params = spec.init(jax.random.key(1), IMAGE_SHAPE)["params"]
   images = jax.random.normal(jax.random.key(2), (4, *IMAGE_SHAPE))
@@ -87,10 +87,15 @@ def test_stalesgd_batch_norm_gets_precise_bn_like_the_built_in_models():
 @pytest.mark.parametrize(
   ("name", "options", "message"),
   [
-    ("no_such_package.nets:make", {}, r"config.model = 'no_such_package.nets:make': cannot import module "),
+    ("no_such_package.nets:make", {}, r"config.model='no_such_package.nets:make': cannot import module "),
     (f"{HERE}:missing", {}, rf"'{HERE}' has no attribute 'missing'"),
     (f"{HERE}:NOT_CALLABLE", {}, r"is a int, not callable"),
-    (f"{HERE}:tiny_net", {"depth": 3}, r"does not take option\(s\) \['depth'\]; its options are \['batch_norm', "),
+    (
+      f"{HERE}:tiny_net",
+      {"depth": 3},
+      r"config.model_options.depth: config.model='.*:tiny_net' does not take option\(s\) \['depth'\]; its options are "
+      r"\['batch_norm', ",
+    ),
     (f"{HERE}:not_a_model", {}, r"returned a int; allowed: a flax.linen.Module or a stalesgd.models.ModelSpec"),
     (
       f"{HERE}:fixed_ten_classes",
@@ -108,7 +113,7 @@ def test_stalesgd_batch_norm_gets_precise_bn_like_the_built_in_models():
 )
 def test_a_bad_user_model_is_refused_naming_the_path_and_the_problem(name, options, message):
   with pytest.raises(ValueError, match=message):
-    models.get_model(name, num_classes=3, image_shape=IMAGE_SHAPE, **options)
+    models.get_model(name, num_classes=3, data_shape=IMAGE_SHAPE, **options)
 
 
 def test_an_unknown_registered_name_mentions_import_paths():

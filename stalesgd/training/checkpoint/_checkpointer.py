@@ -94,12 +94,6 @@ def _check_optional_positive_int(name: str, value: Any) -> None:
 _RESERVED_KEYS = (CHECKSUMS_KEY, _format.FORMAT_KEY, _format.WRITER_KEY)  # written by `save` itself
 
 
-def _stalesgd_version() -> str:
-  import stalesgd  # the package this module is part of: its __version__
-
-  return stalesgd.__version__
-
-
 def _key_name(key: Any) -> str:
   """One component of a jax key path as a string: a dict key, a NamedTuple field or a sequence index."""
   for attribute in ("key", "name", "idx"):
@@ -227,7 +221,7 @@ class Checkpointer:
         f"str key but {list(_RESERVED_KEYS)}"
       )
     json_metadata = to_json_value(metadata, name="metadata")
-    json_metadata.update({_format.FORMAT_KEY: _format.FORMAT, _format.WRITER_KEY: _stalesgd_version()})
+    json_metadata.update({_format.FORMAT_KEY: _format.FORMAT, _format.WRITER_KEY: _format.stalesgd_version()})
     step = int(step)
     if step in self._manager.all_steps():
       return False
@@ -377,7 +371,7 @@ class Checkpointer:
       migrations = _format.migrations_from(_format.saved_format(metadata))
     except ValueError as error:
       raise CheckpointError(
-        f"{where} cannot be read by stalesgd {_stalesgd_version()} ({error}): resume it with the version that "
+        f"{where} cannot be read by stalesgd {_format.stalesgd_version()} ({error}): resume it with the version that "
         "wrote it or a later one, or start this version in another workdir"
       ) from error
     saved, wanted = _leaves_by_path(saved_layout), _leaves_by_path(abstract_state)

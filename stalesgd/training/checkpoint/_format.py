@@ -71,6 +71,13 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
+def stalesgd_version() -> str:
+  """The running code's ``stalesgd.__version__`` (what a checkpoint records as its writer)."""
+  import stalesgd  # the package this module is part of: its __version__
+
+  return stalesgd.__version__
+
+
 def saved_format(metadata: Mapping[str, Any]) -> int:
   """The format a checkpoint's metadata says it was written in."""
   return int(metadata.get(FORMAT_KEY, UNRECORDED_FORMAT))

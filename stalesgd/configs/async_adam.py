@@ -1,0 +1,54 @@
+r"""Does alpha_0/sigma help an asynchronous Adam? Adam as the parameter server's solver, on the embedded digits.
+
+FedBuff-style servers apply stale updates with Adam. Zhang et al.'s alpha_0/sigma was derived for SGD; with an
+adaptive solver it must scale the solver's *step* (`stalesgd.modulated_step`), since Adam normalises a scale
+on its input away. ``get_config(arg)``, arg one of:
+
+* ``hardsync``: synchronous Adam, lambda = 16 learners, mu = 8 (the reference);
+* ``async`` (default): asynchronous Adam at the same rate, every gradient applied as it arrives (sigma about
+  lambda - 1 = 15, varying with the timing jitter: lognormal, sigma 0.3);
+* ``async_inverse``: the same with alpha_0/sigma on Adam's step.
+
+Commands::
+
+  stalesgd-reproduce --study=async_adam --seeds=3 --parallel=auto
+  python -m experiments.main --config=experiments/configs/async_adam.py:async_inverse --workdir=runs/adam1
+
+Hardware and time: a CPU, seconds per run (10 epochs of 1,497 images). The result is in the README,
+*Results*, *An asynchronous Adam*.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from stalesgd.configs.arguments import parse_config_argument
+from stalesgd.training._run_config import default_config
+
+VARIANTS = ("hardsync", "async", "async_inverse")
+ADAM_LEARNING_RATE = 0.003
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The run selected by ``arg`` (one of `VARIANTS`; see the module docstring)."""
+  arguments = parse_config_argument(arg, variants=VARIANTS, default="async")
+  if arguments.quick:
+    raise ValueError(f"config argument {arg!r}: async_adam has no 'quick' variant (it runs in seconds)")
+  config = default_config()
+  config.dataset, config.data_source = "digits", "embedded"
+  config.model = "small_cnn"
+  config.learners = 16
+  config.batch_per_learner = 8
+  config.num_epochs = 10.0
+  config.optimizer = "adam"
+  config.learning_rate = ADAM_LEARNING_RATE
+  config.momentum = 0.0  # Adam's averaging is its b1 (optimizer_options), left at optax's 0.9
+  config.timing.jitter_sigma = 0.3
+  config.eval_every_epochs = 1.0
+  config.log_every_updates = 50
+  if arguments.variant == "hardsync":
+    config.protocol = "hardsync"
+  else:
+    config.protocol = "async"
+    config.staleness_rule = "inverse" if arguments.variant == "async_inverse" else "none"
+  return config
