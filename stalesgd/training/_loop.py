@@ -377,6 +377,7 @@ def _train_and_evaluate(
   next_eval = _next_point(position.updates, eval_interval)
   num_blocks = block_starts.shape[0] - 1
   preempted = False
+  last_evaluation: dict[str, Any] = {}  # this session's (a run resumed at its end has none)
   save = dict(checkpointer=checkpointer, writer=writer, pending=pending, seed=config.seed, sessions=sessions)
 
   # Leaving these blocks closes the checkpointer (finishing a save still being written in the
@@ -395,6 +396,7 @@ def _train_and_evaluate(
         if updates >= next_eval or finished:
           began = time.monotonic()
           record.update(evaluator(runner.params(position.state)))
+          last_evaluation = record
           position.evaluation_seconds += time.monotonic() - began
           next_eval = _next_point(updates, eval_interval)
         writer.write_scalars(updates, record)
@@ -407,6 +409,11 @@ def _train_and_evaluate(
         preempted = not finished
         break
       _save_checkpoint(position, force=finished, wall_time=wall(), **save)
+    if not preempted:  # TensorBoard's HParams: the config and the final metrics, in the run's own event file
+      writer.write_hparams(
+        flatten_config(config, first=hparams_first),
+        {tag: last_evaluation.get(tag) for tag in ("test_error", "test_accuracy", "test_loss", "train_accuracy")},
+      )
   progress.close()
   loop_seconds = time.monotonic() - start_time
 
@@ -436,12 +443,6 @@ def _train_and_evaluate(
     if not preempted:
       plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
       plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
-      last = next((record for record in reversed(records) if "test_error" in record), {})
-      with MetricWriter(workdir) as hparams_writer:  # one more event file in the run's directory
-        hparams_writer.write_hparams(
-          flatten_config(config, first=hparams_first),
-          {tag: last.get(tag) for tag in ("test_error", "test_accuracy", "test_loss", "train_accuracy")},
-        )
   return summary
 
 
