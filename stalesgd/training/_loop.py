@@ -19,9 +19,14 @@ Everything in ``workdir`` (written by process 0 only):
 * ``schedule.npz``: the simulated schedule (`stalesgd.schedule.Schedule.load`);
 * ``config.json``: the run's config; a restart with another config (other than
   the logging and checkpoint cadences) is refused instead of mixing two runs;
+* ``dataset.json``: the data's class count, split sizes, image shape and
+  chance-level test error (from the test labels), written at the start;
 * ``curves.png``, ``staleness.png`` and ``summary.json`` at the end; the
   summary's ``wall_time_breakdown`` splits this session's wall time into
-  start-up, training (compilation included), evaluation and checkpoints.
+  start-up, training (compilation included), evaluation and checkpoints, and
+  its ``sessions`` list the code (stalesgd version and commit) each session
+  ran, from the update it started at; TensorBoard's HParams get the config
+  and the final metrics.
 
 SIGTERM saves a checkpoint and returns a summary with ``preempted`` true (the
 programs then exit with `PREEMPTED_EXIT_STATUS`, 75). A non-finite
