@@ -31,7 +31,7 @@ class Dataset:
     source: where it was read from: ``"tfds"``, ``"npz"``, ``"embedded"`` or ``"python"``.
     train: the training split.
     test: the evaluation split (tfds ``imagenet2012``: ``validation``).
-    num_classes: number of classes.
+    num_classes: number of classes; None for float targets (a task other than classification).
     normalization: uint8 -> float32 input transform, fitted on ``train``.
   """
 
@@ -39,7 +39,7 @@ class Dataset:
   source: str
   train: ImageSource
   test: ImageSource
-  num_classes: int
+  num_classes: int | None
   normalization: Normalization
 
   def __post_init__(self):
@@ -60,12 +60,14 @@ class Dataset:
     return len(self.test)
 
   @property
-  def chance_test_error(self) -> float:
+  def chance_test_error(self) -> float | None:
     """Test error (%) of always predicting the test split's most frequent class: 100 (1 - max_c n_c / N).
 
     A diverged run is recorded with it. A lazily read split (ImageNet) is not scanned for its labels: it is
-    taken as balanced, 100 (1 - 1 / num_classes).
+    taken as balanced, 100 (1 - 1 / num_classes). None for float targets.
     """
+    if self.num_classes is None:  # float targets: no classes to guess
+      return None
     labels = getattr(self.test, "labels", None)
     if labels is None or len(labels) == 0:
       return 100.0 * (1.0 - 1.0 / self.num_classes)

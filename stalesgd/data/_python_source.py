@@ -6,7 +6,8 @@ The function is called without arguments and returns in-memory arrays, like ``ke
 * a mapping ``{"train": (images, labels), "test": (images, labels)}``, optionally with ``"num_classes"``
   (otherwise the largest label + 1).
 
-Images are uint8 [N, H, W] or [N, H, W, C] and labels integers in [0, num_classes) (`ArraySource` checks
+Images are uint8 [N, H, W] or [N, H, W, C] and labels integers in [0, num_classes), or float targets [N] for
+another task (a regression) trained with a loss function of the user's (``config.loss``; `ArraySource` checks
 them). Errors name ``config.dataset`` and what is wrong, at load time, before anything is compiled.
 """
 
@@ -33,8 +34,11 @@ def _pair(value: Any, split: str, path: str) -> tuple[Any, Any]:
   return value[0], value[1]
 
 
-def load_python_splits(path: str) -> tuple[ArraySource, ArraySource, int]:
+def load_python_splits(path: str) -> tuple[ArraySource, ArraySource, int | None]:
   """(train, test, num_classes) from the function at ``path`` (module docstring: what it returns).
+
+  Float labels are targets of a task other than classification (``num_classes`` None): they need a loss
+  function of the user's (``config.loss``).
 
   Raises:
     ValueError: naming ``config.dataset``: cannot import or call it, it returned another form, the arrays are
@@ -59,6 +63,13 @@ def load_python_splits(path: str) -> tuple[ArraySource, ArraySource, int]:
       splits.append(ArraySource(np.asarray(images), np.asarray(labels)))
     except ValueError as error:
       raise ValueError(f"{FIELD}={path!r}, {split} split: {error}") from error
+  kinds = {np.issubdtype(source.labels.dtype, np.floating) for source in splits}
+  if kinds == {True}:  # float targets: no classes (a regression, with a loss function of the user's)
+    if num_classes is not None:
+      raise ValueError(f"{FIELD}={path!r}: num_classes = {num_classes!r} with float targets; allowed: none")
+    return splits[0], splits[1], None
+  if len(kinds) > 1:
+    raise ValueError(f"{FIELD}={path!r}: one split has float targets and the other integer labels")
   largest = max(int(source.labels.max(initial=0)) for source in splits)
   if num_classes is None:
     num_classes = largest + 1

@@ -41,11 +41,12 @@ def _check_indices(indices: np.ndarray, size: int) -> np.ndarray:
 
 
 class ArraySource:
-  """A split held in memory as uint8 images [N, H, W, C] and integer labels [N].
+  """A split held in memory as uint8 images [N, H, W, C] and integer labels [N] (or float targets [N]).
 
   Attributes:
     images: uint8 [N, H, W, C] (a [N, H, W] input gains a channel axis).
-    labels: int32 [N].
+    labels: int32 [N] class indices; float32 [N] targets where a split holds float labels (a regression
+      with a user's loss function, `stalesgd.models.ModelSpec.loss`).
     image_shape: (H, W, C).
   """
 
@@ -57,14 +58,21 @@ class ArraySource:
       raise ValueError(
         f"images must be uint8 [N, H, W] or [N, H, W, C]; got dtype {images.dtype}, shape {images.shape}"
       )
-    if labels.ndim != 1 or labels.shape[0] != images.shape[0] or not np.issubdtype(labels.dtype, np.integer):
+    if labels.ndim != 1 or labels.shape[0] != images.shape[0] or not np.issubdtype(labels.dtype, np.number):
       raise ValueError(
-        f"labels must be integers [N] with N = {images.shape[0]} images; got dtype {labels.dtype}, shape {labels.shape}"
+        f"labels must be integers [N] (or float targets [N]) with N = {images.shape[0]} images; got dtype "
+        f"{labels.dtype}, shape {labels.shape}"
       )
-    if labels.size and labels.min() < 0:
-      raise ValueError(f"labels must be >= 0; got minimum {labels.min()}")
+    if np.issubdtype(labels.dtype, np.floating):
+      if not np.all(np.isfinite(labels)):
+        raise ValueError("float targets must be finite")
+      labels = labels.astype(np.float32)
+    else:
+      if labels.size and labels.min() < 0:
+        raise ValueError(f"labels must be >= 0; got minimum {labels.min()}")
+      labels = labels.astype(np.int32)
     self.images = images
-    self.labels = labels.astype(np.int32)
+    self.labels = labels
     self.image_shape = tuple(images.shape[1:])
 
   def __len__(self) -> int:

@@ -32,12 +32,15 @@ FIELD = "config.model"
 _PROBE_BATCH = 2
 
 
-def custom_model(path: str, *, num_classes: int, image_shape: tuple[int, int, int] | None, options: dict) -> ModelSpec:
+def custom_model(
+  path: str, *, num_classes: int | None, image_shape: tuple[int, int, int] | None, options: dict
+) -> ModelSpec:
   """The `ModelSpec` of the model the factory at ``path`` builds (module docstring: the contract).
 
   Args:
     path: ``"package.module:factory"``.
-    num_classes: the data's class count, passed as ``num_classes`` where the factory takes it.
+    num_classes: the data's class count, passed as ``num_classes`` where the factory takes it; None for
+      float targets (the outputs are then whatever the user's loss reads).
     image_shape: (height, width, channels) of the data; the output shape is checked on it. None: the
       factory must return a `ModelSpec` (which knows its own image shape).
     options: keyword arguments for the factory (``config.model_options``).
@@ -51,7 +54,7 @@ def custom_model(path: str, *, num_classes: int, image_shape: tuple[int, int, in
   check_options(factory, options, field=FIELD, path=path, options_field="config.model_options")
   names, takes_any = accepted_options(factory)
   arguments = dict(options)
-  if "num_classes" in names or takes_any:
+  if num_classes is not None and ("num_classes" in names or takes_any):
     arguments.setdefault("num_classes", num_classes)
   built = factory(**arguments)
   if isinstance(built, ModelSpec):
@@ -68,8 +71,9 @@ def custom_model(path: str, *, num_classes: int, image_shape: tuple[int, int, in
   return spec
 
 
-def _check_forward(spec: ModelSpec, *, path: str, num_classes: int, image_shape: tuple[int, int, int]) -> None:
-  """One abstract init and training/evaluation forward: output shapes, and a training path without state."""
+def _check_forward(spec: ModelSpec, *, path: str, num_classes: int | None, image_shape: tuple[int, int, int]) -> None:
+  """One abstract init and training/evaluation forward: output shapes (logits [B, num_classes] for class
+  labels; any shape for float targets, which a user's loss reads), and a training path without state."""
   if spec.num_classes != num_classes:
     raise ValueError(f"{FIELD}={path!r} built a model of {spec.num_classes} classes; the data has {num_classes}")
   images = jax.ShapeDtypeStruct((_PROBE_BATCH, *image_shape), jnp.float32)
@@ -106,7 +110,7 @@ def _check_forward(spec: ModelSpec, *, path: str, num_classes: int, image_shape:
       f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}).{why}"
     ) from error
   expected = (_PROBE_BATCH, num_classes)
-  if tuple(logits.shape) != expected:
+  if num_classes is not None and tuple(logits.shape) != expected:
     raise ValueError(
       f"{FIELD}={path!r} returns outputs of shape {tuple(logits.shape)} for {_PROBE_BATCH} images of shape "
       f"{tuple(image_shape)}; allowed: logits [B, num_classes] = {expected}"

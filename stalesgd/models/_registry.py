@@ -46,7 +46,7 @@ def _accepted_options(factory: Callable[..., ModelSpec]) -> set[str]:
 
 
 def get_model(
-  name: str, *, num_classes: int, data_shape: tuple[int, int, int] | None = None, **kwargs: Any
+  name: str, *, num_classes: int | None, data_shape: tuple[int, int, int] | None = None, **kwargs: Any
 ) -> ModelSpec:
   """Builds a registered model, or a user's model named by import path.
 
@@ -55,7 +55,8 @@ def get_model(
       ``"resnet_cifar"`` (with ``depth``), ``"resnet50"``, ``"alexnet"``,
       ``"mlp"``, ``"small_cnn"``; or ``"package.module:factory"``, a factory
       returning a flax module or a `ModelSpec` (`stalesgd.models._custom`).
-    num_classes: number of output classes (>= 2).
+    num_classes: number of output classes (>= 2); None (data with float
+      targets) only for a user's model.
     data_shape: (height, width, channels) of the data's images: a user's
       model is checked on it (a registered model ignores it; some take an
       ``image_shape`` option of their own).
@@ -65,8 +66,13 @@ def get_model(
   Returns:
     The model's `ModelSpec`.
   """
+  if is_import_path(name) and num_classes is None:  # a user's model on float targets (a user's loss)
+    return custom_model(name, num_classes=None, image_shape=data_shape, options=kwargs)
   if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2:
-    raise ValueError(f"num_classes must be an int >= 2; got {num_classes!r}")
+    raise ValueError(
+      f"num_classes must be an int >= 2; got {num_classes!r} (data without classes needs a model of your own, "
+      "config.model='package.module:factory', and a loss, config.loss)"
+    )
   if is_import_path(name):
     return custom_model(name, num_classes=num_classes, image_shape=data_shape, options=kwargs)
   if name not in _FACTORIES:

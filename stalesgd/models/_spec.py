@@ -38,6 +38,9 @@ Variables = dict[str, Any]
 Batch = Mapping[str, jax.Array]
 MultiplierRule = Callable[[tuple[str, ...]], float]
 """Maps a parameter's path of names, e.g. ``("conv1", "bias")``, to a multiplier."""
+LossFunction = Callable[[jax.Array, jax.Array], Mapping[str, jax.Array]]
+"""A user's loss: ``(outputs [B, ...], labels [B]) -> {"loss": [B], metric: [B], ...}``, per example
+(`stalesgd.models._loss`); training minimises the batch mean of ``"loss"``, evaluation reports every mean."""
 
 
 def unit_multiplier(path: tuple[str, ...]) -> float:
@@ -75,15 +78,17 @@ class ModelSpec:
     learning_rate_rule: per-parameter learning-rate multiplier by path.
     weight_decay_rule: per-parameter weight-decay multiplier by path.
     uses_dropout: whether the training forward needs ``batch["dropout_seed"]``.
+    loss: a user's loss and metrics (`LossFunction`); None: softmax cross-entropy on class labels.
   """
 
   name: str
   module: nn.Module
-  num_classes: int
+  num_classes: int | None
   default_image_shape: tuple[int, int, int]
   learning_rate_rule: MultiplierRule = unit_multiplier
   weight_decay_rule: MultiplierRule = unit_multiplier
   uses_dropout: bool = False
+  loss: LossFunction | None = None
 
   def init(self, rng: jax.Array, image_shape: tuple[int, int, int] | None = None) -> Variables:
     """Initial variables: ``{"params": ...}`` plus ``"batch_stats"`` for BN models.
@@ -124,7 +129,7 @@ class ModelSpec:
     return bool(jax.tree.leaves(shapes.get("batch_stats", {})))
 
   def loss_fn(self, params: Params, batch: Batch) -> tuple[jax.Array, jax.Array]:
-    """Mean softmax cross-entropy of the training-mode forward.
+    """Mean softmax cross-entropy of the training-mode forward (or the mean of `loss`'s ``"loss"``).
 
     L(w) = -(1/B) sum_b log softmax(f(w, x_b))[y_b], with batch-normalised layers
     using the batch's own statistics; pure in ``params``.
@@ -147,6 +152,8 @@ class ModelSpec:
         )
       rngs["dropout"] = jax.random.key(batch["dropout_seed"])
     logits = self.module.apply({"params": params}, batch["image"], train=True, rngs=rngs)
+    if self.loss is not None:  # a user's loss: the batch mean of its per-example "loss"
+      return jnp.mean(self.loss(logits, batch["label"])["loss"]), logits
     loss = optax.losses.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
     return loss, logits
 

@@ -25,7 +25,11 @@ from stalesgd.parallel._sharding import global_array
 
 
 class Evaluator:
-  """Computes ``test_accuracy``, ``test_error`` (percent), ``test_loss`` and ``train_accuracy``."""
+  """Computes ``test_accuracy``, ``test_error`` (percent), ``test_loss`` and ``train_accuracy``.
+
+  With a user's loss (`stalesgd.models.ModelSpec.loss`, ``metric_names`` the names of what it returns), the
+  test set's mean of each value instead: ``test_loss``, ``test_<name>``.
+  """
 
   def __init__(
     self,
@@ -38,8 +42,10 @@ class Evaluator:
     precise_bn_batches: int,
     precise_bn_batch_size: int,
     seed: int,
+    metric_names: tuple[str, ...] = (),
   ):
     self.model, self.dataset = model, dataset
+    self.metric_names = metric_names
     devices = mesh.devices.size
     self.batch_size = -(-batch_size // devices) * devices  # split evenly over the mesh
     self.train_examples = train_examples
@@ -59,12 +65,16 @@ class Evaluator:
   def _batch_sums(self, variables, batch):
     logits = self.model.predict(variables, batch["image"])
     mask = batch["mask"].astype(jnp.float32)
+    if self.model.loss is not None:  # a user's loss: the sum of every value it returns, then the count
+      values = self.model.loss(logits, batch["label"])
+      return jnp.stack([jnp.sum(values[name] * mask) for name in self.metric_names] + [jnp.sum(mask)])
     correct = (jnp.argmax(logits, axis=-1) == batch["label"]).astype(jnp.float32)
     loss = optax.losses.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
     return jnp.stack([jnp.sum(correct * mask), jnp.sum(loss * mask), jnp.sum(mask)])
 
   def _accumulate(self, variables, split: str, num_examples: int | None) -> np.ndarray:
-    totals = global_array(np.zeros(3, np.float32), self._replicated)
+    sums = len(self.metric_names) + 1 if self.model.loss is not None else 3
+    totals = global_array(np.zeros(sums, np.float32), self._replicated)
     for batch in data_lib.evaluation_batches(
       self.dataset, batch_size=self.batch_size, split=split, num_examples=num_examples
     ):
@@ -82,6 +92,9 @@ class Evaluator:
 
   def __call__(self, params: Any) -> dict[str, float]:
     variables = self.variables(params)
+    if self.model.loss is not None:
+      *totals, count = self._accumulate(variables, "test", None)
+      return {f"test_{name}": total / count for name, total in zip(self.metric_names, totals)}
     correct, loss, count = self._accumulate(variables, "test", None)
     results = {
       "test_accuracy": correct / count,

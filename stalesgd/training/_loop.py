@@ -53,6 +53,7 @@ from jax.experimental import multihost_utils
 
 from stalesgd import data as data_lib
 from stalesgd import models
+from stalesgd.models._loss import is_default_loss, user_loss
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.training._evaluator import Evaluator
 from stalesgd.training._optimizer import build_optimizer
@@ -177,6 +178,12 @@ def _next_point(value: int, interval: float) -> float:
   return (math.floor(value / interval + 1e-9) + 1) * interval
 
 
+def _label_dtype(dataset: data_lib.Dataset) -> np.dtype:
+  """The labels' dtype: float32 targets or int32 classes (a lazily read split holds class labels)."""
+  labels = getattr(dataset.train, "labels", None)
+  return np.dtype(np.int32) if labels is None else labels.dtype
+
+
 class RunInputs(NamedTuple):
   """What a run trains, built from its config alone (`build_run`).
 
@@ -191,6 +198,8 @@ class RunInputs(NamedTuple):
     label: the run's name in logs, plots and the summary (`stalesgd.training.run_label`).
     decentral_settings: a decentralized protocol's DC-S3GD settings; None for a parameter-server protocol.
     runner: the protocol's runner on the mesh given to `build_run` (None without one).
+    metric_names: what a user's loss (``config.loss``) returns per example, ``"loss"`` first; () for the
+      built-in classification.
   """
 
   dataset: data_lib.Dataset
@@ -203,6 +212,7 @@ class RunInputs(NamedTuple):
   label: str
   decentral_settings: DCS3GDConfig | None
   runner: Runner | None
+  metric_names: tuple[str, ...]
 
 
 def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None) -> RunInputs:
@@ -232,9 +242,20 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
     image_key=config.image_key,
     label_key=config.label_key,
   )
+  if dataset.num_classes is None and is_default_loss(config.loss):
+    raise ValueError(
+      f"config.loss={config.loss!r} needs class labels, and config.dataset={config.dataset!r} has float targets; "
+      "allowed: a loss of your own, 'package.module:function' (docs/own_experiment.md)"
+    )
   model = models.get_model(
     config.model, num_classes=dataset.num_classes, data_shape=dataset.image_shape, **config.model_options
   )
+  metric_names: tuple[str, ...] = ()
+  if not is_default_loss(config.loss):
+    loss, metric_names = user_loss(
+      config.loss, model, image_shape=dataset.image_shape, label_dtype=_label_dtype(dataset)
+    )
+    model = dataclasses.replace(model, loss=loss)
   batches = data_lib.LearnerBatches(
     dataset,
     batch_per_learner=config.batch_per_learner,
@@ -250,7 +271,9 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   settings, label = decentral_settings(config), run_label(config)
   optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
   runner = None if mesh is None else make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings)
-  return RunInputs(dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner)
+  return RunInputs(
+    dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner, metric_names
+  )
 
 
 def train_and_evaluate(
@@ -371,6 +394,7 @@ def _train_and_evaluate(
     precise_bn_batches=config.precise_bn_batches,
     precise_bn_batch_size=config.batch_per_learner * config.learners,
     seed=config.seed,
+    metric_names=run.metric_names,
   )
   eval_interval = config.eval_every_epochs * per_epoch
   start_time = time.monotonic()
@@ -417,7 +441,7 @@ def _train_and_evaluate(
     if not preempted:  # TensorBoard's HParams: the config and the final metrics, in the run's own event file
       writer.write_hparams(
         flatten_config(config, first=hparams_first),
-        {tag: last_evaluation.get(tag) for tag in ("test_error", "test_accuracy", "test_loss", "train_accuracy")},
+        {tag: value for tag, value in last_evaluation.items() if tag.startswith("test_") or tag == "train_accuracy"},
       )
   progress.close()
   loop_seconds = time.monotonic() - start_time

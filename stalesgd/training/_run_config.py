@@ -33,6 +33,7 @@ from stalesgd import decentral, models, transforms
 from stalesgd import schedule as schedule_lib
 from stalesgd.data import NORMALIZATIONS, SOURCES
 from stalesgd.data._embedded import EMBEDDED_DATASETS
+from stalesgd.models._loss import check_loss_name
 from stalesgd.training._field_checks import (
   INT64_MAX,
   fail,
@@ -80,6 +81,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.model = "small_cnn"  # a registered name, or "package.module:factory" (docs/own_experiment.md)
   config.model_options = ml_collections.ConfigDict()
   config.model_multipliers = False  # Caffe-style per-layer learning-rate and weight-decay multipliers
+  # "softmax_cross_entropy" (classification: test error, accuracy, loss), or "package.module:function"
+  # returning per-example {"loss": ..., metric: ...} (stalesgd.models._loss; docs/own_experiment.md).
+  config.loss = "softmax_cross_entropy"
 
   # Protocol (stalesgd.schedule.simulate / stalesgd.decentral).
   config.protocol = "hardsync"
@@ -282,6 +286,9 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   require_choice(config, "data_source", SOURCES)
   require_choice(config, "normalization", NORMALIZATIONS)
   _check_model(config)
+  if not isinstance(config.loss, str):
+    fail("loss", config.loss, "'softmax_cross_entropy' or an import path 'package.module:function'")
+  check_loss_name(config.loss)
   require_choice(config, "staleness_rule", STALENESS_RULES)
   require_choice(config, "delay_compensation", DELAY_COMPENSATIONS)
   require_choice(config, "weight_decay_placement", WEIGHT_DECAY_PLACEMENTS)

@@ -187,6 +187,7 @@ CASES = [
   Case("model", choice(models.available_models()), extra=models.available_models() + ("resnet7",)),
   Case("model_options", mapping, extra=({}, {"hidden_sizes": (8,)}, "hidden_sizes=8", ("hidden_sizes", 8))),
   Case("model_multipliers", flags),
+  Case("loss", exactly("softmax_cross_entropy"), extra=("softmax_cross_entropy", "mse", "a:b", "")),
   Case("optimizer", exactly("sgd"), extra=("sgd", "adam", "sgd:x", "SGD")),
   Case("optimizer", choice(("sgd",) + optax_optimizers()), {"momentum": 0.0}, extra=("adam", "lamb", "adamz", "a:b")),
   Case("optimizer_options", empty_mapping, extra=({}, {"b1": 0.9}, "b1=0.9", ("b1", 0.9))),

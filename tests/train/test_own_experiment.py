@@ -1,4 +1,4 @@
-"""A researcher's own model, data and optimizer, defined here (outside the package), trained by stalesgd.
+"""A researcher's own model, data, optimizer and loss, defined here (outside the package), trained by stalesgd.
 
 The three import paths below go into a config as they would from the command line
 (``--config.model=tests.train.test_own_experiment:own_cnn``); nothing in stalesgd knows them. Each protocol
@@ -151,3 +151,75 @@ def test_a_bad_own_experiment_is_refused_before_anything_is_read(field, value, m
   with pytest.raises(ValueError, match=match):
     train_and_evaluate(config, str(tmp_path / "run"))
   assert not (tmp_path / "run" / "config.json").exists()
+
+
+class OwnRegressor(nn.Module):
+  @nn.compact
+  def __call__(self, images, *, train: bool):
+    del train
+    return nn.Dense(1)(nn.relu(nn.Dense(16)(images.reshape(images.shape[0], -1))))
+
+
+def own_regressor() -> nn.Module:
+  """A model for a task that is not classification: one number per image."""
+  return OwnRegressor()
+
+
+def own_brightness():
+  """A regression: each digit image's mean pixel value, standardised with the training split's mean and std."""
+  (train_images, _), (test_images, _) = own_digits()
+  brightness = lambda images: images.reshape(len(images), -1).mean(axis=1)
+  mean, std = brightness(train_images).mean(), brightness(train_images).std()
+  target = lambda images: ((brightness(images) - mean) / std).astype(np.float32)
+  return (train_images, target(train_images)), (test_images, target(test_images))
+
+
+def squared_error(outputs, targets):
+  """The user's loss and metrics, per example."""
+  error = outputs[:, 0] - targets
+  return {"loss": error**2, "abs_error": abs(error)}
+
+
+def no_loss_key(outputs, targets):
+  return {"error": outputs[:, 0] - targets}
+
+
+def regression_config():
+  """Synchronous Adam (lambda = 8, mu = 2), 8 epochs: 600 updates, a few seconds."""
+  config = tiny_config("hardsync")
+  config.model, config.model_options = f"{HERE}:own_regressor", {}
+  config.data_source, config.dataset = "python", f"{HERE}:own_brightness"
+  config.loss = f"{HERE}:squared_error"
+  config.normalization = "unit"
+  config.batch_per_learner, config.num_epochs, config.eval_every_epochs = 2, 8.0, 2.0
+  config.optimizer, config.learning_rate, config.momentum = "adam", 0.03, 0.0
+  return config
+
+
+def test_a_regression_with_its_own_loss_trains_and_reports_its_metrics(tmp_path):
+  summary = train_and_evaluate(regression_config(), str(tmp_path))
+  evaluations = [record for record in read_metrics(tmp_path) if "test_loss" in record]
+  assert evaluations and all("test_abs_error" in record and "test_error" not in record for record in evaluations)
+  assert summary["test_error"] is None and json.loads((tmp_path / "dataset.json").read_text())["num_classes"] is None
+  (_, train_targets), (_, test_targets) = own_brightness()
+  always_the_mean = float(np.abs(test_targets - train_targets.mean()).mean())
+  assert evaluations[-1]["test_abs_error"] < 0.25 * always_the_mean  # it learned the brightness
+  assert evaluations[-1]["test_loss"] < evaluations[0]["test_loss"]
+  _, _, metrics = event_hparams(tmp_path)
+  assert {"test_loss", "test_abs_error"} <= set(metrics)
+
+
+@pytest.mark.parametrize(
+  "changes, match",
+  [
+    ({"loss": "softmax_cross_entropy"}, r"config.loss='softmax_cross_entropy' needs class labels, and config.dataset"),
+    ({"loss": f"{HERE}:no_loss_key"}, r"config.loss='.*:no_loss_key' returned .*allowed: a dict of per-example values"),
+    ({"loss": "mse"}, r"config.loss='mse'; allowed: 'softmax_cross_entropy' or an import path"),
+    ({"model": "mlp", "model_options": {"hidden_sizes": (8,)}}, r"data without classes needs a model of your own"),
+  ],
+)
+def test_a_bad_own_loss_is_refused_naming_the_field(changes, match, tmp_path):
+  config = regression_config()
+  config.update(changes)
+  with pytest.raises(ValueError, match=match):
+    train_and_evaluate(config, str(tmp_path / "run"))
