@@ -1,6 +1,6 @@
 """A researcher's own model, data, optimizer and loss, defined here (outside the package), trained by stalesgd.
 
-The three import paths below go into a config as they would from the command line
+The four import paths below go into a config as they would from the command line
 (``--config.model=tests.train.test_own_experiment:own_cnn``); nothing in stalesgd knows them. Each protocol
 family runs: async with DC-ASGD-a and alpha_0/sigma (parameter server, the emulator) and DC-S3GD (real
 collectives). A run preempted by SIGTERM at a block and resumed ends with the uninterrupted run's weights and
@@ -57,6 +57,14 @@ def own_adam(learning_rate, b1: float = 0.9) -> optax.GradientTransformation:
   return optax.adam(learning_rate, b1=b1)
 
 
+def own_cross_entropy(logits, labels):
+  """The user's loss and metrics, per example: cross-entropy, and the error in percent (test_error)."""
+  return {
+    "loss": optax.losses.softmax_cross_entropy_with_integer_labels(logits, labels),
+    "error": 100.0 * (logits.argmax(axis=-1) != labels),
+  }
+
+
 def own_config(variant: str):
   config = tiny_config(variant)
   config.model = f"{HERE}:own_cnn"
@@ -64,6 +72,7 @@ def own_config(variant: str):
   config.data_source, config.dataset = "python", f"{HERE}:own_digits"
   config.optimizer, config.optimizer_options = f"{HERE}:own_adam", {"b1": 0.8}
   config.momentum, config.learning_rate = 0.0, 0.01
+  config.loss = f"{HERE}:own_cross_entropy"
   if variant == "async_dc":
     config.staleness_rule = "inverse"
   return config
@@ -123,7 +132,7 @@ def test_own_model_data_and_optimizer_train_and_resume_exactly(variant, tmp_path
   assert reference["test_error"] < facts["chance_test_error"] - 30
   hparams, names, metrics = event_hparams(whole)
   assert hparams["model"] == f"{HERE}:own_cnn" and hparams["optimizer_options.b1"] == pytest.approx(0.8)
-  assert "test_error" in metrics and "protocol" in names
+  assert {"test_error", "test_loss"} <= set(metrics) and "protocol" in names  # the user's metrics, as test_*
 
 
 @pytest.mark.parametrize(
