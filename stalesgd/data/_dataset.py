@@ -7,6 +7,7 @@ What `stalesgd.data.load_dataset` returns and everything downstream
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,18 @@ class Dataset:
     if labels is None or len(labels) == 0:
       return 100.0 * (1.0 - 1.0 / self.num_classes)
     return 100.0 * (1.0 - np.bincount(np.asarray(labels)).max() / len(labels))
+
+  def description(self) -> dict[str, Any]:
+    """What the data is, from the data, as JSON values: a run's ``dataset.json``."""
+    return {
+      "name": self.name,
+      "source": self.source,
+      "num_classes": self.num_classes,
+      "num_train": self.num_train,
+      "num_test": self.num_test,
+      "image_shape": list(self.image_shape),
+      "chance_test_error": self.chance_test_error,
+    }
 
   def preprocess(self, images: np.ndarray) -> np.ndarray:
     """uint8 [..., H, W, C] -> normalised float32."""

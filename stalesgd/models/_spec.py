@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from stalesgd.models._batch_norm import MOMENTS_COLLECTION
+from stalesgd.utils._tree_paths import key_path_names
 
 Params = Any
 Variables = dict[str, Any]
@@ -47,10 +48,6 @@ def unit_multiplier(path: tuple[str, ...]) -> float:
   """The default rule: every parameter gets multiplier 1.0."""
   del path
   return 1.0
-
-
-def _path_names(path: tuple[Any, ...]) -> tuple[str, ...]:
-  return tuple(str(getattr(entry, "key", getattr(entry, "name", entry))) for entry in path)
 
 
 def _validated_image_shape(image_shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -225,8 +222,10 @@ class ModelSpec:
 
   def learning_rate_multipliers(self, params: Params) -> Any:
     """Per-parameter learning-rate multipliers, a pytree of floats like ``params``."""
-    return jax.tree_util.tree_map_with_path(lambda path, _: float(self.learning_rate_rule(_path_names(path))), params)
+    return jax.tree_util.tree_map_with_path(
+      lambda path, _: float(self.learning_rate_rule(key_path_names(path))), params
+    )
 
   def weight_decay_multipliers(self, params: Params) -> Any:
     """Per-parameter weight-decay multipliers, a pytree of floats like ``params``."""
-    return jax.tree_util.tree_map_with_path(lambda path, _: float(self.weight_decay_rule(_path_names(path))), params)
+    return jax.tree_util.tree_map_with_path(lambda path, _: float(self.weight_decay_rule(key_path_names(path))), params)

@@ -325,17 +325,8 @@ def _train_and_evaluate(
     run.label,
   )
   per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
-  if primary:  # what the data is, from the data (a study reads a diverged run's chance-level error here)
-    facts = {
-      "name": dataset.name,
-      "source": dataset.source,
-      "num_classes": dataset.num_classes,
-      "num_train": dataset.num_train,
-      "num_test": dataset.num_test,
-      "image_shape": list(dataset.image_shape),
-      "chance_test_error": dataset.chance_test_error,
-    }
-    write_whole(workdir / DATASET_FILENAME, json.dumps(facts, indent=2))
+  if primary:  # a study reads a diverged run's chance-level error here
+    write_whole(workdir / DATASET_FILENAME, json.dumps(dataset.description(), indent=2))
   if primary and not (workdir / SCHEDULE_FILENAME).exists():
     schedule_file = io.BytesIO()
     schedule.save(schedule_file)

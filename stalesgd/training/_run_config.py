@@ -43,7 +43,7 @@ from stalesgd.training._field_checks import (
   require_int,
   require_number,
 )
-from stalesgd.training._solvers import CAFFE_SGD, solver_arguments
+from stalesgd.training._solvers import CAFFE_SGD, solver_call
 from stalesgd.utils._import_path import check_options, is_import_path, load_callable
 
 # Every protocol's options, ranges and kind are its row of stalesgd.schedule.PROTOCOL_TABLE.
@@ -434,7 +434,7 @@ def _check_optimizer(config) -> None:
     if config.optimizer_options.keys():
       fail("optimizer_options", dict(config.optimizer_options.items()), "empty for optimizer='sgd' (the Caffe solver)")
     return
-  solver_arguments(
+  solver_call(
     config.optimizer, dict(config.optimizer_options.items()), momentum=config.momentum, nesterov=config.nesterov
   )
   if config.weight_decay_placement == "unmodulated" and config.weight_decay > 0:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import optax
 
@@ -68,11 +68,21 @@ def solver_factory(name: str) -> Callable[..., optax.GradientTransformation]:
   return getattr(optax, name)
 
 
-def solver_arguments(name: str, options: Mapping[str, Any], *, momentum: float, nesterov: bool) -> dict[str, Any]:
-  """The keyword arguments, besides the learning rate, that the solver ``name`` is called with.
+class SolverCall(NamedTuple):
+  """How ``config.optimizer``'s factory is called: the factory, its keyword arguments besides the learning
+  rate, and whether it takes the rate by the name ``learning_rate`` (else as its first argument)."""
+
+  factory: Callable[..., optax.GradientTransformation]
+  arguments: dict[str, Any]
+  rate_by_name: bool
+
+
+def solver_call(name: str, options: Mapping[str, Any], *, momentum: float, nesterov: bool) -> SolverCall:
+  """Resolves ``config.optimizer`` and checks its options (validation calls it before anything is read).
 
   Raises:
-    ValueError: an option the factory does not take, or a momentum / nesterov it has no argument for.
+    ValueError: an unknown solver, an option the factory does not take, or a momentum / nesterov it has no
+      argument for.
   """
   factory = solver_factory(name)
   arguments = dict(options)
@@ -90,21 +100,18 @@ def solver_arguments(name: str, options: Mapping[str, Any], *, momentum: float, 
         f"config.{field}={value!r}, but {FIELD}={name!r} takes no {field} argument; allowed: {off!r} "
         "(an adaptive optimizer's own averaging is one of its config.optimizer_options, e.g. b1 for adam)"
       )
-  return arguments
+  return SolverCall(factory, arguments, "learning_rate" in names)
 
 
 def build_solver(
   name: str, learning_rate: optax.Schedule, options: Mapping[str, Any], *, momentum: float, nesterov: bool
 ) -> optax.GradientTransformation:
   """``config.optimizer``'s transformation at the run's learning-rate schedule (any solver but ``"sgd"``)."""
-  factory = solver_factory(name)
-  arguments = solver_arguments(name, options, momentum=momentum, nesterov=nesterov)
-  names, _ = accepted_options(factory)
-  solver = (
-    factory(learning_rate=learning_rate, **arguments)
-    if "learning_rate" in names
-    else factory(learning_rate, **arguments)
-  )
+  call = solver_call(name, options, momentum=momentum, nesterov=nesterov)
+  if call.rate_by_name:
+    solver = call.factory(learning_rate=learning_rate, **call.arguments)
+  else:
+    solver = call.factory(learning_rate, **call.arguments)
   if not isinstance(solver, optax.GradientTransformation):
     raise ValueError(f"{FIELD}={name!r} returned a {type(solver).__name__}; allowed: an optax GradientTransformation")
   return solver

@@ -68,6 +68,7 @@ from stalesgd.training.checkpoint._integrity import (
 )
 from stalesgd.utils._metrics import to_json_value
 from stalesgd.utils._paths import is_url
+from stalesgd.utils._tree_paths import key_path_names
 
 PyTree = Any
 _STATE = "state"
@@ -94,17 +95,9 @@ def _check_optional_positive_int(name: str, value: Any) -> None:
 _RESERVED_KEYS = (CHECKSUMS_KEY, _format.FORMAT_KEY, _format.WRITER_KEY)  # written by `save` itself
 
 
-def _key_name(key: Any) -> str:
-  """One component of a jax key path as a string: a dict key, a NamedTuple field or a sequence index."""
-  for attribute in ("key", "name", "idx"):
-    if hasattr(key, attribute):
-      return str(getattr(key, attribute))
-  return str(key)
-
-
 def _leaves_by_path(tree: PyTree) -> dict[_format.KeyPath, Any]:
-  """``{key path: leaf}``; orbax saves a NamedTuple as a dict of its fields, so both spell a path alike."""
-  return {tuple(_key_name(key) for key in path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  """``{key path: leaf}``, the path as `key_path_names` spells it (alike in a saved tree and today's)."""
+  return {key_path_names(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 class Checkpointer:
@@ -321,8 +314,8 @@ class Checkpointer:
   def _restore_step(self, step: int, abstract_state: PyTree) -> tuple[PyTree, dict[str, Any]]:
     """Reads one step, migrating an older format, and checks it against its checksums.
 
-    The metadata (format, writer) and the saved tree's layout are read first, straight from the step's files;
-    then orbax restores both items at once, as a step is restored without a migration.
+    The metadata (format, writer, checksums) and the saved tree's layout are read first, straight from the
+    step's files; then orbax restores the state in the layout they call for.
 
     Raises:
       _UnreadableCheckpoint: the step is damaged (a missing, truncated or changed piece).
@@ -340,15 +333,9 @@ class Checkpointer:
     )
     with self._reading():
       restored = self._manager.restore(
-        step,
-        args=ocp.args.Composite(
-          **{
-            _STATE: ocp.args.StandardRestore(layout_target),
-            _METADATA: ocp.args.JsonRestore(),
-          }
-        ),
+        step, args=ocp.args.Composite(**{_STATE: ocp.args.StandardRestore(layout_target)})
       )
-    state, metadata = rebuild(restored[_STATE]), dict(restored[_METADATA])
+    state, metadata = rebuild(restored[_STATE]), dict(saved_metadata)
     checksums = metadata.pop(CHECKSUMS_KEY, None)
     if checksums is not None:  # checkpoints written before checksums existed are taken as they are
       check_checksums(state, metadata, checksums)
@@ -389,14 +376,12 @@ class Checkpointer:
       )
     to_saved = {saved_path: today for today, saved_path in renamed.items()}
     layout_target = jax.tree_util.tree_map_with_path(
-      lambda path, _: wanted[to_saved[tuple(_key_name(key) for key in path)]], saved_layout
+      lambda path, _: wanted[to_saved[key_path_names(path)]], saved_layout
     )
 
     def rebuild(restored: PyTree) -> PyTree:
       values = {to_saved[path]: value for path, value in _leaves_by_path(restored).items()}
-      return jax.tree_util.tree_map_with_path(
-        lambda path, _: values[tuple(_key_name(key) for key in path)], abstract_state
-      )
+      return jax.tree_util.tree_map_with_path(lambda path, _: values[key_path_names(path)], abstract_state)
 
     return layout_target, rebuild
 
