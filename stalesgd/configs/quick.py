@@ -19,7 +19,7 @@ import ml_collections
 from stalesgd.training._run_config import default_config, examples_per_update
 
 DATA_FIELDS = ("dataset", "data_source", "data_dir", "normalization", "augment", "image_size")
-MODEL_FIELDS = ("model", "model_options", "model_multipliers")
+MODEL_FIELDS = ("model", "model_options", "model_multipliers", "multiplier_set")
 
 
 def run_on_embedded_digits(

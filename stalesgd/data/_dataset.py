@@ -7,6 +7,7 @@ What `stalesgd.data.load_dataset` returns and everything downstream
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,28 @@ class Dataset:
       return 100.0 * (1.0 - 1.0 / self.num_classes)
     return 100.0 * (1.0 - np.bincount(np.asarray(labels)).max() / len(labels))
 
+  def content_sha256(self) -> dict[str, str] | None:
+    """sha256 of each in-memory split: key name then bytes, over ``images`` (as stored) and ``labels``.
+
+    Labels are hashed as uint8 when every class index fits (as the data's own files store them, so the
+    digest of the CIFAR-10 and MNIST npz copies is the one their READMEs publish), int32 otherwise. None for
+    a lazily read split (ImageNet's JPEGs, which tfds checksums itself).
+    """
+    digests = {}
+    for name, split in (("train", self.train), ("test", self.test)):
+      images, labels = getattr(split, "images", None), getattr(split, "labels", None)
+      if images is None or labels is None:
+        return None
+      labels = np.asarray(labels)
+      fits = labels.dtype.kind in "iu" and (labels.size == 0 or (labels.min() >= 0 and labels.max() < 256))
+      digest = hashlib.sha256()
+      digest.update(b"images")
+      digest.update(np.ascontiguousarray(images).tobytes())
+      digest.update(b"labels")
+      digest.update(np.ascontiguousarray(labels.astype(np.uint8 if fits else labels.dtype)).tobytes())
+      digests[name] = digest.hexdigest()
+    return digests
+
   def description(self) -> dict[str, Any]:
     """What the data is, from the data, as JSON values: a run's ``dataset.json``."""
     return {
@@ -84,6 +107,7 @@ class Dataset:
       "num_test": self.num_test,
       "image_shape": list(self.image_shape),
       "chance_test_error": self.chance_test_error,
+      "content_sha256": self.content_sha256(),
     }
 
   def preprocess(self, images: np.ndarray) -> np.ndarray:

@@ -8,12 +8,19 @@ learner per device along a ``learners`` mesh axis.
 from __future__ import annotations
 
 from stalesgd.decentral._dcs3gd import DCS3GD, DCS3GDState
-from stalesgd.decentral._settings import LAMBDA_MODES, PROTOCOLS, DCS3GDConfig, config_for_protocol
+from stalesgd.decentral._settings import (
+  DEFAULT_LAMBDA_0,
+  LAMBDA_MODES,
+  PROTOCOLS,
+  DCS3GDConfig,
+  config_for_protocol,
+)
 
 __all__ = [
   "DCS3GD",
   "DCS3GDConfig",
   "DCS3GDState",
+  "DEFAULT_LAMBDA_0",
   "LAMBDA_MODES",
   "PROTOCOLS",
   "config_for_protocol",

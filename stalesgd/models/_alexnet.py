@@ -130,5 +130,6 @@ def alexnet(*, num_classes: int = 1000, groups: int = 2, dropout_rate: float = 0
     default_image_shape=(227, 227, 3),
     learning_rate_rule=caffe_learning_rate_multiplier,
     weight_decay_rule=alexnet_weight_decay_multiplier,
+    multiplier_sets={"caffe": (caffe_learning_rate_multiplier, alexnet_weight_decay_multiplier)},
     uses_dropout=dropout_rate > 0,
   )

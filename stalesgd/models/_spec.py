@@ -39,6 +39,8 @@ Variables = dict[str, Any]
 Batch = Mapping[str, jax.Array]
 MultiplierRule = Callable[[tuple[str, ...]], float]
 """Maps a parameter's path of names, e.g. ``("conv1", "bias")``, to a multiplier."""
+MultiplierSet = tuple[MultiplierRule, MultiplierRule]
+"""A named source's (learning-rate rule, weight-decay rule), e.g. Caffe's prototxt or Rudra's release file."""
 LossFunction = Callable[[jax.Array, jax.Array], Mapping[str, jax.Array]]
 """A user's loss: ``(outputs [B, ...], labels [B]) -> {"loss": [B], metric: [B], ...}``, per example
 (`stalesgd.models._loss`); training minimises the batch mean of ``"loss"``, evaluation reports every mean."""
@@ -76,6 +78,8 @@ class ModelSpec:
     weight_decay_rule: per-parameter weight-decay multiplier by path.
     uses_dropout: whether the training forward needs ``batch["dropout_seed"]``.
     loss: a user's loss and metrics (`LossFunction`); None: softmax cross-entropy on class labels.
+    multiplier_sets: the multipliers of each source the model was published with, by name (``"rudra"``,
+      ``"caffe"``); the rules above are the default source's. `with_multiplier_set` selects another.
   """
 
   name: str
@@ -86,6 +90,19 @@ class ModelSpec:
   weight_decay_rule: MultiplierRule = unit_multiplier
   uses_dropout: bool = False
   loss: LossFunction | None = None
+  multiplier_sets: Mapping[str, MultiplierSet] = dataclasses.field(default_factory=dict)
+
+  def with_multiplier_set(self, name: str) -> ModelSpec:
+    """This model with the learning-rate and weight-decay rules of the source ``name``.
+
+    Raises:
+      ValueError: naming the allowed sources, if the model has no set ``name``.
+    """
+    if name not in self.multiplier_sets:
+      allowed = ", ".join(repr(source) for source in self.multiplier_sets) or "none (one set of multipliers only)"
+      raise ValueError(f"model {self.name!r} has no multiplier set {name!r}; allowed: {allowed}")
+    learning_rate_rule, weight_decay_rule = self.multiplier_sets[name]
+    return dataclasses.replace(self, learning_rate_rule=learning_rate_rule, weight_decay_rule=weight_decay_rule)
 
   def init(self, rng: jax.Array, image_shape: tuple[int, int, int] | None = None) -> Variables:
     """Initial variables: ``{"params": ...}`` plus ``"batch_stats"`` for BN models.

@@ -61,7 +61,7 @@ from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverge
   PendingMetrics,
   TrainingDiverged,
 )
-from stalesgd.training._provenance import provenance, source_commit, stalesgd_version
+from stalesgd.training._provenance import host, provenance, source_commit, stalesgd_version
 from stalesgd.training._run_config import (
   decentral_settings,
   examples_per_update,
@@ -95,8 +95,14 @@ DATASET_FILENAME = "dataset.json"
 
 
 def _session(first_update: int) -> dict[str, Any]:
-  """One session of a run: the update it started at and the code it ran (a resumed run may run other code)."""
-  return {"first_update": first_update, "stalesgd_version": stalesgd_version(), "stalesgd_commit": source_commit()}
+  """One session of a run: the update it started at, the code it ran (a resumed run may run other code) and the
+  host it started on (CPU, cores, load average at its start: `stalesgd.training._provenance.host`)."""
+  return {
+    "first_update": first_update,
+    "stalesgd_version": stalesgd_version(),
+    "stalesgd_commit": source_commit(),
+    "host": host(),
+  }
 
 
 def _check_sessions(sessions: list[dict[str, Any]], progress: ProgressReporter) -> None:
@@ -250,6 +256,11 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   model = models.get_model(
     config.model, num_classes=dataset.num_classes, data_shape=dataset.image_shape, **config.model_options
   )
+  if config.multiplier_set is not None:
+    try:
+      model = model.with_multiplier_set(config.multiplier_set)
+    except ValueError as error:
+      raise ValueError(f"config.multiplier_set={config.multiplier_set!r}: {error}") from error
   metric_names: tuple[str, ...] = ()
   if not is_default_loss(config.loss):
     loss, metric_names = user_loss(

@@ -50,13 +50,14 @@ import numbers
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
 from stalesgd import transforms
 from stalesgd.models import ModelSpec
 from stalesgd.training import _solvers as solvers
-from stalesgd.training._run_config import WEIGHT_DECAY_PLACEMENTS, is_decentralized
+from stalesgd.training._run_config import WEIGHT_DECAY_PLACEMENTS, dc_lambda, is_decentralized
 from stalesgd.training._solvers import CAFFE_SGD
 
 
@@ -110,12 +111,30 @@ def caffe_sgd(
   return optax.chain(*steps)
 
 
+def warmup_updates(config: ml_collections.ConfigDict, updates_per_epoch: float) -> int:
+  """W: the updates of the warm-up, ``warmup_epochs`` of applied samples rounded (at least 1 when on, 0 off)."""
+  if config.warmup_epochs <= 0:
+    return 0
+  return max(1, int(round(config.warmup_epochs * updates_per_epoch)))
+
+
 def learning_rate_schedule(config: ml_collections.ConfigDict, updates_per_epoch: float) -> optax.Schedule:
-  """alpha_0, multiplied by ``lr_decay_factor`` at each of ``lr_decay_epochs``.
+  r"""alpha_0, multiplied by ``lr_decay_factor`` at each of ``lr_decay_epochs``, after an optional warm-up.
 
   Boundaries are epochs of applied samples converted to server updates
   (`stalesgd.training.updates_per_epoch`); the rate of update u (counted from 0)
   is decayed once u >= the boundary.
+
+  Warm-up (Goyal et al. 2017, arXiv 1706.02677, Sec. 2.2 "gradual warmup"):
+  with ``warmup_epochs`` > 0 the first W = round(warmup_epochs x updates per
+  epoch) updates take
+
+  .. math::
+    \alpha_u = \alpha_{start} + (\alpha_0 - \alpha_{start})\, u / W, \qquad u = 0, \dots, W - 1,
+
+  with :math:`\alpha_{start}` = ``warmup_learning_rate`` (the small-batch
+  rate), and update W onwards the decay schedule (the warm-up ends before the
+  first decay, `validate_config`).
 
   Raises:
     ValueError: if two decay epochs fall on the same update (each must decay
@@ -127,7 +146,19 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, updates_per_epoch:
       f"config.lr_decay_epochs={tuple(config.lr_decay_epochs)!r} falls on server updates {updates} "
       f"({updates_per_epoch:g} updates per epoch); allowed: epochs at distinct updates"
     )
-  return optax.piecewise_constant_schedule(config.learning_rate, {update: config.lr_decay_factor for update in updates})
+  decayed = optax.piecewise_constant_schedule(
+    config.learning_rate, {update: config.lr_decay_factor for update in updates}
+  )
+  warmup = warmup_updates(config, updates_per_epoch)
+  if warmup == 0:
+    return decayed
+  start, end = config.warmup_learning_rate, config.learning_rate
+
+  def schedule(count):
+    ramp = start + (end - start) * jnp.asarray(count, jnp.float32) / warmup
+    return jnp.where(count < warmup, ramp, decayed(count))
+
+  return schedule
 
 
 def delay_compensation_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:
@@ -136,7 +167,7 @@ def delay_compensation_transforms(config: ml_collections.ConfigDict) -> list[opt
     return []
   return [
     transforms.scale_by_delay_compensation(
-      dc_lambda=config.dc_lambda,
+      dc_lambda=dc_lambda(config),
       adaptive=config.delay_compensation == "adaptive",
       decay=config.dc_decay,
       layerwise=config.delay_compensation == "layerwise",

@@ -8,6 +8,7 @@ software and hardware that produced it (the exact versions tested are in
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import pathlib
 import platform
 import subprocess
@@ -60,6 +61,25 @@ def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
   return commit + ("-dirty" if dirty else "")
 
 
+def _cpu_model() -> str | None:
+  """The CPU's model name from /proc/cpuinfo (Linux), else `platform.processor`; None if neither says."""
+  try:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or None
+
+
+def host() -> dict[str, Any]:
+  """The machine a session ran on: its name, CPU model, the cores this process may use and the load average
+  (1, 5, 15 min) when the session started, which says whether the wall times were measured on a quiet machine."""
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+  return {"hostname": platform.node(), "cpu_model": _cpu_model(), "cores": cores, "load_average": load}
+
+
 def provenance() -> dict[str, Any]:
   """Python, stalesgd's version and commit, the checkpoint format, package versions, the JAX backend, devices.
 
@@ -79,4 +99,5 @@ def provenance() -> dict[str, Any]:
     "device_kind": devices[0].device_kind if devices else None,
     "device_count": jax.device_count(),
     "process_count": jax.process_count(),
+    "host": host(),
   }

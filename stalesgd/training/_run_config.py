@@ -55,6 +55,9 @@ DELAY_COMPENSATIONS = ("none", "constant", "adaptive", "layerwise")
 WEIGHT_DECAY_PLACEMENTS = ("modulated", "unmodulated")
 
 
+STORED_DC_LAMBDA = 0.04  # config.dc_lambda's default: "the mode's own lambda_0" (`dc_lambda`)
+
+
 def default_config() -> ml_collections.ConfigDict:
   """Every field of a run, with defaults that train the embedded data set quickly."""
   config = ml_collections.ConfigDict()
@@ -81,6 +84,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.model = "small_cnn"  # a registered name, or "package.module:factory" (docs/own_experiment.md)
   config.model_options = ml_collections.ConfigDict()
   config.model_multipliers = False  # Caffe-style per-layer learning-rate and weight-decay multipliers
+  # Whose multipliers, for a model published with several (ModelSpec.multiplier_sets): unset is the model's
+  # default; cifar10_full: "rudra" (default, Rudra's release file) | "caffe" (Caffe's prototxt); alexnet: "caffe".
+  config.multiplier_set = config_dict.placeholder(str)
   # "softmax_cross_entropy" (classification: test error, accuracy, loss), or "package.module:function"
   # returning per-example {"loss": ..., metric: ...} (stalesgd.models._loss; docs/own_experiment.md).
   config.loss = "softmax_cross_entropy"
@@ -116,6 +122,10 @@ def default_config() -> ml_collections.ConfigDict:
   config.learning_rate = 0.05  # alpha_0
   config.lr_decay_epochs = ()  # multiply the learning rate by lr_decay_factor at these epochs
   config.lr_decay_factor = 0.1
+  # Gradual warm-up (Goyal et al. 2017, off at 0): the rate rises linearly per update from warmup_learning_rate
+  # (the small-batch rate) to learning_rate over the first warmup_epochs, then follows the decay schedule.
+  config.warmup_epochs = 0.0
+  config.warmup_learning_rate = config_dict.placeholder(float)
   config.momentum = 0.9
   config.nesterov = False
   config.weight_decay = 0.0
@@ -139,7 +149,9 @@ def default_config() -> ml_collections.ConfigDict:
   # none | constant (DC-ASGD-c) | adaptive (DC-ASGD-a) | layerwise. Protocol dcs3gd always corrects:
   # with "none" it uses DC-S3GD's own default (layer-wise, lambda_0 = 0.2); s3gd is the uncorrected one.
   config.delay_compensation = "none"
-  config.dc_lambda = 0.04
+  # lambda_0; left at this stored default it is the mode's own (stalesgd.decentral.DEFAULT_LAMBDA_0: constant
+  # 0.04, adaptive 2.0, layerwise 0.2; `dc_lambda`). Kept at 0.04 so earlier run directories resume.
+  config.dc_lambda = STORED_DC_LAMBDA
   config.dc_decay = 0.95
   config.dc_per_learner_mean_square = False
   # Ablation, not the paper's rule: DC-ASGD-a's MeanSquare divided by its blend weight (Adam-style bias
@@ -286,6 +298,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   require_choice(config, "data_source", SOURCES)
   require_choice(config, "normalization", NORMALIZATIONS)
   _check_model(config)
+  _check_multiplier_set(config)
   if not isinstance(config.loss, str):
     fail("loss", config.loss, "'softmax_cross_entropy' or an import path 'package.module:function'")
   check_loss_name(config.loss)
@@ -319,6 +332,8 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   require_number(config, "momentum", minimum=0, maximum=1)
   require_number(config, "weight_decay", minimum=0)
   require_number(config, "lr_decay_factor", minimum=0, strict=True)
+  require_number(config, "warmup_epochs", minimum=0)
+  require_number(config, "warmup_learning_rate", minimum=0, optional=True)
   require_number(config, "staleness_mean", minimum=0, optional=True)
   require_number(config, "staleness_exponent", minimum=0)
   require_number(config, "staleness_decay", minimum=0)
@@ -337,6 +352,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
     not is_number(epoch) or not math.isfinite(epoch) or epoch <= 0 for epoch in epochs
   ):
     fail("lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
+  _check_warmup(config)
   _check_timing(config)  # timing.jitter is checked by TimingModel, with the other fields' combination
   _check_optimizer(config)
 
@@ -424,6 +440,39 @@ def _check_model(config) -> None:
     )
     return
   require_choice(config, "model", models.available_models() + ("package.module:factory",))
+
+
+def _check_warmup(config) -> None:
+  """A warm-up has a start rate and ends before the first decay (a start rate without one is unused)."""
+  if config.warmup_epochs > 0:
+    if config.warmup_learning_rate is None:
+      fail(
+        "warmup_learning_rate",
+        None,
+        f"a number >= 0 with warmup_epochs={config.warmup_epochs} (the rate at the first update, Goyal et al.'s "
+        "small-batch rate)",
+      )
+    if config.lr_decay_epochs and min(config.lr_decay_epochs) < config.warmup_epochs:
+      fail(
+        "warmup_epochs",
+        config.warmup_epochs,
+        f"at most the first decay epoch, {min(config.lr_decay_epochs)} (lr_decay_epochs): the warm-up ends "
+        "before the first decay",
+      )
+
+
+def _check_multiplier_set(config) -> None:
+  """A source's name, with the multipliers on (the model's own sets are checked in `build_run`)."""
+  if config.multiplier_set is None:
+    return
+  if not isinstance(config.multiplier_set, str):
+    fail("multiplier_set", config.multiplier_set, "None (the model's default) or a source's name, e.g. 'caffe'")
+  if not config.model_multipliers:
+    fail(
+      "multiplier_set",
+      config.multiplier_set,
+      "None unless model_multipliers=True (a multiplier set chooses among the multipliers that flag turns on)",
+    )
 
 
 def _check_optimizer(config) -> None:
@@ -520,6 +569,20 @@ def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> floa
   return num_train / examples_per_update(config)
 
 
+def dc_lambda(config: ml_collections.ConfigDict) -> float:
+  """lambda_0 of the run's correction: ``config.dc_lambda``, or the mode's default where it is left at 0.04.
+
+  ``config.dc_lambda``'s stored default (`STORED_DC_LAMBDA`, DC-ASGD-c's 0.04)
+  stands for "the mode's own lambda_0" (`stalesgd.decentral.DEFAULT_LAMBDA_0`):
+  constant 0.04, adaptive 2.0 (DC-ASGD-a), layer-wise 0.2 (DC-S3GD). Any other
+  value is taken as given. The one cost: lambda_0 = 0.04 exactly cannot be asked
+  for with the adaptive or layer-wise mode (0.0400001 can).
+  """
+  if config.dc_lambda == STORED_DC_LAMBDA and config.delay_compensation in decentral.DEFAULT_LAMBDA_0:
+    return decentral.DEFAULT_LAMBDA_0[config.delay_compensation]
+  return config.dc_lambda
+
+
 def is_decentralized(config: ml_collections.ConfigDict) -> bool:
   """Whether the config's protocol is a decentralized all-reduce protocol (its row of the protocol table)."""
   return schedule_lib.protocol_row(config.protocol).decentralized
@@ -541,7 +604,7 @@ def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDCon
     overrides.update(eager=config.eager_updates)
   if row.corrects and config.delay_compensation != "none":
     overrides.update(
-      dc_lambda=config.dc_lambda, lambda_mode=config.delay_compensation, mean_square_decay=config.dc_decay
+      dc_lambda=dc_lambda(config), lambda_mode=config.delay_compensation, mean_square_decay=config.dc_decay
     )
   return decentral.config_for_protocol(config.protocol, **overrides)
 

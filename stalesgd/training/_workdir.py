@@ -28,16 +28,31 @@ RESUMABLE_CHANGES = (
 CONFIG_FILENAME = "config.json"
 
 
+def _multiplier_set_before_it_existed(saved: dict) -> str | None:
+  """cifar10_full with multipliers ran Caffe's prototxt multipliers before ``multiplier_set`` (Rudra's default)."""
+  return "caffe" if saved.get("model") == "cifar10_full" and saved.get("model_multipliers") else None
+
+
+# Fields whose default changed the behaviour of runs saved before the field existed: a saved config without
+# the field counts as the value that reproduces what those runs did, not as today's default.
+BEHAVIOUR_BEFORE_FIELD = {"multiplier_set": _multiplier_set_before_it_existed}
+
+
 def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
   """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_CHANGES`.
 
   A field that ``saved`` lacks but `default_config` has was added after the run
   was saved; it counts as its default there (a new field's default keeps the
-  behaviour from before it existed), so the run resumes unless it is set otherwise.
+  behaviour from before it existed), so the run resumes unless it is set
+  otherwise. The fields of `BEHAVIOUR_BEFORE_FIELD` are the exception: their
+  default changed what an earlier run computes, so a saved config without them
+  counts as the value that reproduces that run (``multiplier_set``: a
+  cifar10_full run saved before it ran Caffe's multipliers, ``"caffe"``).
   """
   current = json.loads(config.to_json())
   defaults = json.loads(default_config().to_json())
-  saved = {**{field: defaults[field] for field in defaults.keys() - saved.keys()}, **saved}
+  earlier = {field: before(saved) for field, before in BEHAVIOUR_BEFORE_FIELD.items() if field not in saved}
+  saved = {**{field: defaults[field] for field in defaults.keys() - saved.keys()}, **earlier, **saved}
   return [
     f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
     for field in sorted(saved.keys() | current.keys())
@@ -58,8 +73,14 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | os.PathLike
     return
   changes = config_changes(json.loads(path.read_text()), config)
   if changes:
+    hint = ""
+    if any(change.startswith("multiplier_set: 'caffe'") for change in changes):
+      hint = (
+        " (it was started with Caffe's cifar10_full multipliers, before Rudra's release became the default: "
+        "--config.multiplier_set=caffe resumes it as it began)"
+      )
     raise ValueError(
-      f"{workdir} holds a run of another config ({', '.join(changes)}); allowed: the same config "
+      f"{workdir} holds a run of another config ({', '.join(changes)}){hint}; allowed: the same config "
       f"(only {', '.join(RESUMABLE_CHANGES)} may change on resume), or another workdir"
     )
 

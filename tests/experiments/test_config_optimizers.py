@@ -6,8 +6,9 @@ configs; here the configs themselves are pinned: the solver a user gets from
 and a staleness-modulated rate, Zhang et al. eq. 2-3) and from
 ``dcasgd_cifar10_resnet20.py`` (Zheng et al.'s DC-ASGD update). Expected values
 are computed with numpy from the equations, with the multipliers typed in from
-Caffe's ``cifar10_full_train_test.prototxt``; nothing here calls the code under
-test to build an expectation.
+Rudra's release file (``Rudra-org/rudra`` ``examples/cifar10.cnn``, the default) and
+Caffe's ``cifar10_full_train_test.prototxt`` (``multiplier_set="caffe"``); nothing
+here calls the code under test to build an expectation.
 """
 
 from __future__ import annotations
@@ -23,15 +24,24 @@ from stalesgd.training._optimizer import build_optimizer, learning_rate_schedule
 from stalesgd.training._run_config import updates_per_epoch
 
 CIFAR10_TRAIN = 50_000
+# Rudra's examples/cifar10.cnn: alphaW = 0.001 and alphaB = 0.002 in every layer (lr_mult 1 / 2 of the rate 0.001);
+# lambdaW = 0.004 on conv1-3 and 1.0 on fc1 (decay_mult 1 and 250 of weight_decay 0.004); no lambdaB anywhere.
+LR_MULT = {layer: {"kernel": 1.0, "bias": 2.0} for layer in ("conv1", "conv2", "conv3", "ip1")}
+DECAY_MULT = {
+  "conv1": {"kernel": 1.0, "bias": 0.0},
+  "conv2": {"kernel": 1.0, "bias": 0.0},
+  "conv3": {"kernel": 1.0, "bias": 0.0},
+  "ip1": {"kernel": 250.0, "bias": 0.0},
+}
 # cifar10_full_train_test.prototxt: lr_mult 1 (weights) / 2 (biases) but on conv3; decay_mult 250 / 0 on ip1,
 # Caffe's default 1 on the conv blobs.
-LR_MULT = {
+CAFFE_LR_MULT = {
   "conv1": {"kernel": 1.0, "bias": 2.0},
   "conv2": {"kernel": 1.0, "bias": 2.0},
   "conv3": {"kernel": 1.0, "bias": 1.0},  # conv3 has no param block: Caffe's default lr_mult 1
   "ip1": {"kernel": 1.0, "bias": 2.0},
 }
-DECAY_MULT = {
+CAFFE_DECAY_MULT = {
   "conv1": {"kernel": 1.0, "bias": 1.0},
   "conv2": {"kernel": 1.0, "bias": 1.0},
   "conv3": {"kernel": 1.0, "bias": 1.0},
@@ -51,12 +61,16 @@ def _numpy(tree):
   return jax.tree.map(np.asarray, tree)
 
 
-def _rudra_steps(variant: str, stalenesses: list[list[int]], *, n: int | None = None):
+def _rudra_steps(
+  variant: str, stalenesses: list[list[int]], *, n: int | None = None, multiplier_set: str | None = None
+):
   """Runs the config's optimizer over len(stalenesses) updates; returns (params, gradient stacks, updates)."""
   config = rudra_cifar10.get_config(variant)
   if n is not None:
     config.n = n
   model, params = _cifar10_full_params(seed=0)
+  if multiplier_set is not None:
+    model = model.with_multiplier_set(multiplier_set)
   optimizer = build_optimizer(
     config, model=model, params=params, updates_per_epoch=updates_per_epoch(config, CIFAR10_TRAIN)
   )
@@ -73,7 +87,17 @@ def _rudra_steps(variant: str, stalenesses: list[list[int]], *, n: int | None = 
   return weights, grads_per_step, updates_per_step
 
 
-def _caffe_expected(weights, grads_per_step, weights_of_staleness, *, rate=0.001, momentum=0.9, decay=0.004):
+def _caffe_expected(
+  weights,
+  grads_per_step,
+  weights_of_staleness,
+  *,
+  rate=0.001,
+  momentum=0.9,
+  decay=0.004,
+  lr_mult=LR_MULT,
+  decay_mult=DECAY_MULT,
+):
   """Caffe with a modulated rate: v <- m v + rate lr_mult (1/c) sum_k s_k (g_k + decay decay_mult w); w <- w - v."""
   expected = []
   for layer in weights[0]:
@@ -83,8 +107,8 @@ def _caffe_expected(weights, grads_per_step, weights_of_staleness, *, rate=0.001
       for step, (grads, scales) in enumerate(zip(grads_per_step, weights_of_staleness)):
         w = np.asarray(weights[step][layer][blob], np.float64)
         stack = np.asarray(grads[layer][blob], np.float64)
-        contributions = [scale * (stack[k] + decay * DECAY_MULT[layer][blob] * w) for k, scale in enumerate(scales)]
-        velocity = momentum * velocity + rate * LR_MULT[layer][blob] * np.mean(contributions, axis=0)
+        contributions = [scale * (stack[k] + decay * decay_mult[layer][blob] * w) for k, scale in enumerate(scales)]
+        velocity = momentum * velocity + rate * lr_mult[layer][blob] * np.mean(contributions, axis=0)
         steps.append(-velocity)
       expected.append(((layer, blob), steps))
   return expected
@@ -102,6 +126,13 @@ def test_rudra_async_inverse_is_caffe_momentum_with_alpha0_over_sigma_covering_w
   """async (c = 1), sigma = 29: the whole Caffe step, decay included, at alpha_0/29 (the papers' semantics)."""
   weights, grads, updates = _rudra_steps("async_inverse", [[29], [29]])
   _assert_updates(updates, _caffe_expected(weights, grads, [[1 / 29], [1 / 29]]))
+
+
+def test_rudra_async_inverse_with_caffes_prototxt_multipliers():
+  """multiplier_set="caffe": conv3's bias at lr_mult 1 and decay on the conv biases, as the prototxt has them."""
+  weights, grads, updates = _rudra_steps("async_inverse", [[29], [29]], multiplier_set="caffe")
+  expected = _caffe_expected(weights, grads, [[1 / 29], [1 / 29]], lr_mult=CAFFE_LR_MULT, decay_mult=CAFFE_DECAY_MULT)
+  _assert_updates(updates, expected)
 
 
 def test_rudra_15_softsync_inverse_averages_two_modulated_contributions():

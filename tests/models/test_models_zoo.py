@@ -101,19 +101,58 @@ def test_gradients_reach_every_layer_and_sgd_decreases_the_loss(name, learning_r
   assert losses[-1] < 0.9 * losses[0], losses
 
 
-def test_multiplier_trees_match_params_and_caffe_prototxt():
+def test_cifar10_full_multipliers_default_to_rudras_release_file():
+  """Rudra-org/rudra examples/cifar10.cnn: alphaW 0.001, alphaB 0.002 in every layer (conv3 too); lambdaW 0.004 on
+  the convs and 1.0 on fc1, no lambdaB: decay_mult 1 / 250 on the weights (of weight_decay 0.004), 0 on biases."""
   model = get_model("cifar10_full", num_classes=10)
   params = model.init(jax.random.key(0))["params"]
   lr = model.learning_rate_multipliers(params)
   decay = model.weight_decay_multipliers(params)
   assert jax.tree.structure(lr) == jax.tree.structure(params) == jax.tree.structure(decay)
+  for name in ("conv1", "conv2", "conv3", "ip1"):
+    assert (lr[name]["kernel"], lr[name]["bias"]) == (0.002 / 0.001 / 2, 0.002 / 0.001)
+    assert decay[name]["bias"] == 0.0
+  for name in ("conv1", "conv2", "conv3"):
+    assert decay[name]["kernel"] * 0.004 == 0.004
+  assert decay["ip1"]["kernel"] * 0.004 == 1.0
+
+
+def test_cifar10_full_caffe_multipliers_follow_the_prototxt():
+  """cifar10_full_train_test.prototxt: lr_mult 1 / 2 but conv3 (no param block: 1 / 1); decay_mult 250 / 0 on ip1
+  and Caffe's default 1 on every conv blob, biases included."""
+  model = get_model("cifar10_full", num_classes=10).with_multiplier_set("caffe")
+  params = model.init(jax.random.key(0))["params"]
+  lr = model.learning_rate_multipliers(params)
+  decay = model.weight_decay_multipliers(params)
   for name in ("conv1", "conv2", "ip1"):
     assert (lr[name]["kernel"], lr[name]["bias"]) == (1.0, 2.0)
-  # cifar10_full_train_test.prototxt gives conv3 no param block: Caffe's default lr_mult 1 on both blobs.
   assert (lr["conv3"]["kernel"], lr["conv3"]["bias"]) == (1.0, 1.0)
   for name in ("conv1", "conv2", "conv3"):
     assert (decay[name]["kernel"], decay[name]["bias"]) == (1.0, 1.0)
   assert (decay["ip1"]["kernel"], decay["ip1"]["bias"]) == (250.0, 0.0)
+
+
+def test_alexnet_keeps_bvlc_alexnets_caffe_multipliers():
+  """bvlc_alexnet train_val.prototxt: lr_mult 1 / 2 and decay_mult 1 / 0 (weights / biases) in all eight layers."""
+  model = get_model("alexnet", num_classes=10)
+  assert (
+    get_model("alexnet", num_classes=10).with_multiplier_set("caffe").learning_rate_rule is model.learning_rate_rule
+  )
+  shapes = model.parameter_shapes((227, 227, 3))
+  lr = model.learning_rate_multipliers(shapes)
+  decay = model.weight_decay_multipliers(shapes)
+  layers = ("conv1", "conv2", "conv3", "conv4", "conv5", "fc6", "fc7", "fc8")
+  assert sorted(lr) == sorted(layers)
+  for name in layers:
+    assert (lr[name]["kernel"], lr[name]["bias"]) == (1.0, 2.0), name
+    assert (decay[name]["kernel"], decay[name]["bias"]) == (1.0, 0.0), name
+
+
+def test_an_unknown_multiplier_set_names_the_allowed_ones():
+  with pytest.raises(ValueError, match="has no multiplier set 'rudra'; allowed: 'caffe'"):
+    get_model("alexnet", num_classes=10).with_multiplier_set("rudra")
+  with pytest.raises(ValueError, match="allowed: none"):
+    get_model("resnet20", num_classes=10).with_multiplier_set("caffe")
 
 
 @pytest.mark.parametrize("name", ["resnet20", "mlp", "alexnet"])

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from stalesgd.training._run_config import dc_lambda, decentral_settings, default_config
 from tests.helpers.optimizer_equations import (
   GRADS,
   LR_MULT,
@@ -384,3 +385,27 @@ def test_fresh_gradients_are_not_compensated(mode):
   plain = run_updates(make_config(**COMBINED), steps=3)
   compensated = run_updates(make_config(delay_compensation=mode, dc_lambda=0.5, **COMBINED), steps=3)
   assert_updates_equal(compensated, plain)
+
+
+@pytest.mark.parametrize(
+  "protocol, mode, given, expected",
+  [
+    # lambda_0 left at the stored 0.04: each mode's own (DC-ASGD-c 0.04, DC-ASGD-a 2.0, DC-S3GD's layer-wise 0.2).
+    ("dcs3gd", "constant", 0.04, 0.04),
+    ("dcs3gd", "adaptive", 0.04, 2.0),
+    ("dcs3gd", "layerwise", 0.04, 0.2),
+    ("async", "constant", 0.04, 0.04),
+    ("async", "adaptive", 0.04, 2.0),
+    ("async", "layerwise", 0.04, 0.2),
+    # Any other value is taken as given.
+    ("dcs3gd", "layerwise", 0.5, 0.5),
+    ("async", "adaptive", 0.0, 0.0),
+  ],
+)
+def test_lambda_0_defaults_per_mode(protocol, mode, given, expected):
+  config = make_config(c=1, delay_compensation=mode, dc_lambda=given)
+  config.protocol = protocol
+  assert default_config().dc_lambda == 0.04  # stored default unchanged: earlier run directories resume
+  assert dc_lambda(config) == expected
+  if protocol == "dcs3gd":
+    assert decentral_settings(config).dc_lambda == expected

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from stalesgd.training._optimizer import learning_rate_schedule
 from stalesgd.training._run_config import validate_config
 from tests.helpers.optimizer_equations import (
   LR_MULT,
@@ -138,7 +139,38 @@ def test_learning_rate_decay_counts_updates_per_epoch():
   assert_updates_close(run_updates(config, steps=3, updates_per_epoch=4.0), expected)
 
 
-# -------------------------------------------------------------- weight decay
+# ------------------------------------------------------------------- warm-up
+
+
+def test_warmup_first_middle_and_last_steps_by_hand():
+  """W = round(1.5 epochs x 2) = 3 updates from 0.02 to 0.08, momentum 0: alpha = 0.02, 0.04, 0.06, then 0.08;
+  u_t = -alpha_t avg_t: u_0 = -0.02 ([0.6, 1.0], 0.5), u_1 = -0.04 ([0.3, 0.3], 1.0), u_2 = -0.06 ([0.4, 0.3], 0.2).
+  Catches a ramp over W - 1 or W + 1 updates, one that starts at 0, and the warm-up left off."""
+  config = make_config(learning_rate=0.08, momentum=0.0, warmup_epochs=1.5, warmup_learning_rate=0.02)
+  expected = [
+    {"w": [-0.012, -0.02], "b": -0.01},
+    {"w": [-0.012, -0.012], "b": -0.04},
+    {"w": [-0.024, -0.018], "b": -0.012},
+  ]
+  assert_updates_close(run_updates(config, steps=3), expected)
+
+
+def test_warmup_from_the_small_batch_rate_to_the_scaled_one():
+  """Goyal et al.'s ramp at DC-S3GD's rates, 0.001 to 0.008 over W = 8 updates (1 epoch of 8 updates): the first
+  step 0.001, the middle (u = 4) 0.001 + 0.007 x 4/8 = 0.0045, the last (u = 7) 0.001 + 0.007 x 7/8 = 0.007125,
+  then 0.008 until the first decay (epoch 2, update 16: 0.0008)."""
+  config = make_config(
+    learning_rate=0.008, warmup_epochs=1.0, warmup_learning_rate=0.001, lr_decay_epochs=(2.0,), lr_decay_factor=0.1
+  )
+  schedule = learning_rate_schedule(config, updates_per_epoch=8.0)
+  rates = [float(schedule(u)) for u in (0, 4, 7, 8, 15, 16)]
+  np.testing.assert_allclose(rates, [0.001, 0.0045, 0.007125, 0.008, 0.008, 0.0008], rtol=1e-6)
+
+
+def test_warmup_off_is_the_step_schedule():
+  config = make_config(learning_rate=0.08, lr_decay_epochs=(1.0,), lr_decay_factor=0.5)
+  schedule = learning_rate_schedule(config, updates_per_epoch=2.0)
+  np.testing.assert_allclose([float(schedule(u)) for u in (0, 1, 2)], [0.08, 0.08, 0.04], rtol=1e-7)
 
 
 @pytest.mark.parametrize("weight_decay", [0.1, 0.3])

@@ -90,6 +90,18 @@ BAD_CONFIGS = {
     r"config\.weight_decay_placement='before_dc' is not allowed: one of "
     r"\('modulated', 'unmodulated'\)",
   ),
+  "multiplier_set_without_multipliers": (
+    dict(multiplier_set="caffe"),
+    r"config\.multiplier_set='caffe' is not allowed: None unless model_multipliers=True",
+  ),
+  "warmup_without_start_rate": (
+    dict(warmup_epochs=0.5),
+    r"config\.warmup_learning_rate=None is not allowed: a number >= 0 with warmup_epochs=0\.5",
+  ),
+  "warmup_past_the_first_decay": (
+    dict(warmup_epochs=0.5, warmup_learning_rate=0.01, lr_decay_epochs=(0.25,)),
+    r"config\.warmup_epochs=0\.5 is not allowed: at most the first decay epoch, 0\.25",
+  ),
 }
 
 
@@ -159,3 +171,41 @@ def test_a_field_added_after_the_run_was_saved_counts_as_its_default():
   assert config_changes(
     saved, tiny_config("hardsync", delay_compensation="adaptive", dc_mean_square_bias_correction=True)
   ) == ["dc_mean_square_bias_correction: False -> True", "delay_compensation: 'none' -> 'adaptive'"]
+
+
+def _cifar10_full_config(**fields):
+  return tiny_config("hardsync", model="cifar10_full", model_multipliers=True, **fields)
+
+
+def test_a_cifar10_full_run_saved_before_multiplier_sets_resumes_only_with_caffes():
+  """Runs saved before config.multiplier_set ran Caffe's prototxt multipliers: under today's default (Rudra's
+  release) they are refused naming the change, with multiplier_set='caffe' they resume as they began."""
+  saved = json.loads(_cifar10_full_config().to_json())
+  del saved["multiplier_set"]
+  assert config_changes(saved, _cifar10_full_config()) == ["multiplier_set: 'caffe' -> None"]
+  assert config_changes(saved, _cifar10_full_config(multiplier_set="rudra")) == ["multiplier_set: 'caffe' -> 'rudra'"]
+  assert config_changes(saved, _cifar10_full_config(multiplier_set="caffe")) == []
+  # A run saved with the field resumes under the same value; other models' old runs never had two sets.
+  assert config_changes(json.loads(_cifar10_full_config().to_json()), _cifar10_full_config()) == []
+  other = json.loads(tiny_config("hardsync", model_multipliers=True).to_json())
+  del other["multiplier_set"]
+  assert config_changes(other, tiny_config("hardsync", model_multipliers=True)) == []
+
+
+def test_an_old_cifar10_full_workdir_is_refused_with_the_way_to_resume_it(tmp_path, compilations, later_stages_refused):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  saved = json.loads(_cifar10_full_config().to_json())
+  del saved["multiplier_set"]
+  (workdir / "config.json").write_text(json.dumps(saved))
+  with pytest.raises(ValueError, match=r"multiplier_set: 'caffe' -> None.*--config\.multiplier_set=caffe resumes"):
+    train_and_evaluate(_cifar10_full_config(), str(workdir))
+  assert compilations == []
+
+
+def test_a_model_without_the_multiplier_set_is_refused_naming_the_field():
+  config = tiny_config("hardsync", model_multipliers=True, multiplier_set="rudra")
+  with pytest.raises(
+    ValueError, match=r"config\.multiplier_set='rudra': model 'mlp' has no multiplier set 'rudra'; allowed: none"
+  ):
+    train_lib.build_run(config)
