@@ -16,6 +16,10 @@ Studies (grids and published numbers in `stalesgd.studies._definitions`):
   ``rudra_cifar10``).
 * ``rudra_mu_lambda``: Rudra's mu lambda study: the single-learner baseline and
   1-softsync at lambda = 30 with mu lambda in {120, ..., 3840} (7 runs).
+* ``rudra_mu_lambda_mnist``: the same grid and claims on MNIST with a small CNN
+  (``zhang_mnist``), where several seeds reach the end of a schedule.
+* ``dcasgd_mnist``: Zheng et al.'s ordering (ASGD, DC-ASGD-c, DC-ASGD-a at M = 4
+  and 8, and SGD) on MNIST with a small CNN (7 runs of ``dcasgd_mnist``).
 * ``dcasgd_table1``: Zheng et al. Table 1: SGD, and ASGD, SSGD, DC-ASGD-c,
   DC-ASGD-a at M = 4 and 8, then the ablation DC-ASGD-a with a bias-corrected
   MeanSquare at M = 4 and 8, not in the paper (11 runs of

@@ -14,9 +14,12 @@ available here, docs/algorithms.md §6):
 
 * M = 8 learners x mu = 128 images = a global batch of 1,024;
 * Rudra's network and solver (`stalesgd.configs.rudra_cifar10`: per-pixel mean,
-  Caffe multipliers, momentum 0.9, weight decay 0.004) with the learning rate
-  scaled linearly from Rudra's 0.001 at 128 images to 0.008 at 1,024
-  (Goyal et al.'s rule);
+  the multipliers of Rudra's release, momentum 0.9, weight decay 0.004) with the
+  learning rate scaled linearly from Rudra's 0.001 at 128 images to 0.008 at
+  1,024 (Goyal et al.'s rule), after Goyal et al.'s gradual warm-up: the rate
+  rises linearly per step from 0.001 to 0.008 over the first 5/90 of the run
+  (Goyal et al.: 5 of 90 epochs), 0.22 epochs here, compressed with the rest
+  of the schedule by ``--schedule_epochs``;
 * Rudra's 140-epoch schedule (x0.1 at 120 and 130) compressed to 4 epochs,
   decays at the same fractions (3.43 and 3.71), evaluated every half epoch;
 * no augmentation (Rudra's).
@@ -51,6 +54,7 @@ VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")
 LEARNERS, BATCH_PER_LEARNER = 8, 128
 EPOCHS = 4.0
 PAPER_EPOCHS = 140.0
+WARMUP_FRACTION = 5.0 / 90.0  # Goyal et al. (arXiv 1706.02677): 5 warm-up epochs of a 90-epoch schedule
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -63,7 +67,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if arguments.variant == "dcs3gd":
     config.delay_compensation, config.dc_lambda = "layerwise", 0.2
   global_batch = LEARNERS * BATCH_PER_LEARNER
+  config.warmup_learning_rate = config.learning_rate  # the small-batch rate, 0.001 at 128 images
   config.learning_rate = config.learning_rate * global_batch / rudra_cifar10.BASELINE_BATCH
+  config.warmup_epochs = EPOCHS * WARMUP_FRACTION
   config.lr_decay_epochs = tuple(boundary * EPOCHS / PAPER_EPOCHS for boundary in config.lr_decay_epochs)
   config.num_epochs = EPOCHS
   config.eval_every_epochs = 0.5
@@ -72,6 +78,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     run_on_embedded_digits(config, num_epochs=6.0)
     config.batch_per_learner = 16
     config.learning_rate = 0.05
+    config.warmup_epochs, config.warmup_learning_rate = 0.0, None
     config.weight_decay = 0.0
     config.log_every_updates = 10
   return config

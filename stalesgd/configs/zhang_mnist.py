@@ -21,7 +21,8 @@ Setting (the choices of this file, not the paper's):
 
 Variants (``get_config("VARIANT")``): ``baseline``, ``hardsync``,
 ``softsync_fixed``, ``softsync_inverse``, ``softsync_inverse_mean`` (n = 15;
-``--config.n=N``), as in `stalesgd.configs.rudra_cifar10`; ``quick,VARIANT``: the
+``--config.n=N``) and Rudra's ``mu_lambda_120`` ... ``mu_lambda_3840``
+(1-softsync, lambda = 30, the fixed alpha_0), as in `stalesgd.configs.rudra_cifar10`; ``quick,VARIANT``: the
 embedded digits for 4 epochs, no decay steps. The study
 ``zhang_mnist`` (`stalesgd.studies._definitions`) runs the grid with its claims.
 
@@ -44,7 +45,9 @@ from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.training._run_config import default_config
 
-VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse", "softsync_inverse_mean")
+VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse", "softsync_inverse_mean") + tuple(
+  f"mu_lambda_{rudra_cifar10.LEARNERS * batch}" for batch in rudra_cifar10.MU_LAMBDA_BATCHES
+)
 EPOCHS = 3.0
 PAPER_EPOCHS, PAPER_DECAY_EPOCHS = 140.0, (120.0, 130.0)
 

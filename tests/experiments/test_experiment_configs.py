@@ -37,6 +37,7 @@ EXPECTED_CONFIG_FILES = {
   "dcs3gd_cifar10_full",
   "dcs3gd_imagenet_resnet50",
   "zhang_mnist",
+  "dcasgd_mnist",
   "async_adam",
 }
 
@@ -259,3 +260,14 @@ def test_dcs3gd_configs_select_the_three_all_reduce_protocols():
     assert {config.protocol for config in configs.values()} == {"dcs3gd", "s3gd", "allreduce_sync"}
     assert configs["dcs3gd"].delay_compensation == "layerwise" and configs["dcs3gd"].dc_lambda == 0.2
     assert configs["s3gd"].delay_compensation == "none"
+
+
+def test_dcs3gd_cifar10_full_scales_the_rate_and_warms_up_as_goyal_et_al():
+  """0.001 at 128 images x 1024/128 = 0.008, reached by a linear warm-up from 0.001 over 5/90 of the 4-epoch run."""
+  for variant in CONFIG_MODULES["dcs3gd_cifar10_full"].VARIANTS:
+    config = CONFIG_MODULES["dcs3gd_cifar10_full"].get_config(variant)
+    assert (config.warmup_learning_rate, config.learning_rate) == (0.001, 0.008)
+    assert config.warmup_epochs == pytest.approx(4.0 * 5.0 / 90.0)
+    assert (config.model, config.model_multipliers, config.multiplier_set) == ("cifar10_full", True, None)
+  quick = CONFIG_MODULES["dcs3gd_cifar10_full"].get_config("quick")
+  assert (quick.warmup_epochs, quick.warmup_learning_rate) == (0.0, None)

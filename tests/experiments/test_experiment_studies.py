@@ -27,7 +27,9 @@ def test_the_studies_exist():
     "zhang_cifar10",
     "zhang_mnist",
     "rudra_mu_lambda",
+    "rudra_mu_lambda_mnist",
     "dcasgd_table1",
+    "dcasgd_mnist",
     "dcs3gd_cifar10",
     "demo",
     "async_adam",
@@ -203,6 +205,23 @@ def test_study_rejects_duplicate_labels_and_foreign_variants():
 def test_variant_slug_is_a_safe_directory_name():
   assert Variant("15-softsync, a0/sigma", "demo", "hardsync").slug == "15_softsync_a0_sigma"
   assert Variant("1-softsync, mu*lambda=120 (mu=4)", "demo", "hardsync").slug == "1_softsync_mu_lambda_120_mu_4"
+
+
+def test_schedule_compression_moves_the_warmup_with_the_decays():
+  """DC-S3GD's config: 4 epochs, warm-up 5/90 of them (0.2222), decays at 120/140 and 130/140 of the run. At E = 10:
+  warm-up 10 x 5/90 = 0.5556 epochs, decays at 8.571 and 9.286; 0.001 -> 0.008 over the warm-up, as configured."""
+  study = STUDIES["dcs3gd_cifar10"]
+  variant = next(variant for variant in study.variants if variant.slug == "dc_s3gd_layer_wise_s_4")
+  config, command = study_run(study, variant, RunSettings(schedule_epochs=10.0))
+  assert config.warmup_epochs == pytest.approx(10.0 * 5.0 / 90.0)
+  assert config.lr_decay_epochs == pytest.approx((10.0 * 120.0 / 140.0, 10.0 * 130.0 / 140.0))
+  assert (config.warmup_learning_rate, config.learning_rate) == (0.001, 0.008)
+  assert _config_of_command(command).to_dict() == config.to_dict()
+  # Without a warm-up the compressed fields are the two of before (recorded commands stay as they were).
+  assert set(compress_schedule(study_config(STUDIES["zhang_cifar10"], STUDIES["zhang_cifar10"].variants[1]), 20.0)) == {
+    "num_epochs",
+    "lr_decay_epochs",
+  }
 
 
 def test_schedule_compression_moves_the_decays_to_the_same_fractions():

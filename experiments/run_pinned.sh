@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs the long study grids from one pinned commit, niced and resumable, so that later changes to main cannot
+# change a run halfway. Rerunning the same command after any stop resumes every unfinished run from its
+# checkpoint and reuses the finished ones (stalesgd.studies: a sweep resumes).
+#
+#   experiments/run_pinned.sh COMMIT GRID [GRID ...]
+#
+# GRID (each one stalesgd-reproduce command, its seeds and variants fixed here before the first run):
+#   zhang_e20        Zhang et al. on CIFAR-10 at E = 20: hardsync, 15- and 30-softsync alpha0/sigma, seeds 0-2
+#   dcs3gd_e10       DC-S3GD on CIFAR-10 at E = 10 with warm-up: S = 0, S3GD and DC-S3GD at S = 1 and 4, seeds 0-2
+#   mu_lambda_mnist  Rudra's mu x lambda rule on MNIST: the baseline and mu lambda = 120, 480, 3840, seeds 0-2
+#   dcasgd_mnist     Zheng et al.'s ordering on MNIST: SGD, ASGD, DC-ASGD-c, DC-ASGD-a at M = 4 and 8, seeds 0-2
+#
+# The code runs from a git worktree of COMMIT under $PINNED_ROOT (default runs/pinned/code-COMMIT), with the
+# repository's .venv (make test creates it); runs go to $PINNED_ROOT/<grid>. Environment:
+#   CIFAR10_NPZ  directory of cifar10_{train,test}.npz (docs/data.md), default /tmp/cifar10_npz
+#   MNIST_NPZ    directory of mnist_{train,test}.npz, default /tmp/mnist_npz
+#   PARALLEL     concurrent runs per grid (default 1); NICE  niceness (default 19)
+# Gather a grid's report with main's code afterwards:
+#   python -m stalesgd.cli.reproduce <the grid's flags> --workdir=$PINNED_ROOT/<grid> --gather
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+commit="${1:?usage: $0 COMMIT GRID [GRID ...]}"
+shift
+[ "$#" -gt 0 ] || { echo "usage: $0 COMMIT GRID [GRID ...]" >&2; exit 2; }
+commit="$(git -C "$repo" rev-parse --verify "$commit^{commit}")"
+root="${PINNED_ROOT:-$repo/runs/pinned}"
+code="$root/code-${commit:0:12}"
+python="$repo/.venv/bin/python"
+cifar10="${CIFAR10_NPZ:-/tmp/cifar10_npz}"
+mnist="${MNIST_NPZ:-/tmp/mnist_npz}"
+parallel="${PARALLEL:-1}"
+[ -x "$python" ] || { echo "$python is missing: run make test (or make .venv/.stalesgd-installed) first" >&2; exit 2; }
+if [ ! -d "$code" ]; then
+  mkdir -p "$root"
+  git -C "$repo" worktree add --detach "$code" "$commit"
+fi
+
+grid_flags() {
+  case "$1" in
+    zhang_e20) echo "--study=zhang_cifar10 --data_source=npz --data_dir=$cifar10 --schedule_epochs=20 --eval_every=1 \
+--seeds=3 --variants=hardsync,15_softsync_a0_sigma,30_softsync_a0_sigma" ;;
+    dcs3gd_e10) echo "--study=dcs3gd_cifar10 --data_source=npz --data_dir=$cifar10 --schedule_epochs=10 \
+--eval_every=0.5 --seeds=3 --variants=all_reduce_sgd_s_0,s3gd_s_1,dc_s3gd_layer_wise_s_1,s3gd_s_4,dc_s3gd_layer_wise_s_4" ;;
+    mu_lambda_mnist) echo "--study=rudra_mu_lambda_mnist --data_source=npz --data_dir=$mnist --seeds=3 \
+--variants=baseline_lambda_1_mu_128,1_softsync_mu_lambda_120_mu_4,1_softsync_mu_lambda_480_mu_16,1_softsync_mu_lambda_3840_mu_128" ;;
+    dcasgd_mnist) echo "--study=dcasgd_mnist --data_source=npz --data_dir=$mnist --seeds=3" ;;
+    *) echo "unknown grid '$1'; allowed: zhang_e20 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist" >&2; return 2 ;;
+  esac
+}
+
+for grid in "$@"; do
+  flags="$(grid_flags "$grid")"
+  mkdir -p "$root/$grid"
+  echo "$(date -u +%FT%TZ) start $grid at $commit on $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" \
+    | tee -a "$root/$grid/sessions.log"
+  # shellcheck disable=SC2086  # the flags are words
+  (cd "$code" && nice -n "${NICE:-19}" "$python" -m stalesgd.cli.reproduce $flags --parallel="$parallel" \
+    --workdir="$root/$grid")
+  echo "$(date -u +%FT%TZ) end $grid" | tee -a "$root/$grid/sessions.log"
+done
