@@ -13,12 +13,25 @@ slower per gradient.
 
 Decentralized protocols (all-reduce SGD, S3GD, DC-S3GD) need one device per
 learner, so they get ``learners`` devices.
+
+A single learner (lambda = 1) in a process with more devices
+(``stalesgd-reproduce`` gives every run of a study 8) trains and evaluates on
+the first device only (`runner_mesh`). On 8 devices the engine padded its one
+gradient slot per update to 8 and computed all of them, 5x slower per image;
+on one device the weights are the same bit for bit (one gradient, and
+element-wise server updates whose parameter sharding does not change their
+values; `tests/train/test_train_protocols.py`). With lambda >= 2 the average
+over a stack of contributions is laid out by the device count, which can move
+the last bits, so those runs keep every device (a study's runs then compute
+the same bits whatever runs beside them).
 """
 
 from __future__ import annotations
 
+import jax
 import ml_collections
 
+from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.training._run_config import is_decentralized
 
 SLOTS_PER_DEVICE = 4
@@ -34,3 +47,13 @@ def cpu_device_count(config: ml_collections.ConfigDict) -> int:
   while count < min(wanted, MAX_CPU_DEVICES):  # the smallest power of two that holds them, at most 8
     count *= 2
   return count
+
+
+def runner_mesh(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:
+  """The devices a run trains and evaluates on: the first device of ``mesh`` for a single learner on a one-process
+  CPU run (the same weights as on all of them, see the module docstring), else ``mesh``."""
+  devices = list(mesh.devices.flat)
+  single = not is_decentralized(config) and config.learners == 1
+  if not single or jax.process_count() > 1 or devices[0].platform != "cpu" or len(devices) == 1:
+    return mesh
+  return sharding_lib.learner_mesh(mesh.axis_names[0], devices[:1])

@@ -55,6 +55,7 @@ from stalesgd import data as data_lib
 from stalesgd import models
 from stalesgd.models._loss import is_default_loss, user_loss
 from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd.training import _device_layout as device_layout
 from stalesgd.training._evaluator import Evaluator
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverged: raised by the loop)
@@ -319,6 +320,7 @@ def _train_and_evaluate(
   workdir = workdir_path(workdir, field="workdir")
   mesh = sharding_lib.learner_mesh()
   validate_config(config, num_devices=mesh.size)
+  mesh = device_layout.runner_mesh(config, mesh)  # the same weights on fewer devices, when more would idle
   check_same_run(config, workdir)
   primary = jax.process_index() == 0
   if primary:

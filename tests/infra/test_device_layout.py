@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import jax
+import ml_collections
+import numpy as np
 import pytest
 
-from stalesgd.training._device_layout import cpu_device_count
+from stalesgd.parallel._sharding import learner_mesh
+from stalesgd.training._device_layout import cpu_device_count, runner_mesh
+from stalesgd.training._loop import build_run
 from stalesgd.training._run_config import default_config
+from tests.helpers.train_helpers import tiny_config
 
 
 @pytest.mark.parametrize(
@@ -22,3 +28,40 @@ def test_decentralized_runs_get_one_device_per_learner(protocol):
   config = default_config()
   config.protocol, config.learners = protocol, 6
   assert cpu_device_count(config) == 6
+
+
+def test_a_single_learner_runs_on_one_device_of_the_studys_eight():
+  mesh = learner_mesh()
+  assert mesh.size == 8
+  single = tiny_config("hardsync", learners=1)
+  assert runner_mesh(single, mesh).devices.tolist() == [jax.devices()[0]]
+  assert runner_mesh(tiny_config("hardsync"), mesh) is mesh  # lambda >= 2 keeps every device: its bits use them
+  assert runner_mesh(tiny_config("dcs3gd"), mesh) is mesh
+
+
+def _final_params(config, mesh):
+  run = build_run(config, mesh)
+  state = run.runner.init(run.params)
+  for block in range(len(run.runner.block_starts) - 1):
+    state, _ = run.runner.step(state, block)
+  return jax.tree.map(np.asarray, run.runner.params(state))
+
+
+def test_a_single_learner_gets_the_same_weights_on_one_device_as_on_eight():
+  """What lets runner_mesh drop 7 devices: a small CNN (convolutions, Caffe momentum, weight decay, Caffe
+  multipliers off and on) trained by lambda = 1 on 1 and on 8 devices ends in the same weights, bit for bit."""
+  for multipliers in (False, True):
+    config = tiny_config(
+      "hardsync",
+      learners=1,
+      batch_per_learner=16,
+      model="small_cnn",
+      num_epochs=0.2,
+      weight_decay=0.01,
+      model_multipliers=multipliers,
+    )
+    config.model_options = ml_collections.ConfigDict()
+    mesh = learner_mesh()
+    one, eight = _final_params(config, learner_mesh(devices=mesh.devices.flat[:1])), _final_params(config, mesh)
+    for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(eight)):
+      np.testing.assert_array_equal(a, b)
