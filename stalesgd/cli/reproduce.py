@@ -67,6 +67,7 @@ from stalesgd._extras import require_training_stack
 
 require_training_stack("stalesgd-reproduce")  # before the first import of the training stack
 
+import shlex
 import time
 
 import jax
@@ -240,6 +241,9 @@ def main(argv):
     gpu_ids=gpu_ids,
     only_task=_TASK.value,
     gather_only=_GATHER.value,
+    command=shlex.join(
+      ["stalesgd-reproduce", *(arg for arg in sys.argv[1:] if arg not in ("--gather", "--gather=true"))]
+    ),
   )
   if _TASK.value is not None:
     if result.rows:

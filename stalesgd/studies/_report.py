@@ -19,7 +19,10 @@ Written into the study's workdir by `stalesgd.studies.run_study` (and by
   intervals, is then what the command prints, so that the printed text is
   the same on machines whose rounding moves the numbers within their bands;
 * ``test_error.png`` (mean over seeds with a ± std band, against epochs and
-  simulated time), ``train_loss.png``, ``staleness.png``.
+  simulated time), ``train_loss.png``, ``staleness.png``;
+* ``README.md``: the command, code, host, data, wall times, the table, the
+  decisions and the plots, with a hand-kept *Notes* section a new report keeps
+  (`stalesgd.studies._results_readme`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stalesgd.schedule import Schedule
+from stalesgd.studies import _results_readme as results_readme
 from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._definitions import Study
 from stalesgd.training._loop import SCHEDULE_FILENAME
@@ -277,10 +281,13 @@ def bands(curves: Sequence[Mapping[str, Any]], field: str) -> list[plots.Band]:
   return result
 
 
-def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path) -> str:
+def write_report(
+  study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path, *, command: str | None = None
+) -> str:
   """Writes every file of the module docstring and returns the per-variant Markdown table and the decisions.
 
-  The rows carry every run's settings (`result_row` of the sweep).
+  The rows carry every run's settings (`result_row` of the sweep); ``command`` is the study's command line,
+  recorded in ``README.md``.
   """
   records_of = {index: run_records(row) for index, row in enumerate(rows)}
   for index, row in enumerate(rows):
@@ -337,6 +344,7 @@ def write_report(study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.
       staleness[row["variant"]] = Schedule.load(schedule_path).gradient_staleness
   if staleness:
     plots.plot_staleness_histograms(staleness, workdir / "staleness.png", title=study.title)
+  results_readme.write_readme(study, rows, workdir, table=markdown, decisions=decisions_text, command=command)
   if study.bands:
     coarse = band_table(study, rows)
     (workdir / "bands.md").write_text(coarse, encoding="utf-8")

@@ -425,6 +425,7 @@ def run_study(
   gpu_ids: Sequence[str] = (),
   only_task: int | None = None,
   gather_only: bool = False,
+  command: str | None = None,
   echo=print,
 ) -> SweepResult:
   """Runs (or resumes) the grid ``variants x seeds`` of ``study``, then writes the report.
@@ -454,6 +455,7 @@ def run_study(
       one element of a job array, or one process of a parallel sweep.
     gather_only: train nothing; write the report from the finished runs
       (after a job array), refusing an unfinished grid.
+    command: the study's command line, for the report's ``README.md``.
     echo: where progress lines go.
 
   Returns:
@@ -493,7 +495,7 @@ def run_study(
   rows = [result_row(task, outcome, host_devices=host_devices) for task, outcome in done]
   if only_task is not None:
     return SweepResult(rows, None)
-  result = SweepResult(rows, report.write_report(study, rows, pathlib.Path(workdir)))
+  result = SweepResult(rows, report.write_report(study, rows, pathlib.Path(workdir), command=command))
   echo(
     f"TensorBoard: tensorboard --logdir {workdir} (HParams: every run's config, the fields the grid varies "
     "first, and its final metrics)"

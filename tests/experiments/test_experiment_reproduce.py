@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -66,6 +67,29 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
     epochs = [float(point["epoch"]) for point in curves if point["variant"] == row["variant"]]
     assert len(epochs) == 4 and epochs == sorted(epochs) and epochs[-1] == pytest.approx(float(row["epochs"]))
   assert {point["test_error"] for point in curves if point["variant"] == "hardsync"} >= {rows[0]["test_error"]}
+  # The directory describes itself: the command, the code and host the runs recorded, the data's digest, the
+  # table, the decisions, every run's wall time and the plots; a hand-written Notes section survives a new report.
+  readme = (workdir / "README.md").read_text()
+  assert f"stalesgd-reproduce --study=demo --workdir={workdir} --epochs=0.2" in readme
+  assert "- code: stalesgd 0.2.0 at " in readme and " cores" in readme and "load average" in readme
+  assert "digits from embedded" in readme and "sha256 train" in readme
+  assert table.strip() in readme and "## Decisions" in readme and "![test error](test_error.png)" in readme
+  assert len(re.findall(r"^\| .+ \| 0 \| 0\.2\d \| \d+\.\d\d \| \d+ min \| ok \|$", readme, re.MULTILINE)) == 4
+  (workdir / "README.md").write_text(readme.replace("(none yet: this section", "Superseded by X.\n(was: this section"))
+  again = subprocess.run(
+    [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
+    cwd=REPOSITORY,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+  )
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert (
+    (workdir / "README.md")
+    .read_text()
+    .endswith("## Notes\n\nSuperseded by X.\n(was: this section is kept by hand and survives a new report)\n")
+  )
 
 
 def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path):
