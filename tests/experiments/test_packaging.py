@@ -41,6 +41,7 @@ EXPECTED_CONFIGS = {
   "dcs3gd_cifar10_full",
   "dcs3gd_imagenet_resnet50",
   "zhang_mnist",
+  "dcasgd_mnist",
   "async_adam",
 }
 MINIMUM_SETUPTOOLS = 77  # pyproject.toml's build-system requirement (SPDX license strings)
