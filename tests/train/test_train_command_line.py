@@ -61,7 +61,11 @@ def test_overrides_reach_the_run(tmp_path, compilation_cache):
 @pytest.mark.parametrize(
   "override, message",
   [
-    ("--config.learnrs=4", r"learnrs.*Did you mean .*learners"),
+    (
+      "--config.learnrs=4",
+      r"^FATAL Flags parsing error: --config\.learnrs: no such config field; did you mean "
+      r"--config\.learners\?$",
+    ),
     ("--config.learners=four", r"--config\.learners=four: invalid literal for int"),
     ("--config.protocol=gossip", r"config\.protocol='gossip' is not allowed: one of \(.*'hardsync'"),
     ("--config.n=9", r"config\.n=9 is not allowed: an integer >= 1 and <= 8"),
@@ -75,8 +79,25 @@ def test_bad_override_fails_naming_the_field(override, message, tmp_path, compil
     main_command(workdir, "hardsync", *variant_overrides, override), compilation_cache, timeout=FAILURE_TIMEOUT
   )
   assert completed.returncode != 0
-  assert re.search(message, completed.stderr), completed.stderr[-3000:]
+  assert re.search(message, completed.stderr, re.MULTILINE), completed.stderr[-3000:]
   assert not (workdir / "checkpoints").exists()
+  if override in (
+    "--config.learnrs=4",
+    "--config.learners=four",
+  ):  # refused while parsing flags: one line, no traceback
+    assert "Traceback" not in completed.stderr and len(completed.stderr.strip().splitlines()) == 2, completed.stderr
+
+
+def test_an_unknown_config_argument_is_one_line_not_a_traceback(tmp_path, compilation_cache):
+  completed = run_main(main_command(tmp_path / "run", "nonsense"), compilation_cache, timeout=FAILURE_TIMEOUT)
+  assert completed.returncode == 1
+  lines = completed.stderr.strip().splitlines()
+  assert "Traceback" not in completed.stderr and len(lines) == 2, completed.stderr
+  assert re.match(
+    r"FATAL Flags parsing error: flag --config=.*tiny_run_config\.py:nonsense: ValueError: "
+    r"tiny_run_config variant 'nonsense'; allowed: one of",
+    lines[0],
+  ), lines[0]
 
 
 def test_without_a_device_count_the_run_gets_the_fastest_layout(tmp_path, compilation_cache):
