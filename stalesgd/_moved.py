@@ -90,7 +90,7 @@ MOVED_MODULES: dict[str, str] = {
   "stalesgd.schedule.timing": "stalesgd.schedule._timing",
   "stalesgd.schedule.validation": "stalesgd.schedule._validation",
   "stalesgd.sharding": "stalesgd.parallel._sharding",
-  "stalesgd.studies.definitions": "stalesgd.studies._definitions",
+  "stalesgd.studies.definitions": "stalesgd.studies",
   "stalesgd.studies.processes": "stalesgd.studies._processes",
   "stalesgd.studies.report": "stalesgd.studies._report",
   "stalesgd.studies.statistics": "stalesgd.studies._seed_statistics",

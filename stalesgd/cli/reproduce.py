@@ -5,7 +5,7 @@ r"""Runs a reproduction study's grid and writes its table and plots.
 (also ``python -m stalesgd.cli.reproduce``, and ``python -m experiments.reproduce``
 from a clone: a thin script calling `run`).
 
-Studies (grids and published numbers in `stalesgd.studies._definitions`):
+Studies (grids and published numbers in `stalesgd.studies._catalogue`):
 
 * ``demo``: the four `make demo` runs at lambda = 8 on the embedded digits
   (hardsync, 8-softsync with alpha_0 and with alpha_0/sigma, async with

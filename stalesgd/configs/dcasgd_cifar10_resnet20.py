@@ -4,7 +4,7 @@ Setting (docs/algorithms.md §2, §6): ResNet-20 (He et al., option-A
 shortcuts), no augmentation, per-channel input normalisation, mini-batch 128
 per learner, eta = 0.5, x0.1 at epochs 80 and 120, 160 epochs. Methods, with M
 learners (``--config.learners=M``, default 4); Table 1's test error of each, by
-method and M, is in the study ``dcasgd_table1`` (`stalesgd.studies._definitions`),
+method and M, is in the study ``dcasgd_table1`` (`stalesgd.studies._catalogue`),
 which the reproduction compares against:
 
 * ``sgd``: one learner (M = 1): sequential SGD.

@@ -17,7 +17,7 @@ Setting (the choices of this file, fixed before its first run, not the paper's):
 
 Variants (``get_config("[quick,]METHOD")``): ``sgd`` (one learner), ``asgd``, ``dcasgd_c``, ``dcasgd_a``.
 ``quick``: the embedded digits for 4 epochs, no decay steps. The study ``dcasgd_mnist``
-(`stalesgd.studies._definitions`) runs the grid at M = 4 and 8 with its claims.
+(`stalesgd.studies._catalogue`) runs the grid at M = 4 and 8 with its claims.
 
 Commands (the study, then one run)::
 

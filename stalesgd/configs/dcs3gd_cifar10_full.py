@@ -7,7 +7,7 @@ large-batch CNN training. `dcs3gd_cifar10` is the ResNet-20 version of that
 setting (6-9 minutes per epoch on 2 CPU cores); this file swaps in Caffe's
 ``cifar10_full`` (about a minute per epoch on those cores, not measured at this
 batch) so that the study
-``dcs3gd_cifar10`` (`stalesgd.studies._definitions`), 9 runs, fits on a CPU.
+``dcs3gd_cifar10`` (`stalesgd.studies._catalogue`), 9 runs, fits on a CPU.
 
 Setting (the choices of this file; the paper's hyperparameters are not
 available here, docs/algorithms.md §6):

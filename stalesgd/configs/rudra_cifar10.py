@@ -25,7 +25,7 @@ Variants (``get_config("[quick,]VARIANT")``, grammar in
   epochs (mu lambda = 120 matches the baseline's 128).
 
 The published test errors of these runs are in the studies ``zhang_cifar10``
-and ``rudra_mu_lambda`` (`stalesgd.studies._definitions`), which the
+and ``rudra_mu_lambda`` (`stalesgd.studies._catalogue`), which the
 reproduction compares against.
 
 Commands::

@@ -24,7 +24,7 @@ Variants (``get_config("VARIANT")``): ``baseline``, ``hardsync``,
 ``--config.n=N``) and Rudra's ``mu_lambda_120`` ... ``mu_lambda_3840``
 (1-softsync, lambda = 30, the fixed alpha_0), as in `stalesgd.configs.rudra_cifar10`; ``quick,VARIANT``: the
 embedded digits for 4 epochs, no decay steps. The study
-``zhang_mnist`` (`stalesgd.studies._definitions`) runs the grid with its claims.
+``zhang_mnist`` (`stalesgd.studies._catalogue`) runs the grid with its claims.
 
 Commands (the study, then one run)::
 

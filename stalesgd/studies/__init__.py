@@ -1,4 +1,5 @@
-"""The papers' reproduction studies (`definitions`), the sweep that runs them (`sweep`) and its report (`report`).
+"""The papers' reproduction studies (`_catalogue`, on the data model of `_study`), how a study run's config is built
+(`_study_runs`), the sweep that runs them (`_sweep`) and its report (`_report`).
 
 ``stalesgd-reproduce --study=NAME`` (`stalesgd.cli.reproduce`; from a clone also
 ``python -m experiments.reproduce --study=NAME``) is the command line;
@@ -7,17 +8,10 @@
 
 from __future__ import annotations
 
-from stalesgd.studies._definitions import (
-  STUDIES,
-  Claim,
-  RunSettings,
-  Study,
-  Variant,
-  compress_schedule,
-  study_config,
-  study_run,
-)
+from stalesgd.studies._catalogue import STUDIES
 from stalesgd.studies._report import write_report
+from stalesgd.studies._study import Claim, Study, Variant
+from stalesgd.studies._study_runs import RunSettings, compress_schedule, study_config, study_run
 from stalesgd.studies._sweep import RunOutcome, SweepResult, Task, plan_tasks, run_study, run_variant
 
 __all__ = [

@@ -36,7 +36,7 @@ from typing import Any
 from stalesgd.schedule import Schedule
 from stalesgd.studies import _results_readme as results_readme
 from stalesgd.studies import _seed_statistics as statistics
-from stalesgd.studies._definitions import Study
+from stalesgd.studies._study import Study
 from stalesgd.training._loop import SCHEDULE_FILENAME
 from stalesgd.training._runners import DECENTRALIZED_DIAGNOSTICS
 from stalesgd.utils import _plots as plots

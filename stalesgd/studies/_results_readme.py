@@ -14,7 +14,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stalesgd.studies._definitions import Study
+from stalesgd.studies._study import Study
 
 README_FILENAME = "README.md"
 NOTES_HEADING = "## Notes"

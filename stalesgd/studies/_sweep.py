@@ -40,7 +40,8 @@ import ml_collections
 from stalesgd.schedule import Schedule
 from stalesgd.studies import _processes as processes
 from stalesgd.studies import _report as report
-from stalesgd.studies._definitions import RunSettings, Study, Variant, run_directory_name, study_run
+from stalesgd.studies._study import Study, Variant
+from stalesgd.studies._study_runs import RunSettings, run_directory_name, study_run
 from stalesgd.training import _loop as train
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, SCHEDULE_FILENAME, SUMMARY_FILENAME
 from stalesgd.training._run_config import flatten_config, is_decentralized, protocol_options, validate_config

@@ -1,4 +1,4 @@
-"""The study grids of stalesgd/studies/_definitions.py: well-formed, buildable in every mode, the papers' numbers."""
+"""The study grids of stalesgd/studies/_catalogue.py: well-formed, buildable in every mode, the papers' numbers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from absl import flags
 
 from stalesgd.cli import config_flag
 from stalesgd.studies import STUDIES, Claim, RunSettings, Study, Variant, compress_schedule, study_config, study_run
-from stalesgd.studies._definitions import load_config_module
+from stalesgd.studies._study import load_config_module
 from stalesgd.training._run_config import default_config, validate_config
 
 NUM_DEVICES = 8

@@ -203,7 +203,7 @@ def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(
   assert {f"stalesgd/configs/{name}.py" for name in (*EXPECTED_CONFIGS, *configs.HELPER_MODULES)} <= files
   assert {
     "stalesgd/configs/__init__.py",
-    "stalesgd/studies/_definitions.py",
+    "stalesgd/studies/_catalogue.py",
     "stalesgd/studies/_sweep.py",
     "stalesgd/cli/train.py",
     "stalesgd/cli/reproduce.py",

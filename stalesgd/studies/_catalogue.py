@@ -1,41 +1,17 @@
-"""The reproduction studies: each a grid of config variants and the numbers the papers report.
+"""The papers' reproduction studies, with the numbers the papers report and the claims' margins.
 
-A `Study` is a list of `Variant` rows; each row is one run, named by a config
-config of `stalesgd.configs` (``stalesgd/configs/``), the variant of that file, and field overrides
-(so every row is one training command, see `Variant.command`). `study_run` builds the run's config, and the command that
-rebuilds it, for the three ways a study runs (`stalesgd.cli.reproduce`):
-
-* the paper's setting (default): the config as the file defines it;
-* ``quick`` without a data source: the file's ``quick`` variant (embedded
-  digits, minutes on a CPU);
-* a data source (``data_source``/``data_dir``, e.g. the CIFAR-10 npz copy):
-  the paper's model and data read from there; with ``quick`` as well, for the
-  study's `Study.short_epochs` epochs.
-
-A shortened run (``quick`` with a data source, or ``num_epochs`` given) is
-evaluated at least `EVALUATIONS_PER_SHORT_RUN` times, so it has a curve.
-
-Published numbers (docs/algorithms.md §6) sit in ``published`` and end up in
-``published_<name>`` columns beside ours (`stalesgd.utils._plots.table_columns`);
-this module is their one place in the code (the config docstrings name the
-study instead of repeating them).
+Each function builds one `Study` (`stalesgd.studies._study`); `STUDIES` maps its name to it. Published numbers
+(docs/algorithms.md §6) sit in each variant's ``published`` and end up in ``published_<name>`` columns beside ours
+(`stalesgd.utils._plots.table_columns`); this module is their one place in the code (the config docstrings name
+the study instead of repeating them). The margins are fixed here before a study's runs, and never moved after.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import shlex
-from collections.abc import Mapping, Sequence
-from typing import Any
 
-import ml_collections
+from stalesgd.studies._study import Claim, Study, Variant, load_config_module, slug_of
 
-from stalesgd.configs.arguments import QUICK
-
-CONFIG_PACKAGE = "stalesgd.configs"
-TRAIN_MODULE = "stalesgd.cli.train"  # the program of `Variant.command`
-EVALUATIONS_PER_SHORT_RUN = 4
 ZHANG_N = (1, 2, 4, 10, 15, 30)
 ZHANG_DIVERGED_ERROR = 90.0  # Zhang et al.: n = 15 and 30 with the fixed rate "do not converge (90% error)".
 RUDRA_TEST_ERROR = 18.0
@@ -60,329 +36,6 @@ DCASGD_METHOD_NAMES = {
   "dcasgd_a": "DC-ASGD-a",
   "dcasgd_a_bc": "DC-ASGD-a bias-corrected",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-  """One run of a study.
-
-  Attributes:
-    label: the row's name in tables and plot legends (unique in its study).
-    config_file: a config's name in `stalesgd.configs` (e.g. ``"rudra_cifar10"``).
-    config_variant: the variant of that file (its ``get_config`` argument).
-    overrides: config fields set after ``get_config`` (e.g. ``{"n": 15}``).
-    published: the paper's numbers for this run, by result field
-      (``{"test_error": 18.0}``).
-  """
-
-  label: str
-  config_file: str
-  config_variant: str
-  overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  published: Mapping[str, float] = dataclasses.field(default_factory=dict)
-
-  @property
-  def slug(self) -> str:
-    """A directory name for the run: the label with anything but [a-z0-9.] turned into ``_``."""
-    return _slug(self.label)
-
-  def command(self, *, quick: bool, extra: Mapping[str, Any] | None = None) -> str:
-    """The command line that runs this variant alone (without ``--workdir``), from any directory.
-
-    ``python -m stalesgd.cli.train`` (the program ``stalesgd-train`` and, in a
-    clone, ``python -m experiments.main`` run) with the config by name, so the
-    command recorded in a study's ``results.csv`` needs neither a clone nor
-    the console script on ``PATH``; from a clone's root,
-    ``--config=experiments/configs/<name>.py:...`` is the same config.
-    """
-    argument = f"{QUICK},{self.config_variant}" if quick else self.config_variant
-    overrides = {**self.overrides, **(extra or {})}
-    flags = "".join(f" --config.{field}={_flag_value(value)}" for field, value in overrides.items())
-    return f"python -m {TRAIN_MODULE} --config={self.config_file}:{argument}{flags}"
-
-
-def _slug(label: str) -> str:
-  cleaned = "".join(character if character.isalnum() or character == "." else "_" for character in label.lower())
-  return "_".join(part for part in cleaned.split("_") if part)
-
-
-def _flag_value(value: Any) -> str:
-  """A config override value as one shell word (tuples in the ``(a,b)`` form config_flags parses)."""
-  if isinstance(value, (tuple, list)):
-    value = "(" + ",".join(str(item) for item in value) + ("," if len(value) == 1 else "") + ")"
-  return shlex.quote(str(value))
-
-
-CLAIM_KINDS = ("matches", "worse")
-NOT_DECIDED_ONE_SEED = "not decided (1 seed: no interval)"
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-  """A published claim as a rule fixed before the runs: a variant against a reference, seed by seed.
-
-  The gap of seed s is d_s = value(variant, s) - value(reference, s), a run's
-  value being the mean of its last evaluations' test error (points; the
-  study's `Study.last_evaluations`). Its 95 % interval
-  (`stalesgd.studies._seed_statistics.paired_interval`) decides:
-
-  * ``matches``: holds if the interval lies inside (-margin, +margin); does not
-    hold if it lies wholly outside; otherwise not decided;
-  * ``worse``: the variant is worse by more than ``margin``: holds if the
-    interval lies above +margin; does not hold if it lies below; otherwise not
-    decided.
-
-  With one seed there is no interval and the claim is not decided.
-
-  Attributes:
-    statement: the published claim, in the paper's terms.
-    variant: the slug of the variant it is about.
-    reference: the slug of the variant it is compared with.
-    kind: one of `CLAIM_KINDS`.
-    margin: test-error points.
-  """
-
-  statement: str
-  variant: str
-  reference: str
-  kind: str
-  margin: float
-
-  def __post_init__(self):
-    if self.kind not in CLAIM_KINDS:
-      raise ValueError(f"kind={self.kind!r}; allowed: one of {CLAIM_KINDS}")
-    if not self.margin > 0:
-      raise ValueError(f"margin={self.margin!r}; allowed: a number of test-error points > 0")
-
-  def rule(self, last_evaluations: int) -> str:
-    """The decision rule in words."""
-    gap = (
-      f"the 95 % interval of the paired per-seed gap in test error ({self.variant} - {self.reference}, "
-      f"mean of the last {last_evaluations} evaluations)"
-    )
-    if self.kind == "matches":
-      return f"{gap} lies inside ±{self.margin:g} points"
-    return f"{gap} lies above +{self.margin:g} points"
-
-  def decide(self, low: float | None, high: float | None) -> str:
-    """``holds``, ``does not hold``, or why it is not decided, from the interval [low, high] (None: 1 seed)."""
-    if low is None or high is None:
-      return NOT_DECIDED_ONE_SEED
-    margin = self.margin
-    if self.kind == "matches":
-      if -margin < low and high < margin:
-        return "holds"
-      if low >= margin or high <= -margin:
-        return "does not hold"
-    else:
-      if low > margin:
-        return "holds"
-      if high < margin:
-        return "does not hold"
-    return "not decided (the interval crosses the margin)"
-
-
-@dataclasses.dataclass(frozen=True)
-class Study:
-  """A grid of runs and what it should show.
-
-  Attributes:
-    name: the ``--study`` name.
-    title: one line for plot titles.
-    finding: the published qualitative finding the grid tests.
-    variants: the runs, in table order.
-    paper_data: whether the study runs on a paper's data set (so a data
-      source can be given); False for studies on the embedded data only.
-    has_quick: whether the config files have a ``quick`` variant (the demo is
-      quick already).
-    short_epochs: epochs per run with ``quick`` and a data source (the paper's
-      model and data, fewer epochs).
-    claims: the published claims the grid decides (`Claim`), fixed before it
-      runs.
-    last_evaluations: a run's value is the mean of this many last evaluations.
-    bands: ``(low, high, label)`` ranges of test error (points): when given,
-      the printed table shows, per variant, the band every seed's value falls
-      in instead of the numbers, so that it reads the same on any machine whose
-      floating-point results move the numbers within their bands (the demo;
-      a value outside every band, or seeds in different bands, is printed as
-      such).
-  """
-
-  name: str
-  title: str
-  finding: str
-  variants: tuple[Variant, ...]
-  paper_data: bool = True
-  has_quick: bool = True
-  short_epochs: float = 1.0
-  claims: tuple[Claim, ...] = ()
-  last_evaluations: int = 3
-  bands: tuple[tuple[float, float, str], ...] = ()
-
-  def __post_init__(self):
-    labels = [variant.label for variant in self.variants]
-    slugs = [variant.slug for variant in self.variants]
-    if not labels or len(set(labels)) != len(labels) or len(set(slugs)) != len(slugs):
-      raise ValueError(
-        f"study {self.name!r}: variant labels {labels} must be non-empty and unique (also as directory names)"
-      )
-    for claim in self.claims:
-      for slug in (claim.variant, claim.reference):
-        if slug not in slugs:
-          raise ValueError(f"study {self.name!r}: claim {claim.statement!r} names {slug!r}; allowed: one of {slugs}")
-
-  def select(self, slugs: Sequence[str] | None) -> tuple[Variant, ...]:
-    """The variants named by ``slugs`` (directory names), in study order; all of them for None.
-
-    Raises:
-      ValueError: naming an unknown slug and the allowed ones.
-    """
-    if slugs is None:
-      return self.variants
-    known = [variant.slug for variant in self.variants]
-    unknown = [slug for slug in slugs if slug not in known]
-    if unknown or not slugs:
-      raise ValueError(
-        f"variants={list(slugs)!r}: {unknown or 'none given'} not in study {self.name!r}; "
-        f"allowed: a non-empty subset of {known}"
-      )
-    return tuple(variant for variant in self.variants if variant.slug in slugs)
-
-
-def load_config_module(config_file: str):
-  """The module `stalesgd.configs`.<config_file>."""
-  return importlib.import_module(f"{CONFIG_PACKAGE}.{config_file}")
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSettings:
-  """How a study's runs are built, beyond the grid itself: the flags of ``stalesgd-reproduce``.
-
-  Attributes:
-    quick: the CPU-sized version.
-    data_source: read the paper's data set from this source (``"tfds"`` or
-      ``"npz"``) instead of the config's.
-    data_dir: the source's directory.
-    num_epochs: epochs per run, overriding everything else; the learning-rate
-      decay epochs stay where the config puts them (so a short run may never
-      reach them).
-    schedule_epochs: the config's whole schedule compressed to this many
-      epochs: ``num_epochs`` becomes it and every learning-rate decay epoch is
-      moved to the same fraction of the run (`compress_schedule`).
-    eval_every_epochs: the evaluation interval of every run (None: the
-      config's, or `EVALUATIONS_PER_SHORT_RUN` evaluations of a shortened run).
-  """
-
-  quick: bool = False
-  data_source: str | None = None
-  data_dir: str | None = None
-  num_epochs: float | None = None
-  schedule_epochs: float | None = None
-  eval_every_epochs: float | None = None
-
-  def __post_init__(self):
-    for name in ("num_epochs", "schedule_epochs", "eval_every_epochs"):
-      value = getattr(self, name)
-      if value is not None and not value > 0:
-        raise ValueError(f"{name}={value!r}; allowed: a number of epochs > 0, or None")
-    if self.num_epochs is not None and self.schedule_epochs is not None:
-      raise ValueError(
-        f"num_epochs={self.num_epochs} and schedule_epochs={self.schedule_epochs} given together; "
-        "allowed: one of them (num_epochs shortens a run and keeps the decay epochs, "
-        "schedule_epochs compresses the whole schedule)"
-      )
-
-
-def compress_schedule(config: ml_collections.ConfigDict, epochs: float) -> dict[str, Any]:
-  """The fields that compress ``config``'s training schedule to ``epochs`` epochs.
-
-  Every learning-rate decay epoch b of a ``config.num_epochs``-epoch schedule
-  moves to b x epochs / num_epochs, so the decays happen at the same fractions
-  of the run (Zhang et al.'s 140 epochs with x0.1 at 120 and 130 become, at
-  20 epochs, x0.1 at 17.14 and 18.57).
-
-  A warm-up (``warmup_epochs`` > 0) is compressed the same way.
-
-  Returns:
-    ``{"num_epochs": epochs, "lr_decay_epochs": (...)}`` (and ``warmup_epochs``
-    with a warm-up), to set on the config.
-  """
-  original = float(config.num_epochs)
-  fields = {
-    "num_epochs": float(epochs),
-    "lr_decay_epochs": tuple(float(boundary) * epochs / original for boundary in config.lr_decay_epochs),
-  }
-  if config.warmup_epochs > 0:
-    fields["warmup_epochs"] = float(config.warmup_epochs) * epochs / original
-  return fields
-
-
-def run_directory_name(seed: int) -> str:
-  """The sub-directory of a variant's directory that holds its run with ``seed``."""
-  return f"seed_{seed}"
-
-
-def study_run(
-  study: Study, variant: Variant, settings: RunSettings = RunSettings(), *, seed: int | None = None
-) -> tuple[ml_collections.ConfigDict, str]:
-  """The config of one run of a study and the command that builds it (modes: the module docstring).
-
-  Args:
-    study: the study.
-    variant: one of ``study.variants``.
-    settings: the study-level flags (`RunSettings`).
-    seed: the run's seed (``config.seed``: initialisation, data order,
-      augmentation and the timing model's jitter all derive from it); None
-      keeps the config's.
-
-  Returns:
-    (the run's config, the `Variant.command` whose config is the
-    same: every field set here beyond the config file's is a flag of it).
-
-  Raises:
-    ValueError: if a data source is given to a study on embedded data only.
-  """
-  if variant not in study.variants:
-    raise ValueError(f"variant {variant.label!r} is not part of study {study.name!r}")
-  on_paper_data = settings.data_source is not None or settings.data_dir is not None
-  if on_paper_data and not study.paper_data:
-    raise ValueError(
-      f"data_source={settings.data_source!r}/data_dir={settings.data_dir!r} given to study "
-      f"{study.name!r}, which runs on the embedded data only; allowed: no data source for this study"
-    )
-  quick_variant = settings.quick and study.has_quick and not on_paper_data
-  argument = f"{QUICK},{variant.config_variant}" if quick_variant else variant.config_variant
-  config = load_config_module(variant.config_file).get_config(argument)
-  for field, value in variant.overrides.items():
-    config[field] = value
-  extra: dict[str, Any] = {}
-  if seed is not None and seed != config.seed:
-    extra["seed"] = int(seed)
-  if settings.data_source is not None:
-    extra["data_source"] = settings.data_source
-  if settings.data_dir is not None:
-    extra["data_dir"] = settings.data_dir
-  if settings.quick and on_paper_data:
-    extra["num_epochs"] = study.short_epochs
-  if settings.num_epochs is not None:
-    extra["num_epochs"] = settings.num_epochs
-  if settings.schedule_epochs is not None:
-    extra.update(compress_schedule(config, settings.schedule_epochs))
-  if settings.eval_every_epochs is not None:
-    extra["eval_every_epochs"] = float(settings.eval_every_epochs)
-  elif "num_epochs" in extra:
-    # A shortened run still gets a learning curve, not just its final point.
-    extra["eval_every_epochs"] = min(config.eval_every_epochs, extra["num_epochs"] / EVALUATIONS_PER_SHORT_RUN)
-  for field, value in extra.items():
-    config[field] = value
-  return config, variant.command(quick=quick_variant, extra=extra)
-
-
-def study_config(
-  study: Study, variant: Variant, settings: RunSettings = RunSettings(), *, seed: int | None = None
-) -> ml_collections.ConfigDict:
-  """The config of one run of a study (`study_run`'s, without the command)."""
-  return study_run(study, variant, settings, seed=seed)[0]
 
 
 # The margins of the claims (test-error points), fixed before the runs: "matches" is Zhang et al.'s "virtually
@@ -565,8 +218,8 @@ def dcasgd_table1() -> Study:
           f"{DCASGD_METHOD_NAMES[better]} beats {DCASGD_METHOD_NAMES[worse]} at M = {learners} "
           f"(Zheng et al.: {DCASGD_TABLE1[better, learners]} against "
           f"{DCASGD_TABLE1[worse, learners]} %)",
-          _slug(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
-          _slug(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"),
+          slug_of(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
+          slug_of(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"),
           "worse",
           DCASGD_ORDER_MARGIN,
         )
@@ -603,8 +256,8 @@ def dcasgd_mnist() -> Study:
         Claim(
           f"{DCASGD_METHOD_NAMES[better]} beats {DCASGD_METHOD_NAMES[worse]} at M = {learners} (Zheng et al.'s "
           "ordering, on MNIST)",
-          _slug(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
-          _slug(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"),
+          slug_of(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
+          slug_of(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"),
           "worse",
           DCASGD_MNIST_ORDER_MARGIN,
         )
