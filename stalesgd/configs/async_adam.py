@@ -12,10 +12,11 @@ on its input away. ``get_config(arg)``, arg one of:
 Commands::
 
   stalesgd-reproduce --study=async_adam --seeds=3 --parallel=auto
-  python -m experiments.main --config=experiments/configs/async_adam.py:async_inverse --workdir=runs/adam1
+  stalesgd-train --config=async_adam:async_inverse --workdir=runs/adam1
 
-Hardware and time: a CPU, seconds per run (10 epochs of 1,497 images). The result is in the README,
-*Results*, *An asynchronous Adam*.
+Hardware and time: a CPU, seconds per run (10 epochs of 1,497 images). Result (10 seeds, 2 CPU cores): test
+error 3.21 ± 1.47 % with alpha_0/sigma, 67.11 ± 25.23 % without, 1.81 ± 0.47 % synchronous
+(results/async_adam_digits_10seeds).
 """
 
 from __future__ import annotations

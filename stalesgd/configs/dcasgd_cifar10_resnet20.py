@@ -29,25 +29,24 @@ Microsoft's implementation does).
 
 Commands::
 
-  python -m experiments.main --config=experiments/configs/dcasgd_cifar10_resnet20.py:dcasgd_a \
+  stalesgd-train --config=dcasgd_cifar10_resnet20:dcasgd_a \
       --config.learners=8 --workdir=runs/dcasgd_a_m8
-  python -m experiments.reproduce --study=dcasgd_table1 --quick
+  stalesgd-reproduce --study=dcasgd_table1 --quick
 
 Data: tfds ``cifar10`` from a prepared ``--config.data_dir``, or the npz copy
 (``--config.data_source=npz --config.data_dir=/tmp/cifar10_npz``, written by
 the layout of docs/data.md in ``/tmp/cifar10_npz``; a JPEG q75
 re-encoding, expect 2-3 points more error).
 
-Hardware and time: a GPU; 160 epochs are 8M images per run. The README
-(*Results*, *DC-ASGD Table 1*) reports a one-epoch study (``--epochs=1``) on a
-CPU and how long it took.
+Hardware and time: a GPU; 160 epochs are 8M images per run, 6-9 minutes per epoch on 2 CPU cores. A one-epoch
+study on that CPU, one seed (every asynchronous method still near chance): results/dcasgd_table1_jpeg_1epoch.
 
 ``quick``: the embedded 8x8 digits (no download) with ResNet-20 itself (its
 global pooling accepts 8x8 inputs), mini-batch 16 per learner (128 would leave
 about one update per epoch at M = 8 on 1,497 images) with eta scaled with it,
 0.5 x 16 / 128 = 0.0625, no decay steps, 3 epochs (after 10 every method is
 at 1-4% error, a few of the 300 test images). Its results and run time
-(``dcasgd_table1 --quick``): the README, *Results*, *DC-ASGD Table 1*.
+(``dcasgd_table1 --quick``): results/dcasgd_table1_jpeg_1epoch/README.md.
 """
 
 from __future__ import annotations

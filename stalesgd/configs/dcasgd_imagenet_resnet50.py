@@ -16,7 +16,7 @@ Variants: ``asgd`` (async), ``ssgd`` (hardsync, batch 16 x 32 = 512),
 
 Command::
 
-  python -m experiments.main --config=experiments/configs/dcasgd_imagenet_resnet50.py:dcasgd_a \
+  stalesgd-train --config=dcasgd_imagenet_resnet50:dcasgd_a \
       --config.data_dir=$TFDS_DATA_DIR --workdir=runs/dcasgd_imagenet_dcasgd_a
 
 Data: tfds ``imagenet2012`` prepared with ``file_format='array_record'`` in

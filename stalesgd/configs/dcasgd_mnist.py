@@ -21,9 +21,9 @@ Variants (``get_config("[quick,]METHOD")``): ``sgd`` (one learner), ``asgd``, ``
 
 Commands (the study, then one run)::
 
-  python -m experiments.reproduce --study=dcasgd_mnist --seeds=3 --parallel=2 \
+  stalesgd-reproduce --study=dcasgd_mnist --seeds=3 --parallel=2 \
       --data_source=npz --data_dir=/tmp/mnist_npz
-  python -m experiments.main --config=dcasgd_mnist:dcasgd_a --config.learners=8 \
+  stalesgd-train --config=dcasgd_mnist:dcasgd_a --config.learners=8 \
       --config.data_source=npz --config.data_dir=/tmp/mnist_npz --workdir=runs/dcasgd_mnist_a8
 """
 

@@ -27,7 +27,7 @@ number to compare with; allreduce_sync is the reference.
 
 Commands::
 
-  python -m experiments.main --config=experiments/configs/dcs3gd_cifar10.py:dcs3gd \
+  stalesgd-train --config=dcs3gd_cifar10:dcs3gd \
       --config.learners=8 --workdir=runs/dcs3gd_cifar10
   launch/local.sh 2 --config=experiments/configs/dcs3gd_cifar10.py:quick,dcs3gd --workdir=runs/dcs3gd_2proc
 
@@ -41,9 +41,8 @@ sharing the cores: useful for checking, not for speed.
 
 ``quick``: the embedded digits (no download), the small CNN, 16 images per
 learner, learning rate 0.05, no decay steps, 10 epochs, M = 8 (the forced host
-devices of stalesgd-train on a CPU). Its results and run time: the README,
-*Results*, the DC-S3GD paragraph after *The demo* (too easy a problem to
-separate the variants).
+devices of stalesgd-train on a CPU): too easy a problem to separate the variants
+(results/dcs3gd_cifar10_e4_3seeds/README.md, Notes).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ et al.: about 23.7% top-1 error at batch 8k).
 
 Command::
 
-  python -m experiments.main --config=experiments/configs/dcs3gd_imagenet_resnet50.py:dcs3gd \
+  stalesgd-train --config=dcs3gd_imagenet_resnet50:dcs3gd \
       --config.learners=8 --config.data_dir=$TFDS_DATA_DIR --workdir=runs/dcs3gd_imagenet
 
 Data: tfds ``imagenet2012`` prepared with ``file_format='array_record'`` in

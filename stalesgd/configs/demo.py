@@ -14,10 +14,11 @@ runs all four and prints the table). ``get_config(arg)`` with arg one of:
 
 Command::
 
-  python -m experiments.main --config=experiments/configs/demo.py:softsync_inverse --workdir=runs/demo1
+  stalesgd-train --config=demo:softsync_inverse --workdir=runs/demo1
 
-Hardware and time: a CPU. The test errors of ``make demo`` (over seeds too)
-and how long it takes: the README, *Results*, *The demo*.
+Hardware and time: a CPU, seconds per run. Result (``make demo``, 3 seeds, 10 epochs): test error
+1.4 ± 0.3 % hardsync, 90.3 ± 0.8 % with the fixed alpha_0, 2.8 ± 1.5 % with alpha_0/sigma
+(results/demo_3seeds).
 """
 
 from __future__ import annotations

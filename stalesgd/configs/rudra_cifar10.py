@@ -30,9 +30,9 @@ reproduction compares against.
 
 Commands::
 
-  python -m experiments.main --config=experiments/configs/rudra_cifar10.py:softsync_inverse \
+  stalesgd-train --config=rudra_cifar10:softsync_inverse \
       --config.n=30 --workdir=runs/rudra_softsync30_inverse
-  python -m experiments.main --config=experiments/configs/rudra_cifar10.py:quick,softsync_fixed \
+  stalesgd-train --config=rudra_cifar10:quick,softsync_fixed \
       --workdir=runs/rudra_quick
 
 Data: ``tfds`` ``cifar10`` from a prepared tfds data_dir (``--config.data_dir``;
@@ -40,24 +40,20 @@ stalesgd never downloads). Without tfds, use local arrays:
 the layout of docs/data.md in ``/tmp/cifar10_npz`` (or any
 ``cifar10_{train,test}.npz`` with ``images`` uint8 [N,32,32,3] and
 ``labels``), then ``--config.data_source=npz --config.data_dir=/tmp/cifar10_npz``.
-The copy the README's results used is a JPEG (q75) re-encoding: expect 2-3 points more
+The copy this project's results used is a JPEG (q75) re-encoding: expect 2-3 points more
 error than on the original images.
 
-Hardware and time: the full runs want a GPU; one 140-epoch run is 7M images.
-The README (*Results*) reports shortened CPU runs of both studies and how long
-they took. On a CPU ``stalesgd-train`` (``experiments.main``) gives the
-single-learner baseline one device unless ``JAX_NUM_CPU_DEVICES`` says
-otherwise (`stalesgd.training._device_layout`; a study run by ``stalesgd-reproduce``
-keeps 8 for all its runs). ``stalesgd-reproduce``
-(``experiments.reproduce``) runs the studies' grids (``--epochs``,
-``--variants`` for a subset); with
-``--quick --data_source=npz`` each run is one epoch of the real data.
+Hardware and time: the full runs want a GPU; one 140-epoch run is 7M images. On 2 CPU cores one epoch takes
+65-120 s at lambda = 30, mu = 4 (8 host devices); the Zhang et al. grid compressed to 20 epochs, 3 seeds, is
+issue 28's long run (results/zhang_cifar10_e20_3seeds once it has run). A single learner trains on one device
+whatever the device count (`stalesgd.training._device_layout`). ``stalesgd-reproduce`` runs the studies' grids
+(``--schedule_epochs``, ``--variants`` for a subset); with ``--quick --data_source=npz`` each run is one epoch
+of the real data.
 
 ``quick``: the embedded 8x8 digits (no download) with a small CNN
 (``cifar10_full`` needs 32x32 inputs), alpha_0 = 0.01, no weight decay, no
 decay steps, 10 epochs; the protocol settings (lambda, mu, n, the rates) stay
-the paper's. Results and run time of ``--study=zhang_cifar10 --quick``: the
-README, *Results*, *Zhang et al. CIFAR-10*.
+the paper's; seconds per run.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Variants:
 
 Commands::
 
-  python -m experiments.main --config=experiments/configs/zhang_imagenet.py:softsync_inverse \
+  stalesgd-train --config=zhang_imagenet:softsync_inverse \
       --config.data_dir=$TFDS_DATA_DIR --workdir=runs/zhang_imagenet_18softsync_inverse
 
 Data: tfds ``imagenet2012`` prepared with ``file_format='array_record'`` in

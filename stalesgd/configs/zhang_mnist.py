@@ -28,12 +28,14 @@ embedded digits for 4 epochs, no decay steps. The study
 
 Commands (the study, then one run)::
 
-  python -m experiments.reproduce --study=zhang_mnist --seeds=3 --parallel=2 \
+  stalesgd-reproduce --study=zhang_mnist --seeds=3 --parallel=2 \
       --data_source=npz --data_dir=/tmp/mnist_npz
-  python -m experiments.main --config=experiments/configs/zhang_mnist.py:softsync_inverse --config.n=30 \
+  stalesgd-train --config=zhang_mnist:softsync_inverse --config.n=30 \
       --config.data_source=npz --config.data_dir=/tmp/mnist_npz --workdir=runs/zhang_mnist_30
 
-Hardware and time: the README, *Results*.
+Hardware and time: a CPU; about 5 minutes per run on 2 cores beside other work, 1-3 for the single learner.
+Result (3 seeds, 3 epochs): hardsync 1.32 ± 0.10 %, 15- and 30-softsync with alpha_0/sigma 1.25 ± 0.06 and
+1.35 ± 0.09 %, with the fixed alpha_0 at chance (results/zhang_mnist_3seeds).
 """
 
 from __future__ import annotations
