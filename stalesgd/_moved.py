@@ -28,7 +28,7 @@ MOVED_MODULES: dict[str, str] = {
   "stalesgd.checkpoint.integrity": "stalesgd.training.checkpoint._integrity",
   "stalesgd.checkpoint.preemption": "stalesgd.training.checkpoint._preemption",
   "stalesgd.compilation_cache": "stalesgd.utils._compilation_cache",
-  "stalesgd.config": "stalesgd.training._run_config",
+  "stalesgd.config": "stalesgd.training",
   "stalesgd.data.augmentation": "stalesgd.data._augmentation",
   "stalesgd.data.center_crop": "stalesgd.data._center_crop",
   "stalesgd.data.counter_hash": "stalesgd.data._counter_hash",
@@ -111,9 +111,9 @@ MOVED_MODULES: dict[str, str] = {
 
 MOVED_NAMES: dict[str, dict[str, str]] = {
   "stalesgd.runners": {
-    "decentral_settings": "stalesgd.training._run_config",
-    "run_label": "stalesgd.training._run_config",
-    "simulate_schedule": "stalesgd.training._run_config",
+    "decentral_settings": "stalesgd.training._config_readers",
+    "run_label": "stalesgd.training._config_readers",
+    "simulate_schedule": "stalesgd.training._config_readers",
   },
 }
 """Old module path -> {name: the module that holds it now}, for names that left the module `MOVED_MODULES` maps to."""

@@ -39,8 +39,8 @@ import jax
 from absl import app, flags, logging
 
 from experiments.benchmarks.common import benchmark_config, cifar10_data_dir, parse_case
+from stalesgd.training._config_readers import contributions_per_update
 from stalesgd.training._loop import train_and_evaluate
-from stalesgd.training._run_config import contributions_per_update
 
 _CASE = flags.DEFINE_string("case", "async:32", "protocol:learners, as in experiments.benchmarks.training.")
 _UPDATES = flags.DEFINE_integer("updates", 3000, "Server updates to run.")

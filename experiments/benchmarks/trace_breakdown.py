@@ -64,7 +64,7 @@ from experiments.benchmarks.common import (
 from experiments.benchmarks.round_robin import build_from_config
 from experiments.benchmarks.trace_analysis import CATEGORIES, device_seconds, per_gradient
 from stalesgd.training import _device_layout as device_layout
-from stalesgd.training._run_config import contributions_per_update
+from stalesgd.training._config_readers import contributions_per_update
 
 _CASE = flags.DEFINE_string("case", "async:8", "protocol:learners, as in experiments.benchmarks.training.")
 _CHUNKS = flags.DEFINE_integer("chunks", 6, "Traced chunks per program (after one untraced warm-up chunk).")

@@ -60,8 +60,8 @@ from experiments.benchmarks.common import (
 )
 from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
 from stalesgd.training import _device_layout as device_layout
+from stalesgd.training._config_readers import contributions_per_update
 from stalesgd.training._loop import train_and_evaluate
-from stalesgd.training._run_config import contributions_per_update
 from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
 
 _QUICK = flags.DEFINE_bool(

@@ -1,4 +1,4 @@
-"""The packaged config `stalesgd.configs.dcasgd_mnist` as a file: ``--config=experiments/configs/dcasgd_mnist.py[:ARG]``.
+"""The packaged config `stalesgd.configs.dcasgd_mnist` as a file: ``--config=experiments/configs/dcasgd_mnist.py``.
 
 From a clone's root this path and the name (``--config=dcasgd_mnist[:ARG]``) select the same config; its
 variants, command lines and expected results are in `stalesgd/configs/dcasgd_mnist.py`.

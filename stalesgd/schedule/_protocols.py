@@ -4,7 +4,7 @@ Every protocol is one row of `PROTOCOL_TABLE` (a `Protocol`): its options with
 their ranges, defaults and the run-config field that sets each, its server
 rule (parameter-server protocols) or the DC-S3GD settings it fixes
 (decentralized all-reduce protocols), and its label. The simulator, the run
-config's validation (`stalesgd.training._run_config`), the training loop's runners
+config's validation (`stalesgd.training._config_checks`), the training loop's runners
 (`stalesgd.training._runners`) and the decentralized configuration
 (`stalesgd.decentral.config_for_protocol`) all read that row; adding a protocol
 is one row plus, for a parameter-server protocol, one `ServerRule`

@@ -43,8 +43,10 @@ from stalesgd.studies import _report as report
 from stalesgd.studies._study import Study, Variant
 from stalesgd.studies._study_runs import RunSettings, run_directory_name, study_run
 from stalesgd.training import _loop as train
+from stalesgd.training._config_checks import validate_config
+from stalesgd.training._config_readers import is_decentralized, protocol_options
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, SCHEDULE_FILENAME, SUMMARY_FILENAME
-from stalesgd.training._run_config import flatten_config, is_decentralized, protocol_options, validate_config
+from stalesgd.training._run_config import flatten_config
 from stalesgd.training._workdir import check_same_run
 from stalesgd.utils import _plots as plots
 

@@ -1,6 +1,6 @@
 """The training stack: one run from a config to a run directory (flax, orbax, tfds, ...).
 
-* `default_config`, `validate_config` (`._run_config`): every field of a run,
+* `default_config` (`._run_config`), `validate_config` (`._config_checks`): every field of a run,
   its default and its checks; the quantities derived from it, each defined once:
   `contributions_per_update` (c), `examples_per_update` (c mu), `updates_per_epoch`,
   `is_decentralized`, and the run's name, `run_label`.
@@ -18,20 +18,20 @@
 * `stalesgd.training.checkpoint`: `Checkpointer`, `PreemptionGuard`.
 """
 
+from stalesgd.training._config_checks import validate_config
+from stalesgd.training._config_readers import (
+  contributions_per_update,
+  examples_per_update,
+  is_decentralized,
+  run_label,
+  updates_per_epoch,
+)
 from stalesgd.training._evaluator import Evaluator
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, build_run, train_and_evaluate
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._pending_metrics import PendingMetrics, TrainingDiverged
 from stalesgd.training._provenance import provenance
-from stalesgd.training._run_config import (
-  contributions_per_update,
-  default_config,
-  examples_per_update,
-  is_decentralized,
-  run_label,
-  updates_per_epoch,
-  validate_config,
-)
+from stalesgd.training._run_config import default_config
 from stalesgd.training._runners import (
   DecentralizedRunner,
   ParameterServerRunner,

@@ -32,7 +32,7 @@ import jax
 import ml_collections
 
 from stalesgd.parallel import _sharding as sharding_lib
-from stalesgd.training._run_config import is_decentralized
+from stalesgd.training._config_readers import is_decentralized
 
 SLOTS_PER_DEVICE = 4
 MAX_CPU_DEVICES = 8  # the most results/layout_benchmark.json tries; more cores may want more

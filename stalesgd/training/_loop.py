@@ -56,6 +56,14 @@ from stalesgd import models
 from stalesgd.models._loss import is_default_loss, user_loss
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.training import _device_layout as device_layout
+from stalesgd.training._config_checks import validate_config
+from stalesgd.training._config_readers import (
+  decentral_settings,
+  examples_per_update,
+  run_label,
+  simulate_schedule,
+  updates_per_epoch,
+)
 from stalesgd.training._evaluator import Evaluator
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverged: raised by the loop)
@@ -63,15 +71,7 @@ from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverge
   TrainingDiverged,
 )
 from stalesgd.training._provenance import host, provenance, source_commit, stalesgd_version
-from stalesgd.training._run_config import (
-  decentral_settings,
-  examples_per_update,
-  flatten_config,
-  run_label,
-  simulate_schedule,
-  updates_per_epoch,
-  validate_config,
-)
+from stalesgd.training._run_config import flatten_config
 from stalesgd.training._runners import DCS3GDConfig, Runner, Schedule, make_runner
 from stalesgd.training._workdir import check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
@@ -226,7 +226,7 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   """Loads the data and builds the model, optimizer, schedule, DC-S3GD settings and runner of a (validated) config.
 
   The one place that turns a config into objects (with the config layer,
-  `stalesgd.training._run_config`, for the quantities derived from it): the
+  `stalesgd.training._config_readers`, for the quantities derived from it): the
   runners and the layers below take those objects, never the config.
   Deterministic in the config: every process of a run, and every tool that
   re-executes a run outside the training loop (the benchmarks), gets the same

@@ -57,7 +57,8 @@ import optax
 from stalesgd import transforms
 from stalesgd.models import ModelSpec
 from stalesgd.training import _solvers as solvers
-from stalesgd.training._run_config import WEIGHT_DECAY_PLACEMENTS, dc_lambda, is_decentralized
+from stalesgd.training._config_readers import dc_lambda, is_decentralized
+from stalesgd.training._run_config import WEIGHT_DECAY_PLACEMENTS
 from stalesgd.training._solvers import CAFFE_SGD
 
 

@@ -16,7 +16,7 @@ a block boundary resumes exactly.
 
 Runners take typed objects only, never the run's config: the schedule, and
 for a decentralized protocol its `stalesgd.decentral.DCS3GDConfig`, both derived
-from the config by `stalesgd.training._run_config` (`simulate_schedule`,
+from the config by `stalesgd.training._config_readers` (`simulate_schedule`,
 `decentral_settings`) and gathered by `stalesgd.training.build_run`, which
 calls `make_runner`. The training loop needs no layer below this one.
 """
@@ -228,7 +228,7 @@ def make_runner(
     batches: every learner's k-th mini-batch (`stalesgd.data.LearnerBatches`).
     mesh: the devices to run on.
     decentral_settings: a decentralized protocol's settings
-      (`stalesgd.training._run_config.decentral_settings`); None for a
+      (`stalesgd.training._config_readers.decentral_settings`); None for a
       parameter-server protocol.
     *rest: only in the 0.1 form ``make_runner(config, model, optimizer,
       schedule, batches, mesh)``, which still works with a DeprecationWarning
@@ -243,7 +243,7 @@ def make_runner(
 
 def _make_runner_from_config(config, model, optimizer, schedule, batches, mesh) -> Runner:
   """The 0.1 call form, with a DeprecationWarning until 0.3.0: the settings are derived from the config here."""
-  from stalesgd.training import _run_config  # only on this deprecated path: runners take objects, not configs
+  from stalesgd.training import _config_readers  # only on this deprecated path: runners take objects, not configs
 
   warnings.warn(
     "make_runner(config, model, optimizer, schedule, batches, mesh) is deprecated and removed in stalesgd 0.3.0: "
@@ -251,5 +251,5 @@ def _make_runner_from_config(config, model, optimizer, schedule, batches, mesh) 
     DeprecationWarning,
     stacklevel=3,
   )
-  settings = _run_config.decentral_settings(config)
+  settings = _config_readers.decentral_settings(config)
   return make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings)

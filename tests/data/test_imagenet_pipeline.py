@@ -16,8 +16,9 @@ from PIL import Image
 from stalesgd.data import LearnerBatches, load_dataset
 from stalesgd.data.preparation import _tfds_writer as tfds_writer
 from stalesgd.data.prepare import prepare
+from stalesgd.training._config_checks import validate_config
 from stalesgd.training._loop import train_and_evaluate
-from stalesgd.training._run_config import default_config, validate_config
+from stalesgd.training._run_config import default_config
 
 CLASSES, PER_CLASS = 4, 8
 

@@ -20,8 +20,8 @@ import pytest
 
 from stalesgd import models
 from stalesgd.configs import dcasgd_cifar10_resnet20, rudra_cifar10
+from stalesgd.training._config_readers import updates_per_epoch
 from stalesgd.training._optimizer import build_optimizer, learning_rate_schedule
-from stalesgd.training._run_config import updates_per_epoch
 
 CIFAR10_TRAIN = 50_000
 # Rudra's examples/cifar10.cnn: alphaW = 0.001 and alphaB = 0.002 in every layer (lr_mult 1 / 2 of the rate 0.001);

@@ -13,14 +13,10 @@ from ml_collections import config_flags
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
 from stalesgd.configs.arguments import ConfigArguments, parse_config_argument
+from stalesgd.training._config_checks import validate_config
+from stalesgd.training._config_readers import protocol_options, timing_model, updates_per_epoch
 from stalesgd.training._optimizer import build_optimizer
-from stalesgd.training._run_config import (
-  DECENTRALIZED_PROTOCOLS,
-  protocol_options,
-  timing_model,
-  updates_per_epoch,
-  validate_config,
-)
+from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "stalesgd" / "configs"
 NUM_DEVICES = 8

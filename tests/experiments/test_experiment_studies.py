@@ -10,7 +10,8 @@ from absl import flags
 from stalesgd.cli import config_flag
 from stalesgd.studies import STUDIES, Claim, RunSettings, Study, Variant, compress_schedule, study_config, study_run
 from stalesgd.studies._study import load_config_module
-from stalesgd.training._run_config import default_config, validate_config
+from stalesgd.training._config_checks import validate_config
+from stalesgd.training._run_config import default_config
 
 NUM_DEVICES = 8
 RESULT_FIELDS = {"test_error", "test_accuracy", "sim_time"}

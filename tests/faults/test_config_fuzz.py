@@ -36,13 +36,13 @@ from stalesgd import models
 from stalesgd.data import NORMALIZATIONS
 from stalesgd.data._tfds_source import TFDS_SPLITS
 from stalesgd.schedule import JITTERS
+from stalesgd.training._config_checks import validate_config
 from stalesgd.training._run_config import (
   DELAY_COMPENSATIONS,
   PROTOCOLS,
   STALENESS_RULES,
   WEIGHT_DECAY_PLACEMENTS,
   default_config,
-  validate_config,
 )
 from stalesgd.training._solvers import optax_optimizers
 

@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from stalesgd.training._run_config import dc_lambda, decentral_settings, default_config
+from stalesgd.training._config_readers import dc_lambda, decentral_settings
+from stalesgd.training._run_config import default_config
 from tests.helpers.optimizer_equations import (
   GRADS,
   LR_MULT,

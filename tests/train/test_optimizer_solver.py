@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
+from stalesgd.training._config_checks import validate_config
 from stalesgd.training._optimizer import learning_rate_schedule
-from stalesgd.training._run_config import validate_config
 from tests.helpers.optimizer_equations import (
   LR_MULT,
   RTOL,

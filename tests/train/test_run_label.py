@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stalesgd.training._run_config import default_config, run_label
+from stalesgd.training._config_readers import run_label
+from stalesgd.training._run_config import default_config
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,8 @@ import tensorflow_datasets as tfds
 
 import stalesgd
 from stalesgd import schedule as schedule_lib
+from stalesgd.training._config_readers import updates_per_epoch
 from stalesgd.training._loop import train_and_evaluate
-from stalesgd.training._run_config import updates_per_epoch
 from stalesgd.training.checkpoint import Checkpointer
 from tests.helpers.train_helpers import (
   SUMMARY_FIELDS,

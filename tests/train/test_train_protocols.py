@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from stalesgd.data import load_dataset
+from stalesgd.training._config_readers import updates_per_epoch
 from stalesgd.training._loop import train_and_evaluate
-from stalesgd.training._run_config import updates_per_epoch
 from tests.helpers.train_helpers import evaluation_records, read_metrics, tiny_config
 
 EPOCHS = 0.1  # 3 synchronous updates of 64 images, 19 asynchronous ones of 8

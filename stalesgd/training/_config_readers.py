@@ -1,0 +1,134 @@
+"""What a run's config implies, each defined once: the quantities derived from it and the typed objects of the
+layers below the training stack.
+
+The config is read here and in `stalesgd.training.build_run`, nowhere below: updates per epoch and the
+contributions per update, the simulated cluster's schedule (`simulate_schedule`, with `timing_model` and
+`protocol_options`), DC-S3GD's settings (`decentral_settings`, with each mode's lambda_0, `dc_lambda`) and the
+run's name (`run_label`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_collections
+
+from stalesgd import decentral
+from stalesgd import schedule as schedule_lib
+from stalesgd.training._run_config import STORED_DC_LAMBDA
+
+
+def timing_model(config: ml_collections.ConfigDict, *, parameter_bytes: int = 0) -> schedule_lib.TimingModel:
+  """The run's `TimingModel`; its compute time scales with the mini-batch size.
+
+  Args:
+    config: the run's config.
+    parameter_bytes: the model's size, used for messages when
+      ``config.timing.model_bytes`` is 0 (only matters with a finite bandwidth).
+  """
+  timing = config.timing
+  try:
+    return schedule_lib.TimingModel(
+      compute_time=timing.compute_time_per_example * config.batch_per_learner,
+      jitter=timing.jitter,
+      jitter_sigma=timing.jitter_sigma,
+      straggler_prob=timing.straggler_prob,
+      straggler_factor=timing.straggler_factor,
+      speed_factor_sigma=timing.speed_factor_sigma,
+      latency=timing.latency,
+      bandwidth=timing.bandwidth if timing.bandwidth > 0 else math.inf,
+      model_bytes=timing.model_bytes or parameter_bytes,
+      server_shards=timing.server_shards,
+      apply_time=timing.apply_time,
+    )
+  except ValueError as error:
+    raise ValueError(f"config.timing: {error}") from error
+
+
+def protocol_options(config: ml_collections.ConfigDict) -> dict:
+  """The keyword options `stalesgd.schedule.simulate` takes for the run's protocol (its table row maps fields)."""
+  return schedule_lib.protocol_row(config.protocol).config_options(config)
+
+
+def contributions_per_update(config: ml_collections.ConfigDict) -> int:
+  """c: gradients applied by one server update (M for decentralized protocols)."""
+  return schedule_lib.contributions_per_update(config.protocol, learners=config.learners, **protocol_options(config))
+
+
+def examples_per_update(config: ml_collections.ConfigDict) -> int:
+  """c * mu: the examples one server update (decentralized: one step of all M learners) applies."""
+  return contributions_per_update(config) * config.batch_per_learner
+
+
+def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:
+  """Server updates (decentralized: steps) per epoch of applied samples."""
+  return num_train / examples_per_update(config)
+
+
+def dc_lambda(config: ml_collections.ConfigDict) -> float:
+  """lambda_0 of the run's correction: ``config.dc_lambda``, or the mode's default where it is left at 0.04.
+
+  ``config.dc_lambda``'s stored default (`STORED_DC_LAMBDA`, DC-ASGD-c's 0.04)
+  stands for "the mode's own lambda_0" (`stalesgd.decentral.DEFAULT_LAMBDA_0`):
+  constant 0.04, adaptive 2.0 (DC-ASGD-a), layer-wise 0.2 (DC-S3GD). Any other
+  value is taken as given. The one cost: lambda_0 = 0.04 exactly cannot be asked
+  for with the adaptive or layer-wise mode (0.0400001 can).
+  """
+  if config.dc_lambda == STORED_DC_LAMBDA and config.delay_compensation in decentral.DEFAULT_LAMBDA_0:
+    return decentral.DEFAULT_LAMBDA_0[config.delay_compensation]
+  return config.dc_lambda
+
+
+def is_decentralized(config: ml_collections.ConfigDict) -> bool:
+  """Whether the config's protocol is a decentralized all-reduce protocol (its row of the protocol table)."""
+  return schedule_lib.protocol_row(config.protocol).decentralized
+
+
+def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDConfig | None:
+  """The `stalesgd.decentral.DCS3GDConfig` of a decentralized run (None for a parameter-server protocol).
+
+  The protocol's row fixes some fields; the config sets the staleness S, eager
+  updates and (where the row allows one) the correction.
+  """
+  row = schedule_lib.protocol_row(config.protocol)
+  if not row.decentralized:
+    return None
+  overrides = {}
+  if "staleness" not in row.fixed_settings:
+    overrides.update(staleness=config.allreduce_staleness)
+  if row.eager:
+    overrides.update(eager=config.eager_updates)
+  if row.corrects and config.delay_compensation != "none":
+    overrides.update(
+      dc_lambda=dc_lambda(config), lambda_mode=config.delay_compensation, mean_square_decay=config.dc_decay
+    )
+  return decentral.config_for_protocol(config.protocol, **overrides)
+
+
+def simulate_schedule(
+  config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int
+) -> schedule_lib.Schedule:
+  """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config."""
+  return schedule_lib.simulate(
+    config.protocol,
+    learners=config.learners,
+    num_updates=num_updates,
+    seed=config.seed,
+    **protocol_options(config),
+    timing=timing_model(config, parameter_bytes=parameter_bytes),
+  )
+
+
+def run_label(config: ml_collections.ConfigDict) -> str:
+  """A run's name in logs, plots and summaries, e.g. ``"4-softsync (lambda=30, mu=4, inverse)"``."""
+  row = schedule_lib.protocol_row(config.protocol)
+  protocol = (row.label or row.name).format(**config)
+  rule = "" if config.staleness_rule == "none" else f", {config.staleness_rule}"
+  correction = config.delay_compensation
+  settings = decentral_settings(config)
+  if settings is not None:  # DC-S3GD corrects even with delay_compensation="none" (its own default lambda)
+    correction = settings.lambda_mode if settings.corrects else "none"
+  dc = "" if correction == "none" else f", DC-{correction}"
+  if config.dc_mean_square_bias_correction:
+    dc += " bias-corrected"
+  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"
