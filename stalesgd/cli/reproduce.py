@@ -9,7 +9,7 @@ Studies (grids and published numbers in `stalesgd.studies._catalogue`):
 
 * ``demo``: the four `make demo` runs at lambda = 8 on the embedded digits
   (hardsync, 8-softsync with alpha_0 and with alpha_0/sigma, async with
-  DC-ASGD-a), on a CPU in seconds (how long: the README, *Results*, *The demo*).
+  DC-ASGD-a), on a CPU in seconds (results/demo_3seeds).
 * ``zhang_cifar10``: Zhang et al.: the single learner (mu = 128), hardsync and
   n-softsync for n in {1, 2, 4, 10, 15, 30} with alpha_0 and alpha_0/sigma,
   and Rudra's alpha_0/<sigma> at n = 30; lambda = 30, mu = 4 (15 runs of
@@ -44,10 +44,11 @@ Every run gets its own sub-directory of ``--workdir`` (default
 ``runs/<study>[_quick][_<data_source>]``); rerunning the same command reuses
 finished runs and resumes an interrupted one, and a directory holding runs of
 other settings is refused. A run whose loss becomes non-finite is recorded as
-diverged (chance-level error) and the sweep continues. The study's directory
-receives ``results.csv``, ``results.md``, ``test_error.png`` (vs epoch and vs
-simulated time), ``train_loss.png`` and ``staleness.png``; the Markdown table
-and the directory are printed at the end.
+diverged (chance-level error) and the sweep continues. What a run's directory
+holds: `stalesgd.utils._run_directory`; the study's directory receives the
+report of `stalesgd.studies._report` (tables, every evaluation, plots, the
+claims' decisions and a ``README.md``); the Markdown table and the directory are
+printed at the end.
 """
 
 from __future__ import annotations

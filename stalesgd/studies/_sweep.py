@@ -49,8 +49,9 @@ from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, SCHEDULE_FILENAME, SU
 from stalesgd.training._run_config import flatten_config
 from stalesgd.training._workdir import check_same_run
 from stalesgd.utils import _plots as plots
+from stalesgd.utils import _run_directory as run_directory
 
-DIVERGED_FILENAME = "diverged.json"
+DIVERGED_FILENAME = run_directory.DIVERGED
 
 
 class SweepResult(NamedTuple):

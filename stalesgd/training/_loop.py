@@ -7,26 +7,8 @@ emulator for parameter-server protocols, real collectives for decentralized
 ones) -> checkpoint restore -> loop with "is it time?" checks for logs,
 evaluations and checkpoints -> final evaluation, plots and summary.
 
-Everything in ``workdir`` (written by process 0 only):
-
-* ``metrics.jsonl`` and TensorBoard event files: ``train_loss``,
-  ``staleness_mean``/``staleness_max``, ``lr_scale``, ``epoch``, ``sim_time``
-  (simulated seconds), ``wall_time``, ``images_per_s``, and at evaluations
-  ``test_accuracy``, ``test_error`` (percent), ``test_loss``, ``train_accuracy``;
-* ``checkpoints/``: everything needed to resume exactly (weights, ring buffer
-  or in-flight updates, optimizer state, position); a restarted run resumes
-  from the latest and ends with the same weights as an uninterrupted one;
-* ``schedule.npz``: the simulated schedule (`stalesgd.schedule.Schedule.load`);
-* ``config.json``: the run's config; a restart with another config (other than
-  the logging and checkpoint cadences) is refused instead of mixing two runs;
-* ``dataset.json``: the data's class count, split sizes, image shape and
-  chance-level test error (from the test labels), written at the start;
-* ``curves.png``, ``staleness.png`` and ``summary.json`` at the end; the
-  summary's ``wall_time_breakdown`` splits this session's wall time into
-  start-up, training (compilation included), evaluation and checkpoints, and
-  its ``sessions`` list the code (stalesgd version and commit) each session
-  ran, from the update it started at; TensorBoard's HParams get the config
-  and the final metrics.
+Everything the run writes into ``workdir`` (process 0 only) is listed, with what it holds, in
+`stalesgd.utils._run_directory`, the one owner of those names.
 
 SIGTERM saves a checkpoint and returns a summary with ``preempted`` true (the
 programs then exit with `PREEMPTED_EXIT_STATUS`, 75). A non-finite
@@ -76,12 +58,13 @@ from stalesgd.training._runners import DCS3GDConfig, Runner, Schedule, make_runn
 from stalesgd.training._workdir import check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 from stalesgd.utils import _plots as plots
+from stalesgd.utils import _run_directory as run_directory
 from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
 from stalesgd.utils._paths import workdir_path, write_whole
 from stalesgd.utils._progress import ProgressReporter
 
-SCHEDULE_FILENAME = "schedule.npz"
-SUMMARY_FILENAME = "summary.json"
+SCHEDULE_FILENAME = run_directory.SCHEDULE
+SUMMARY_FILENAME = run_directory.SUMMARY
 PREEMPTED_EXIT_STATUS = 75
 """The exit status of a program whose run was preempted (SIGTERM): checkpointed, not finished.
 
@@ -92,7 +75,7 @@ it), and from a failure (1, or 128 + a signal).
 """
 PENDING_METRICS_KEY = "pending_metrics"  # checkpoint metadata: per-update metrics not yet in a record
 SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
-DATASET_FILENAME = "dataset.json"
+DATASET_FILENAME = run_directory.DATASET
 
 
 def _session(first_update: int) -> dict[str, Any]:
@@ -360,7 +343,7 @@ def _train_and_evaluate(
   # ----------------------------------------------------------------- checkpoint
   state = runner.init(params)
   checkpointer = Checkpointer(
-    os.fspath(workdir / "checkpoints"),
+    os.fspath(workdir / run_directory.CHECKPOINTS),
     max_to_keep=config.keep_checkpoints,
     save_interval_seconds=config.checkpoint_every_seconds,
   )
@@ -474,8 +457,8 @@ def _train_and_evaluate(
   if primary:
     write_whole(workdir / SUMMARY_FILENAME, json.dumps(summary, indent=2))
     if not preempted:
-      plots.plot_curves([plots.Run(label, records)], workdir / "curves.png", title=label)
-      plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / "staleness.png")
+      plots.plot_curves([plots.Run(label, records)], workdir / run_directory.CURVES, title=label)
+      plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / run_directory.STALENESS)
   return summary
 
 

@@ -14,6 +14,7 @@ import ml_collections
 from etils import epath
 
 from stalesgd.training._run_config import default_config
+from stalesgd.utils import _run_directory as run_directory
 from stalesgd.utils._paths import write_whole
 
 # Fields a resumed run may change: they decide when to log, save, how to batch
@@ -25,7 +26,7 @@ RESUMABLE_CHANGES = (
   "eval_batch_size",
   "data_workers",
 )
-CONFIG_FILENAME = "config.json"
+CONFIG_FILENAME = run_directory.CONFIG
 
 
 def _multiplier_set_before_it_existed(saved: dict) -> str | None:

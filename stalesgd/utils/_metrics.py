@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 from etils import epath
 
+from stalesgd.utils import _run_directory as run_directory
 from stalesgd.utils._paths import is_url, write_whole
 
-METRICS_FILENAME = "metrics.jsonl"
+METRICS_FILENAME = run_directory.METRICS
 
 
 def to_json_value(value: Any, *, name: str = "value") -> Any:

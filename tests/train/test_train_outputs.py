@@ -9,6 +9,7 @@ the summary exist and agree with the metrics.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import pathlib
@@ -27,6 +28,7 @@ from stalesgd import schedule as schedule_lib
 from stalesgd.training._config_readers import updates_per_epoch
 from stalesgd.training._loop import train_and_evaluate
 from stalesgd.training.checkpoint import Checkpointer
+from stalesgd.utils import _run_directory as run_directory
 from tests.helpers.train_helpers import (
   SUMMARY_FIELDS,
   evaluation_records,
@@ -194,3 +196,14 @@ def test_final_checkpoint_is_at_the_last_update(finished_run):
     assert checkpointer.latest_step() == summary["updates"]
   finally:
     checkpointer.close()
+
+
+def test_every_file_a_run_writes_is_listed_by_the_run_directory(tmp_path):
+  """stalesgd.utils._run_directory is the one list of a run directory's files: a finished run holds nothing else."""
+  workdir = tmp_path / "run"
+  train_and_evaluate(tiny_config("hardsync", num_epochs=0.25), str(workdir))
+  listed = set(run_directory.RUN_FILES)
+  for path in workdir.iterdir():
+    assert path.name in listed or any(fnmatch.fnmatch(path.name, name) for name in listed), path.name
+  for name in (run_directory.CONFIG, run_directory.DATASET, run_directory.SUMMARY, run_directory.CHECKPOINTS):
+    assert (workdir / name).exists(), name
