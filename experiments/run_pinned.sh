@@ -3,7 +3,13 @@
 # change a run halfway. Rerunning the same command after any stop resumes every unfinished run from its
 # checkpoint and reuses the finished ones (stalesgd.studies: a sweep resumes).
 #
-#   experiments/run_pinned.sh COMMIT GRID [GRID ...]
+#   experiments/run_pinned.sh COMMIT GRID [GRID ...]     run (or resume) the grids
+#   experiments/run_pinned.sh save GRID [GRID ...]       keep what finished, in the repository
+#
+# `save` copies each finished run's record (config.json, dataset.json, metrics.jsonl, summary.json; no
+# checkpoints) to results/<grid's directory>/runs/, and once the whole grid has finished writes its report there
+# with this checkout's code (the report's code, not the runs'). A later run of the grid, on this machine or a
+# fresh one, first copies those records back, so finished runs are read back instead of trained again.
 #
 # GRID (each one stalesgd-reproduce command, its seeds and variants fixed here before the first run):
 #   zhang_e20        Zhang et al. on CIFAR-10 at E = 20: hardsync, 15- and 30-softsync alpha0/sigma, seeds 0-2
@@ -16,25 +22,28 @@
 #   CIFAR10_NPZ  directory of cifar10_{train,test}.npz (docs/data.md), default /tmp/cifar10_npz
 #   MNIST_NPZ    directory of mnist_{train,test}.npz, default /tmp/mnist_npz
 #   PARALLEL     concurrent runs per grid (default 1); NICE  niceness (default 19)
-# Gather a grid's report with main's code afterwards:
-#   python -m stalesgd.cli.reproduce <the grid's flags> --workdir=$PINNED_ROOT/<grid> --gather
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-commit="${1:?usage: $0 COMMIT GRID [GRID ...]}"
+usage="usage: $0 COMMIT GRID [GRID ...] | $0 save GRID [GRID ...]"
+action="${1:?$usage}"
 shift
-[ "$#" -gt 0 ] || { echo "usage: $0 COMMIT GRID [GRID ...]" >&2; exit 2; }
-commit="$(git -C "$repo" rev-parse --verify "$commit^{commit}")"
+[ "$#" -gt 0 ] || { echo "$usage" >&2; exit 2; }
 root="${PINNED_ROOT:-$repo/runs/pinned}"
-code="$root/code-${commit:0:12}"
 python="$repo/.venv/bin/python"
 cifar10="${CIFAR10_NPZ:-/tmp/cifar10_npz}"
 mnist="${MNIST_NPZ:-/tmp/mnist_npz}"
 parallel="${PARALLEL:-1}"
+RECORD_FILES="config.json dataset.json metrics.jsonl summary.json"
 [ -x "$python" ] || { echo "$python is missing: run make test (or make .venv/.stalesgd-installed) first" >&2; exit 2; }
-if [ ! -d "$code" ]; then
-  mkdir -p "$root"
-  git -C "$repo" worktree add --detach "$code" "$commit"
-fi
+
+results_dir() {  # where a grid's report and finished runs are kept in the repository
+  case "$1" in
+    zhang_e20) echo "$repo/results/zhang_cifar10_e20_3seeds" ;;
+    dcs3gd_e10) echo "$repo/results/dcs3gd_cifar10_e10_3seeds" ;;
+    mu_lambda_mnist) echo "$repo/results/rudra_mu_lambda_mnist_3seeds" ;;
+    dcasgd_mnist) echo "$repo/results/dcasgd_mnist_3seeds" ;;
+  esac
+}
 
 grid_flags() {
   case "$1" in
@@ -49,9 +58,51 @@ grid_flags() {
   esac
 }
 
+finished() {  # a run directory whose summary says it finished
+  [ -f "$1/summary.json" ] && "$python" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["preempted"])' \
+    "$1/summary.json"
+}
+
+if [ "$action" = save ]; then
+  for grid in "$@"; do
+    flags="$(grid_flags "$grid")"
+    kept="$(results_dir "$grid")"
+    complete=1
+    while IFS= read -r run; do
+      if finished "$run"; then
+        mkdir -p "$kept/runs/${run#"$root/$grid/"}"
+        for name in $RECORD_FILES; do cp "$run/$name" "$kept/runs/${run#"$root/$grid/"}/"; done
+      else
+        complete=0
+      fi
+    done < <(find "$root/$grid" -mindepth 2 -maxdepth 2 -type d -name 'seed_*' | sort)
+    if [ "$complete" = 1 ]; then
+      # shellcheck disable=SC2086  # the flags are words
+      (cd "$repo" && "$python" -m stalesgd.cli.reproduce $flags --workdir="$root/$grid" --gather)
+      find "$root/$grid" -maxdepth 1 -type f ! -name sessions.log -exec cp {} "$kept/" \;
+      cp "$root/$grid/sessions.log" "$kept/"
+    fi
+    echo "$grid: finished runs kept in $kept/runs$([ "$complete" = 1 ] && echo ", report written")"
+  done
+  exit 0
+fi
+
+commit="$(git -C "$repo" rev-parse --verify "$action^{commit}")"
+code="$root/code-${commit:0:12}"
+if [ ! -d "$code" ]; then
+  mkdir -p "$root"
+  git -C "$repo" worktree add --detach "$code" "$commit"
+fi
+
 for grid in "$@"; do
   flags="$(grid_flags "$grid")"
   mkdir -p "$root/$grid"
+  kept="$(results_dir "$grid")/runs"
+  if [ -d "$kept" ]; then  # finished runs saved by an earlier session: read back, not trained again
+    (cd "$kept" && find . -name summary.json -printf '%h\n') | while IFS= read -r run; do
+      [ -e "$root/$grid/$run" ] || { mkdir -p "$root/$grid/$run" && cp "$kept/$run"/* "$root/$grid/$run/"; }
+    done
+  fi
   echo "$(date -u +%FT%TZ) start $grid at $commit on $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" \
     | tee -a "$root/$grid/sessions.log"
   # shellcheck disable=SC2086  # the flags are words
