@@ -118,7 +118,7 @@ def real_run_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str
     sys.executable,
     "-m",
     "experiments.main",
-    "--config=experiments/configs/rudra_cifar10.py:async_inverse",
+    "--config=rudra_cifar10:async_inverse",
     f"--workdir={workdir}",
     "--config.data_source=npz",
     f"--config.data_dir={data_dir}",

@@ -28,7 +28,7 @@ Examples (the second from a clone's root)::
 
   stalesgd-train --config=rudra_cifar10:quick \
       --config.protocol=softsync --config.n=4 --workdir=runs/rudra_quick
-  python -m experiments.main --config=experiments/configs/rudra_cifar10.py:quick \
+  stalesgd-train --config=rudra_cifar10:quick \
       --config.protocol=softsync --config.n=4 --workdir=runs/rudra_quick
 """
 

@@ -29,7 +29,7 @@ Commands::
 
   stalesgd-train --config=dcs3gd_cifar10:dcs3gd \
       --config.learners=8 --workdir=runs/dcs3gd_cifar10
-  launch/local.sh 2 --config=experiments/configs/dcs3gd_cifar10.py:quick,dcs3gd --workdir=runs/dcs3gd_2proc
+  launch/local.sh 2 --config=dcs3gd_cifar10:quick,dcs3gd --workdir=runs/dcs3gd_2proc
 
 Data: tfds ``cifar10`` from a prepared ``--config.data_dir``, or the npz copy
 (``--config.data_source=npz --config.data_dir=/tmp/cifar10_npz``; see

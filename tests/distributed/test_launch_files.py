@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from stalesgd import configs
 from stalesgd.utils import _distributed as distributed
 
 LAUNCH = pathlib.Path(__file__).resolve().parents[2] / "launch"
@@ -91,10 +92,12 @@ def test_slurm_script_uses_srun_one_task_per_gpu_and_fails_fast():
   assert "--gpus-per-task" not in text.split("set -euo pipefail")[1]
 
 
-def test_kubernetes_job_runs_a_config_file_that_exists():
+def test_kubernetes_job_runs_a_config_that_exists():
+  """A packaged config's name (what the image's installed stalesgd resolves), or a file of the source tree."""
   [container] = _kubernetes_manifest()[-1]["containers"]
   [config] = [argument.split("=", 1)[1] for argument in container["command"] if argument.startswith("--config=")]
-  assert (LAUNCH.parent / config.split(":")[0]).is_file(), config
+  name = config.split(":")[0]
+  assert name in configs.names() or (LAUNCH.parent / name).is_file(), config
 
 
 def test_dockerfile_copies_what_the_install_needs_and_pins_the_tested_versions():
