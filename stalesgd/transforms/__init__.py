@@ -2,7 +2,8 @@
 
 Staleness-dependent scaling, delay compensation (DC-ASGD), Gap-Aware penalties,
 the reduction of a stack of contributions, ready-made chains, and `delayed`,
-which makes any transform apply each gradient a fixed number of calls late. Each is an
+which makes any transform apply each gradient a fixed number of calls late, and delayed Nesterov, the outer
+optimizer of asynchronous local SGD. Each is an
 optax ``GradientTransformationExtraArgs`` whose per-step inputs (``staleness``,
 ``stale_params``, ``learner``) arrive as keyword-only extra arguments; see
 `stalesgd.transforms._contributions` for how a stack of c gradients is passed.
@@ -18,6 +19,7 @@ from stalesgd.transforms._delay_compensation import (
   scale_by_delay_compensation,
 )
 from stalesgd.transforms._delayed import DelayedState, delayed
+from stalesgd.transforms._delayed_nesterov import DelayedNesterovState, delayed_nesterov, scale_by_delayed_nesterov
 from stalesgd.transforms._gap_aware import ScaleByGapAwareState, scale_by_gap_aware
 from stalesgd.transforms._mean_square import update_mean_square
 from stalesgd.transforms._modulated_step import ModulatedStepState, modulated_step
@@ -26,6 +28,7 @@ from stalesgd.transforms._staleness import ScaleByStalenessState, lr_scale, scal
 
 __all__ = [
   "STALENESS_RULES",
+  "DelayedNesterovState",
   "DelayedState",
   "ModulatedStepState",
   "ScaleByDelayCompensationState",
@@ -36,9 +39,11 @@ __all__ = [
   "dc_asgd",
   "delay_compensated_gradient",
   "delayed",
+  "delayed_nesterov",
   "lr_scale",
   "modulated_step",
   "scale_by_delay_compensation",
+  "scale_by_delayed_nesterov",
   "scale_by_gap_aware",
   "scale_by_staleness",
   "staleness_aware_sgd",

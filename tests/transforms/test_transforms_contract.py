@@ -85,6 +85,13 @@ REGISTRY = [
   ),
   Entry("dc_asgd", stalesgd.dc_asgd, {"learning_rate": LEARNING_RATE, "momentum": 0.5}, optimizer=True),
   Entry(
+    "delayed_nesterov",
+    stalesgd.delayed_nesterov,
+    {"learning_rate": LEARNING_RATE, "momentum": 0.5, "buffer_size": 2, "activation": 0.5},
+    optimizer=True,
+    static_args=("buffer_size",),
+  ),
+  Entry(
     "dc_asgd_adaptive",
     stalesgd.dc_asgd,
     {"learning_rate": optax.exponential_decay(LEARNING_RATE, 100, 0.5), "dc_lambda": 1.0, "adaptive": True},
