@@ -20,8 +20,8 @@ import numpy as np
 
 from stalesgd import engine as engine_lib
 from stalesgd.configs import rudra_cifar10
+from stalesgd.training._build_run import build_run
 from stalesgd.training._config_readers import contributions_per_update
-from stalesgd.training._loop import build_run
 
 
 def machine_description() -> dict[str, Any]:

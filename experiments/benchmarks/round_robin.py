@@ -260,7 +260,7 @@ def build_from_config(config, updates_per_chunk: int) -> RoundRobinEmulator:
   """The emulator of a training config's run: the data, model, optimizer and schedule
   `stalesgd.training.train_and_evaluate` would use. With `functools.partial` it is the
   picklable ``build`` an `EmulatorPool` needs."""
-  from stalesgd.training._loop import build_run
+  from stalesgd.training._build_run import build_run
 
   run = build_run(config)
   check_round_robin(run.schedule)

@@ -18,6 +18,7 @@
 * `stalesgd.training.checkpoint`: `Checkpointer`, `PreemptionGuard`.
 """
 
+from stalesgd.training._build_run import build_run
 from stalesgd.training._config_checks import validate_config
 from stalesgd.training._config_readers import (
   contributions_per_update,
@@ -27,7 +28,7 @@ from stalesgd.training._config_readers import (
   updates_per_epoch,
 )
 from stalesgd.training._evaluator import Evaluator
-from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, build_run, train_and_evaluate
+from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, train_and_evaluate
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._pending_metrics import PendingMetrics, TrainingDiverged
 from stalesgd.training._provenance import provenance

@@ -22,7 +22,7 @@ from experiments.benchmarks.round_robin import RoundRobinEmulator, check_round_r
 from stalesgd import engine as engine_lib
 from stalesgd.configs import rudra_cifar10
 from stalesgd.configs.quick import run_on_embedded_digits
-from stalesgd.training._loop import build_run
+from stalesgd.training._build_run import build_run
 
 REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENGINE_FIELDS = (

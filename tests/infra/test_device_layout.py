@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from stalesgd.parallel._sharding import learner_mesh
+from stalesgd.training._build_run import build_run
 from stalesgd.training._device_layout import cpu_device_count, runner_mesh
-from stalesgd.training._loop import build_run
 from stalesgd.training._run_config import default_config
 from tests.helpers.train_helpers import tiny_config
 

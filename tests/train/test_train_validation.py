@@ -17,7 +17,9 @@ import ml_collections
 import pytest
 
 from stalesgd.data import DatasetNotPreparedError
+from stalesgd.training import _build_run as build_lib
 from stalesgd.training import _loop as train_lib
+from stalesgd.training._build_run import build_run
 from stalesgd.training._loop import train_and_evaluate
 from stalesgd.training._workdir import RESUMABLE_CHANGES, config_changes
 from tests.helpers.train_helpers import tiny_config
@@ -115,9 +117,9 @@ def _refuse(stage):
 @pytest.fixture
 def later_stages_refused(monkeypatch):
   """Reading data, building the model, the runner and the evaluator fail the test if reached."""
-  monkeypatch.setattr(train_lib.data_lib, "load_dataset", _refuse("load_dataset"))
-  monkeypatch.setattr(train_lib.models, "get_model", _refuse("get_model"))
-  monkeypatch.setattr(train_lib, "make_runner", _refuse("make_runner"))
+  monkeypatch.setattr(build_lib.data_lib, "load_dataset", _refuse("load_dataset"))
+  monkeypatch.setattr(build_lib.models, "get_model", _refuse("get_model"))
+  monkeypatch.setattr(build_lib, "make_runner", _refuse("make_runner"))
   monkeypatch.setattr(train_lib, "Evaluator", _refuse("Evaluator"))
 
 
@@ -131,8 +133,8 @@ def test_bad_config_is_rejected_before_reading_data_or_compiling(case, tmp_path,
 
 
 def test_unprepared_tfds_dataset_is_reported_without_downloading(tmp_path, compilations, monkeypatch):
-  monkeypatch.setattr(train_lib.models, "get_model", _refuse("get_model"))
-  monkeypatch.setattr(train_lib, "make_runner", _refuse("make_runner"))
+  monkeypatch.setattr(build_lib.models, "get_model", _refuse("get_model"))
+  monkeypatch.setattr(build_lib, "make_runner", _refuse("make_runner"))
   data_dir = tmp_path / "empty_tfds_dir"
   data_dir.mkdir()
   config = tiny_config("hardsync", dataset="cifar10", data_source="tfds", data_dir=str(data_dir), model="cifar10_full")
@@ -208,4 +210,4 @@ def test_a_model_without_the_multiplier_set_is_refused_naming_the_field():
   with pytest.raises(
     ValueError, match=r"config\.multiplier_set='rudra': model 'mlp' has no multiplier set 'rudra'; allowed: none"
   ):
-    train_lib.build_run(config)
+    build_run(config)

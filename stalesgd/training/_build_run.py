@@ -1,0 +1,136 @@
+"""`build_run(config, mesh)`: the one place that turns a run's config into objects.
+
+The data, model, initial weights, optimizer, the simulated cluster's schedule, DC-S3GD's settings, the run's name
+and the runner (`RunInputs`); with the config layer (`stalesgd.training._config_readers`) for the quantities
+derived from the config, nothing below the training stack reads a config. The training loop
+(`stalesgd.training._loop`) and the benchmarks build their runs here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import jax
+import ml_collections
+import numpy as np
+
+from stalesgd import data as data_lib
+from stalesgd import models
+from stalesgd.models._loss import is_default_loss, user_loss
+from stalesgd.training._config_readers import (
+  decentral_settings,
+  run_label,
+  simulate_schedule,
+  updates_per_epoch,
+)
+from stalesgd.training._optimizer import build_optimizer
+from stalesgd.training._runners import DCS3GDConfig, Runner, Schedule, make_runner
+
+
+def _num_parameters(params: Any) -> int:
+  return sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(params))
+
+
+def _label_dtype(dataset: data_lib.Dataset) -> np.dtype:
+  """The labels' dtype: float32 targets or int32 classes (a lazily read split holds class labels)."""
+  labels = getattr(dataset.train, "labels", None)
+  return np.dtype(np.int32) if labels is None else labels.dtype
+
+
+class RunInputs(NamedTuple):
+  """What a run trains, built from its config alone (`build_run`).
+
+  Attributes:
+    dataset: the data set, normalised as the config says.
+    model: the network.
+    batches: every learner's k-th mini-batch (`stalesgd.data.LearnerBatches`).
+    params: the initial weights.
+    optimizer: the server optimizer (`stalesgd.training.build_optimizer`).
+    schedule: the simulated cluster's schedule of updates.
+    updates_per_epoch: server updates per pass over the training split.
+    label: the run's name in logs, plots and the summary (`stalesgd.training.run_label`).
+    decentral_settings: a decentralized protocol's DC-S3GD settings; None for a parameter-server protocol.
+    runner: the protocol's runner on the mesh given to `build_run` (None without one).
+    metric_names: what a user's loss (``config.loss``) returns per example, ``"loss"`` first; () for the
+      built-in classification.
+  """
+
+  dataset: data_lib.Dataset
+  model: models.ModelSpec
+  batches: data_lib.LearnerBatches
+  params: Any
+  optimizer: Any
+  schedule: Schedule
+  updates_per_epoch: float
+  label: str
+  decentral_settings: DCS3GDConfig | None
+  runner: Runner | None
+  metric_names: tuple[str, ...]
+
+
+def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None) -> RunInputs:
+  """Loads the data and builds the model, optimizer, schedule, DC-S3GD settings and runner of a (validated) config.
+
+  The one place that turns a config into objects (with the config layer,
+  `stalesgd.training._config_readers`, for the quantities derived from it): the
+  runners and the layers below take those objects, never the config.
+  Deterministic in the config: every process of a run, and every tool that
+  re-executes a run outside the training loop (the benchmarks), gets the same
+  weights, mini-batches and schedule.
+
+  Args:
+    config: the run's config, validated (`stalesgd.training.validate_config`).
+    mesh: the devices to run on; without one (the benchmarks, which drive the
+      engine themselves) no runner is built.
+  """
+  dataset = data_lib.load_dataset(
+    config.dataset,
+    source=config.data_source,
+    data_dir=config.data_dir,
+    normalization=config.normalization,
+    image_size=config.image_size,
+    data_workers=config.data_workers,
+    train_split=config.train_split,
+    test_split=config.test_split,
+    image_key=config.image_key,
+    label_key=config.label_key,
+  )
+  if dataset.num_classes is None and is_default_loss(config.loss):
+    raise ValueError(
+      f"config.loss={config.loss!r} needs class labels, and config.dataset={config.dataset!r} has float targets; "
+      "allowed: a loss of your own, 'package.module:function' (docs/own_experiment.md)"
+    )
+  model = models.get_model(
+    config.model, num_classes=dataset.num_classes, data_shape=dataset.image_shape, **config.model_options
+  )
+  if config.multiplier_set is not None:
+    try:
+      model = model.with_multiplier_set(config.multiplier_set)
+    except ValueError as error:
+      raise ValueError(f"config.multiplier_set={config.multiplier_set!r}: {error}") from error
+  metric_names: tuple[str, ...] = ()
+  if not is_default_loss(config.loss):
+    loss, metric_names = user_loss(
+      config.loss, model, image_shape=dataset.image_shape, label_dtype=_label_dtype(dataset)
+    )
+    model = dataclasses.replace(model, loss=loss)
+  batches = data_lib.LearnerBatches(
+    dataset,
+    batch_per_learner=config.batch_per_learner,
+    learners=config.learners,
+    seed=config.seed,
+    augment=config.augment,
+    dropout_seeds=model.uses_dropout,
+  )
+  params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
+  per_epoch = updates_per_epoch(config, dataset.num_train)
+  total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
+  schedule = simulate_schedule(config, total_updates, parameter_bytes=4 * _num_parameters(params))
+  settings, label = decentral_settings(config), run_label(config)
+  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
+  runner = None if mesh is None else make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings)
+  return RunInputs(
+    dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner, metric_names
+  )
