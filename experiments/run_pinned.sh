@@ -58,9 +58,9 @@ grid_flags() {
   esac
 }
 
-finished() {  # a run directory whose summary says it finished
-  [ -f "$1/summary.json" ] && "$python" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["preempted"])' \
-    "$1/summary.json"
+finished() {  # a run directory whose summary says it finished, or that a study recorded as diverged
+  [ -f "$1/diverged.json" ] || { [ -f "$1/summary.json" ] \
+    && "$python" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["preempted"])' "$1/summary.json"; }
 }
 
 if [ "$action" = save ]; then
@@ -71,7 +71,9 @@ if [ "$action" = save ]; then
     while IFS= read -r run; do
       if finished "$run"; then
         mkdir -p "$kept/runs/${run#"$root/$grid/"}"
-        for name in $RECORD_FILES; do cp "$run/$name" "$kept/runs/${run#"$root/$grid/"}/"; done
+        for name in $RECORD_FILES diverged.json; do
+          [ -f "$run/$name" ] && cp "$run/$name" "$kept/runs/${run#"$root/$grid/"}/"
+        done
       else
         complete=0
       fi
@@ -99,7 +101,7 @@ for grid in "$@"; do
   mkdir -p "$root/$grid"
   kept="$(results_dir "$grid")/runs"
   if [ -d "$kept" ]; then  # finished runs saved by an earlier session: read back, not trained again
-    (cd "$kept" && find . -name summary.json -printf '%h\n') | while IFS= read -r run; do
+    (cd "$kept" && find . \( -name summary.json -o -name diverged.json \) -printf '%h\n' | sort -u) | while IFS= read -r run; do
       [ -e "$root/$grid/$run" ] || { mkdir -p "$root/$grid/$run" && cp "$kept/$run"/* "$root/$grid/$run/"; }
     done
   fi

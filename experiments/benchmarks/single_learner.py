@@ -8,7 +8,7 @@ with ``JAX_NUM_CPU_DEVICES=8``, the two Rudra runs at mu = 128 that
 * ``single``: ``rudra_cifar10:baseline``, one learner (lambda = 1), mu = 128;
 * ``lambda30``: ``rudra_cifar10:mu_lambda_3840``, 1-softsync at lambda = 30, mu = 128;
 
-each for ``--epochs`` of CIFAR-10's shape (random pixels unless ``--data_dir``
+each for `EPOCHS` of CIFAR-10's shape (random pixels unless ``--data_dir``
 names real ones), ``--rounds`` times in alternation. A run's rate is its
 loop's steady state (``metrics.jsonl`` records after the first, which holds the
 compilation). The target (issue: "the single learner at the cost of the
@@ -17,7 +17,7 @@ others"): ``single_over_lambda30`` >= 1 / 1.5.
 Usage::
 
   python -m experiments.benchmarks.single_learner --data_dir=/tmp/cifar10_npz
-  python -m experiments.benchmarks.single_learner --epochs=0.1 --rounds=1   # a smoke run
+  python -m experiments.benchmarks.single_learner --epochs_scale=0.5 --rounds=1   # a smoke run
 
 Writes ``results/single_learner_benchmark.json`` (``--out``): medians, every
 round, the ratio and the machine (with its load average: measure on a quiet one).
@@ -25,6 +25,7 @@ round, the ratio and the machine (with its load average: measure on a quiet one)
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -36,14 +37,18 @@ import tempfile
 from absl import app, flags
 
 from experiments.benchmarks.common import cifar10_data_dir, machine_description
+from stalesgd.training._config_readers import examples_per_update
 from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
 
 CASES = {"single": "rudra_cifar10:baseline", "lambda30": "rudra_cifar10:mu_lambda_3840"}
+# Epochs per timed run: lambda = 30 applies 30 x 128 images per update (13 updates per epoch), so it needs a whole
+# epoch for a few steady records; the single learner (128 per update) has hundreds in a third of one.
+EPOCHS = {"single": 0.3, "lambda30": 1.0}
 STUDY_DEVICES = "8"  # stalesgd.cli.reproduce.STUDY_CPU_DEVICES
 TARGET_RATIO = 1 / 1.5
 
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "cifar10_{train,test}.npz; default: random images of that shape.")
-_EPOCHS = flags.DEFINE_float("epochs", 0.2, "Epochs per timed run.")
+_SCALE = flags.DEFINE_float("epochs_scale", 1.0, "Multiplies every case's epochs (EPOCHS); below 1 for a smoke run.")
 _ROUNDS = flags.DEFINE_integer("rounds", 2, "Alternations of the two runs (medians over them).")
 _OUT = flags.DEFINE_string("out", "results/single_learner_benchmark.json", "Where the JSON goes.")
 
@@ -52,28 +57,30 @@ def loop_images_per_s(workdir: pathlib.Path, batch: int) -> float:
   """Steady-state images/s of a finished run: the records after the first (which holds the compilation)."""
   steady = read_jsonl(workdir / METRICS_FILENAME)[1:]
   if len(steady) < 2:
-    raise RuntimeError(f"{workdir} logged too few records to time a steady state; use more --epochs")
+    raise RuntimeError(f"{workdir} logged too few records to time a steady state; use a larger --epochs_scale")
   seconds = steady[-1]["wall_time"] - steady[0]["wall_time"]
   return (steady[-1]["step"] - steady[0]["step"]) * batch / seconds
 
 
-def timed_run(config: str, data_dir: str, workdir: pathlib.Path) -> float:
+def timed_run(case: str, data_dir: str, workdir: pathlib.Path) -> float:
   """One run in a fresh process on the study's 8 host devices; its steady images/s."""
+  name, _, variant = CASES[case].partition(":")
+  epochs = EPOCHS[case] * _SCALE.value
   command = [
     sys.executable,
     "-m",
     "stalesgd.cli.train",
-    f"--config={config}",
+    f"--config={CASES[case]}",
     "--config.data_source=npz",
     f"--config.data_dir={data_dir}",
-    f"--config.num_epochs={_EPOCHS.value}",
-    f"--config.eval_every_epochs={_EPOCHS.value}",
-    "--config.log_every_updates=5",
+    f"--config.num_epochs={epochs}",
+    f"--config.eval_every_epochs={epochs}",
+    "--config.log_every_updates=1",
     f"--workdir={workdir}",
   ]
   subprocess.run(command, env={**os.environ, "JAX_NUM_CPU_DEVICES": STUDY_DEVICES}, check=True)
-  # Both cases apply mu = 128 images per gradient, one gradient per update (1-softsync, c = 1, and lambda = 1).
-  return loop_images_per_s(workdir, batch=128)
+  config = importlib.import_module(f"stalesgd.configs.{name}").get_config(variant)
+  return loop_images_per_s(workdir, batch=examples_per_update(config))  # c x mu: 128 and 30 x 128
 
 
 def main(argv):
@@ -82,15 +89,15 @@ def main(argv):
     data_dir = cifar10_data_dir(_DATA_DIR.value, pathlib.Path(scratch), 50_000)
     rates: dict[str, list[float]] = {case: [] for case in CASES}
     for round_index in range(_ROUNDS.value):
-      for case, config in CASES.items():
-        rates[case].append(timed_run(config, data_dir, pathlib.Path(scratch) / f"{case}_{round_index}"))
+      for case in CASES:
+        rates[case].append(timed_run(case, data_dir, pathlib.Path(scratch) / f"{case}_{round_index}"))
         print(f"round {round_index}: {case} {rates[case][-1]:.0f} images/s", flush=True)
   medians = {case: statistics.median(values) for case, values in rates.items()}
   ratio = medians["single"] / medians["lambda30"]
   result = {
     "cases": CASES,
     "devices": int(STUDY_DEVICES),
-    "epochs": _EPOCHS.value,
+    "epochs": {case: EPOCHS[case] * _SCALE.value for case in CASES},
     "real_data": _DATA_DIR.value is not None,
     "images_per_s": rates,
     "median_images_per_s": medians,
