@@ -174,6 +174,25 @@ def rudra_mu_lambda(config_file: str = "rudra_cifar10", margin: float = RUDRA_MA
   )
 
 
+def dcasgd_ordering_claims(margin: float, evidence) -> list[Claim]:
+  """Zheng et al.'s ordering at each M of `DCASGD_LEARNERS`: DC-ASGD-c beats ASGD, DC-ASGD-a beats DC-ASGD-c.
+
+  ``evidence(worse, better, learners)`` is the statement's parenthesis (the published numbers, or where it is asked).
+  """
+  return [
+    Claim(
+      f"{DCASGD_METHOD_NAMES[better]} beats {DCASGD_METHOD_NAMES[worse]} at M = {learners} "
+      f"({evidence(worse, better, learners)})",
+      slug_of(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
+      slug_of(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"),
+      "worse",
+      margin,
+    )
+    for learners in DCASGD_LEARNERS
+    for worse, better in (("asgd", "dcasgd_c"), ("dcasgd_c", "dcasgd_a"))
+  ]
+
+
 def dcasgd_table1() -> Study:
   """Zheng et al. (arXiv 1609.08326) Table 1: ResNet-20 on CIFAR-10, M in {1, 4, 8}.
 
@@ -210,20 +229,12 @@ def dcasgd_table1() -> Study:
         overrides={"learners": learners},
       )
     )
-  claims = []
-  for learners in DCASGD_LEARNERS:
-    for worse, better in (("asgd", "dcasgd_c"), ("dcasgd_c", "dcasgd_a")):
-      claims.append(
-        Claim(
-          f"{DCASGD_METHOD_NAMES[better]} beats {DCASGD_METHOD_NAMES[worse]} at M = {learners} "
-          f"(Zheng et al.: {DCASGD_TABLE1[better, learners]} against "
-          f"{DCASGD_TABLE1[worse, learners]} %)",
-          slug_of(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
-          slug_of(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"),
-          "worse",
-          DCASGD_ORDER_MARGIN,
-        )
-      )
+  claims = dcasgd_ordering_claims(
+    DCASGD_ORDER_MARGIN,
+    lambda worse, better, learners: (
+      f"Zheng et al.: {DCASGD_TABLE1[better, learners]} against {DCASGD_TABLE1[worse, learners]} %"
+    ),
+  )
   return Study(
     name="dcasgd_table1",
     title="Zheng et al. Table 1: ResNet-20, CIFAR-10",
@@ -249,19 +260,9 @@ def dcasgd_mnist() -> Study:
           f"{DCASGD_METHOD_NAMES[method]}, M={learners}", "dcasgd_mnist", method, overrides={"learners": learners}
         )
       )
-  claims = []
-  for learners in DCASGD_LEARNERS:
-    for worse, better in (("asgd", "dcasgd_c"), ("dcasgd_c", "dcasgd_a")):
-      claims.append(
-        Claim(
-          f"{DCASGD_METHOD_NAMES[better]} beats {DCASGD_METHOD_NAMES[worse]} at M = {learners} (Zheng et al.'s "
-          "ordering, on MNIST)",
-          slug_of(f"{DCASGD_METHOD_NAMES[worse]}, M={learners}"),
-          slug_of(f"{DCASGD_METHOD_NAMES[better]}, M={learners}"),
-          "worse",
-          DCASGD_MNIST_ORDER_MARGIN,
-        )
-      )
+  claims = dcasgd_ordering_claims(
+    DCASGD_MNIST_ORDER_MARGIN, lambda worse, better, learners: "Zheng et al.'s ordering, on MNIST"
+  )
   return Study(
     name="dcasgd_mnist",
     title="Zheng et al.'s ordering on MNIST: async, small CNN, mu=32",

@@ -31,9 +31,9 @@ def _read_csv(path: pathlib.Path) -> list[dict[str, str]]:
     return list(csv.DictReader(file))
 
 
-def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
-  workdir = tmp_path / "demo"
-  result = subprocess.run(
+def _short_demo(workdir):
+  """The demo study from the command line at 0.2 epochs per run (a rerun reads the finished runs back)."""
+  return subprocess.run(
     [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
     cwd=REPOSITORY,
     capture_output=True,
@@ -41,6 +41,11 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
     timeout=600,
     env={**os.environ, "JAX_PLATFORMS": "cpu"},
   )
+
+
+def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
+  workdir = tmp_path / "demo"
+  result = _short_demo(workdir)
   assert result.returncode == 0, result.stderr[-3000:]
   rows = _read_csv(workdir / "runs.csv")
   assert [row["variant"] for row in rows] == ["hardsync", "8-softsync, a0", "8-softsync, a0/sigma", "async, DC-ASGD-a"]
@@ -76,14 +81,7 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   assert table.strip() in readme and "## Decisions" in readme and "![test error](test_error.png)" in readme
   assert len(re.findall(r"^\| .+ \| 0 \| 0\.2\d \| \d+\.\d\d \| \d+ min \| ok \|$", readme, re.MULTILINE)) == 4
   (workdir / "README.md").write_text(readme.replace("(none yet: this section", "Superseded by X.\n(was: this section"))
-  again = subprocess.run(
-    [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
-    cwd=REPOSITORY,
-    capture_output=True,
-    text=True,
-    timeout=600,
-    env={**os.environ, "JAX_PLATFORMS": "cpu"},
-  )
+  again = _short_demo(workdir)
   assert again.returncode == 0, again.stderr[-3000:]
   assert (
     (workdir / "README.md")
