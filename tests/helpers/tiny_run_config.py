@@ -15,7 +15,12 @@ evaluating every quarter epoch; ``arg`` picks the protocol:
   about 28 blocks, so the ring buffer, the MeanSquare and the momentum are all
   part of the state a resume must restore;
 * ``dcs3gd``: DC-S3GD with S = 1 and the adaptive correction on the 8 devices
-  (one learner each), 23 steps, so the in-flight update queue is part of it.
+  (one learner each), 23 steps, so the in-flight update queue is part of it;
+* ``cifar10_full``: Rudra's CIFAR-10 network (``cifar10_full``, its default
+  multipliers: lr 2 on every bias, weight decay 0.004 / 1.0 on the weights) on
+  64 deterministic random 32x32 colour images (`random_cifar_like`), hardsync
+  with lambda = 2 and mu = 8, 4 updates, so the per-layer multipliers and the
+  decay placement are part of a digest.
 
 Hardware and time: a CPU; 5-10 s per run, most of it compilation.
 """
@@ -23,10 +28,11 @@ Hardware and time: a CPU; 5-10 s per run, most of it compilation.
 from __future__ import annotations
 
 import ml_collections
+import numpy as np
 
 from stalesgd.training._run_config import default_config
 
-VARIANTS = ("hardsync", "async_dc", "dcs3gd")
+VARIANTS = ("hardsync", "async_dc", "dcs3gd", "cifar10_full")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -34,6 +40,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant not in VARIANTS:
     raise ValueError(f"tiny_run_config variant {variant!r}; allowed: one of {VARIANTS}")
   config = default_config()
+  if variant == "cifar10_full":
+    return _cifar10_full_config(config)
   config.model = "mlp"
   config.model_options.hidden_sizes = (32,)
   config.learners = 8
@@ -53,4 +61,30 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.protocol = "dcs3gd"
     config.allreduce_staleness = 1
     config.delay_compensation, config.dc_lambda = "adaptive", 0.2
+  return config
+
+
+def random_cifar_like():
+  """64 training and 16 test images, 32x32x3 uint8, 10 classes, from a fixed seed (a python data source)."""
+  generator = np.random.default_rng(1234)
+  images = generator.integers(0, 256, size=(80, 32, 32, 3), dtype=np.uint8)
+  labels = generator.integers(0, 10, size=(80,), dtype=np.int64)
+  return (images[:64], labels[:64]), (images[64:], labels[64:])
+
+
+def _cifar10_full_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  config.model = "cifar10_full"
+  config.model_multipliers = True
+  config.momentum = 0.9
+  config.dataset, config.data_source = "tests.helpers.tiny_run_config:random_cifar_like", "python"
+  config.protocol = "hardsync"
+  config.learners = 2
+  config.batch_per_learner = 8
+  config.num_epochs = 0.5
+  config.learning_rate = 0.001
+  config.weight_decay = 0.004
+  config.eval_every_epochs = 0.5
+  config.train_eval_examples = 16
+  config.precise_bn_batches = 1
+  config.log_every_updates = 1
   return config
