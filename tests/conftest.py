@@ -61,6 +61,12 @@ def devices():
   return found
 
 
+@pytest.fixture(scope="session")
+def compilation_cache(tmp_path_factory):
+  """A persistent JAX compilation cache for every ``experiments.main`` subprocess of the session."""
+  return tmp_path_factory.mktemp("jax_compilation_cache")
+
+
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
@@ -89,16 +95,16 @@ def compilations():
 # here only runs in its usual place.
 LONG_FILES = (
   "tests/engine/test_engine_exactness.py",  # 307
-  "tests/experiments/test_training_benchmark.py",  # 298
-  "tests/experiments/test_demo_robustness.py",  # 239
-  "tests/experiments/test_experiment_reproduce.py",  # 170
-  "tests/train/test_train_multiprocess.py",  # 133
-  "tests/experiments/test_study_parallel.py",  # 133
+  "tests/benchmarks/test_training_benchmark.py",  # 298
+  "tests/studies/test_demo_robustness.py",  # 239
+  "tests/cli/test_experiment_reproduce.py",  # 170
+  "tests/training/test_train_multiprocess.py",  # 133
+  "tests/studies/test_study_parallel.py",  # 133
   "tests/models/test_models_imagenet_step.py",  # 116
-  "tests/train/test_train_protocols.py",  # 106
+  "tests/training/test_train_protocols.py",  # 106
   "tests/models/test_models_zoo.py",  # 95
-  "tests/train/test_train_command_line.py",  # 87
-  "tests/infra/test_checkpoint.py",  # 85
+  "tests/cli/test_train_command_line.py",  # 87
+  "tests/training/test_checkpoint.py",  # 85
   "tests/faults/test_kill_two_processes.py",  # 83
   "tests/faults/test_kill_resume.py",  # 78
 )

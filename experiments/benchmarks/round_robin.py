@@ -22,7 +22,7 @@ devices); it can be the obvious sequential program, compiled whole:
   current one (dispatch is asynchronous).
 
 It applies exactly the updates the engine applies (same optimizer, same
-mini-batches, same schedule; `tests/experiments/test_training_benchmark.py`
+mini-batches, same schedule; `tests/benchmarks/test_training_benchmark.py`
 checks the weights agree), so the gradients-per-second of P such processes on P
 cores is the throughput a general engine must match on the same cores. It is a
 throughput reference: P independent runs side by side, where the engine runs

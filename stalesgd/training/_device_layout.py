@@ -20,7 +20,7 @@ the first device only (`runner_mesh`). On 8 devices the engine padded its one
 gradient slot per update to 8 and computed all of them, 5x slower per image;
 on one device the weights are the same bit for bit (one gradient, and
 element-wise server updates whose parameter sharding does not change their
-values; `tests/infra/test_device_layout.py`). With lambda >= 2 the average
+values; `tests/training/test_device_layout.py`). With lambda >= 2 the average
 over a stack of contributions is laid out by the device count, which can move
 the last bits, so those runs keep every device (a study's runs then compute
 the same bits whatever runs beside them).

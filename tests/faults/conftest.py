@@ -17,12 +17,6 @@ from tests.helpers import fault_helpers
 
 
 @pytest.fixture(scope="session")
-def compilation_cache(tmp_path_factory):
-  """A persistent JAX compilation cache for every ``experiments.main`` subprocess of the session."""
-  return tmp_path_factory.mktemp("jax_compilation_cache")
-
-
-@pytest.fixture(scope="session")
 def digits_npz(tmp_path_factory) -> pathlib.Path:
   """A directory holding ``digits_train.npz`` and ``digits_test.npz`` (the embedded digits' splits)."""
   return fault_helpers.write_digits_npz(tmp_path_factory.mktemp("digits_npz"))

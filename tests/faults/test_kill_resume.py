@@ -22,7 +22,7 @@ on a big model), emulated by removing the checkpoints of a finished run: the
 restart starts from scratch and its records must not follow the dead run's.
 
 Two processes: ``test_kill_two_processes.py`` (kill -9) and
-``tests/train/test_train_multiprocess.py`` (SIGTERM).
+``tests/training/test_train_multiprocess.py`` (SIGTERM).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ delay, and sends SIGKILL:
 A last launch of both runs to the end. It must say which checkpoint it resumed
 from, and end as the same config trained uninterrupted in one process on 8
 devices: for async DC-ASGD-a, the same weights digest (the 2-process engine is
-bit-identical to one process, see ``tests/train/test_train_multiprocess.py``)
+bit-identical to one process, see ``tests/training/test_train_multiprocess.py``)
 and the same ``metrics.jsonl`` records (wall-clock fields aside) and
 TensorBoard scalars, the test loss to float32 rounding (see
 `assert_same_records`); for DC-S3GD, whose gloo all-reduce adds in another

@@ -2,7 +2,7 @@
 
 Runs are `train_helpers` runs (``tiny_run_config`` variants) with the data read
 from the npz copy of the embedded digits; comparisons are those of
-``tests/train/test_train_resume.py``: the final weights' digest, and
+``tests/training/test_train_resume.py``: the final weights' digest, and
 ``metrics.jsonl`` record by record without the wall-clock fields.
 """
 

@@ -13,7 +13,7 @@ modulated per gradient):
 
 with ``weight_decay_placement="unmodulated"``: avg = (1/c) sum_k s(sigma_k) g~_k + wd * m_wd (.) w_t.
 
-The tests (tests/train/test_optimizer_solver.py, test_optimizer_delay_compensation.py)
+The tests (tests/training/test_optimizer_solver.py, test_optimizer_delay_compensation.py)
 compare `run_updates` (the optimizer a config builds, applied as the engine
 applies it) against literals worked out by hand (the arithmetic is in their
 comments) or float64 numpy transcriptions of the equation above

@@ -21,7 +21,7 @@ checkpoint, since only that version can resume it exactly.
 
 To change the format: bump `FORMAT`, append a `Migration` for it (an empty
 ``renames`` where the new format only adds metadata), and keep the committed
-fixture test (``tests/infra/test_checkpoint_format.py``) reading the older
+fixture test (``tests/training/test_checkpoint_format.py``) reading the older
 fixture.
 """
 

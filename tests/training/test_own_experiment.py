@@ -1,7 +1,7 @@
 """A researcher's own model, data, optimizer and loss, defined here (outside the package), trained by stalesgd.
 
 The four import paths below go into a config as they would from the command line
-(``--config.model=tests.train.test_own_experiment:own_cnn``); nothing in stalesgd knows them. Each protocol
+(``--config.model=tests.training.test_own_experiment:own_cnn``); nothing in stalesgd knows them. Each protocol
 family runs: async with DC-ASGD-a and alpha_0/sigma (parameter server, the emulator) and DC-S3GD (real
 collectives). A run preempted by SIGTERM at a block and resumed ends with the uninterrupted run's weights and
 records; the async one is also started through ``stalesgd-train`` (``python -m stalesgd.cli.train``).
@@ -24,7 +24,7 @@ from stalesgd.training import train_and_evaluate
 from tests.helpers.fault_helpers import without_wall_clock
 from tests.helpers.train_helpers import event_hparams, read_metrics, run_main, tiny_config
 
-HERE = "tests.train.test_own_experiment"
+HERE = "tests.training.test_own_experiment"
 PREEMPT_AT_BLOCK = 6
 
 

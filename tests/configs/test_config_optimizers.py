@@ -1,6 +1,6 @@
 """The optimizer each paper's config builds, against the paper's update written out by hand.
 
-`tests/train/test_optimizer_solver.py` and `test_optimizer_delay_compensation.py` pin every optimizer field on small
+`tests/training/test_optimizer_solver.py` and `test_optimizer_delay_compensation.py` pin every optimizer field on small
 configs; here the configs themselves are pinned: the solver a user gets from
 ``rudra_cifar10.py`` (Caffe's SGD on cifar10_full with its per-layer multipliers
 and a staleness-modulated rate, Zhang et al. eq. 2-3) and from
