@@ -1,18 +1,16 @@
 """Run configurations: one ``get_config(arg)`` per module, selected with ``--config=NAME[:ARG]``.
 
-Each config module's docstring gives the command, the hardware and time it
-needs and the result it should reach; ``arguments.py`` defines the
-``[quick,]VARIANT`` argument grammar they share, ``quick.py`` what their
-``quick`` variants share and ``imagenet.py`` the ImageNet configs' input
-pipeline (those three are helpers, not configs).
+Each config module's docstring says, in about 20 lines, what it reproduces (the paper, its table or figure), its
+``stalesgd-train --config=NAME`` command (and ``stalesgd-reproduce --study=...`` where a study runs it), its
+cost on named hardware and the result it reaches, each citing the ``results/`` directory that holds the number
+or saying "not measured"; its ``get_config`` gives the setting and the variants. ``arguments.py`` defines the
+``[quick,]VARIANT`` argument grammar they share, ``quick.py`` what their ``quick`` variants share and
+``imagenet.py`` the ImageNet configs' input pipeline (those three are helpers, not configs).
 
-The configs ship in the wheel, so ``stalesgd-train`` finds them by name from
-any directory (`resolve`, `names`): ``--config=rudra_cifar10:quick`` (or
-``rudra_cifar10.py:quick``) is this package's ``rudra_cifar10.py``. A clone
-also has ``experiments/configs/<name>.py``, one-line re-exports of these
-modules, so ``--config=experiments/configs/rudra_cifar10.py:quick`` (the form
-the README and the docstrings use) selects the same config from the clone's
-root.
+The configs ship in the wheel, so ``stalesgd-train`` finds them by name from any directory (`resolve`,
+`names`): ``--config=rudra_cifar10:quick`` (or ``rudra_cifar10.py:quick``) is this package's
+``rudra_cifar10.py``. ``--config`` also takes the path of a config file of your own
+(``--config=path/to/my_config.py:ARG``), which wins over a packaged name.
 """
 
 from __future__ import annotations
@@ -52,8 +50,8 @@ def resolve(value: str) -> str:
   """A ``--config`` value (``FILE_OR_NAME[:ARG]``) as ``FILE[:ARG]`` for ml_collections' config_flags.
 
   * An existing file (a path relative to the working directory, or absolute)
-    is kept as it is: your own config files, and ``experiments/configs/*.py``
-    from a clone's root, work as they always did, and a file wins over a name.
+    is kept as it is: your own config files work as they always did, and a
+    file wins over a name.
   * Otherwise a bare name, with or without ``.py`` (no directory part), is the
     packaged config of that name (`config_path`).
 

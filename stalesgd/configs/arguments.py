@@ -1,12 +1,10 @@
 """The argument grammar of every config in `stalesgd.configs`, parsed in one place.
 
-A config is selected as ``--config=NAME:ARG`` (or, from a clone,
-``--config=experiments/configs/NAME.py:ARG``; ml_collections passes ``ARG`` to
-``get_config``). ``ARG`` is a comma-separated
-list of tokens, in any order:
+A config is selected as ``--config=NAME:ARG`` (ml_collections passes ``ARG``
+to ``get_config``). ``ARG`` is a comma-separated list of tokens, in any order:
 
 * ``quick``: the variant that runs in minutes on a CPU with no download (what
-  it changes is in each file's docstring);
+  it changes is in each file's ``get_config`` docstring);
 * one variant name of that file (e.g. ``softsync_inverse``); without one, the
   file's default variant.
 

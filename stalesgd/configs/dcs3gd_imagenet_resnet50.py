@@ -1,37 +1,23 @@
 r"""DC-S3GD on ImageNet with ResNet-50: large-batch decentralized training (Rigazzi, arXiv 1911.02516).
 
-One learner per device (M = ``learners`` = the number of devices in the job;
-default 8, one 8-GPU host: set ``--config.learners=<devices>``), staleness
-S = 1 (the all-reduce of step t overlaps step t+1), the reconstructed DC-S3GD
-step of docs/algorithms.md §3.
-
-Variants: ``dcs3gd`` (default; layer-wise lambda, lambda_0 = 0.2), ``s3gd``
-(no correction), ``allreduce_sync`` (synchronous all-reduce SGD, S = 0).
-
-Setting, "as far as known": the paper trains ResNet-50 on ImageNet with large
-batches, but its hyperparameters and numbers are not available here. This
-file uses Goyal et al.'s large-batch recipe (arXiv 1706.02677) at 128 images
-per learner: learning rate 0.1 x (global batch / 256) (0.4 at M = 8; scale
-``--config.learning_rate`` with M), momentum 0.9, weight decay 1e-4, 90 epochs,
-x0.1 at 30, 60 and 80; without Goyal's 5-epoch warm-up (the step schedule has
-none). 224x224 crops with flips and pad-4 crops, per-channel normalisation.
-No published number to compare with; allreduce_sync is the reference (Goyal
-et al.: about 23.7% top-1 error at batch 8k).
+Reproduces the paper's ImageNet setting as far as known (its hyperparameters and numbers are not available
+here): one learner per device, staleness S = 1 (the all-reduce of step t overlaps step t+1), the reconstructed
+DC-S3GD step of docs/algorithms.md §3, with Goyal et al.'s large-batch recipe (arXiv 1706.02677) at 128 images
+per learner, 90 epochs. ``allreduce_sync`` is the reference (Goyal et al.: about 23.7 % top-1 error at batch 8k).
+Variants: ``dcs3gd`` (default; layer-wise lambda, lambda_0 = 0.2), ``s3gd`` (no correction), ``allreduce_sync``
+(synchronous all-reduce SGD, S = 0); the recipe and ``quick``: `get_config`.
 
 Command::
 
   stalesgd-train --config=dcs3gd_imagenet_resnet50:dcs3gd \
       --config.learners=8 --config.data_dir=$TFDS_DATA_DIR --workdir=runs/dcs3gd_imagenet
 
-Data: tfds ``imagenet2012`` prepared with ``file_format='array_record'`` in
-``--config.data_dir``.
+Data: tfds ``imagenet2012`` prepared with ``file_format='array_record'`` in ``--config.data_dir``.
 
-Hardware and time: multi-GPU hosts (launch/README.md: SLURM, Kubernetes);
-90 epochs are 115M images through ResNet-50. Not run here.
+Cost: not measured (multi-GPU hosts, launch/README.md: SLURM, Kubernetes; 90 epochs are 115M images through
+ResNet-50). What S buys in step time at this scale, simulated rather than run: results/dcs3gd_wallclock.json.
 
-``quick``: NOT a reproduction: 64x64 crops and 4 steps on the same pipeline,
-only to check on a machine with the data that the configuration builds and
-steps; its final evaluation still reads the whole validation split.
+Result: not measured.
 """
 
 from __future__ import annotations
@@ -49,7 +35,16 @@ QUICK_IMAGE_SIZE = 64
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """The run selected by ``arg`` (``"[quick,]PROTOCOL"``; see the module docstring)."""
+  """The run selected by ``arg``, ``"[quick,]PROTOCOL"``.
+
+  M = ``learners`` = the number of devices in the job (default 8, one 8-GPU host: set
+  ``--config.learners=<devices>``). Goyal et al.'s recipe: learning rate 0.1 x (global batch / 256) (0.4 at
+  M = 8; scale ``--config.learning_rate`` with M), momentum 0.9, weight decay 1e-4, 90 epochs, x0.1 at 30, 60 and
+  80; without Goyal's 5-epoch warm-up. 224x224 crops with flips and pad-4 crops, per-channel normalisation.
+
+  ``quick``: NOT a reproduction: 64x64 crops and 4 steps on the same pipeline, only to check on a machine with
+  the data that the configuration builds and steps; its final evaluation still reads the whole validation split.
+  """
   arguments = parse_config_argument(arg, variants=VARIANTS, default="dcs3gd")
   config = use_imagenet(default_config(), model="resnet50", image_size=224)
   config.protocol = arguments.variant
