@@ -1,5 +1,6 @@
 """The papers' reproduction studies (`_catalogue`, on the data model of `_study`), how a study run's config is built
-(`_study_runs`), the sweep that runs them (`_sweep`) and its report (`_report`).
+(`_study_runs`), the grid's runs (`_tasks`), how each ended (`_outcomes`), the sweep that runs them (`_sweep`)
+and its report (`_report`).
 
 ``stalesgd-reproduce --study=NAME`` (`stalesgd.cli.reproduce`; from a clone also
 ``python -m experiments.reproduce --study=NAME``) is the command line;
@@ -9,10 +10,12 @@
 from __future__ import annotations
 
 from stalesgd.studies._catalogue import STUDIES
+from stalesgd.studies._outcomes import RunOutcome, run_variant
 from stalesgd.studies._report import write_report
 from stalesgd.studies._study import Claim, Study, Variant
 from stalesgd.studies._study_runs import RunSettings, compress_schedule, study_config, study_run
-from stalesgd.studies._sweep import RunOutcome, SweepResult, Task, plan_tasks, run_study, run_variant
+from stalesgd.studies._sweep import SweepResult, run_study
+from stalesgd.studies._tasks import Task, plan_tasks
 
 __all__ = [
   "Claim",

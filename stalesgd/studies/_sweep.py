@@ -28,30 +28,26 @@ learning curves with bands over seeds, and the decisions of the study's claims.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import pathlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
-import ml_collections
 
-from stalesgd.schedule import Schedule
 from stalesgd.studies import _processes as processes
 from stalesgd.studies import _report as report
-from stalesgd.studies._study import Study, Variant
-from stalesgd.studies._study_runs import RunSettings, run_directory_name, study_run
-from stalesgd.training import _loop as train
-from stalesgd.training._config_checks import validate_config
-from stalesgd.training._config_readers import is_decentralized, protocol_options
-from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, SCHEDULE_FILENAME, SUMMARY_FILENAME
-from stalesgd.training._run_config import flatten_config
-from stalesgd.training._workdir import check_same_run
-from stalesgd.utils import _plots as plots
-from stalesgd.utils import _run_directory as run_directory
-
-DIVERGED_FILENAME = run_directory.DIVERGED
+from stalesgd.studies._outcomes import (
+  RunOutcome,
+  describe_outcome,
+  is_unfinished,
+  read_outcome,
+  result_row,
+  run_variant,
+)
+from stalesgd.studies._study import Study
+from stalesgd.studies._study_runs import RunSettings
+from stalesgd.studies._tasks import Task, check_tasks, gpus_needed, plan_tasks, varied_fields
+from stalesgd.training._loop import PREEMPTED_EXIT_STATUS
 
 
 class SweepResult(NamedTuple):
@@ -65,236 +61,6 @@ class SweepResult(NamedTuple):
 
   rows: list[dict[str, Any]]
   table: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class RunOutcome:
-  """How one variant ended.
-
-  Attributes:
-    summary: the trainer's summary of a finished or preempted run (None if
-      it diverged).
-    diverged_at: the update whose loss was non-finite (None otherwise; -1 if
-      the trainer's message named none).
-    message: the divergence message (empty otherwise).
-    reused: whether the result was read back from an earlier sweep.
-  """
-
-  summary: dict[str, Any] | None
-  diverged_at: int | None = None
-  message: str = ""
-  reused: bool = False
-
-  @property
-  def preempted(self) -> bool:
-    return bool(self.summary and self.summary.get("preempted"))
-
-
-def varied_fields(tasks: Sequence[Task]) -> tuple[str, ...]:
-  """The config fields (flattened) whose values differ between the grid's runs: TensorBoard shows them first."""
-  flats = [flatten_config(task.config) for task in tasks]
-  fields = sorted(set().union(*flats)) if flats else []
-  return tuple(field for field in fields if len({json.dumps(flat.get(field), sort_keys=True) for flat in flats}) > 1)
-
-
-def run_variant(
-  config: ml_collections.ConfigDict, workdir: pathlib.Path, *, hparams_first: Sequence[str] = ()
-) -> RunOutcome:
-  """Trains one variant in ``workdir``, or reads back the result of an earlier sweep.
-
-  Args:
-    config: the run's config.
-    workdir: the run's own directory.
-    hparams_first: the fields TensorBoard's HParams table shows first (`varied_fields`).
-
-  Returns:
-    The outcome; a diverged run is an outcome, not an error.
-  """
-  finished = read_outcome_in(workdir)
-  if not _unfinished(finished):
-    return finished
-  workdir.mkdir(parents=True, exist_ok=True)
-  try:
-    return RunOutcome(train.train_and_evaluate(config, str(workdir), hparams_first=hparams_first))
-  except train.TrainingDiverged as error:
-    (workdir / DIVERGED_FILENAME).write_text(json.dumps({"update": error.update, "message": str(error)}, indent=2))
-    return RunOutcome(None, diverged_at=error.update, message=str(error))
-
-
-def chance_error(workdir: pathlib.Path) -> float | None:
-  """Test error (%) of always predicting the most frequent test class, from the data the run in ``workdir``
-  loaded (its ``dataset.json``): what a diverged run is recorded with. None if the run wrote none."""
-  path = pathlib.Path(workdir) / train.DATASET_FILENAME
-  return json.loads(path.read_text())["chance_test_error"] if path.exists() else None
-
-
-def result_row(task: Task, outcome: RunOutcome, *, host_devices: int | None = None) -> dict[str, Any]:
-  """One run's row: the variant, its seed and settings, our result, the published one, and how to rerun it.
-
-  ``host_devices``: the host CPU devices the run had (None on an accelerator),
-  part of its command, since runs with several contributions per update
-  differ in their last bits between device counts.
-  """
-  variant, config, workdir = task.variant, task.config, task.directory
-  row: dict[str, Any] = {
-    "variant": variant.label,
-    "slug": variant.slug,
-    "seed": task.seed,
-    "protocol": config.protocol,
-    "learners": config.learners,
-    "batch_per_learner": config.batch_per_learner,
-    "n": protocol_options(config).get("n"),  # only for the protocols that have an n
-    "staleness_rule": config.staleness_rule,
-    "delay_compensation": config.delay_compensation,
-    "dataset": config.dataset,
-    "model": config.model,
-  }
-  summary = outcome.summary or {}
-  if outcome.diverged_at is not None:
-    error = chance_error(workdir)
-    row.update(
-      updates=outcome.diverged_at,
-      epochs=None,
-      test_error=error,
-      test_accuracy=None if error is None else 1.0 - error / 100.0,
-      sim_time=_simulated_time_at(workdir, outcome.diverged_at),
-      status=f"diverged at update {outcome.diverged_at}",
-    )
-  else:
-    row.update(
-      {
-        field: summary.get(field)
-        for field in (
-          "updates",
-          "epochs",
-          "test_error",
-          "test_accuracy",
-          "train_accuracy",
-          "sim_time",
-          "wall_time",
-          "staleness_mean",
-          "staleness_max",
-        )
-      }
-    )
-    row["status"] = "preempted" if outcome.preempted else "ok"
-  for field, value in variant.published.items():
-    row[plots.PUBLISHED_PREFIX + field] = value
-  row.update(host_devices=host_devices, workdir=str(workdir), command=command_with_workdir(task, host_devices))
-  return row
-
-
-def command_with_workdir(task: Task, host_devices: int | None = None) -> str:
-  """The run's training command with its ``--workdir`` (and host device count): what reruns it alone."""
-  prefix = "" if host_devices is None else f"JAX_NUM_CPU_DEVICES={host_devices} "
-  return f"{prefix}{task.command} --workdir={task.directory}"
-
-
-def _simulated_time_at(workdir: pathlib.Path, update: int) -> float | None:
-  path = workdir / SCHEDULE_FILENAME
-  if update < 0 or not path.exists():
-    return None
-  update_time = Schedule.load(path).update_time
-  return float(update_time[min(update, update_time.shape[0] - 1)])
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-  """One run of a study's grid: a variant with a seed, its config, command and directory.
-
-  Attributes:
-    index: its place in the grid (`plan_tasks`'s order; ``--task=INDEX``).
-    variant: the variant.
-    seed: the run's ``config.seed``.
-    config: the run's config.
-    command: the training command that rebuilds the config (`Variant.command`).
-    directory: ``<study workdir>/<variant slug>/seed_<seed>``.
-  """
-
-  index: int
-  variant: Variant
-  seed: int
-  config: ml_collections.ConfigDict
-  command: str
-  directory: pathlib.Path
-
-  @property
-  def label(self) -> str:
-    return f"{self.variant.label}, seed {self.seed}"
-
-
-def plan_tasks(
-  study: Study,
-  workdir: str | pathlib.Path,
-  settings: RunSettings = RunSettings(),
-  *,
-  variants: Sequence[str] | None = None,
-  seeds: int = 1,
-) -> list[Task]:
-  """Every run of the grid, variant by variant and seed by seed within a variant (seeds 0 .. seeds - 1).
-
-  Raises:
-    ValueError: for an unknown variant or ``seeds`` < 1.
-  """
-  if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-    raise ValueError(f"seeds={seeds!r}; allowed: an integer >= 1 (runs seeds 0 .. seeds - 1)")
-  workdir = pathlib.Path(workdir)
-  tasks = []
-  for variant in study.select(variants):
-    for seed in range(seeds):
-      config, command = study_run(study, variant, settings, seed=seed)
-      tasks.append(Task(len(tasks), variant, seed, config, command, workdir / variant.slug / run_directory_name(seed)))
-  return tasks
-
-
-def check_tasks(tasks: Sequence[Task], num_devices: Callable[[ml_collections.ConfigDict], int] | None) -> None:
-  """Validates every run's config and refuses a directory that holds another run, before any run starts.
-
-  Args:
-    tasks: the runs.
-    num_devices: the number of devices a run's config will see; None checks
-      only the directories (nothing will train).
-  """
-  for task in tasks:
-    if num_devices is not None:
-      validate_config(task.config, num_devices=num_devices(task.config))
-    check_same_run(task.config, task.directory)
-
-
-def gpus_needed(config: ml_collections.ConfigDict) -> int:
-  """GPUs one run takes on a GPU host: one per learner for a decentralized protocol, else one."""
-  return int(config.learners) if is_decentralized(config) else 1
-
-
-def read_outcome_in(workdir: pathlib.Path) -> RunOutcome | None:
-  """The outcome a finished (or diverged, or preempted) run left in ``workdir``; None if it has none."""
-  summary_path, diverged_path = workdir / SUMMARY_FILENAME, workdir / DIVERGED_FILENAME
-  if diverged_path.exists():
-    record = json.loads(diverged_path.read_text())
-    return RunOutcome(None, diverged_at=record["update"], message=record["message"], reused=True)
-  if summary_path.exists():
-    return RunOutcome(json.loads(summary_path.read_text()), reused=True)
-  return None
-
-
-def read_outcome(task: Task) -> RunOutcome | None:
-  """`read_outcome_in` of the task's directory."""
-  return read_outcome_in(task.directory)
-
-
-def _unfinished(outcome: RunOutcome | None) -> bool:
-  return outcome is None or outcome.preempted
-
-
-def describe_outcome(outcome: RunOutcome | None) -> str:
-  """How a run ended, in a few words (for progress lines)."""
-  if outcome is None:
-    return "stopped before its first result"
-  if outcome.diverged_at is not None:
-    return f"diverged at update {outcome.diverged_at}"
-  if outcome.preempted:
-    return "preempted (rerun to resume)"
-  return f"finished, test error {outcome.summary.get('test_error'):.2f} %"
 
 
 def _echo_outcome(task: Task, outcome: RunOutcome, echo) -> None:
@@ -351,7 +117,7 @@ def run_tasks_in_processes(
   Raises:
     RuntimeError: naming the runs whose process failed, and their logs.
   """
-  unfinished = [task for task in tasks if _unfinished(read_outcome(task))]
+  unfinished = [task for task in tasks if is_unfinished(read_outcome(task))]
   echo(
     f"{len(tasks) - len(unfinished)} of {len(tasks)} runs already finished; running {len(unfinished)} as up to "
     f"{parallel} processes at a time"
@@ -400,7 +166,7 @@ def gather(tasks: Sequence[Task], *, echo=print, missing_ok: bool = False) -> li
   done, missing = [], []
   for task in tasks:
     outcome = read_outcome(task)
-    if _unfinished(outcome):
+    if is_unfinished(outcome):
       missing.append(task)
     else:
       done.append((task, outcome))
