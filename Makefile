@@ -35,7 +35,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix $(LINTED)
 
 demo: $(STAMP)
-	$(PY) -m experiments.reproduce --study=demo --seeds=3 --parallel=auto --workdir=$(DEMO_DIR)
+	$(VENV)/bin/stalesgd-reproduce --study=demo --seeds=3 --parallel=auto --workdir=$(DEMO_DIR)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -63,7 +63,7 @@ def devices():
 
 @pytest.fixture(scope="session")
 def compilation_cache(tmp_path_factory):
-  """A persistent JAX compilation cache for every ``experiments.main`` subprocess of the session."""
+  """A persistent JAX compilation cache for every ``stalesgd-train`` subprocess of the session."""
   return tmp_path_factory.mktemp("jax_compilation_cache")
 
 

@@ -11,7 +11,7 @@ leaves the others' figures):
 2. `experiments.benchmarks.training` at async lambda = 32: a user's run against
    the engine alone (``loop_over_engine``; the per-core emulator reference is
    a CPU notion and is skipped on accelerators).
-3. A short real run: `experiments.main` with Rudra's ``cifar10_full`` solver at
+3. A short real run: `stalesgd.cli.train` with Rudra's ``cifar10_full`` solver at
    lambda = 30 for a few hundred updates on CIFAR-10-shaped data
    (``images_per_s`` from its summary and metrics).
 
@@ -117,7 +117,7 @@ def real_run_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str
   command = [
     sys.executable,
     "-m",
-    "experiments.main",
+    "stalesgd.cli.train",
     "--config=rudra_cifar10:async_inverse",
     f"--workdir={workdir}",
     "--config.data_source=npz",

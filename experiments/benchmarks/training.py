@@ -3,7 +3,7 @@ r"""Training-loop throughput: a user's run vs the engine alone vs a specialised 
 For Rudra's CIFAR-10 solver and network (`cifar10_full`, mu = 4, the optimizer
 `rudra_cifar10.py` builds) with deterministic timing, for async and
 4-softsync at lambda in {8, 32}, this measures side by side, each case in its own
-process on the host device count ``experiments.main`` would pick for it
+process on the host device count ``stalesgd-train`` would pick for it
 (`stalesgd.training._device_layout`; ``JAX_NUM_CPU_DEVICES`` overrides):
 
 * ``user``: `stalesgd.training.train_and_evaluate` end to end on an npz data
@@ -169,7 +169,7 @@ def run_case(
 def _run_case_in_a_process(
   case: str, data_dir: str, train_examples: int, rounds: int, processes: int, scratch: pathlib.Path
 ) -> dict:
-  """`run_case` in a fresh process, on the host device count experiments.main would use for it
+  """`run_case` in a fresh process, on the host device count stalesgd-train would use for it
   (`stalesgd.training._device_layout`; ``JAX_NUM_CPU_DEVICES``, when set, wins)."""
   protocol, n, learners = parse_case(case)
   devices = os.environ.get("JAX_NUM_CPU_DEVICES") or str(

@@ -1,7 +1,7 @@
 """The command-line programs, installed as console scripts (``[project.scripts]`` in pyproject.toml).
 
-* ``stalesgd-train``: `stalesgd.cli.train` (one training run; ``python -m experiments.main`` in a clone);
-* ``stalesgd-reproduce``: `stalesgd.cli.reproduce` (a study's grid; ``python -m experiments.reproduce``);
+* ``stalesgd-train``: `stalesgd.cli.train` (one training run);
+* ``stalesgd-reproduce``: `stalesgd.cli.reproduce` (a study's grid);
 * ``stalesgd-prepare``: `stalesgd.data.prepare` (local data files -> a tfds data directory).
 
 Each module defines its absl flags at import and has a ``run()`` that parses
@@ -58,8 +58,8 @@ def run_main(main: Callable[[list[str]], None], module: ModuleType) -> None:
   """``absl.app.run(main)``, with ``module``'s flags listed by ``--helpshort`` and one-line flag errors.
 
   absl's short help lists the flags of the module ``sys.argv[0]`` names: the
-  console script or ``experiments/main.py`` rather than the module that
-  defines them, so they are declared key flags of that program as well.
+  console script or a wrapper (tests/helpers/workers/paced_main.py) rather
+  than the module that defines them, so they are declared key flags of that program as well.
   """
   from absl import (
     app,

@@ -2,8 +2,7 @@ r"""Runs a reproduction study's grid and writes its table and plots.
 
 ``stalesgd-reproduce --study=STUDY [--quick] [--workdir=DIR]
 [--data_source=tfds|npz --data_dir=DIR] [--epochs=E] [--variants=SLUG,...]``
-(also ``python -m stalesgd.cli.reproduce``, and ``python -m experiments.reproduce``
-from a clone: a thin script calling `run`).
+(also ``python -m stalesgd.cli.reproduce``).
 
 Studies (grids and published numbers in `stalesgd.studies._catalogue`):
 

@@ -1,15 +1,14 @@
 r"""Runs one training job: ``stalesgd-train --config=CONFIG[:ARG] --workdir=DIR``.
 
-The same program is ``python -m stalesgd.cli.train`` and, from a clone,
-``python -m experiments.main`` (a thin script calling `run`). The only entry
-point that defines the run's flags (flax-examples style):
+The same program is ``python -m stalesgd.cli.train``. The only entry point
+that defines the run's flags (flax-examples style):
 
 * ``--config``: a config whose ``get_config(arg)`` returns the run's
   `ml_collections.ConfigDict`: the name of a packaged config
   (`stalesgd.configs`, e.g. ``--config=rudra_cifar10:quick``; ``.py`` optional)
-  or the path of any config file (e.g. ``experiments/configs/rudra_cifar10.py``
-  in a clone, or your own); an existing file wins over a name, and an unknown
-  name is refused with the list of names. Any field can be overridden on the
+  or the path of a config file of your own (e.g. ``--config=my_config.py:ARG``);
+  an existing file wins over a name, and an unknown name is refused with the
+  list of names. Any field can be overridden on the
   command line, e.g. ``--config.learners=30 --config.protocol=async``;
 * ``--workdir``: metrics, checkpoints, plots and the summary; a job restarted
   with the same workdir resumes from its latest checkpoint;

@@ -2,8 +2,7 @@
 (`_study_runs`), the grid's runs (`_tasks`), how each ended (`_outcomes`), the sweep that runs them (`_sweep`)
 and its report (`_report`).
 
-``stalesgd-reproduce --study=NAME`` (`stalesgd.cli.reproduce`; from a clone also
-``python -m experiments.reproduce --study=NAME``) is the command line;
+``stalesgd-reproduce --study=NAME`` (`stalesgd.cli.reproduce`) is the command line;
 `STUDIES` maps each name to its `Study`.
 """
 

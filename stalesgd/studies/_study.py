@@ -47,11 +47,9 @@ class Variant:
   def command(self, *, quick: bool, extra: Mapping[str, Any] | None = None) -> str:
     """The command line that runs this variant alone (without ``--workdir``), from any directory.
 
-    ``python -m stalesgd.cli.train`` (the program ``stalesgd-train`` and, in a
-    clone, ``python -m experiments.main`` run) with the config by name, so the
-    command recorded in a study's ``results.csv`` needs neither a clone nor
-    the console script on ``PATH``; from a clone's root,
-    ``--config=experiments/configs/<name>.py:...`` is the same config.
+    ``python -m stalesgd.cli.train`` (the program ``stalesgd-train`` runs)
+    with the config by name, so the command recorded in a study's
+    ``results.csv`` needs neither a clone nor the console script on ``PATH``.
     """
     argument = f"{QUICK},{self.config_variant}" if quick else self.config_variant
     overrides = {**self.overrides, **(extra or {})}

@@ -1,7 +1,7 @@
 """The training-loop benchmark's reference emulator applies the engine's updates, and the GPU suite runs end to end.
 
 The GPU suite at ``--tiny`` size runs `experiments.benchmarks.engine` (both protocols, both gradient strategies),
-`experiments.benchmarks.training` and a short `experiments.main` run, so its test also checks the fields the
+`experiments.benchmarks.training` and a short `stalesgd.cli.train` run, so its test also checks the fields the
 README's engine tables are built from (one subprocess run instead of two).
 """
 

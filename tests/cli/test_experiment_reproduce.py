@@ -1,4 +1,4 @@
-"""stalesgd.cli.reproduce (experiments/reproduce.py) and the sweep.
+"""stalesgd.cli.reproduce (``stalesgd-reproduce``) and the sweep.
 
 Tables and plots written, divergence recorded, finished runs reused.
 """
@@ -34,7 +34,7 @@ def _read_csv(path: pathlib.Path) -> list[dict[str, str]]:
 def _short_demo(workdir):
   """The demo study from the command line at 0.2 epochs per run (a rerun reads the finished runs back)."""
   return subprocess.run(
-    [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
+    [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
     cwd=REPOSITORY,
     capture_output=True,
     text=True,
@@ -91,7 +91,7 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
 
 
 def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path):
-  command = [sys.executable, "-m", "experiments.reproduce", "--study=demo", f"--workdir={tmp_path}", "--epochs=0.1"]
+  command = [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", f"--workdir={tmp_path}", "--epochs=0.1"]
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   refused = subprocess.run(
     command + ["--variants=hardsync,8_softsync_a1"],

@@ -1,4 +1,4 @@
-"""``python -m experiments.main``: config-file arguments, ``--config.<field>`` overrides, and bad overrides.
+"""``stalesgd-train``: config-file arguments, ``--config.<field>`` overrides, and bad overrides.
 
 Overrides of top-level and nested fields reach the run (its summary, the saved
 schedule and the checkpointed weights' shapes say so); a misspelt field, a value

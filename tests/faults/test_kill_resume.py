@@ -1,6 +1,6 @@
 """kill -9 at seeded-random moments, then a restart: the same final weights and records as one uninterrupted run.
 
-A command-line run (``paced_main.py``: ``experiments.main`` with a pause before
+A command-line run (``paced_main.py``: ``stalesgd-train`` with a pause before
 every block, so that it is still training when the signal comes) is sent
 SIGKILL several times in the same workdir, each time at a moment drawn from a
 seeded `random.Random`: a random delay after the relaunched run's first

@@ -1,6 +1,6 @@
 """kill -9 in a 2-process run: the survivor exits with an error, and relaunching both resumes exactly.
 
-Two ``experiments.main`` processes (``paced_main.py``, 4 host devices each,
+Two ``stalesgd-train`` processes (``paced_main.py``, 4 host devices each,
 gloo collectives, a 5 s heartbeat) train a `tiny_run_config` variant in one
 workdir, started the way ``launch/local.sh 2`` starts them but without the
 launcher, which would stop the survivor itself: here the survivor has to find
@@ -53,7 +53,7 @@ from tests.helpers.train_helpers import (
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 NUM_PROCESSES = 2
-HEARTBEAT_TIMEOUT = 5  # seconds; experiments.main's default is 100
+HEARTBEAT_TIMEOUT = 5  # seconds; stalesgd-train's default is 100
 SURVIVOR_MARGIN = 30.0  # seconds beyond the heartbeat timeout for the survivor to exit
 SECONDS_PER_BLOCK = 0.08
 MAX_KILL_DELAY = 1.5  # seconds after the round's first new checkpoint

@@ -15,9 +15,9 @@ starts (``PYTHONPATH``, set by `multiprocess_harness.process_environment`,
   (gloo) and collects what each wrote; the environment of such a child.
 * `tiny_run_config`: a config file (``get_config(arg)``) of the smallest real
   training runs (``hardsync``, ``async_dc``, ``dcs3gd``), passed to
-  ``experiments.main`` by path.
+  ``stalesgd.cli.train`` by path.
 * `train_helpers`: what the training-loop tests share: tiny configs, reading
-  a run's outputs, starting ``experiments.main`` as a subprocess.
+  a run's outputs, starting ``stalesgd.cli.train`` as a subprocess.
 * `workers`: the programs tests start as subprocesses, each run as
   ``python -m tests.helpers.workers.<name>`` (several are also imported, to
   compute an in-process reference with the same code).

@@ -1,10 +1,10 @@
-r"""The smallest real training runs, for the tests of `stalesgd.training._loop` and ``experiments.main``.
+r"""The smallest real training runs, for the tests of `stalesgd.training._loop` and ``stalesgd-train``.
 
 A config file like those in ``stalesgd/configs/`` (one ``get_config(arg)``),
 so the same runs can be started in-process (``get_config(arg)`` then
 `stalesgd.training.train_and_evaluate`) and on the command line::
 
-  python -m experiments.main --config=tests/helpers/tiny_run_config.py:async_dc --workdir=/tmp/run
+  stalesgd-train --config=tests/helpers/tiny_run_config.py:async_dc --workdir=/tmp/run
 
 Every variant trains a one-hidden-layer MLP (32 units) on the embedded digits
 (1,497 training images) with lambda = 8 learners and mu = 8 for one epoch,

@@ -1,10 +1,10 @@
-"""What the training-loop tests share: tiny configs, reading a run's outputs, starting ``experiments.main``.
+"""What the training-loop tests share: tiny configs, reading a run's outputs, starting ``stalesgd-train``.
 
 A run's outputs are read back the way a user would: ``metrics.jsonl`` with
 `stalesgd.utils.read_jsonl`, ``summary.json`` with `json`, TensorBoard event
 files record by record (the TFRecord framing, without TensorFlow).
 
-Command-line runs are subprocesses of ``python -m experiments.main`` (or of
+Command-line runs are subprocesses of ``python -m stalesgd.cli.train`` (or of
 `workers.paced_main`, the same program with a pause per block) in the repository
 root, with the environment of the multi-process harness (CPU, repository on
 ``PYTHONPATH``, no launcher variables leaking in) and a persistent compilation
@@ -135,7 +135,7 @@ def complete_checkpoints(workdir: os.PathLike) -> list[int]:
 
 
 def main_environment(compilation_cache: os.PathLike, devices_per_process: int = 8) -> dict[str, str]:
-  """The environment of an ``experiments.main`` subprocess: host CPU devices, a shared compilation cache."""
+  """The environment of a ``stalesgd.cli.train`` subprocess: host CPU devices, a shared compilation cache."""
   return multiprocess_harness.process_environment(
     devices_per_process=devices_per_process,
     extra_env={
@@ -149,8 +149,8 @@ def main_environment(compilation_cache: os.PathLike, devices_per_process: int = 
 def main_command(
   workdir: os.PathLike, variant: str, *overrides: str, seconds_per_block: float | None = None
 ) -> list[str]:
-  """``experiments.main`` on a `tiny_run_config` variant, optionally paced (see `workers.paced_main`)."""
-  program = [sys.executable, "-m", "experiments.main"]
+  """``stalesgd.cli.train`` on a `tiny_run_config` variant, optionally paced (see `workers.paced_main`)."""
+  program = [sys.executable, "-m", "stalesgd.cli.train"]
   if seconds_per_block is not None:
     program = [sys.executable, "-m", PACED_MAIN, str(seconds_per_block)]
   return program + [f"--config={CONFIG_FILE}:{variant}", f"--workdir={workdir}", *overrides]

@@ -32,7 +32,7 @@ def _demo_command(workdir: pathlib.Path, *, seeds: int, prefix=(), xla_flags: st
     *prefix,
     sys.executable,
     "-m",
-    "experiments.reproduce",
+    "stalesgd.cli.reproduce",
     "--study=demo",
     f"--workdir={workdir}",
     f"--seeds={seeds}",

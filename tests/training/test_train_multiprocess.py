@@ -1,6 +1,6 @@
 """``launch/local.sh 2``: the whole training run on 2 processes x 4 CPU devices equals 1 process x 8.
 
-Async DC-ASGD-a for a quarter epoch through ``experiments.main`` on two gloo
+Async DC-ASGD-a for a quarter epoch through ``stalesgd-train`` on two gloo
 processes. The engine's server state is sharded over parameters across both
 processes, and evaluation batches are split over all 8 devices. The final
 weights must be bit-identical to the same config run in this process on 8

@@ -1,4 +1,4 @@
-"""Exact resume of ``experiments.main``: SIGKILL, then SIGTERM, then completion, equals one uninterrupted run.
+"""Exact resume of ``stalesgd-train``: SIGKILL, then SIGTERM, then completion, equals one uninterrupted run.
 
 One command-line run (``--config.checkpoint_every_seconds=1``) is interrupted
 twice in the same workdir:

@@ -9,7 +9,7 @@ in the test process is harmless), never by file path.
   one process of a multi-process run.
 * `multiprocess_checkpoint_worker`: one of two processes saving, restoring and
   being preempted with a state sharded across both (tests/training/test_checkpoint.py).
-* `paced_main`: ``experiments.main`` with a pause before every block, so a test
+* `paced_main`: ``stalesgd-train`` with a pause before every block, so a test
   can signal it mid-run.
 * `resume_loop_worker`: a miniature training loop with checkpoints and metrics,
   interrupted and resumed by tests/training/test_checkpoint.py.

@@ -1,6 +1,6 @@
-"""``stalesgd.cli.train`` (``experiments.main``) with a pause before every block, so a test can signal it mid-run.
+"""``stalesgd.cli.train`` (``stalesgd-train``) with a pause before every block, so a test can signal it mid-run.
 
-Run as ``python -m tests.helpers.workers.paced_main SECONDS_PER_BLOCK <experiments.main flags>``, or with
+Run as ``python -m tests.helpers.workers.paced_main SECONDS_PER_BLOCK <stalesgd-train flags>``, or with
 ``PACED_SECONDS_PER_BLOCK=SECONDS`` in the environment (for launchers that put their flags first).
 
 The tiny test runs execute a block (a block, or a decentralized step) in a few
@@ -8,7 +8,7 @@ milliseconds, so a test that waits for a checkpoint and then sends SIGKILL or
 SIGTERM could find the run already finished. Sleeping before each block (as a
 slow cluster would) keeps every run in flight for seconds without changing any
 number it computes: the schedule, the batches and the weights depend only on
-the config, never on wall-clock time. Everything else is ``experiments.main``
+the config, never on wall-clock time. Everything else is ``stalesgd-train``
 unchanged (flags, resume, SIGTERM handling, exit status).
 """
 
@@ -26,7 +26,7 @@ SECONDS_PER_BLOCK_VARIABLE = "PACED_SECONDS_PER_BLOCK"
 def pace_runners(seconds_per_block: float) -> None:
   """Makes every runner's ``step`` sleep ``seconds_per_block`` before doing its work."""
   from stalesgd.training import (
-    _runners as runners,  # after experiments.main set up JAX
+    _runners as runners,  # after stalesgd.cli.train set up JAX
   )
 
   for runner_class in (runners.ParameterServerRunner, runners.DecentralizedRunner):
@@ -44,8 +44,8 @@ def main() -> None:
     seconds_per_block = float(os.environ[SECONDS_PER_BLOCK_VARIABLE])
   elif len(sys.argv) < 2:
     raise SystemExit(
-      f"usage: {sys.argv[0]} SECONDS_PER_BLOCK <experiments.main flags>, or "
-      f"{SECONDS_PER_BLOCK_VARIABLE}=SECONDS {sys.argv[0]} <experiments.main flags>"
+      f"usage: {sys.argv[0]} SECONDS_PER_BLOCK <stalesgd-train flags>, or "
+      f"{SECONDS_PER_BLOCK_VARIABLE}=SECONDS {sys.argv[0]} <stalesgd-train flags>"
     )
   else:
     seconds_per_block = float(sys.argv.pop(1))
