@@ -23,12 +23,11 @@ that defines the run's flags (flax-examples style):
   detected from SLURM / Kubernetes / MPI environment variables, and a single
   host needs none (see launch/README.md).
 
-Examples (the second from a clone's root)::
+Examples (a packaged config by name; a config file of your own by its path)::
 
   stalesgd-train --config=rudra_cifar10:quick \
       --config.protocol=softsync --config.n=4 --workdir=runs/rudra_quick
-  stalesgd-train --config=rudra_cifar10:quick \
-      --config.protocol=softsync --config.n=4 --workdir=runs/rudra_quick
+  stalesgd-train --config=path/to/my_config.py:ARG --workdir=runs/mine
 """
 
 from __future__ import annotations
