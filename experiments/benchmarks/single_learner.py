@@ -37,7 +37,8 @@ from absl import app, flags
 
 from experiments.benchmarks.common import cifar10_data_dir, machine_description
 from stalesgd.training._config_readers import examples_per_update
-from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
+from stalesgd.utils import _run_directory as run_directory
+from stalesgd.utils._metrics import read_jsonl
 
 CASES = {"single": "rudra_cifar10:baseline", "lambda30": "rudra_cifar10:mu_lambda_3840"}
 # Epochs per timed run: lambda = 30 applies 30 x 128 images per update (13 updates per epoch), so it needs a whole
@@ -54,7 +55,7 @@ _OUT = flags.DEFINE_string("out", "results/single_learner_benchmark.json", "Wher
 
 def loop_images_per_s(workdir: pathlib.Path, batch: int) -> float:
   """Steady-state images/s of a finished run: the records after the first (which holds the compilation)."""
-  steady = read_jsonl(workdir / METRICS_FILENAME)[1:]
+  steady = read_jsonl(workdir / run_directory.METRICS)[1:]
   if len(steady) < 2:
     raise RuntimeError(f"{workdir} logged too few records to time a steady state; use a larger --epochs_scale")
   seconds = steady[-1]["wall_time"] - steady[0]["wall_time"]

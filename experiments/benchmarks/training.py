@@ -62,7 +62,8 @@ from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
 from stalesgd.training import _device_layout as device_layout
 from stalesgd.training._config_readers import contributions_per_update
 from stalesgd.training._loop import train_and_evaluate
-from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
+from stalesgd.utils import _run_directory as run_directory
+from stalesgd.utils._metrics import read_jsonl
 
 _QUICK = flags.DEFINE_bool(
   "quick", False, "async at lambda = 8 only, 1/8 of CIFAR-10's size, 2 rounds: about a minute."
@@ -98,7 +99,7 @@ def user_run(config, workdir: pathlib.Path) -> dict:
   start = time.perf_counter()
   summary = train_and_evaluate(config, str(workdir))
   wall = time.perf_counter() - start
-  records = read_jsonl(workdir / METRICS_FILENAME)
+  records = read_jsonl(workdir / run_directory.METRICS)
   examples_per_update = config.batch_per_learner * contributions_per_update(config)
   steady = records[1:]  # the first record's interval holds the compilation
   if len(steady) < 2:

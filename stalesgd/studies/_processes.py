@@ -36,11 +36,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS
-from stalesgd.utils import _run_directory as run_directory
 
 GPU_ENVIRONMENT_VARIABLE = "CUDA_VISIBLE_DEVICES"
 CPU_DEVICES_ENVIRONMENT_VARIABLE = "JAX_NUM_CPU_DEVICES"
-LOG_FILENAME = run_directory.PROCESS_LOG
 POLL_SECONDS = 1.0
 
 

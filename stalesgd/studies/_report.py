@@ -37,10 +37,10 @@ from stalesgd.schedule import Schedule
 from stalesgd.studies import _results_readme as results_readme
 from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._study import Study
-from stalesgd.training._loop import SCHEDULE_FILENAME
 from stalesgd.training._runners import DECENTRALIZED_DIAGNOSTICS
 from stalesgd.utils import _plots as plots
-from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
+from stalesgd.utils import _run_directory as run_directory
+from stalesgd.utils._metrics import read_jsonl
 
 RUNS_FILENAME = "runs.csv"
 EVALUATIONS_FILENAME = "evaluations.csv"
@@ -75,7 +75,7 @@ FINAL = "final_test_error"
 
 def run_records(row: Mapping[str, Any]) -> list[dict[str, Any]]:
   """The metric records of the run a row describes (empty if it left none)."""
-  path = pathlib.Path(row["workdir"]) / METRICS_FILENAME
+  path = pathlib.Path(row["workdir"]) / run_directory.METRICS
   return read_jsonl(path) if path.exists() else []
 
 
@@ -339,11 +339,11 @@ def write_report(
     plots.plot_bands(bands(curves, field), workdir / name, y=field, title=subtitle)
   staleness = {}
   for row in rows:
-    schedule_path = pathlib.Path(row["workdir"]) / SCHEDULE_FILENAME
+    schedule_path = pathlib.Path(row["workdir"]) / run_directory.SCHEDULE
     if row["variant"] not in staleness and schedule_path.exists():
       staleness[row["variant"]] = Schedule.load(schedule_path).gradient_staleness
   if staleness:
-    plots.plot_staleness_histograms(staleness, workdir / "staleness.png", title=study.title)
+    plots.plot_staleness_histograms(staleness, workdir / run_directory.STALENESS, title=study.title)
   results_readme.write_readme(study, rows, workdir, table=markdown, decisions=decisions_text, command=command)
   if study.bands:
     coarse = band_table(study, rows)

@@ -15,11 +15,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stalesgd.studies._study import Study
+from stalesgd.utils import _run_directory as run_directory
 
 README_FILENAME = "README.md"
 NOTES_HEADING = "## Notes"
 NO_NOTES = "(none yet: this section is kept by hand and survives a new report)"
-PLOTS = (("test_error.png", "test error"), ("train_loss.png", "training loss"), ("staleness.png", "staleness"))
+PLOTS = (("test_error.png", "test error"), ("train_loss.png", "training loss"), (run_directory.STALENESS, "staleness"))
 
 
 def _read_json(path: pathlib.Path) -> dict[str, Any] | None:
@@ -52,7 +53,7 @@ def provenance_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
   commits, versions, hosts, loads, data, walls = set(), set(), set(), [], set(), []
   for row in rows:
     workdir = pathlib.Path(row["workdir"])
-    summary = _read_json(workdir / "summary.json") or {}
+    summary = _read_json(workdir / run_directory.SUMMARY) or {}
     for session in summary.get("sessions", []):
       commits.add(str(session.get("stalesgd_commit")))
       versions.add(str(session.get("stalesgd_version")))
@@ -60,7 +61,7 @@ def provenance_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
       if host:
         hosts.add(f"{host.get('cpu_model')}, {host.get('cores')} cores")
         loads.append(host["load_average"][0] if host.get("load_average") else None)
-    dataset = _read_json(workdir / "dataset.json") or {}
+    dataset = _read_json(workdir / run_directory.DATASET) or {}
     digests = dataset.get("content_sha256") or {}
     if dataset:
       data.add(

@@ -48,6 +48,7 @@ from stalesgd.studies._study import Study
 from stalesgd.studies._study_runs import RunSettings
 from stalesgd.studies._tasks import Task, check_tasks, gpus_needed, plan_tasks, varied_fields
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS
+from stalesgd.utils import _run_directory as run_directory
 
 
 class SweepResult(NamedTuple):
@@ -126,7 +127,7 @@ def run_tasks_in_processes(
     processes.ProcessTask(
       label=task.label,
       argv=task_command(task),
-      log_path=task.directory / processes.LOG_FILENAME,
+      log_path=task.directory / run_directory.PROCESS_LOG,
       gpus=gpus_needed(task.config),
       cpu_devices=cpu_devices,
     )
@@ -150,7 +151,8 @@ def run_tasks_in_processes(
     raise RuntimeError(
       "runs failed: "
       + "; ".join(
-        f"{task.label} (exit status {status}, log {task.directory / processes.LOG_FILENAME})" for task, status in failed
+        f"{task.label} (exit status {status}, log {task.directory / run_directory.PROCESS_LOG})"
+        for task, status in failed
       )
     )
   return gather(tasks, echo=echo, missing_ok=True)

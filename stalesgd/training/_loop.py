@@ -52,12 +52,10 @@ from stalesgd.training._workdir import check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 from stalesgd.utils import _plots as plots
 from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
+from stalesgd.utils._metrics import MetricWriter, read_jsonl
 from stalesgd.utils._paths import workdir_path, write_whole
 from stalesgd.utils._progress import ProgressReporter
 
-SCHEDULE_FILENAME = run_directory.SCHEDULE
-SUMMARY_FILENAME = run_directory.SUMMARY
 PREEMPTED_EXIT_STATUS = 75
 """The exit status of a program whose run was preempted (SIGTERM): checkpointed, not finished.
 
@@ -68,7 +66,6 @@ it), and from a failure (1, or 128 + a signal).
 """
 PENDING_METRICS_KEY = "pending_metrics"  # checkpoint metadata: per-update metrics not yet in a record
 SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
-DATASET_FILENAME = run_directory.DATASET
 
 
 def _session(first_update: int) -> dict[str, Any]:
@@ -208,11 +205,11 @@ def _train_and_evaluate(
   )
   per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
   if primary:  # a study reads a diverged run's chance-level error here
-    write_whole(workdir / DATASET_FILENAME, json.dumps(dataset.description(), indent=2))
-  if primary and not (workdir / SCHEDULE_FILENAME).exists():
+    write_whole(workdir / run_directory.DATASET, json.dumps(dataset.description(), indent=2))
+  if primary and not (workdir / run_directory.SCHEDULE).exists():
     schedule_file = io.BytesIO()
     schedule.save(schedule_file)
-    write_whole(workdir / SCHEDULE_FILENAME, schedule_file.getvalue())
+    write_whole(workdir / run_directory.SCHEDULE, schedule_file.getvalue())
   progress = ProgressReporter(total_updates, examples_per_step=examples_per_update(config), description=label)
   progress.write(
     f"{label}: {total_updates} updates ({config.num_epochs:g} epochs of "
@@ -248,7 +245,7 @@ def _train_and_evaluate(
       metadata.get(SESSIONS_KEY, [{"first_update": 0, "stalesgd_version": None, "stalesgd_commit": None}])
     )
     progress.write(f"resumed from the checkpoint at update {metadata['update']} in {workdir}")
-  elif (workdir / METRICS_FILENAME).exists():  # killed before its first checkpoint was whole: start over
+  elif (workdir / run_directory.METRICS).exists():  # killed before its first checkpoint was whole: start over
     writer.truncate_after(0)
   block_starts = runner.block_starts
   updates = runner.updates_done(state)
@@ -320,7 +317,7 @@ def _train_and_evaluate(
   loop_seconds = time.monotonic() - start_time
 
   # ----------------------------------------------------------------- summary and plots
-  records = read_jsonl(workdir / METRICS_FILENAME) if (workdir / METRICS_FILENAME).exists() else []
+  records = read_jsonl(workdir / run_directory.METRICS) if (workdir / run_directory.METRICS).exists() else []
   summary = _summary(
     config,
     label=label,
@@ -341,7 +338,7 @@ def _train_and_evaluate(
   }
   summary[SESSIONS_KEY] = sessions
   if primary:
-    write_whole(workdir / SUMMARY_FILENAME, json.dumps(summary, indent=2))
+    write_whole(workdir / run_directory.SUMMARY, json.dumps(summary, indent=2))
     if not preempted:
       plots.plot_curves([plots.Run(label, records)], workdir / run_directory.CURVES, title=label)
       plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / run_directory.STALENESS)

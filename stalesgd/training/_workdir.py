@@ -26,7 +26,6 @@ RESUMABLE_CHANGES = (
   "eval_batch_size",
   "data_workers",
 )
-CONFIG_FILENAME = run_directory.CONFIG
 
 
 def _multiplier_set_before_it_existed(saved: dict) -> str | None:
@@ -69,7 +68,7 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | os.PathLike
   Raises:
     ValueError: naming the workdir and the fields that differ.
   """
-  path = epath.Path(workdir) / CONFIG_FILENAME
+  path = epath.Path(workdir) / run_directory.CONFIG
   if not path.exists():
     return
   changes = config_changes(json.loads(path.read_text()), config)
@@ -89,4 +88,4 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | os.PathLike
 def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> None:
   """Writes ``<workdir>/config.json`` whole (`write_whole`): the other processes of a restarted run read it
   (`check_same_run`) while process 0 rewrites it, and see the old file or the new one, never a part."""
-  write_whole(epath.Path(workdir) / CONFIG_FILENAME, config.to_json(indent=2))
+  write_whole(epath.Path(workdir) / run_directory.CONFIG, config.to_json(indent=2))

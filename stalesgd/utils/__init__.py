@@ -22,7 +22,7 @@ from stalesgd.utils._distributed import (
   initialize,
   resolve_cluster,
 )
-from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, read_jsonl
+from stalesgd.utils._metrics import MetricWriter, read_jsonl
 from stalesgd.utils._plots import (
   Band,
   Run,
@@ -38,7 +38,6 @@ from stalesgd.utils._schedule_plots import plot_protocol_comparison
 __all__ = [
   "DISTRIBUTED_MODES",
   "JAX_CLUSTER_VARIABLES",
-  "METRICS_FILENAME",
   "Band",
   "ClusterSpec",
   "MetricWriter",

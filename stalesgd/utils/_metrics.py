@@ -39,8 +39,6 @@ from etils import epath
 from stalesgd.utils import _run_directory as run_directory
 from stalesgd.utils._paths import is_url, write_whole
 
-METRICS_FILENAME = run_directory.METRICS
-
 
 def to_json_value(value: Any, *, name: str = "value") -> Any:
   """Converts numpy / JAX scalars and arrays, nested in dicts and lists, to JSON.
@@ -228,7 +226,7 @@ class MetricWriter:
 
   @property
   def jsonl_path(self) -> epath.Path:
-    return self._workdir / METRICS_FILENAME
+    return self._workdir / run_directory.METRICS
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     """Appends one record ``{"step": step, **scalars}``.

@@ -18,7 +18,8 @@ import optax
 import pytest
 
 from stalesgd.training.checkpoint import Checkpointer, CheckpointError, PreemptionGuard
-from stalesgd.utils._metrics import METRICS_FILENAME, read_jsonl
+from stalesgd.utils import _run_directory as run_directory
+from stalesgd.utils._metrics import read_jsonl
 from tests.helpers.workers import resume_loop_worker, sigkill_during_save_worker
 from tests.helpers.workers.resume_loop_worker import train
 from tests.helpers.workers.sigkill_during_save_worker import state_at
@@ -253,13 +254,13 @@ def test_killed_then_preempted_run_resumes_to_the_uninterrupted_result(tmp_path)
   returncode, _, stderr = _run_resume_loop(workdir, 10, "SIGKILL", "7")
   assert returncode == -signal.SIGKILL, stderr
   # Metrics of step 7 were written after the last checkpoint; the resumed run must drop them.
-  assert read_jsonl(workdir / METRICS_FILENAME)[-1]["step"] == 7
+  assert read_jsonl(workdir / run_directory.METRICS)[-1]["step"] == 7
   returncode, outcome, stderr = _run_resume_loop(workdir, 10, "SIGTERM", "8")
   assert (returncode, outcome) == (0, {"ended": "preempted", "step": 8}), stderr
   returncode, outcome, stderr = _run_resume_loop(workdir, 10)
   assert returncode == 0, stderr
   assert outcome == reference
-  assert read_jsonl(workdir / METRICS_FILENAME) == read_jsonl(tmp_path / "uninterrupted" / METRICS_FILENAME)
+  assert read_jsonl(workdir / run_directory.METRICS) == read_jsonl(tmp_path / "uninterrupted" / run_directory.METRICS)
 
 
 @pytest.mark.parametrize(
@@ -412,14 +413,19 @@ def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
   np.testing.assert_array_equal(np.asarray(state["ring"]), np.arange(12, dtype=np.float32).reshape(4, 3))
 
   # One bit flipped in the data process 1 wrote for the newest step: only process 1 can see it (its shards'
-  # checksum); both processes must fall back to step 1 together.
+  # checksum); both processes must fall back to step 1 together. Process 1's data file holds its two weight
+  # shards (compressed, about 15 kB each) one after the other, plus the small ring chunk and index node, in the
+  # order the asynchronous writes finished: the middle of the file is the boundary between the two shards, where a
+  # flipped bit can land in the second one's compression header, so TensorStore fails to decode it before the
+  # checksum is reached. A quarter of the way in is inside the first shard's compressed bytes, whatever the
+  # order: it decodes to other values, which only the checksum catches.
   [data] = sorted((tmp_path / "4" / "state" / "ocdbt.process_1" / "d").iterdir(), key=lambda path: path.stat().st_size)[
     -1:
   ]
   with open(data, "r+b") as file:
-    file.seek(data.stat().st_size // 2)
+    file.seek(data.stat().st_size // 4)
     byte = file.read(1)
-    file.seek(data.stat().st_size // 2)
+    file.seek(data.stat().st_size // 4)
     file.write(bytes([byte[0] ^ 1]))
   results, errors = _run_checkpoint_workers(tmp_path, "restore")
   for result in results:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 
-from stalesgd.utils._metrics import METRICS_FILENAME, MetricWriter, integer_bins, read_jsonl, to_json_value
+from stalesgd.utils import _run_directory as run_directory
+from stalesgd.utils._metrics import MetricWriter, integer_bins, read_jsonl, to_json_value
 from tests.helpers.train_helpers import event_hparams
 
 
@@ -66,9 +67,9 @@ def test_jsonl_records_hold_python_numbers(tmp_path):
     writer.write_scalars(0, {"train_loss": jnp.float32(2.5), "staleness_max": np.int64(7), "lr_scale": 0.125})
     writer.write_scalars(np.int32(1), {"test_error": jnp.array([12.5]), "diverged": np.bool_(False)})
     writer.write_scalars(2, {"train_loss": float("nan")})
-  lines = (tmp_path / METRICS_FILENAME).read_text().splitlines()
+  lines = (tmp_path / run_directory.METRICS).read_text().splitlines()
   assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
-  records = read_jsonl(tmp_path / METRICS_FILENAME)
+  records = read_jsonl(tmp_path / run_directory.METRICS)
   assert records[:2] == [
     {"step": 0, "train_loss": 2.5, "staleness_max": 7, "lr_scale": 0.125},
     {"step": 1, "test_error": 12.5, "diverged": 0},
@@ -105,14 +106,14 @@ def test_truncate_after_makes_a_resumed_run_equal_an_uninterrupted_one(tmp_path)
     for step in range(8):
       writer.write_scalars(step, {"train_loss": loss(step, "live" if step <= 5 else "dead")})
   # The dead run's last write was cut short by the kill.
-  with open(resumed_dir / METRICS_FILENAME, "a", encoding="utf-8") as file:
+  with open(resumed_dir / run_directory.METRICS, "a", encoding="utf-8") as file:
     file.write('{"step": 8, "train_lo')
   with MetricWriter(resumed_dir, enabled=True) as writer:
     writer.truncate_after(5)
-    assert [record["step"] for record in read_jsonl(resumed_dir / METRICS_FILENAME)] == list(range(6))
+    assert [record["step"] for record in read_jsonl(resumed_dir / run_directory.METRICS)] == list(range(6))
     for step in range(6, 10):
       writer.write_scalars(step, {"train_loss": loss(step, "live")})
-  assert read_jsonl(resumed_dir / METRICS_FILENAME) == read_jsonl(uninterrupted_dir / METRICS_FILENAME)
+  assert read_jsonl(resumed_dir / run_directory.METRICS) == read_jsonl(uninterrupted_dir / run_directory.METRICS)
   _, resumed_file = _event_files(resumed_dir)
   purge_markers = [event.step for event in _read_events(resumed_file) if event.HasField("session_log")]
   assert purge_markers == [6]
@@ -149,7 +150,7 @@ def test_bad_records_raise_before_writing(tmp_path):
       writer.write_histograms(0, {"staleness": np.array([], dtype=np.int64)})
     with pytest.raises(ValueError, match="histogram 'update_norm' holds non-finite values"):
       writer.write_histograms(0, {"update_norm": np.array([1.0, np.inf])})
-  assert not (tmp_path / METRICS_FILENAME).exists()
+  assert not (tmp_path / run_directory.METRICS).exists()
   with pytest.raises(ValueError, match="flush_every_seconds = 0"):
     MetricWriter(tmp_path, enabled=True, flush_every_seconds=0)
 
