@@ -42,7 +42,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stalesgd.schedule import _validation as validation
+from stalesgd import _validation as validation
 from stalesgd.schedule._backup import BackupWorkerServer
 from stalesgd.schedule._decentralized import simulate_allreduce
 from stalesgd.schedule._parameter_server import ProgressCallback, ServerRule, run_parameter_server
@@ -84,7 +84,9 @@ class Option:
     """``value`` after checking it (``ValueError`` naming ``name`` if it is out of range)."""
     if self.low is None:
       return validation.check_bool(name, value)
-    return validation.check_integer(name, value, self.low, self.upper_bound(learners), high_label=self.high_label)
+    return validation.check_integer(
+      name, value, low=self.low, high=self.upper_bound(learners), high_label=self.high_label
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,16 +191,13 @@ CORRECTED_DECENTRALIZED_PROTOCOLS = tuple(name for name in DECENTRALIZED_PROTOCO
 
 def protocol_row(name: str) -> Protocol:
   """The table row of protocol ``name``; ``ValueError`` listing the protocols if there is none."""
-  row = PROTOCOL_TABLE.get(name) if isinstance(name, str) else None
-  if row is None:
-    raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}; got {name!r}")
-  return row
+  return PROTOCOL_TABLE[validation.check_choice("protocol", name, PROTOCOLS)]
 
 
 def _resolve(name: str, learners: int, protocol_options: dict[str, Any]) -> tuple[Protocol, dict[str, Any]]:
   """Validates the protocol name, learners and options; fills in defaults."""
   row = protocol_row(name)
-  learners = validation.check_integer("learners", learners, 1)
+  learners = validation.check_integer("learners", learners, low=1)
   return row, row.resolve(learners, protocol_options)
 
 
@@ -258,8 +257,8 @@ def simulate(
     (10000, 2)
   """
   row, options = _resolve(protocol, learners, protocol_options)
-  num_updates = validation.check_integer("num_updates", num_updates, 1)
-  seed = validation.check_integer("seed", seed, 0)
+  num_updates = validation.check_integer("num_updates", num_updates, low=1)
+  seed = validation.check_integer("seed", seed, low=0)
   validation.check_bool("record_events", record_events)
   timing = TimingModel() if timing is None else timing
   if not isinstance(timing, TimingModel):

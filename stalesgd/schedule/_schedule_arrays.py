@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from stalesgd import _validation as validation
 from stalesgd.schedule._events import EventTrace
 
 # (field, dtype, number of dimensions) of every array field, for validation
@@ -107,9 +108,7 @@ class Schedule:
   events: EventTrace | None = None
 
   def __post_init__(self):
-    if not isinstance(self.learners, (int, np.integer)) or isinstance(self.learners, bool) or self.learners < 1:
-      raise ValueError(f"Schedule.learners must be an integer >= 1; got {self.learners!r}")
-    object.__setattr__(self, "learners", int(self.learners))
+    object.__setattr__(self, "learners", validation.check_integer("Schedule.learners", self.learners, low=1))
     object.__setattr__(self, "total_time", float(self.total_time))
     for name, dtype, ndim in _ARRAY_FIELDS:
       object.__setattr__(self, name, _as_array(name, getattr(self, name), dtype, ndim))

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from stalesgd.schedule import _validation as validation
+from stalesgd import _validation as validation
 
 JITTERS = ("deterministic", "lognormal", "exponential", "straggler")
 
@@ -173,25 +173,25 @@ class TimingModel:
   _trace_values: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
   def __post_init__(self):
-    validation.check_real("compute_time", self.compute_time, low=0.0, low_open=True)
+    validation.check_real("compute_time", self.compute_time, low=0, low_open=True)
     validation.check_choice("jitter", self.jitter, JITTERS)
-    validation.check_real("jitter_sigma", self.jitter_sigma, low=0.0)
+    validation.check_real("jitter_sigma", self.jitter_sigma, low=0)
     self._check_stragglers()
-    validation.check_real("speed_factor_sigma", self.speed_factor_sigma, low=0.0)
+    validation.check_real("speed_factor_sigma", self.speed_factor_sigma, low=0)
     self._check_speed_sources()
-    validation.check_real("latency", self.latency, low=0.0)
-    validation.check_real("bandwidth", self.bandwidth, low=0.0, low_open=True, allow_inf=True)
-    validation.check_integer("model_bytes", self.model_bytes, 0)
-    validation.check_integer("server_shards", self.server_shards, 1)
-    validation.check_real("apply_time", self.apply_time, low=0.0)
+    validation.check_real("latency", self.latency, low=0)
+    validation.check_real("bandwidth", self.bandwidth, low=0, low_open=True, allow_inf=True)
+    validation.check_integer("model_bytes", self.model_bytes, low=0)
+    validation.check_integer("server_shards", self.server_shards, low=1)
+    validation.check_real("apply_time", self.apply_time, low=0)
     if self.trace is not None:
       object.__setattr__(self, "trace", os.fspath(self.trace))
       object.__setattr__(self, "_trace_values", _load_trace(self.trace))
 
   def _check_stragglers(self) -> None:
     if self.jitter == "straggler":
-      validation.check_real("straggler_prob", self.straggler_prob, low=0.0, high=1.0, low_open=True)
-      validation.check_real("straggler_factor", self.straggler_factor, low=1.0)
+      validation.check_real("straggler_prob", self.straggler_prob, low=0, high=1, low_open=True)
+      validation.check_real("straggler_factor", self.straggler_factor, low=1)
     elif self.straggler_prob != 0.0 or self.straggler_factor != 1.0:
       # Silently ignoring straggler settings would make a "with stragglers"
       # comparison measure nothing.
@@ -218,7 +218,7 @@ class TimingModel:
       if not factors:
         raise ValueError("speed_factors must hold one factor per learner; got an empty sequence")
       for index, factor in enumerate(factors):
-        validation.check_real(f"speed_factors[{index}]", factor, low=0.0, low_open=True)
+        validation.check_real(f"speed_factors[{index}]", factor, low=0, low_open=True)
       object.__setattr__(self, "speed_factors", factors)
 
   # -- per-learner compute ---------------------------------------------------
@@ -325,7 +325,7 @@ class TimingModel:
     reduce-scatter and an all-gather, each of M-1 steps moving 1/M of the
     model (Patarasuk & Yuan 2009; Thakur et al., IJHPCA 2005).
     """
-    validation.check_integer("learners", learners, 1)
+    validation.check_integer("learners", learners, low=1)
     return 2 * (learners - 1) / learners * self.transfer_time + 2 * (learners - 1) * self.latency
 
   # -- provenance ------------------------------------------------------------

@@ -21,6 +21,9 @@ from stalesgd._extras import TRAINING_STACK_MODULES
 PACKAGE_ROOT = pathlib.Path(stalesgd.__file__).parent
 CORE_PACKAGES = ("transforms", "schedule", "parallel", "engine", "decentral")
 PACKAGE_ORDER = CORE_PACKAGES + ("utils", "data", "models", "training", "configs", "studies", "cli")
+# Top-level modules the core may load: the old paths' import hook, and the validation vocabulary (standard library
+# only, so every layer imports it).
+CORE_MODULES = ("stalesgd._moved", "stalesgd._validation")
 # The programs' list of the training stack (stalesgd._extras), by top-level package, without absl (optax itself
 # imports absl.logging), plus etils (orbax's and tfds's path library).
 TRAINING_STACK_DISTRIBUTIONS = tuple(
@@ -85,7 +88,7 @@ def test_the_core_imports_nothing_of_the_training_stack():
       sys.meta_path.insert(0, Block())
       import stalesgd, stalesgd.transforms, stalesgd.schedule, stalesgd.parallel, stalesgd.engine, stalesgd.decentral
       loaded = sorted(name for name in sys.modules if name.startswith("stalesgd.")
-                      and name.split(".")[1] not in {CORE_PACKAGES!r} and name != "stalesgd._moved")
+                      and name.split(".")[1] not in {CORE_PACKAGES!r} and name not in {CORE_MODULES!r})
       assert not loaded, loaded
       print("ok")
       """)
@@ -176,9 +179,10 @@ def test_a_program_without_the_training_stack_names_the_extra_to_install():
 
 def test_both_runners_implement_the_runner_protocol():
   from stalesgd import training
+  from stalesgd.training._runners import DecentralizedRunner, ParameterServerRunner
 
   members = [name for name in vars(training.Runner) if not name.startswith("_")]
   assert set(members) == {"block_starts", "block_at", "init", "step", "params", "updates_done"}
-  for runner in (training.ParameterServerRunner, training.DecentralizedRunner):
+  for runner in (ParameterServerRunner, DecentralizedRunner):
     assert all(callable(getattr(runner, name)) or isinstance(getattr(runner, name), property) for name in members)
     assert training.Runner not in runner.__mro__  # structural: neither inherits it, nor a shared mixin

@@ -55,7 +55,7 @@ def test_sweep_covers_zhang_et_al_and_the_straggler_comparison(tmp_path):
   "flags,message",
   [
     (("--protocol=hardsync", "--n=3"), "protocol 'hardsync' does not take option(s) ['n']"),
-    (("--latency=-1",), "latency must be a number in [0.0, inf]; got -1.0"),
+    (("--latency=-1",), "latency=-1.0; allowed: a finite number >= 0"),
     (("--sweep", "--n=2"), "--sweep runs its own protocols and options"),
   ],
 )

@@ -80,7 +80,7 @@ def test_integer_fields_are_converted_to_their_documented_dtypes():
     ({"dropped_at_update": np.array([2, 3])}, r"dropped_at_update must have shape \(1,\)"),
     ({"dropped_timestamp": np.array([3])}, r"dropped_timestamp <= dropped_at_update"),
     ({"learner_busy_time": np.zeros(2)}, r"learner_busy_time must have shape \(3,\)"),
-    ({"learners": 0}, r"learners must be an integer >= 1"),
+    ({"learners": 0}, r"Schedule\.learners=0; allowed: an integer >= 1"),
   ],
 )
 def test_inconsistent_schedules_raise(changes, message):
