@@ -9,11 +9,11 @@ selects one from a config string.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any
 
 import optax
 
+from stalesgd import _validation as validation
 from stalesgd import schedule
 from stalesgd.parallel import _sharding as sharding
 
@@ -57,35 +57,23 @@ class DCS3GDConfig:
   axis_name: str = sharding.LEARNERS_AXIS
 
   def __post_init__(self):
-    if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
-      raise ValueError(f"staleness={self.staleness!r} must be an integer >= 0")
-    if self.lambda_mode not in LAMBDA_MODES:
-      raise ValueError(f"lambda_mode={self.lambda_mode!r} must be one of {LAMBDA_MODES}")
-    if not callable(self.dc_lambda) and not _is_nonnegative_number(self.dc_lambda):
-      raise ValueError(f"dc_lambda={self.dc_lambda!r} must be a number >= 0 or an optax schedule")
-    if not _is_number(self.mean_square_decay) or not 0 <= self.mean_square_decay < 1:
-      raise ValueError(f"mean_square_decay={self.mean_square_decay!r} must lie in [0, 1)")
-    if not _is_number(self.eps) or self.eps <= 0:
-      raise ValueError(f"eps={self.eps!r} must be a number > 0")
+    validation.check_integer("staleness", self.staleness, low=0, builtin_only=True)
+    validation.check_choice("lambda_mode", self.lambda_mode, LAMBDA_MODES)
+    if not callable(self.dc_lambda):
+      validation.check_real("dc_lambda", self.dc_lambda, low=0, allow_inf=True, note="or an optax schedule")
+    validation.check_real("mean_square_decay", self.mean_square_decay, low=0, high=1, high_open=True)
+    validation.check_real("eps", self.eps, low=0, low_open=True, allow_inf=True)
     if self.eager and self.staleness == 0:
       raise ValueError(
         f"eager=True needs staleness >= 1 (there is no pending update at staleness=0); got staleness={self.staleness}"
       )
     if not isinstance(self.axis_name, str) or not self.axis_name:
-      raise ValueError(f"axis_name={self.axis_name!r} must be a non-empty string")
+      validation.reject("axis_name", self.axis_name, "a non-empty string")
 
   @property
   def corrects(self) -> bool:
     """Whether the step computes the correction at all (dc_lambda is not the number 0)."""
     return callable(self.dc_lambda) or self.dc_lambda != 0
-
-
-def _is_number(value: Any) -> bool:
-  return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _is_nonnegative_number(value: Any) -> bool:
-  return _is_number(value) and value >= 0
 
 
 def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
@@ -113,8 +101,7 @@ def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
       contradicts the protocol (a correction for ``s3gd``, staleness for
       ``allreduce_sync``).
   """
-  if protocol not in PROTOCOLS:
-    raise ValueError(f"protocol={protocol!r} must be one of {PROTOCOLS}")
+  validation.check_choice("protocol", protocol, PROTOCOLS)
   fields = {field.name for field in dataclasses.fields(DCS3GDConfig)}
   unknown = sorted(set(overrides) - fields)
   if unknown:

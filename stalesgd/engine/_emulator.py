@@ -50,6 +50,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from stalesgd import _validation as validation
 from stalesgd import transforms
 from stalesgd.engine import _ring_buffer as ring_buffer
 from stalesgd.engine._blocks import Block, BlockPlan, plan_blocks
@@ -162,9 +163,7 @@ class Engine:
     self.axis_name = axis_name
     self.num_devices = int(self.mesh.shape[axis_name])
     strategy = gradient_strategy or default_gradient_strategy(self.mesh.devices.flat[0].platform)
-    if strategy not in GRADIENT_STRATEGIES:
-      raise ValueError(f"gradient_strategy={strategy!r}; allowed: {GRADIENT_STRATEGIES}")
-    self.gradient_strategy = strategy
+    self.gradient_strategy = validation.check_choice("gradient_strategy", strategy, GRADIENT_STRATEGIES)
     self._replicated = NamedSharding(self.mesh, P())
     self._split = NamedSharding(self.mesh, P(axis_name))
     self._block_step = jax.jit(self._block_step_impl, donate_argnums=0)
