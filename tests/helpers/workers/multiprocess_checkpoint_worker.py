@@ -31,7 +31,7 @@ import numpy as np
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 
 GLOBAL_SHAPE = (4, 3)
-WEIGHTS_SHAPE = (4, 4096)  # large enough that damage in the middle of a data file hits array bytes
+WEIGHTS_SHAPE = (4, 4096)  # large enough that damage a quarter into a data file hits array bytes
 
 
 def _global_values() -> np.ndarray:
