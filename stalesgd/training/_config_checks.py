@@ -1,8 +1,9 @@
 """A run's config checked before anything expensive: no data read, nothing compiled.
 
 `validate_config` checks every field of `stalesgd.training.default_config` for its type and range, then the
-fields' combinations, and names the offending field with the allowed values (``config.<field>=<value> is not
-allowed: ...``, through `stalesgd.training._field_checks`).
+fields' combinations, and names the offending field with the allowed values (``config.<field>=<value>; allowed:
+...``, nested fields as ``config.timing.<field>``), with the checks of `stalesgd._validation`. A field holds
+Python's own int or float (``builtin_only``: the config is written as JSON), never a bool for a number.
 """
 
 from __future__ import annotations
@@ -11,24 +12,18 @@ import functools
 import math
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import ml_collections
 
+from stalesgd import _validation as validation
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
-from stalesgd.data import NORMALIZATIONS, SOURCES
 from stalesgd.data._embedded import EMBEDDED_DATASETS
+from stalesgd.data._loading import SOURCES
+from stalesgd.data._normalization import NORMALIZATIONS
 from stalesgd.models._loss import check_loss_name
 from stalesgd.training._config_readers import is_decentralized, timing_model
-from stalesgd.training._field_checks import (
-  INT64_MAX,
-  fail,
-  is_number,
-  require_bool,
-  require_choice,
-  require_int,
-  require_number,
-)
 from stalesgd.training._run_config import (
   DELAY_COMPENSATIONS,
   MAX_DATA_WORKERS,
@@ -39,6 +34,17 @@ from stalesgd.training._run_config import (
 )
 from stalesgd.training._solvers import CAFFE_SGD, solver_call
 from stalesgd.utils._import_path import check_options, is_import_path, load_callable
+
+INT32_MAX = 2**31 - 1  # counts end up in int32 device arrays
+INT64_MAX = 2**63 - 1  # seeds (numpy and JAX take up to int64) and byte counts
+
+
+def _field(config, field: str) -> tuple[str, Any]:
+  """``("config.a.b", config.a.b)`` for ``field = "a.b"``: a check's name and value."""
+  value = config
+  for name in field.split("."):
+    value = value[name]
+  return f"config.{field}", value
 
 
 @functools.cache
@@ -59,7 +65,9 @@ def _require_known_fields(config) -> None:
     given = config if parent is None else config[parent]
     prefix = "" if parent is None else f"{parent}."
     if parent is not None and not isinstance(given, ml_collections.ConfigDict):
-      fail(parent, given, "an ml_collections.ConfigDict with the fields of default_config().timing")
+      validation.reject(
+        f"config.{parent}", given, "an ml_collections.ConfigDict with the fields of default_config().timing"
+      )
     missing = sorted(set(expected) - set(given.keys()))
     if missing:
       raise ValueError(
@@ -75,46 +83,52 @@ def _require_known_fields(config) -> None:
   ):
     options = config[field]
     if not isinstance(options, (ml_collections.ConfigDict, Mapping)) or not all(isinstance(k, str) for k in options):
-      fail(field, options, f"a mapping of option names to values (e.g. {example})")
+      validation.reject(f"config.{field}", options, f"a mapping of option names to values (e.g. {example})")
 
 
 def _check_timing(config) -> None:
   """The simulated cluster's fields, named as config fields (`TimingModel` checks their combination)."""
-  require_number(config, "timing.compute_time_per_example", minimum=0, strict=True)
+  validation.check_choice(*_field(config, "timing.jitter"), schedule_lib.JITTERS)
+  validation.check_real(*_field(config, "timing.compute_time_per_example"), low=0, low_open=True, builtin_only=True)
   if not math.isfinite(config.timing.compute_time_per_example * config.batch_per_learner):
-    fail(
-      "timing.compute_time_per_example",
+    validation.reject(
+      "config.timing.compute_time_per_example",
       config.timing.compute_time_per_example,
       f"a number whose product with batch_per_learner={config.batch_per_learner} is finite",
     )
-  require_number(config, "timing.jitter_sigma", minimum=0)
+  validation.check_real(*_field(config, "timing.jitter_sigma"), low=0, builtin_only=True)
   if config.timing.jitter == "straggler":
-    require_number(
-      config,
-      "timing.straggler_prob",
-      minimum=0,
-      strict=True,
-      maximum=1,
-      maximum_inclusive=True,
-      because="with timing.jitter='straggler' (the share of steps that straggle)",
+    validation.check_real(
+      *_field(config, "timing.straggler_prob"),
+      low=0,
+      low_open=True,
+      high=1,
+      builtin_only=True,
+      note="with timing.jitter='straggler' (the share of steps that straggle)",
     )
-    require_number(
-      config,
-      "timing.straggler_factor",
-      minimum=1,
-      because="with timing.jitter='straggler' (the slowdown of a straggling step)",
+    validation.check_real(
+      *_field(config, "timing.straggler_factor"),
+      low=1,
+      builtin_only=True,
+      note="with timing.jitter='straggler' (the slowdown of a straggling step)",
     )
   else:  # straggler settings without straggler jitter would silently measure nothing
-    if not is_number(config.timing.straggler_prob) or config.timing.straggler_prob != 0:
-      fail("timing.straggler_prob", config.timing.straggler_prob, "0.0 unless timing.jitter='straggler'")
-    if not is_number(config.timing.straggler_factor) or config.timing.straggler_factor != 1:
-      fail("timing.straggler_factor", config.timing.straggler_factor, "1.0 unless timing.jitter='straggler'")
-  require_number(config, "timing.speed_factor_sigma", minimum=0)
-  require_number(config, "timing.latency", minimum=0)
-  require_number(config, "timing.bandwidth", minimum=0, allow_inf=True)  # 0 means infinite
-  require_int(config, "timing.model_bytes", minimum=0, maximum=INT64_MAX)  # 0: the model's float32 weights
-  require_int(config, "timing.server_shards", minimum=1)
-  require_number(config, "timing.apply_time", minimum=0)
+    if not validation.is_real(config.timing.straggler_prob, builtin_only=True) or config.timing.straggler_prob != 0:
+      validation.reject(
+        "config.timing.straggler_prob", config.timing.straggler_prob, "0.0 unless timing.jitter='straggler'"
+      )
+    if not validation.is_real(config.timing.straggler_factor, builtin_only=True) or config.timing.straggler_factor != 1:
+      validation.reject(
+        "config.timing.straggler_factor", config.timing.straggler_factor, "1.0 unless timing.jitter='straggler'"
+      )
+  validation.check_real(*_field(config, "timing.speed_factor_sigma"), low=0, builtin_only=True)
+  validation.check_real(*_field(config, "timing.latency"), low=0, builtin_only=True)
+  # 0 means infinite
+  validation.check_real(*_field(config, "timing.bandwidth"), low=0, allow_inf=True, builtin_only=True)
+  # 0: the model's float32 weights
+  validation.check_integer(*_field(config, "timing.model_bytes"), low=0, high=INT64_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "timing.server_shards"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_real(*_field(config, "timing.apply_time"), low=0, builtin_only=True)
 
 
 def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> None:
@@ -135,21 +149,21 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
       is allowed.
   """
   _require_known_fields(config)
-  require_choice(config, "protocol", PROTOCOLS)
-  require_choice(config, "data_source", SOURCES)
-  require_choice(config, "normalization", NORMALIZATIONS)
+  validation.check_choice(*_field(config, "protocol"), PROTOCOLS)
+  validation.check_choice(*_field(config, "data_source"), SOURCES)
+  validation.check_choice(*_field(config, "normalization"), NORMALIZATIONS)
   _check_model(config)
   _check_multiplier_set(config)
   if not isinstance(config.loss, str):
-    fail("loss", config.loss, "'softmax_cross_entropy' or an import path 'package.module:function'")
+    validation.reject("config.loss", config.loss, "'softmax_cross_entropy' or an import path 'package.module:function'")
   check_loss_name(config.loss)
-  require_choice(config, "staleness_rule", STALENESS_RULES)
-  require_choice(config, "delay_compensation", DELAY_COMPENSATIONS)
-  require_choice(config, "weight_decay_placement", WEIGHT_DECAY_PLACEMENTS)
+  validation.check_choice(*_field(config, "staleness_rule"), STALENESS_RULES)
+  validation.check_choice(*_field(config, "delay_compensation"), DELAY_COMPENSATIONS)
+  validation.check_choice(*_field(config, "weight_decay_placement"), WEIGHT_DECAY_PLACEMENTS)
   _check_dataset(config)
-  require_int(config, "seed", minimum=0, maximum=INT64_MAX)
-  require_int(config, "image_size", minimum=1)
-  require_int(config, "data_workers", minimum=1, maximum=MAX_DATA_WORKERS)
+  validation.check_integer(*_field(config, "seed"), low=0, high=INT64_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "image_size"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "data_workers"), low=1, high=MAX_DATA_WORKERS, builtin_only=True)
   for flag in (
     "augment",
     "model_multipliers",
@@ -160,74 +174,78 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
     "dc_mean_square_bias_correction",
     "gap_aware",
   ):
-    require_bool(config, flag)
-  require_int(config, "learners", minimum=1)
-  require_int(config, "batch_per_learner", minimum=1)
-  require_int(config, "n", minimum=1)
-  require_int(config, "ssp_bound", minimum=0)
-  require_int(config, "backup_workers", minimum=0)
-  require_int(config, "max_staleness", minimum=0)
-  require_int(config, "allreduce_staleness", minimum=1)
-  require_number(config, "num_epochs", minimum=0, strict=True)
-  require_number(config, "learning_rate", minimum=0, strict=True)
-  require_number(config, "momentum", minimum=0, maximum=1)
-  require_number(config, "weight_decay", minimum=0)
-  require_number(config, "lr_decay_factor", minimum=0, strict=True)
-  require_number(config, "warmup_epochs", minimum=0)
-  require_number(config, "warmup_learning_rate", minimum=0, optional=True)
-  require_number(config, "staleness_mean", minimum=0, optional=True)
-  require_number(config, "staleness_exponent", minimum=0)
-  require_number(config, "staleness_decay", minimum=0)
-  require_int(config, "staleness_threshold", minimum=0, optional=True)
-  require_number(config, "dc_lambda", minimum=0)
-  require_number(config, "dc_decay", minimum=0, maximum=1)
-  require_number(config, "eval_every_epochs", minimum=0, strict=True)
-  require_int(config, "eval_batch_size", minimum=1)
-  require_int(config, "train_eval_examples", minimum=0)
-  require_int(config, "precise_bn_batches", minimum=1)
-  require_int(config, "log_every_updates", minimum=1)
-  require_int(config, "checkpoint_every_seconds", minimum=1)
-  require_int(config, "keep_checkpoints", minimum=1)
+    validation.check_bool(*_field(config, flag))
+  validation.check_integer(*_field(config, "learners"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "batch_per_learner"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "n"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "ssp_bound"), low=0, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "backup_workers"), low=0, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "max_staleness"), low=0, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "allreduce_staleness"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_real(*_field(config, "num_epochs"), low=0, low_open=True, builtin_only=True)
+  validation.check_real(*_field(config, "learning_rate"), low=0, low_open=True, builtin_only=True)
+  validation.check_real(*_field(config, "momentum"), low=0, high=1, high_open=True, builtin_only=True)
+  validation.check_real(*_field(config, "weight_decay"), low=0, builtin_only=True)
+  validation.check_real(*_field(config, "lr_decay_factor"), low=0, low_open=True, builtin_only=True)
+  validation.check_real(*_field(config, "warmup_epochs"), low=0, builtin_only=True)
+  validation.check_real(*_field(config, "warmup_learning_rate"), low=0, optional=True, builtin_only=True)
+  validation.check_real(*_field(config, "staleness_mean"), low=0, optional=True, builtin_only=True)
+  validation.check_real(*_field(config, "staleness_exponent"), low=0, builtin_only=True)
+  validation.check_real(*_field(config, "staleness_decay"), low=0, builtin_only=True)
+  validation.check_integer(
+    *_field(config, "staleness_threshold"), low=0, high=INT32_MAX, optional=True, builtin_only=True
+  )
+  validation.check_real(*_field(config, "dc_lambda"), low=0, builtin_only=True)
+  validation.check_real(*_field(config, "dc_decay"), low=0, high=1, high_open=True, builtin_only=True)
+  validation.check_real(*_field(config, "eval_every_epochs"), low=0, low_open=True, builtin_only=True)
+  validation.check_integer(*_field(config, "eval_batch_size"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "train_eval_examples"), low=0, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "precise_bn_batches"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "log_every_updates"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "checkpoint_every_seconds"), low=1, high=INT32_MAX, builtin_only=True)
+  validation.check_integer(*_field(config, "keep_checkpoints"), low=1, high=INT32_MAX, builtin_only=True)
   epochs = config.lr_decay_epochs
   if not isinstance(epochs, (tuple, list)) or any(
-    not is_number(epoch) or not math.isfinite(epoch) or epoch <= 0 for epoch in epochs
+    not validation.is_real(epoch, builtin_only=True) or not math.isfinite(epoch) or epoch <= 0 for epoch in epochs
   ):
-    fail("lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
+    validation.reject("config.lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
   _check_warmup(config)
-  _check_timing(config)  # timing.jitter is checked by TimingModel, with the other fields' combination
+  _check_timing(config)
   _check_optimizer(config)
 
   _check_protocol(config, num_devices)
   if config.dc_per_learner_mean_square and config.delay_compensation != "adaptive":
-    fail(
-      "dc_per_learner_mean_square",
+    validation.reject(
+      "config.dc_per_learner_mean_square",
       True,
       f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
       f"delay_compensation={config.delay_compensation!r})",
     )
   if config.dc_mean_square_bias_correction and config.delay_compensation != "adaptive":
-    fail(
-      "dc_mean_square_bias_correction",
+    validation.reject(
+      "config.dc_mean_square_bias_correction",
       True,
       f"False unless delay_compensation='adaptive' (only DC-ASGD-a keeps a MeanSquare; got "
       f"delay_compensation={config.delay_compensation!r})",
     )
   if config.dc_per_learner_mean_square and is_decentralized(config):
-    fail(
-      "dc_per_learner_mean_square",
+    validation.reject(
+      "config.dc_per_learner_mean_square",
       True,
       f"False for protocol {config.protocol!r} (DC-S3GD keeps one MeanSquare per learner anyway; the field "
       "chooses between the parameter server's two DC-ASGD-a conventions)",
     )
   if config.dc_mean_square_bias_correction and is_decentralized(config):
-    fail(
-      "dc_mean_square_bias_correction",
+    validation.reject(
+      "config.dc_mean_square_bias_correction",
       True,
       f"False for protocol {config.protocol!r} (DC-S3GD's own adaptive lambda has no bias correction; it is "
       "the parameter server's DC-ASGD-a option)",
     )
   if config.staleness_rule in ("threshold", "hinge") and config.staleness_threshold is None:
-    fail("staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}")
+    validation.reject(
+      "config.staleness_threshold", None, f"an integer >= 0 for staleness_rule={config.staleness_rule!r}"
+    )
   timing_model(config)  # TimingModel checks the combination of its fields
 
 
@@ -238,30 +256,30 @@ def _check_protocol(config, num_devices: int) -> None:
   for option in row.options.values():
     bound = option.upper_bound(config.learners)
     if option.config_field is not None and bound is not None:
-      require_int(config, option.config_field, minimum=option.low, maximum=bound)
+      validation.check_integer(*_field(config, option.config_field), low=option.low, high=bound, builtin_only=True)
   if config.eager_updates and not row.eager:
-    fail(
-      "eager_updates",
+    validation.reject(
+      "config.eager_updates",
       True,
       f"False for protocol {protocol!r} (only {' / '.join(schedule_lib.EAGER_PROTOCOLS)} have eager updates)",
     )
   if not row.decentralized:
     return
   if config.learners != num_devices:
-    fail(
-      "learners",
+    validation.reject(
+      "config.learners",
       config.learners,
       f"protocol {protocol!r} runs one learner per device: set it to the number of devices, {num_devices}",
     )
   if config.staleness_rule != "none" or config.gap_aware:
-    fail(
-      "staleness_rule" if config.staleness_rule != "none" else "gap_aware",
+    validation.reject(
+      "config.staleness_rule" if config.staleness_rule != "none" else "config.gap_aware",
       config.staleness_rule if config.staleness_rule != "none" else config.gap_aware,
       f"'none'/False: protocol {protocol!r} has no per-gradient staleness (every step is S stale)",
     )
   if not row.corrects and config.delay_compensation != "none":
-    fail(
-      "delay_compensation",
+    validation.reject(
+      "config.delay_compensation",
       config.delay_compensation,
       f"'none' for protocol {protocol!r}; use protocol="
       f"{schedule_lib.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r} for the corrected variant",
@@ -280,22 +298,22 @@ def _check_model(config) -> None:
       options_field="config.model_options",
     )
     return
-  require_choice(config, "model", models.available_models() + ("package.module:factory",))
+  validation.check_choice(*_field(config, "model"), models.available_models() + ("package.module:factory",))
 
 
 def _check_warmup(config) -> None:
   """A warm-up has a start rate and ends before the first decay (a start rate without one is unused)."""
   if config.warmup_epochs > 0:
     if config.warmup_learning_rate is None:
-      fail(
-        "warmup_learning_rate",
+      validation.reject(
+        "config.warmup_learning_rate",
         None,
         f"a number >= 0 with warmup_epochs={config.warmup_epochs} (the rate at the first update, Goyal et al.'s "
         "small-batch rate)",
       )
     if config.lr_decay_epochs and min(config.lr_decay_epochs) < config.warmup_epochs:
-      fail(
-        "warmup_epochs",
+      validation.reject(
+        "config.warmup_epochs",
         config.warmup_epochs,
         f"at most the first decay epoch, {min(config.lr_decay_epochs)} (lr_decay_epochs): the warm-up ends "
         "before the first decay",
@@ -307,10 +325,12 @@ def _check_multiplier_set(config) -> None:
   if config.multiplier_set is None:
     return
   if not isinstance(config.multiplier_set, str):
-    fail("multiplier_set", config.multiplier_set, "None (the model's default) or a source's name, e.g. 'caffe'")
+    validation.reject(
+      "config.multiplier_set", config.multiplier_set, "None (the model's default) or a source's name, e.g. 'caffe'"
+    )
   if not config.model_multipliers:
-    fail(
-      "multiplier_set",
+    validation.reject(
+      "config.multiplier_set",
       config.multiplier_set,
       "None unless model_multipliers=True (a multiplier set chooses among the multipliers that flag turns on)",
     )
@@ -319,17 +339,23 @@ def _check_multiplier_set(config) -> None:
 def _check_optimizer(config) -> None:
   """The solver's name, its options, and what the config's SGD fields mean for it (`_solvers`)."""
   if not isinstance(config.optimizer, str):
-    fail("optimizer", config.optimizer, "'sgd', an optax optimizer's name, or 'package.module:factory'")
+    validation.reject(
+      "config.optimizer", config.optimizer, "'sgd', an optax optimizer's name, or 'package.module:factory'"
+    )
   if config.optimizer == CAFFE_SGD:
     if config.optimizer_options.keys():
-      fail("optimizer_options", dict(config.optimizer_options.items()), "empty for optimizer='sgd' (the Caffe solver)")
+      validation.reject(
+        "config.optimizer_options",
+        dict(config.optimizer_options.items()),
+        "empty for optimizer='sgd' (the Caffe solver)",
+      )
     return
   solver_call(
     config.optimizer, dict(config.optimizer_options.items()), momentum=config.momentum, nesterov=config.nesterov
   )
   if config.weight_decay_placement == "unmodulated" and config.weight_decay > 0:
-    fail(
-      "weight_decay_placement",
+    validation.reject(
+      "config.weight_decay_placement",
       "unmodulated",
       f"'modulated' with optimizer={config.optimizer!r}: the ablation is defined for the SGD solver only",
     )
@@ -339,25 +365,31 @@ def _check_dataset(config) -> None:
   """The data set's name and directory, for the config's source (nothing is read)."""
   name, data_dir, source = config.dataset, config.data_dir, config.data_source
   if data_dir is not None and not isinstance(data_dir, str):
-    fail("data_dir", data_dir, "None or the path of a directory (a str)")
+    validation.reject("config.data_dir", data_dir, "None or the path of a directory (a str)")
   if source == "embedded" and (not isinstance(name, str) or name not in EMBEDDED_DATASETS):
-    fail("dataset", name, f"one of {EMBEDDED_DATASETS} for data_source='embedded'")
+    validation.reject("config.dataset", name, f"one of {EMBEDDED_DATASETS} for data_source='embedded'")
   if source == "tfds" and (not isinstance(name, str) or not name or is_import_path(name)):
-    fail("dataset", name, "a tfds data set's name for data_source='tfds' (any prepared in data_dir)")
+    validation.reject(
+      "config.dataset", name, "a tfds data set's name for data_source='tfds' (any prepared in data_dir)"
+    )
   if source == "python":
     if not is_import_path(name):
-      fail("dataset", name, "an import path 'package.module:function' for data_source='python'")
+      validation.reject("config.dataset", name, "an import path 'package.module:function' for data_source='python'")
     load_callable(name, field="config.dataset")
   for field in ("train_split", "test_split"):
     if config[field] is not None and (not isinstance(config[field], str) or not config[field]):
-      fail(field, config[field], "None (the data set's usual split) or a split's name")
+      validation.reject(f"config.{field}", config[field], "None (the data set's usual split) or a split's name")
   for field in ("image_key", "label_key"):
     if not isinstance(config[field], str) or not config[field]:
-      fail(field, config[field], "the name of a feature of the tfds data set")
+      validation.reject(f"config.{field}", config[field], "the name of a feature of the tfds data set")
   if source == "npz":
     if not isinstance(name, str) or not name or os.sep in name:
-      fail("dataset", name, "a file-name prefix for data_source='npz' (<data_dir>/<dataset>_train.npz)")
+      validation.reject(
+        "config.dataset", name, "a file-name prefix for data_source='npz' (<data_dir>/<dataset>_train.npz)"
+      )
     if not data_dir:
-      fail(
-        "data_dir", data_dir, "the directory holding <dataset>_train.npz and <dataset>_test.npz, for data_source='npz'"
+      validation.reject(
+        "config.data_dir",
+        data_dir,
+        "the directory holding <dataset>_train.npz and <dataset>_test.npz, for data_source='npz'",
       )

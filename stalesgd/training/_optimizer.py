@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from stalesgd import _validation as validation
 from stalesgd import transforms
 from stalesgd.models import ModelSpec
 from stalesgd.training import _solvers as solvers
@@ -239,6 +240,4 @@ def build_optimizer(
     return optax.chain(*correct, *decay, *modulate, *average, *solver)
   if config.weight_decay_placement == "unmodulated":
     return optax.chain(*correct, *modulate, *average, *decay, *solver)
-  raise ValueError(
-    f"config.weight_decay_placement={config.weight_decay_placement!r} is not allowed: one of {WEIGHT_DECAY_PLACEMENTS}"
-  )
+  validation.reject("config.weight_decay_placement", config.weight_decay_placement, f"one of {WEIGHT_DECAY_PLACEMENTS}")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from etils import epath
 
+from stalesgd import _validation as validation
 from stalesgd.utils import _run_directory as run_directory
 from stalesgd.utils._paths import is_url, write_whole
 
@@ -204,10 +205,8 @@ class MetricWriter:
       ValueError: if ``flush_every_seconds`` or ``max_histogram_bins`` is not
         positive.
     """
-    if not flush_every_seconds > 0:
-      raise ValueError(f"flush_every_seconds = {flush_every_seconds!r}; allowed: > 0")
-    if not (isinstance(max_histogram_bins, int) and max_histogram_bins >= 1):
-      raise ValueError(f"max_histogram_bins = {max_histogram_bins!r}; allowed: an int >= 1")
+    validation.check_real("flush_every_seconds", flush_every_seconds, low=0, low_open=True, allow_inf=True)
+    validation.check_integer("max_histogram_bins", max_histogram_bins, low=1, builtin_only=True)
     if enabled is None:
       import jax  # only needed for the default
 
@@ -240,7 +239,7 @@ class MetricWriter:
       ValueError: if ``step`` is not a non-negative int, a name is ``"step"``
         or not a str, or a value is not a single number.
     """
-    step = self._check_step(step)
+    step = validation.check_integer("step", step, low=0)
     record: dict[str, Any] = {"step": step}
     for name, value in scalars.items():
       if not isinstance(name, str) or name == "step":
@@ -269,7 +268,7 @@ class MetricWriter:
     Raises:
       ValueError: if an array is empty or holds a non-finite value.
     """
-    step = self._check_step(step)
+    step = validation.check_integer("step", step, low=0)
     checked = {}
     for name, values in arrays.items():
       values = np.asarray(values).reshape(-1)
@@ -328,7 +327,7 @@ class MetricWriter:
     Args:
       step: the step of the checkpoint the run resumes from.
     """
-    step = self._check_step(step)
+    step = validation.check_integer("step", step, low=0)
     if not self._enabled:
       return
     self._close_files()
@@ -355,11 +354,6 @@ class MetricWriter:
 
   def __exit__(self, *exc_info: object) -> None:
     self.close()
-
-  def _check_step(self, step: Any) -> int:
-    if isinstance(step, bool) or not isinstance(step, (numbers.Integral, np.integer)) or step < 0:
-      raise ValueError(f"step = {step!r}; allowed: an int >= 0")
-    return int(step)
 
   def _open_jsonl(self):
     if self._jsonl_file is None:

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TextIO
 
+from stalesgd import _validation as validation
+
 _BAR_WIDTH = 24
 _TERMINAL_REFRESH_SECONDS = 0.2
 _LOG_REFRESH_SECONDS = 30.0
@@ -90,12 +92,9 @@ class ProgressReporter:
     Raises:
       ValueError: if a count is out of range.
     """
-    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-      raise ValueError(f"total_steps = {total_steps!r}; allowed: an int >= 1")
-    if examples_per_step is not None and not (isinstance(examples_per_step, int) and examples_per_step >= 1):
-      raise ValueError(f"examples_per_step = {examples_per_step!r}; allowed: None or an int >= 1")
-    if interval_seconds is not None and not interval_seconds >= 0:
-      raise ValueError(f"interval_seconds = {interval_seconds!r}; allowed: None or a number >= 0")
+    validation.check_integer("total_steps", total_steps, low=1, builtin_only=True)
+    validation.check_integer("examples_per_step", examples_per_step, low=1, optional=True, builtin_only=True)
+    validation.check_real("interval_seconds", interval_seconds, low=0, optional=True, allow_inf=True)
     self._total_steps = total_steps
     self._examples_per_step = examples_per_step
     self._description = description

@@ -67,8 +67,8 @@ def test_overrides_reach_the_run(tmp_path, compilation_cache):
       r"--config\.learners\?$",
     ),
     ("--config.learners=four", r"--config\.learners=four: invalid literal for int"),
-    ("--config.protocol=gossip", r"config\.protocol='gossip' is not allowed: one of \(.*'hardsync'"),
-    ("--config.n=9", r"config\.n=9 is not allowed: an integer >= 1 and <= 8"),
+    ("--config.protocol=gossip", r"config\.protocol='gossip'; allowed: one of \(.*'hardsync'"),
+    ("--config.n=9", r"config\.n=9; allowed: an integer >= 1 and <= 8"),
   ],
   ids=["misspelt_field", "wrong_type", "unknown_protocol", "n_above_learners"],
 )

@@ -81,7 +81,7 @@ def test_prepared_imagenet_batches_do_not_depend_on_the_decoding_threads(imagene
 def test_bad_data_workers_are_refused_naming_the_field(value):
   # Other types (floats, bools, strings, None) are tried by tests/faults/test_config_fuzz.py.
   config = _config("/data", data_workers=value)
-  with pytest.raises(ValueError, match=rf"config\.data_workers={value} is not allowed: an integer >= 1 and <= 256"):
+  with pytest.raises(ValueError, match=rf"config\.data_workers={value}; allowed: an integer >= 1 and <= 256"):
     validate_config(config, num_devices=8)
 
 

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from stalesgd import models
-from stalesgd.data import NORMALIZATIONS
+from stalesgd.data._normalization import NORMALIZATIONS
 from stalesgd.data._tfds_source import TFDS_SPLITS
 from stalesgd.schedule import JITTERS
 from stalesgd.training._config_checks import validate_config
@@ -374,7 +374,7 @@ def names_the_field(message: str, field: str) -> bool:
   own checks), or ``<field>=`` in what is allowed (a combination: "... unless timing.jitter='straggler'")."""
   parent, _, leaf = field.rpartition(".")
   return bool(re.search(rf"(config\.|(?<![\w.])){re.escape(field)}[=.]", message)) or (
-    bool(parent) and f"config.{parent}: {leaf} " in message
+    bool(parent) and bool(re.search(rf"config\.{re.escape(parent)}: {re.escape(leaf)}[ =]", message))
   )
 
 

@@ -266,9 +266,9 @@ def test_killed_then_preempted_run_resumes_to_the_uninterrupted_result(tmp_path)
 @pytest.mark.parametrize(
   "arguments, message",
   [
-    ({"max_to_keep": 0}, "max_to_keep = 0"),
-    ({"save_interval_steps": 1.5}, "save_interval_steps = 1.5"),
-    ({"save_interval_seconds": -1}, "save_interval_seconds = -1"),
+    ({"max_to_keep": 0}, "max_to_keep=0; allowed: None or an integer >= 1"),
+    ({"save_interval_steps": 1.5}, r"save_interval_steps=1\.5; allowed: None or an integer >= 1"),
+    ({"save_interval_seconds": -1}, "save_interval_seconds=-1; allowed: None or an integer >= 1"),
   ],
 )
 def test_bad_options_raise(tmp_path, arguments, message):
@@ -278,7 +278,7 @@ def test_bad_options_raise(tmp_path, arguments, message):
 
 def test_bad_save_and_restore_arguments_raise(tmp_path):
   with Checkpointer(tmp_path) as checkpointer:
-    with pytest.raises(ValueError, match="step = -1"):
+    with pytest.raises(ValueError, match="step=-1; allowed: an integer >= 0"):
       checkpointer.save(-1, {"weights": jnp.zeros(1)}, {})
     with pytest.raises(ValueError, match=r"metadata\['config'\] = <object"):
       checkpointer.save(0, {"weights": jnp.zeros(1)}, {"config": object()})

@@ -29,80 +29,80 @@ from tests.helpers.train_helpers import tiny_config
 NOT_PREPARED_SECONDS = 20.0
 
 BAD_CONFIGS = {
-  "n_above_learners": (dict(protocol="softsync", n=9), r"config\.n=9 is not allowed: an integer >= 1 and <= 8"),
-  "n_below_one": (dict(protocol="softsync", n=0), r"config\.n=0 is not allowed: an integer >= 1"),
-  "drop_stale_n_above_learners": (dict(protocol="drop_stale", n=12), r"config\.n=12 .*<= 8"),
-  "batch_per_learner_zero": (dict(batch_per_learner=0), r"config\.batch_per_learner=0 is not allowed: an integer >= 1"),
-  "learners_zero": (dict(learners=0), r"config\.learners=0 is not allowed: an integer >= 1"),
+  "n_above_learners": (dict(protocol="softsync", n=9), r"config\.n=9; allowed: an integer >= 1 and <= 8"),
+  "n_below_one": (dict(protocol="softsync", n=0), r"config\.n=0; allowed: an integer >= 1"),
+  "drop_stale_n_above_learners": (dict(protocol="drop_stale", n=12), r"config\.n=12; allowed: .*<= 8"),
+  "batch_per_learner_zero": (dict(batch_per_learner=0), r"config\.batch_per_learner=0; allowed: an integer >= 1"),
+  "learners_zero": (dict(learners=0), r"config\.learners=0; allowed: an integer >= 1"),
   "unknown_protocol": (
     dict(protocol="gossip"),
-    r"config\.protocol='gossip' is not allowed: one of \(.*'hardsync'.*'dcs3gd'",
+    r"config\.protocol='gossip'; allowed: one of \(.*'hardsync'.*'dcs3gd'",
   ),
   "unknown_staleness_rule": (
     dict(staleness_rule="sqrt"),
-    r"config\.staleness_rule='sqrt' is not allowed: one of \(.*'inverse'.*'inverse_mean'",
+    r"config\.staleness_rule='sqrt'; allowed: one of \(.*'inverse'.*'inverse_mean'",
   ),
   "unknown_delay_compensation": (
     dict(delay_compensation="taylor"),
-    r"config\.delay_compensation='taylor' is not allowed: one of \(.*'adaptive'",
+    r"config\.delay_compensation='taylor'; allowed: one of \(.*'adaptive'",
   ),
   "backup_workers_equal_learners": (
     dict(protocol="backup", backup_workers=8),
-    r"config\.backup_workers=8 is not allowed: an integer >= 0 and <= 7",
+    r"config\.backup_workers=8; allowed: an integer >= 0 and <= 7",
   ),
   "decentral_learners_not_devices": (
     dict(protocol="dcs3gd", learners=4),
-    r"config\.learners=4 is not allowed: .*one learner per device.* 8",
+    r"config\.learners=4; allowed: .*one learner per device.* 8",
   ),
   "decentral_staleness_rule": (
     dict(protocol="s3gd", staleness_rule="inverse"),
-    r"config\.staleness_rule='inverse' is not allowed: 'none'",
+    r"config\.staleness_rule='inverse'; allowed: 'none'",
   ),
-  "npz_without_data_dir": (dict(data_source="npz"), r"config\.data_dir=None is not allowed: the directory"),
-  "unknown_data_source": (dict(data_source="s3"), r"config\.data_source='s3' is not allowed: one of \(.*'tfds'"),
-  "unknown_model": (dict(model="resnet7"), r"config\.model='resnet7' is not allowed: one of \(.*'small_cnn'"),
+  "npz_without_data_dir": (dict(data_source="npz"), r"config\.data_dir=None; allowed: the directory"),
+  "unknown_data_source": (dict(data_source="s3"), r"config\.data_source='s3'; allowed: one of \(.*'tfds'"),
+  "unknown_model": (dict(model="resnet7"), r"config\.model='resnet7'; allowed: one of \(.*'small_cnn'"),
   "threshold_rule_without_threshold": (
     dict(protocol="async", staleness_rule="threshold"),
-    r"config\.staleness_threshold=None is not allowed",
+    r"config\.staleness_threshold=None; allowed",
   ),
   "negative_learning_rate": (
     dict(learning_rate=-0.1),
-    r"config\.learning_rate=-0\.1 is not allowed: a finite number > 0",
+    r"config\.learning_rate=-0\.1; allowed: a finite number > 0",
   ),
-  "bad_timing": (dict(**{"timing.jitter": "cauchy"}), r"config\.timing: .*jitter"),
+  "bad_timing": (dict(**{"timing.jitter": "cauchy"}), r"config\.timing\.jitter='cauchy'; allowed: one of \(.*'lognormal'"),
   "per_learner_mean_square_without_dc_a": (
     dict(protocol="async", delay_compensation="constant", dc_per_learner_mean_square=True),
-    r"config\.dc_per_learner_mean_square=True is not allowed: False unless delay_compensation='adaptive'",
+    r"config\.dc_per_learner_mean_square=True; allowed: False unless delay_compensation='adaptive'",
   ),
   "mean_square_bias_correction_without_dc_a": (
     dict(protocol="async", delay_compensation="constant", dc_mean_square_bias_correction=True),
-    r"config\.dc_mean_square_bias_correction=True is not allowed: False unless "
+    r"config\.dc_mean_square_bias_correction=True; allowed: False unless "
     r"delay_compensation='adaptive'",
   ),
   "mean_square_bias_correction_with_dcs3gd": (
     dict(protocol="dcs3gd", delay_compensation="adaptive", dc_mean_square_bias_correction=True),
-    r"config\.dc_mean_square_bias_correction=True is not allowed: False for protocol 'dcs3gd'",
+    r"config\.dc_mean_square_bias_correction=True; allowed: False for protocol 'dcs3gd'",
   ),
   "per_learner_mean_square_with_dcs3gd": (
     dict(protocol="dcs3gd", delay_compensation="adaptive", dc_per_learner_mean_square=True),
-    r"config\.dc_per_learner_mean_square=True is not allowed: False for protocol 'dcs3gd'",
+    r"config\.dc_per_learner_mean_square=True; allowed: False for protocol 'dcs3gd'",
   ),
   "unknown_weight_decay_placement": (
     dict(weight_decay_placement="before_dc"),
-    r"config\.weight_decay_placement='before_dc' is not allowed: one of "
+    r"config\.weight_decay_placement='before_dc'; allowed: one of "
     r"\('modulated', 'unmodulated'\)",
   ),
   "multiplier_set_without_multipliers": (
     dict(multiplier_set="caffe"),
-    r"config\.multiplier_set='caffe' is not allowed: None unless model_multipliers=True",
+    r"config\.multiplier_set='caffe'; allowed: None unless model_multipliers=True",
   ),
   "warmup_without_start_rate": (
     dict(warmup_epochs=0.5),
-    r"config\.warmup_learning_rate=None is not allowed: a number >= 0 with warmup_epochs=0\.5",
+    r"config\.warmup_learning_rate=None; allowed: a number >= 0 with warmup_epochs=0\.5",
   ),
   "warmup_past_the_first_decay": (
     dict(warmup_epochs=0.5, warmup_learning_rate=0.01, lr_decay_epochs=(0.25,)),
-    r"config\.warmup_epochs=0\.5 is not allowed: at most the first decay epoch, 0\.25",
+    r"config\.warmup_epochs=0\.5; allowed: at most the first decay epoch, 0\.25",
   ),
 }
 

@@ -109,9 +109,9 @@ def test_default_is_enabled_on_process_zero_and_plain_on_a_stringio():
 @pytest.mark.parametrize(
   "arguments, message",
   [
-    ({"total_steps": 0}, "total_steps = 0"),
-    ({"total_steps": 10, "examples_per_step": 0}, "examples_per_step = 0"),
-    ({"total_steps": 10, "interval_seconds": -1}, "interval_seconds = -1"),
+    ({"total_steps": 0}, "total_steps=0; allowed: an integer >= 1"),
+    ({"total_steps": 10, "examples_per_step": 0}, "examples_per_step=0; allowed: None or an integer >= 1"),
+    ({"total_steps": 10, "interval_seconds": -1}, r"interval_seconds=-1; allowed: None or a number >= 0"),
   ],
 )
 def test_bad_arguments_raise(arguments, message):

@@ -47,10 +47,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
+from stalesgd import _validation as validation
 from stalesgd.training.checkpoint import _format
 from stalesgd.training.checkpoint._agreement import (
   all_processes,
@@ -83,13 +83,6 @@ def _first_line(error: BaseException) -> str:
   """An exception's message, cut at its first line (tensorstore appends long source locations)."""
   text = str(error).strip()
   return text.splitlines()[0] if text else repr(error)
-
-
-def _check_optional_positive_int(name: str, value: Any) -> None:
-  if value is None:
-    return
-  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-    raise ValueError(f"{name} = {value!r}; allowed: None or an int >= 1")
 
 
 _RESERVED_KEYS = (CHECKSUMS_KEY, _format.FORMAT_KEY, _format.WRITER_KEY)  # written by `save` itself
@@ -143,9 +136,12 @@ class Checkpointer:
     Raises:
       ValueError: if a count or interval is not a positive int.
     """
-    _check_optional_positive_int("max_to_keep", max_to_keep)
-    _check_optional_positive_int("save_interval_steps", save_interval_steps)
-    _check_optional_positive_int("save_interval_seconds", save_interval_seconds)
+    for name, value in (
+      ("max_to_keep", max_to_keep),
+      ("save_interval_steps", save_interval_steps),
+      ("save_interval_seconds", save_interval_seconds),
+    ):
+      validation.check_integer(name, value, low=1, optional=True, builtin_only=True)
     directory = os.fspath(directory)
     if not is_url(directory):
       directory = os.path.abspath(directory)
@@ -203,8 +199,7 @@ class Checkpointer:
         background) failed, e.g. the disk is full or the directory read-only;
         the message names the directory and the newest intact step.
     """
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-      raise ValueError(f"step = {step!r}; allowed: an int >= 0")
+    validation.check_integer("step", step, low=0)
     if not isinstance(metadata, Mapping):
       raise ValueError(f"metadata has type {type(metadata).__name__}; allowed: a mapping with str keys")
     reserved = [key for key in _RESERVED_KEYS if key in metadata]
