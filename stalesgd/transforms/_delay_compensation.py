@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from stalesgd import _validation as validation
 from stalesgd.transforms import _contributions as contributions
 from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
@@ -276,16 +277,19 @@ def scale_by_delay_compensation(
       raise ValueError(
         f"num_learners={num_learners!r} keeps one MeanSquare per learner and needs adaptive=True; got adaptive=False."
       )
-    if not isinstance(num_learners, int) or num_learners < 1:
-      raise ValueError(f"num_learners must be a positive int or None; got {num_learners!r}.")
+    validation.check_integer("num_learners", num_learners, low=1, optional=True, builtin_only=True)
   if bias_correction and not adaptive:
     raise ValueError(
       "bias_correction=True divides DC-ASGD-a's MeanSquare by its blend weight and needs "
       "adaptive=True; got adaptive=False."
     )
-  hyperparameters.check_nonnegative("dc_lambda", dc_lambda)
-  hyperparameters.check_in_unit_interval("decay", decay)
-  hyperparameters.check_nonnegative("eps", eps)
+  # A schedule or an array (inject_hyperparams passes arrays) is not checked.
+  if validation.is_real(dc_lambda):
+    validation.check_real("dc_lambda", dc_lambda, low=0, allow_inf=True, note="or a schedule")
+  if validation.is_real(decay):
+    validation.check_real("decay", decay, low=0, high=1, note="or a schedule")
+  if validation.is_real(eps):
+    validation.check_real("eps", eps, low=0, allow_inf=True, note="or a schedule")
 
   def init_fn(params):
     if not adaptive:

@@ -69,6 +69,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from stalesgd import _validation as validation
+
 
 class DelayedState(NamedTuple):
   """State of `delayed`.
@@ -152,10 +154,9 @@ def delayed(
       "gradient delayed by tau calls) or max_delay=D (each call passes its own delay=d in [0, D])"
     )
   name, value = ("staleness", staleness) if max_delay is None else ("max_delay", max_delay)
-  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-    raise ValueError(
-      f"{name}={value!r}; allowed: an integer >= 0 (calls between a gradient's arrival and its application)"
-    )
+  validation.check_integer(
+    name, value, low=0, builtin_only=True, note="(calls between a gradient's arrival and its application)"
+  )
   inner = optax.with_extra_args_support(inner)
   slots = value if max_delay is None else max_delay + 1
 

@@ -24,12 +24,13 @@ Source: the paper's algorithm as HALoS (Kim et al., ICML 2025) implements it in 
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from stalesgd import _validation as validation
 
 
 class DelayedNesterovState(NamedTuple):
@@ -64,11 +65,10 @@ def scale_by_delayed_nesterov(
     ValueError: naming the argument, for ``buffer_size`` < 1 or not an int, or momentum / activation outside
       [0, 1].
   """
-  if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
-    raise ValueError(f"buffer_size={buffer_size!r}; allowed: an integer >= 1")
+  validation.check_integer("buffer_size", buffer_size, low=1, builtin_only=True)
   for name, value in (("momentum", momentum), ("activation", activation)):  # arrays (inject_hyperparams) pass
-    if isinstance(value, bool) or (isinstance(value, numbers.Real) and not 0 <= value <= 1):
-      raise ValueError(f"{name}={value!r}; allowed: a number in [0, 1]")
+    if isinstance(value, bool) or validation.is_real(value):
+      validation.check_real(name, value, low=0, high=1)
 
   def init(params):
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)

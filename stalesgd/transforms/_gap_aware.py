@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from stalesgd import _validation as validation
 from stalesgd.transforms import _contributions as contributions
 from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
@@ -122,8 +123,11 @@ def scale_by_gap_aware(
     Barkai, Hakimi, Schuster, `Gap Aware Mitigation of Gradient Staleness
     <https://arxiv.org/abs/1909.10802>`_, ICLR 2020.
   """
-  hyperparameters.check_in_unit_interval("decay", decay, include_one=False)
-  hyperparameters.check_nonnegative("min_step_size", min_step_size)
+  # A schedule or an array (inject_hyperparams passes arrays) is not checked.
+  if validation.is_real(decay):
+    validation.check_real("decay", decay, low=0, high=1, high_open=True, note="or a schedule")
+  if validation.is_real(min_step_size):
+    validation.check_real("min_step_size", min_step_size, low=0, allow_inf=True, note="or a schedule")
 
   def init_fn(params):
     return ScaleByGapAwareState(

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from stalesgd import _validation as validation
 from stalesgd.transforms import _contributions as contributions
 from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
@@ -26,8 +27,7 @@ _RULES_WITH_MAX_STALENESS = ("threshold", "hinge")
 
 
 def _check_rule(rule: str, max_staleness: Any) -> None:
-  if rule not in RULES:
-    raise ValueError(f"rule must be one of {RULES}; got {rule!r}.")
+  validation.check_choice("rule", rule, RULES)
   if rule in _RULES_WITH_MAX_STALENESS and max_staleness is None:
     raise ValueError(f"rule={rule!r} needs max_staleness (the largest staleness kept at weight 1).")
 
@@ -221,7 +221,8 @@ def scale_by_staleness(
     ("max_staleness", max_staleness),
     ("hinge_slope", hinge_slope),
   ):
-    hyperparameters.check_nonnegative(name, value)
+    if validation.is_real(value):  # a schedule or an array (inject_hyperparams passes arrays) is not checked
+      validation.check_real(name, value, low=0, allow_inf=True, note="or a schedule")
 
   def init_fn(params):
     del params

@@ -171,11 +171,11 @@ def test_zhang_eq2_on_a_stack():
 @pytest.mark.parametrize(
   "factory_kwargs, message",
   [
-    ({"rule": "inverse_square"}, "rule must be one of"),
+    ({"rule": "inverse_square"}, r"rule='inverse_square'; allowed: one of \('inverse', "),
     ({"rule": "threshold"}, "needs max_staleness"),
     ({"rule": "hinge"}, "needs max_staleness"),
-    ({"rule": "polynomial", "exponent": -1.0}, "exponent must be >= 0"),
-    ({"rule": "inverse_mean", "mean_staleness": -2.0}, "mean_staleness must be >= 0"),
+    ({"rule": "polynomial", "exponent": -1.0}, r"exponent=-1\.0; allowed: a number >= 0 \(inf allowed\) or a schedule"),
+    ({"rule": "inverse_mean", "mean_staleness": -2.0}, r"mean_staleness=-2\.0; allowed: a number >= 0"),
   ],
 )
 def test_bad_factory_arguments_raise(factory_kwargs, message):
