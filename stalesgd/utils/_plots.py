@@ -34,6 +34,7 @@ import numpy as np
 from etils import epath
 from matplotlib.figure import Figure
 
+from stalesgd import _validation as validation
 from stalesgd.utils._metrics import integer_bins
 from stalesgd.utils._paths import write_whole
 
@@ -65,15 +66,16 @@ def curve_points(records: Sequence[Mapping[str, Any]], x: str, y: str) -> tuple[
   pairs = []
   for record in records:
     x_value, y_value = record.get(x), record.get(y)
-    if _is_finite_number(x_value) and _is_finite_number(y_value):
+    if _plottable(x_value) and _plottable(y_value):
       pairs.append((float(x_value), float(y_value)))
   pairs.sort(key=lambda pair: pair[0])
   points = np.array(pairs, dtype=np.float64).reshape(-1, 2)
   return points[:, 0], points[:, 1]
 
 
-def _is_finite_number(value: Any) -> bool:
-  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _plottable(value: Any) -> bool:
+  """A record's value that is a point of a curve or a numeric column: a finite Python int or float."""
+  return validation.is_real(value, builtin_only=True) and math.isfinite(value)
 
 
 def _line_style(index: int) -> dict[str, Any]:
@@ -182,7 +184,7 @@ def plot_bands(
       columns = [
         (float(x_value), mean, std, low, high)
         for x_value, mean, std, low, high in zip(band.x.get(x_field, ()), band.mean, band.std, band.low, band.high)
-        if _is_finite_number(x_value)
+        if _plottable(x_value)
       ]
       if not columns:
         continue
@@ -318,7 +320,7 @@ def markdown_table(
   cells = [[_format_cell(row.get(name), form) for name, form in zip(columns, formats)] for row in rows]
   widths = [max([len(name)] + [len(row[index]) for row in cells]) for index, name in enumerate(columns)]
   numeric = [
-    all(_is_finite_number(row.get(name)) or row.get(name) is None for row in rows)
+    all(_plottable(row.get(name)) or row.get(name) is None for row in rows)
     and any(row.get(name) is not None for row in rows)
     for name in columns
   ]
