@@ -149,7 +149,7 @@ class DecentralizedRunner:
   """All-reduce protocols on real collectives, one learner per device.
 
   Args:
-    settings: the protocol's DC-S3GD settings (S, eager updates, lambda).
+    decentral_settings: the protocol's DC-S3GD settings (S, eager updates, lambda).
     model: the network.
     optimizer: each learner's local optimizer.
     num_updates: steps in the run.
@@ -159,16 +159,16 @@ class DecentralizedRunner:
 
   def __init__(
     self,
-    settings: DCS3GDConfig,
+    decentral_settings: DCS3GDConfig,
     model: ModelSpec,
     optimizer: optax.GradientTransformation,
     num_updates: int,
     batches,
     mesh: jax.sharding.Mesh,
   ):
-    self.protocol_config = settings
-    self.mesh = sharding_lib.learner_mesh(self.protocol_config.axis_name, devices=list(mesh.devices.flat))
-    self.trainer = decentral.DCS3GD(model.loss_fn, optimizer, self.protocol_config, self.mesh)
+    self.decentral_settings = decentral_settings
+    self.mesh = sharding_lib.learner_mesh(self.decentral_settings.axis_name, devices=list(mesh.devices.flat))
+    self.trainer = decentral.DCS3GD(model.loss_fn, optimizer, self.decentral_settings, self.mesh)
     # Per-learner losses live on their learners' devices (possibly other
     # processes'); a separate small program replicates them for the host, so
     # the step's only collective stays the weight all-reduce.
@@ -176,7 +176,7 @@ class DecentralizedRunner:
       lambda values: jax.tree.map(lambda value: value.reshape(1, -1), values),
       out_shardings=NamedSharding(self.mesh, PartitionSpec()),
     )
-    self._split = NamedSharding(self.mesh, PartitionSpec(self.protocol_config.axis_name))
+    self._split = NamedSharding(self.mesh, PartitionSpec(self.decentral_settings.axis_name))
     self.batches = batches
     self.num_updates = num_updates
     self._dispatch = DispatchLimiter()
