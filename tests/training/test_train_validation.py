@@ -69,7 +69,10 @@ BAD_CONFIGS = {
     dict(learning_rate=-0.1),
     r"config\.learning_rate=-0\.1; allowed: a finite number > 0",
   ),
-  "bad_timing": (dict(**{"timing.jitter": "cauchy"}), r"config\.timing\.jitter='cauchy'; allowed: one of \(.*'lognormal'"),
+  "bad_timing": (
+    dict(**{"timing.jitter": "cauchy"}),
+    r"config\.timing\.jitter='cauchy'; allowed: one of \(.*'lognormal'",
+  ),
   "per_learner_mean_square_without_dc_a": (
     dict(protocol="async", delay_compensation="constant", dc_per_learner_mean_square=True),
     r"config\.dc_per_learner_mean_square=True; allowed: False unless delay_compensation='adaptive'",
