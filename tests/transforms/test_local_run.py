@@ -1,0 +1,344 @@
+"""Local runs and DiLoCo's synchronous outer step (stalesgd/transforms/_local_run.py) against numpy.
+
+The equations pinned (module docstring of `_local_run`; Douillard et al., arXiv 2311.08105, Algorithm 1):
+
+  theta_{m,0} = theta_j;  u_i, s_{i+1} = InnerOpt(grad L(theta_{m,i}; b_i), s_i);  theta_{m,i+1} = theta_{m,i} + u_i
+  Delta_m = -(u_0 + ... + u_{H-1});  losses_i = L(theta_{m,i}; b_i)
+  s_0 = the state kept from the previous round, or InnerOpt.init (reset_inner_state)
+  Delta_bar = (1/M) sum_m Delta_m;  theta <- theta + OuterOpt(Delta_bar)
+
+The references are written out in float64 numpy from these equations and optax's documented updates, never by
+calling the code under test: SGD u = -eta g; momentum SGD (optax.trace) v <- g + beta v, u = -eta v; Nesterov
+SGD v <- g + beta v, u = -eta (g + beta v). The loss is linear least squares,
+L(w, b; x, y) = 0.5 mean((x w + b - y)^2), whose gradient is (x^T r / n, mean r) with r = x w + b - y.
+
+Tolerances: the library runs in float32 and the references in float64, so a float32 result carries the rounding
+of its few dozen operations (each within 2^-24 relative); rtol 1e-6 with atol 1e-7 (for entries near zero) holds
+that with margin, while every one-token change to the equations (a sign, mean for sum, the momentum kind, the
+step a loss or a batch belongs to, keeping for resetting) moves the results by 1e-3 or more. Where the claim is
+exactness (H = 1 at unit rate, the hand-computed dyadic numbers, jit, vmap), the check is bit for bit.
+"""
+
+from __future__ import annotations
+
+import doctest
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from stalesgd.transforms import _local_run as local_run_lib
+from stalesgd.transforms._local_run import diloco_round, init_inner_states, local_run
+
+RTOL, ATOL = 1e-6, 1e-7
+FEATURES, BATCH = 3, 4
+
+
+def least_squares(params, batch):
+  x, y = batch
+  residual = x @ params["w"] + params["b"] - y
+  return 0.5 * jnp.mean(residual**2)
+
+
+def numpy_loss_and_gradient(params, batch):
+  x, y = (np.asarray(part, np.float64) for part in batch)
+  residual = x @ params["w"] + params["b"] - y
+  return 0.5 * np.mean(residual**2), {"w": x.T @ residual / len(y), "b": np.mean(residual)}
+
+
+def initial_params(seed=0):
+  rng = np.random.default_rng(seed)
+  return {"w": rng.normal(size=FEATURES).astype(np.float32), "b": np.float32(rng.normal())}
+
+
+def batch_stream(seed, steps):
+  """A learner's mini-batches, leaves [steps, BATCH, ...]: its k-th inner step overall reads row k."""
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(steps, BATCH, FEATURES)).astype(np.float32)
+  y = rng.normal(size=(steps, BATCH)).astype(np.float32)
+  return x, y
+
+
+def as_float64(tree):
+  return jax.tree.map(lambda leaf: np.asarray(leaf, np.float64), tree)
+
+
+def numpy_inner_run(params, velocity, batches, eta, beta, nesterov=False):
+  """theta_0 - theta_H, theta_H, the velocity after the run, and the losses; beta = None is plain SGD."""
+  start = as_float64(params)
+  weights = dict(start)
+  losses = []
+  x, y = batches
+  for i in range(len(y)):
+    loss, grads = numpy_loss_and_gradient(weights, (x[i], y[i]))
+    losses.append(loss)
+    if beta is None:
+      steps = grads
+    else:
+      velocity = {k: grads[k] + beta * velocity[k] for k in grads}
+      steps = {k: grads[k] + beta * velocity[k] for k in grads} if nesterov else velocity
+    weights = {k: weights[k] - eta * steps[k] for k in weights}
+  delta = {k: start[k] - weights[k] for k in start}
+  return delta, weights, velocity, np.asarray(losses)
+
+
+def assert_tree_close(actual, expected, rtol=RTOL, atol=ATOL):
+  for key in expected:
+    np.testing.assert_allclose(np.asarray(actual[key], np.float64), expected[key], rtol=rtol, atol=atol, err_msg=key)
+
+
+def assert_trees_equal(actual, expected):
+  for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_one_step_of_unit_sgd_without_state_is_the_gradient_bit_for_bit():
+  """H = 1, InnerOpt = SGD at rate 1 without state: Delta = -(0 + (-1 * g)) = g exactly, g = grad L(theta; b_0)."""
+  params = initial_params()
+  batches = batch_stream(1, 1)
+  first_batch = jax.tree.map(lambda leaf: leaf[0], batches)
+  inner = optax.sgd(1.0)
+  run = local_run(least_squares, inner, params, inner.init(params), batches)
+  loss, grads = jax.value_and_grad(least_squares)(params, first_batch)
+  assert_trees_equal(run.pseudo_gradient, grads)
+  np.testing.assert_array_equal(run.losses, [loss])
+  # The same under jit, against the jitted gradient; and the gradient is the numpy one.
+  jitted = jax.jit(functools.partial(local_run, least_squares, inner))(params, inner.init(params), batches)
+  assert_trees_equal(jitted.pseudo_gradient, jax.jit(jax.grad(least_squares))(params, first_batch))
+  _, numpy_grads = numpy_loss_and_gradient(as_float64(params), first_batch)
+  assert_tree_close(run.pseudo_gradient, numpy_grads)
+
+
+def test_three_sgd_steps_by_hand():
+  """L(w; b) = 0.5 (w - b)^2, so g = w - b; SGD(0.5) from w = 0 on b = 2, 4, -2:
+  w: 0 -> 0 - 0.5 (0 - 2) = 1 -> 1 - 0.5 (1 - 4) = 2.5 -> 2.5 - 0.5 (2.5 + 2) = 0.25;
+  Delta = -(1 + 1.5 - 2.25) = -0.25; losses 0.5 * (2^2, 3^2, 4.5^2) = 2, 4.5, 10.125 (all exact in float32)."""
+  loss = lambda w, b: 0.5 * (w - b) ** 2
+  inner = optax.sgd(0.5)
+  run = local_run(loss, inner, jnp.float32(0), inner.init(jnp.float32(0)), jnp.array([2.0, 4.0, -2.0]))
+  np.testing.assert_array_equal(run.pseudo_gradient, -0.25)
+  np.testing.assert_array_equal(run.params, 0.25)
+  np.testing.assert_array_equal(run.losses, [2.0, 4.5, 10.125])
+
+
+def test_three_momentum_steps_by_hand():
+  """Same loss and batches, momentum SGD(0.5, 0.5): v <- g + 0.5 v, w <- w - 0.5 v.
+  i=0: g = -2, v = -2, w = 1; i=1: g = -3, v = -4, w = 3; i=2: g = 5, v = 3, w = 1.5.
+  Delta = -(1 + 2 - 1.5) = -1.5; losses 0.5 * (4, 9, 25) = 2, 4.5, 12.5; the velocity kept is 3."""
+  loss = lambda w, b: 0.5 * (w - b) ** 2
+  inner = optax.sgd(0.5, momentum=0.5)
+  run = local_run(loss, inner, jnp.float32(0), inner.init(jnp.float32(0)), jnp.array([2.0, 4.0, -2.0]))
+  np.testing.assert_array_equal(run.pseudo_gradient, -1.5)
+  np.testing.assert_array_equal(run.losses, [2.0, 4.5, 12.5])
+  np.testing.assert_array_equal(jax.tree.leaves(run.inner_state)[0], 3.0)
+
+
+@pytest.mark.parametrize(
+  "beta, nesterov", [(None, False), (0.9, False), (0.9, True)], ids=["sgd", "momentum", "nesterov"]
+)
+def test_three_inner_steps_against_numpy(beta, nesterov):
+  """H = 3 from theta_0: Delta = theta_0 - theta_3 of the numpy loop, theta_3, and L(theta_i; b_i), i = 0, 1, 2."""
+  eta = 0.05
+  params, batches = initial_params(), batch_stream(2, 3)
+  inner = optax.sgd(eta) if beta is None else optax.sgd(eta, momentum=beta, nesterov=nesterov)
+  run = local_run(least_squares, inner, params, inner.init(params), batches)
+  zeros = {k: np.zeros_like(v, np.float64) for k, v in params.items()}
+  delta, weights, _, losses = numpy_inner_run(params, zeros, batches, eta, beta, nesterov)
+  assert_tree_close(run.pseudo_gradient, delta)
+  assert_tree_close(run.params, weights)
+  np.testing.assert_allclose(run.losses, losses, rtol=RTOL)
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["kept", "reset"])
+def test_inner_state_is_kept_or_reset_across_two_rounds(reset):
+  """Momentum SGD(0.05, 0.9), H = 3, two rounds; round 2 starts from theta_1 = theta_0 - 0.5 Delta_1 and reads
+  batches 3..5. Kept: round 2's velocity starts where round 1's ended; reset: at 0 (InnerOpt.init)."""
+  eta, beta, steps = 0.05, 0.9, 3
+  params, stream = initial_params(), batch_stream(3, 2 * steps)
+  first, second = (jax.tree.map(lambda leaf, r=r: leaf[r * steps : (r + 1) * steps], stream) for r in range(2))
+  inner = optax.sgd(eta, momentum=beta)
+  run = functools.partial(local_run, least_squares, inner, reset_inner_state=reset)
+  round_1 = run(params, inner.init(params), first)
+  pulled = jax.tree.map(lambda theta, delta: theta - 0.5 * delta, params, round_1.pseudo_gradient)
+  round_2 = run(pulled, round_1.inner_state, second)
+
+  zeros = {k: np.zeros_like(v, np.float64) for k, v in params.items()}
+  delta_1, _, velocity_1, _ = numpy_inner_run(params, zeros, first, eta, beta)
+  pulled_64 = {k: np.float64(params[k]) - 0.5 * delta_1[k] for k in params}
+  delta_2, _, velocity_2, losses_2 = numpy_inner_run(pulled_64, zeros if reset else velocity_1, second, eta, beta)
+  assert_tree_close(round_2.pseudo_gradient, delta_2)
+  assert_tree_close(round_2.inner_state[0].trace, velocity_2)
+  np.testing.assert_allclose(round_2.losses, losses_2, rtol=RTOL)
+  # The option matters here: the other choice's Delta is far from this one's.
+  other_delta = numpy_inner_run(pulled_64, velocity_1 if reset else zeros, second, eta, beta)[0]
+  assert np.abs(other_delta["w"] - delta_2["w"]).max() > 1e-3
+
+
+def numpy_diloco(params, streams, rounds, steps, inner_eta, outer_eta, outer_beta):
+  """Synchronous DiLoCo in numpy: every learner m runs SGD(inner_eta) from theta on its batches r H .. r H + H - 1,
+  Delta_bar = mean_m (theta - theta_{m,H}), then Nesterov: v <- Delta_bar + beta v, theta <- theta - eta
+  (Delta_bar + beta v). Returns theta after each round, and each round's Delta_m and losses [M, H]."""
+  theta = as_float64(params)
+  velocity = {k: np.zeros_like(v) for k, v in theta.items()}
+  history = []
+  for r in range(rounds):
+    deltas, losses = [], []
+    for x, y in streams:
+      delta, _, _, learner_losses = numpy_inner_run(
+        theta, None, (x[r * steps : (r + 1) * steps], y[r * steps : (r + 1) * steps]), inner_eta, None
+      )
+      deltas.append(delta)
+      losses.append(learner_losses)
+    mean = {k: np.mean([delta[k] for delta in deltas], axis=0) for k in theta}
+    velocity = {k: mean[k] + outer_beta * velocity[k] for k in theta}
+    theta = {k: theta[k] - outer_eta * (mean[k] + outer_beta * velocity[k]) for k in theta}
+    history.append((theta, deltas, np.asarray(losses)))
+  return history
+
+
+def learner_batches(streams, r, steps):
+  """Round r's batches of every learner, leaves [M, H, ...]: learner m's rows r H .. r H + H - 1."""
+  return tuple(np.stack([stream[part][r * steps : (r + 1) * steps] for stream in streams]) for part in range(2))
+
+
+def test_synchronous_diloco_against_numpy():
+  """M = 3, H = 2, inner SGD(0.1), OuterOpt = optax.sgd(0.7, momentum=0.9, nesterov=True), 3 rounds:
+  Delta_bar = (1/3) sum_m Delta_m; v <- Delta_bar + 0.9 v; theta <- theta - 0.7 (Delta_bar + 0.9 v)."""
+  learners, steps, rounds = 3, 2, 3
+  params = initial_params()
+  streams = [batch_stream(10 + m, rounds * steps) for m in range(learners)]
+  inner, outer = optax.sgd(0.1), optax.sgd(0.7, momentum=0.9, nesterov=True)
+  step = jax.jit(functools.partial(diloco_round, least_squares, inner, outer))
+  outer_state, inner_states = outer.init(params), init_inner_states(inner, params, learners)
+  reference = numpy_diloco(params, streams, rounds, steps, 0.1, 0.7, 0.9)
+  for r in range(rounds):
+    out = step(params, outer_state, inner_states, learner_batches(streams, r, steps))
+    params, outer_state, inner_states = out.params, out.outer_state, out.inner_states
+    theta, deltas, losses = reference[r]
+    for m in range(learners):
+      assert_tree_close(jax.tree.map(lambda leaf, m=m: leaf[m], out.pseudo_gradients), deltas[m])
+    np.testing.assert_allclose(out.losses, losses, rtol=RTOL)
+    assert_tree_close(params, theta)
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["kept", "reset"])
+def test_one_learner_with_outer_unit_sgd_is_the_inner_optimizer_alone(reset):
+  """M = 1, OuterOpt = SGD(1) without momentum: theta <- theta - Delta_1 = theta_{1,H}, so R rounds of H steps are
+  the inner optimizer alone for R H steps on the same batches; with momentum SGD(0.05, 0.9) inside, only when the
+  inner state is kept (reset zeroes the velocity at every round: numpy's reference does the same)."""
+  steps, rounds, eta, beta = 3, 3, 0.05, 0.9
+  params = initial_params()
+  stream = batch_stream(20, rounds * steps)
+  inner, outer = optax.sgd(eta, momentum=beta), optax.sgd(1.0)
+  step = jax.jit(functools.partial(diloco_round, least_squares, inner, outer, reset_inner_state=reset))
+  outer_state, inner_states = outer.init(params), init_inner_states(inner, params, 1)
+  theta, velocity = as_float64(params), {k: np.zeros_like(v, np.float64) for k, v in params.items()}
+  for r in range(rounds):
+    out = step(params, outer_state, inner_states, learner_batches([stream], r, steps))
+    params, outer_state, inner_states = out.params, out.outer_state, out.inner_states
+    start = {k: np.zeros_like(v) for k, v in velocity.items()} if reset else velocity
+    rows = jax.tree.map(lambda leaf, r=r: leaf[r * steps : (r + 1) * steps], stream)
+    _, theta, velocity, _ = numpy_inner_run(theta, start, rows, eta, beta)
+  assert_tree_close(params, theta)
+  if not reset:  # the whole run is one numpy loop of R H momentum steps
+    zeros = {k: np.zeros_like(v, np.float64) for k, v in theta.items()}
+    _, alone, _, _ = numpy_inner_run(initial_params(), zeros, stream, eta, beta)
+    assert_tree_close(params, alone)
+
+
+def test_jit_vmap_and_a_loop_over_learners_give_the_same_numbers():
+  """The round's numbers do not depend on how it is run: eager, jitted, and the learners axis vmapped (inside
+  diloco_round) or a Python loop of jitted local_run over learners with the mean and the outer step written out.
+
+  Equal to rtol 1e-6, not bit for bit: XLA:CPU contracts a * b + c into one fused multiply-add (one rounding
+  instead of two) in some compiled loops and not others (here in the vmapped program, whose leaves are [M, ...],
+  and not in the per-learner one nor op by op), so the last bit of a momentum or SGD step can differ (observed: at
+  most 2 ulp after a round). The sum, the mean over learners and the outer step themselves are the same ops."""
+  learners, steps = 3, 2
+  params = initial_params()
+  streams = [batch_stream(30 + m, steps) for m in range(learners)]
+  batches = learner_batches(streams, 0, steps)
+  inner, outer = optax.sgd(0.1, momentum=0.9), optax.sgd(0.7, momentum=0.9, nesterov=True)
+  args = (params, outer.init(params), init_inner_states(inner, params, learners), batches)
+  eager = diloco_round(least_squares, inner, outer, *args)
+  jitted = jax.jit(functools.partial(diloco_round, least_squares, inner, outer))(*args)
+
+  runs = [
+    jax.jit(functools.partial(local_run, least_squares, inner))(
+      params, inner.init(params), jax.tree.map(lambda leaf, m=m: leaf[m], batches)
+    )
+    for m in range(learners)
+  ]
+  deltas = {k: np.stack([run.pseudo_gradient[k] for run in runs]) for k in params}
+  mean = jax.tree.map(lambda leaf: jnp.mean(leaf, axis=0), deltas)
+  updates, _ = outer.update(mean, outer.init(params), params)
+  looped = optax.apply_updates(params, updates)
+
+  for other in (jitted, eager):
+    assert_tree_close(other.pseudo_gradients, deltas)
+    assert_tree_close(other.params, looped)
+    np.testing.assert_allclose(other.losses, np.stack([run.losses for run in runs]), rtol=RTOL)
+
+
+def test_reset_ignores_the_inner_state_passed():
+  """With reset_inner_state, s_0 = InnerOpt.init(theta_j) whatever state is passed (None included)."""
+  params, batches = initial_params(), batch_stream(4, 2)
+  inner = optax.sgd(0.05, momentum=0.9)
+  busy = jax.tree.map(lambda leaf: leaf + 7.0, inner.init(params))
+  fresh = local_run(least_squares, inner, params, inner.init(params), batches)
+  for state in (busy, None):
+    assert_trees_equal(local_run(least_squares, inner, params, state, batches, reset_inner_state=True), fresh)
+
+
+def test_aux_is_returned_per_step():
+  """With has_aux, aux_i is loss_fn's second output at theta_{m,i}: here the residual's mean."""
+  params, batches = initial_params(), batch_stream(5, 2)
+
+  def loss_with_aux(p, batch):
+    x, y = batch
+    residual = x @ p["w"] + p["b"] - y
+    return 0.5 * jnp.mean(residual**2), jnp.mean(residual)
+
+  inner = optax.sgd(0.05)
+  run = local_run(loss_with_aux, inner, params, inner.init(params), batches, has_aux=True)
+  plain = local_run(least_squares, inner, params, inner.init(params), batches)
+  assert_trees_equal(run.pseudo_gradient, plain.pseudo_gradient)
+  weights = as_float64(params)
+  for i in range(2):
+    _, grads = numpy_loss_and_gradient(weights, (batches[0][i], batches[1][i]))
+    residual = batches[0][i] @ weights["w"] + weights["b"] - batches[1][i]
+    np.testing.assert_allclose(run.aux[i], np.mean(residual), rtol=1e-5, atol=1e-6)
+    weights = {k: weights[k] - 0.05 * grads[k] for k in weights}
+
+
+@pytest.mark.parametrize(
+  "kwargs, message",
+  [
+    (
+      {"batches": (np.zeros((2, 4, 3)), np.zeros((3, 4)))},
+      r"batches=\[\(2, 4, 3\), \(3, 4\)\]; allowed: leaves sharing",
+    ),
+    ({"batches": np.zeros((0, 4))}, r"batches=\[\(0, 4\)\]; allowed"),
+    ({"reset_inner_state": 1}, r"reset_inner_state=1; allowed: True or False"),
+  ],
+)
+def test_bad_arguments_are_refused_naming_them(kwargs, message):
+  inner = optax.sgd(0.1)
+  arguments = {"batches": np.zeros((2, 4))} | kwargs
+  batches = arguments.pop("batches")
+  with pytest.raises(ValueError, match=message):
+    local_run(lambda p, b: jnp.sum(p * b), inner, jnp.zeros(4), inner.init(jnp.zeros(4)), batches, **arguments)
+
+
+def test_init_inner_states_refuses_no_learners():
+  with pytest.raises(ValueError, match=r"num_learners=0; allowed: an integer >= 1"):
+    init_inner_states(optax.sgd(0.1), jnp.zeros(2), 0)
+
+
+def test_docstring_examples():
+  result = doctest.testmod(local_run_lib, optionflags=doctest.NORMALIZE_WHITESPACE)
+  assert result.attempted > 0
+  assert result.failed == 0
