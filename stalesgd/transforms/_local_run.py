@@ -17,10 +17,10 @@ accumulated as minus the sum of its inner updates (a running sum from zero, nega
 difference of two weights: with H = 1 and inner SGD at rate 1 without state, :math:`u_0 = -g` and
 :math:`\Delta = -(0 + (-g)) = g` bit for bit, so a contribution of one local step is today's gradient. The
 per-step loss is :math:`L(\theta_{m,i}; b_i)`, at the weights the gradient is taken at. The inner state
-:math:`s_0` is the state the learner kept from its previous round (DiLoCo, Douillard et al., arXiv 2311.08105,
-Algorithm 1: each worker's inner AdamW persists across outer steps) or ``InnerOpt.init(theta_j)`` when
-``reset_inner_state`` is set (DeepMind's asynchronous DiLoCo notebook re-creates the inner optimizer for every
-local run). The H steps are one ``jax.lax.scan`` over the leading axis of the batches: the code path is the same
+:math:`s_0` is the state the learner kept from its previous round (DiLoCo, Douillard et al., arXiv 2311.08105:
+each worker keeps its inner AdamW; the paper's text on the inner state was not checked here) or
+``InnerOpt.init(theta_j)`` when ``reset_inner_state`` is set (DeepMind's asynchronous DiLoCo notebook re-creates
+the inner optimizer for every local run). The H steps are one ``jax.lax.scan`` over the leading axis of the batches: the code path is the same
 for every H, H = 1 included.
 
 **Data order.** The caller passes the round's batches, a pytree whose leaves have a leading axis of size H.
