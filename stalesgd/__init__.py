@@ -3,7 +3,6 @@
 The optax transforms are re-exported here, e.g. ``stalesgd.dc_asgd(0.1)``.
 """
 
-from stalesgd import _moved
 from stalesgd.transforms import (
   STALENESS_RULES,
   DelayedNesterovState,
@@ -55,5 +54,3 @@ __all__ = [
   "staleness_weight",
   "update_mean_square",
 ]
-
-_moved.install()

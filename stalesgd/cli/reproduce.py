@@ -73,10 +73,11 @@ import time
 import jax
 from absl import app, flags, logging
 
-from stalesgd import cli
-from stalesgd.data import SOURCES
-from stalesgd.studies import STUDIES, RunSettings, plan_tasks, run_study
+from stalesgd.cli import _program as program
+from stalesgd.data._loading import SOURCES
+from stalesgd.studies import STUDIES, RunSettings, run_study
 from stalesgd.studies import _processes as processes
+from stalesgd.studies._tasks import plan_tasks
 from stalesgd.training import PREEMPTED_EXIT_STATUS
 from stalesgd.utils import _compilation_cache as compilation_cache
 from stalesgd.utils import _paths as paths
@@ -267,7 +268,7 @@ def main(argv):
 
 def run() -> None:
   """The ``stalesgd-reproduce`` console script: parses ``sys.argv`` and runs `main`."""
-  cli.run_main(main, sys.modules[__name__])
+  program.run_main(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

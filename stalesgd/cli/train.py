@@ -46,7 +46,8 @@ require_training_stack("stalesgd-train")  # before the first import of the train
 import jax
 from absl import app, flags, logging
 
-from stalesgd import cli, configs
+from stalesgd import configs
+from stalesgd.cli import _program as program
 from stalesgd.cli import config_flag
 from stalesgd.training import _device_layout as device_layout
 from stalesgd.utils import _compilation_cache as compilation_cache
@@ -135,7 +136,7 @@ def main(argv):
 
 def run() -> None:
   """The ``stalesgd-train`` console script: parses ``sys.argv`` and runs `main`."""
-  cli.run_main(main, sys.modules[__name__])
+  program.run_main(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -18,18 +18,20 @@ from __future__ import annotations
 import os
 import pathlib
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parent
+_CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 # Modules of this package that configs import, and that are no config themselves.
-HELPER_MODULES = ("arguments", "imagenet", "quick")
+_HELPER_MODULES = ("arguments", "imagenet", "quick")
 
-__all__ = ["CONFIG_DIR", "HELPER_MODULES", "config_path", "names", "resolve"]
+__all__ = ["config_path", "names", "resolve"]
 
 
 def names() -> tuple[str, ...]:
   """The packaged configs' names (module names, sorted), e.g. ``"demo"``, ``"rudra_cifar10"``."""
   return tuple(
     sorted(
-      path.stem for path in CONFIG_DIR.glob("*.py") if path.stem not in HELPER_MODULES and not path.stem.startswith("_")
+      path.stem
+      for path in _CONFIG_DIR.glob("*.py")
+      if path.stem not in _HELPER_MODULES and not path.stem.startswith("_")
     )
   )
 
@@ -43,7 +45,7 @@ def config_path(name: str) -> pathlib.Path:
   stem = name[: -len(".py")] if name.endswith(".py") else name
   if stem not in names():
     raise ValueError(f"no packaged config named {name!r}; allowed: one of {list(names())}")
-  return CONFIG_DIR / f"{stem}.py"
+  return _CONFIG_DIR / f"{stem}.py"
 
 
 def resolve(value: str) -> str:

@@ -16,9 +16,9 @@ def use_imagenet(config: ml_collections.ConfigDict, *, model: str, image_size: i
   Training images are Inception random-resized crops of ``image_size`` with
   flips (``augment=True`` on the lazily decoded tfds split,
   `stalesgd.data._inception_crop`), evaluation images centre crops
-  (`stalesgd.data.LazyImageSource`), with per-channel normalisation: the
+  (`stalesgd.data._sources.LazyImageSource`), with per-channel normalisation: the
   per-pixel mean image of Caffe is not computed for a data set read lazily
-  (`stalesgd.data.fit_normalization` refuses it).
+  (`stalesgd.data._normalization.fit_normalization` refuses it).
 
   Args:
     config: a config from `stalesgd.training.default_config`.

@@ -2,32 +2,20 @@
 
 ``load_dataset(name, source=..., data_dir=..., normalization=...)`` returns a
 `Dataset`; `LearnerBatches` makes each learner's k-th mini-batch a pure function
-of (seed, learner, k); `evaluation_batches` and `precise_bn_batches` feed
-evaluation.
+of (seed, learner, k). Private: the sources (``_sources``, ``_tfds_source``,
+``_npz_source``, ``_python_source``), normalisation (``_normalization``) and the
+evaluation batches (``_evaluation_batches``).
 """
 
 from __future__ import annotations
 
 from stalesgd.data._dataset import Dataset, DatasetNotPreparedError
-from stalesgd.data._evaluation_batches import evaluation_batches, evaluation_indices, precise_bn_batches
 from stalesgd.data._learner_batches import LearnerBatches
-from stalesgd.data._loading import SOURCES, load_dataset
-from stalesgd.data._normalization import NORMALIZATIONS, Normalization, fit_normalization
-from stalesgd.data._sources import ArraySource, ImageSource, LazyImageSource
+from stalesgd.data._loading import load_dataset
 
 __all__ = [
-  "ArraySource",
   "Dataset",
   "DatasetNotPreparedError",
-  "ImageSource",
-  "LazyImageSource",
   "LearnerBatches",
-  "NORMALIZATIONS",
-  "Normalization",
-  "SOURCES",
-  "evaluation_batches",
-  "evaluation_indices",
-  "fit_normalization",
   "load_dataset",
-  "precise_bn_batches",
 ]

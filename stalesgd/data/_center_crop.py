@@ -1,6 +1,6 @@
 """Opening an encoded or decoded image, and the ImageNet evaluation centre crop.
 
-`decode_and_center_crop` is what a lazily read split (`stalesgd.data.LazyImageSource`)
+`decode_and_center_crop` is what a lazily read split (`stalesgd.data._sources.LazyImageSource`)
 gives for evaluation, and what the training crop (`stalesgd.data._inception_crop`)
 falls back to.
 """

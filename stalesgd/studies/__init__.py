@@ -9,27 +9,16 @@ and its report (`_report`).
 from __future__ import annotations
 
 from stalesgd.studies._catalogue import STUDIES
-from stalesgd.studies._outcomes import RunOutcome, run_variant
-from stalesgd.studies._report import write_report
 from stalesgd.studies._study import Claim, Study, Variant
-from stalesgd.studies._study_runs import RunSettings, compress_schedule, study_config, study_run
-from stalesgd.studies._sweep import SweepResult, run_study
-from stalesgd.studies._tasks import Task, plan_tasks
+from stalesgd.studies._study_runs import RunSettings, study_config
+from stalesgd.studies._sweep import run_study
 
 __all__ = [
   "Claim",
-  "RunOutcome",
   "RunSettings",
   "STUDIES",
   "Study",
-  "SweepResult",
-  "Task",
   "Variant",
-  "compress_schedule",
-  "plan_tasks",
   "run_study",
-  "run_variant",
   "study_config",
-  "study_run",
-  "write_report",
 ]

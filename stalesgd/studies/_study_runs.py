@@ -19,6 +19,7 @@ import ml_collections
 
 from stalesgd.configs.arguments import QUICK
 from stalesgd.studies._study import Study, Variant, load_config_module
+from stalesgd.training._run_config import set_field
 
 EVALUATIONS_PER_SHORT_RUN = 4
 
@@ -123,7 +124,7 @@ def study_run(
   argument = f"{QUICK},{variant.config_variant}" if quick_variant else variant.config_variant
   config = load_config_module(variant.config_file).get_config(argument)
   for field, value in variant.overrides.items():
-    config[field] = value
+    set_field(config, field, value)
   extra: dict[str, Any] = {}
   if seed is not None and seed != config.seed:
     extra["seed"] = int(seed)
@@ -143,7 +144,7 @@ def study_run(
     # A shortened run still gets a learning curve, not just its final point.
     extra["eval_every_epochs"] = min(config.eval_every_epochs, extra["num_epochs"] / EVALUATIONS_PER_SHORT_RUN)
   for field, value in extra.items():
-    config[field] = value
+    set_field(config, field, value)
   return config, variant.command(quick=quick_variant, extra=extra)
 
 

@@ -27,42 +27,25 @@ from stalesgd.training._config_readers import (
   run_label,
   updates_per_epoch,
 )
-from stalesgd.training._evaluator import Evaluator
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS, train_and_evaluate
 from stalesgd.training._optimizer import build_optimizer
-from stalesgd.training._pending_metrics import PendingMetrics, TrainingDiverged
-from stalesgd.training._provenance import provenance
+from stalesgd.training._pending_metrics import TrainingDiverged
 from stalesgd.training._run_config import default_config
-from stalesgd.training._runners import (
-  DecentralizedRunner,
-  ParameterServerRunner,
-  Runner,
-  RunnerMetrics,
-  StepMetrics,
-  make_runner,
-)
-from stalesgd.training._workdir import check_same_run, config_changes
+from stalesgd.training._runners import Runner, make_runner
+from stalesgd.training._workdir import check_same_run
 
 __all__ = [
   "PREEMPTED_EXIT_STATUS",
-  "DecentralizedRunner",
-  "Evaluator",
-  "ParameterServerRunner",
   "Runner",
-  "RunnerMetrics",
-  "StepMetrics",
-  "PendingMetrics",
   "TrainingDiverged",
   "build_optimizer",
   "build_run",
   "check_same_run",
-  "config_changes",
   "contributions_per_update",
   "default_config",
   "examples_per_update",
   "is_decentralized",
   "make_runner",
-  "provenance",
   "run_label",
   "train_and_evaluate",
   "updates_per_epoch",

@@ -20,6 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from stalesgd import data as data_lib
+from stalesgd.data import _evaluation_batches as evaluation
 from stalesgd.models import ModelSpec
 from stalesgd.parallel._sharding import global_array
 
@@ -55,7 +56,7 @@ class Evaluator:
     if model.has_batch_norm:
       size = min(precise_bn_batch_size, dataset.num_train)
       count = max(1, min(precise_bn_batches, dataset.num_train // size))
-      self._precise_bn = data_lib.precise_bn_batches(dataset, batch_size=size, num_batches=count, seed=seed)
+      self._precise_bn = evaluation.precise_bn_batches(dataset, batch_size=size, num_batches=count, seed=seed)
     self._add_sums = jax.jit(self._add_batch_sums, out_shardings=self._replicated)
 
   def _add_batch_sums(self, totals, variables, batch):
@@ -75,7 +76,7 @@ class Evaluator:
   def _accumulate(self, variables, split: str, num_examples: int | None) -> np.ndarray:
     sums = len(self.metric_names) + 1 if self.model.loss is not None else 3
     totals = global_array(np.zeros(sums, np.float32), self._replicated)
-    for batch in data_lib.evaluation_batches(
+    for batch in evaluation.evaluation_batches(
       self.dataset, batch_size=self.batch_size, split=split, num_examples=num_examples
     ):
       sharded = {key: global_array(np.asarray(value), self._split) for key, value in batch.items()}

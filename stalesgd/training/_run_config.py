@@ -13,6 +13,7 @@ contributions of mu samples each), converted to server updates in one place,
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Sequence
@@ -176,3 +177,33 @@ def flatten_config(config: ml_collections.ConfigDict, *, first: Sequence[str] = 
 
   add("", json.loads(config.to_json()))
   return {**{field: flat[field] for field in first if field in flat}, **flat}
+
+
+def set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> None:
+  """Sets ``config.<field>``, where ``field`` may name a nested section's field with dots (``"timing.jitter"``).
+
+  The config's shape (docs/api.md, *The config's shape*): the run's fields are flat, and a group of options
+  added later is a nested section; overrides, study variants and error messages name a nested field
+  ``section.field``, as ``--config.section.field=VALUE`` does on the command line.
+
+  Raises:
+    ValueError: for a field the config does not have, naming the nearest field.
+  """
+  *sections, name = field.split(".")
+  target = config
+  for depth, section in enumerate(sections):
+    if section not in target or not isinstance(target[section], ml_collections.ConfigDict):
+      raise ValueError(_unknown_field(config, ".".join(sections[: depth + 1])))
+    target = target[section]
+  if name not in target:
+    raise ValueError(_unknown_field(config, field))
+  target[name] = value
+
+
+def _unknown_field(config: ml_collections.ConfigDict, field: str) -> str:
+  known = list(flatten_config(config)) + [key for key in config if isinstance(config[key], ml_collections.ConfigDict)]
+  nearest = difflib.get_close_matches(field, known, n=1)
+  hint = f"; did you mean config.{nearest[0]}?" if nearest else ""
+  return (
+    f"config.{field}: no such config field{hint} (allowed: a field of default_config(), nested ones as section.field)"
+  )

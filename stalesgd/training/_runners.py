@@ -23,7 +23,6 @@ calls `make_runner`. The training loop needs no layer below this one.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
@@ -216,7 +215,7 @@ def make_runner(
   schedule: Schedule,
   batches,
   mesh: jax.sharding.Mesh,
-  *rest: Any,
+  *,
   decentral_settings: DCS3GDConfig | None = None,
 ) -> Runner:
   """The runner for the run's protocol: DC-S3GD's given its settings, the engine's otherwise.
@@ -230,26 +229,7 @@ def make_runner(
     decentral_settings: a decentralized protocol's settings
       (`stalesgd.training._config_readers.decentral_settings`); None for a
       parameter-server protocol.
-    *rest: only in the 0.1 form ``make_runner(config, model, optimizer,
-      schedule, batches, mesh)``, which still works with a DeprecationWarning
-      until 0.3.0.
   """
-  if not isinstance(model, ModelSpec):  # stalesgd 0.1's make_runner(config, model, optimizer, schedule, batches, mesh)
-    return _make_runner_from_config(model, optimizer, schedule, batches, mesh, *rest)
   if decentral_settings is not None:
     return DecentralizedRunner(decentral_settings, model, optimizer, schedule.num_updates, batches, mesh)
   return ParameterServerRunner(model, optimizer, schedule, batches, mesh)
-
-
-def _make_runner_from_config(config, model, optimizer, schedule, batches, mesh) -> Runner:
-  """The 0.1 call form, with a DeprecationWarning until 0.3.0: the settings are derived from the config here."""
-  from stalesgd.training import _config_readers  # only on this deprecated path: runners take objects, not configs
-
-  warnings.warn(
-    "make_runner(config, model, optimizer, schedule, batches, mesh) is deprecated and removed in stalesgd 0.3.0: "
-    "call make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=...), or build_run(config, mesh)",
-    DeprecationWarning,
-    stacklevel=3,
-  )
-  settings = _config_readers.decentral_settings(config)
-  return make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings)

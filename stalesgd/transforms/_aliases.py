@@ -14,7 +14,6 @@ import optax
 
 from stalesgd.transforms import _contributions as contributions
 from stalesgd.transforms import _delay_compensation as delay_compensation
-from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _staleness as staleness
 
 
@@ -27,8 +26,6 @@ def _server_sgd(
   return optax.sgd(learning_rate, momentum=momentum, nesterov=nesterov)
 
 
-@_deprecation.renamed_keyword("decay", "rate")
-@_deprecation.positional_up_to(2)
 def staleness_aware_sgd(
   learning_rate: optax.ScalarOrSchedule,
   momentum: optax.ScalarOrSchedule | None = 0.0,
@@ -67,7 +64,7 @@ def staleness_aware_sgd(
     rule: The staleness rule (see `staleness_weight`).
     mean_staleness: Fixed :math:`\langle\sigma\rangle`, or None to track it.
     exponent: Exponent of ``"polynomial"``.
-    decay: Rate of ``"exponential"``.
+    rate: Rate of ``"exponential"``.
     max_staleness: Knee of ``"threshold"`` and ``"hinge"``.
     hinge_slope: Slope of ``"hinge"``.
     normalize: Make the weight at :math:`\langle\sigma\rangle` equal 1.
@@ -105,7 +102,6 @@ def staleness_aware_sgd(
   )
 
 
-@_deprecation.positional_up_to(2)
 def dc_asgd(
   learning_rate: optax.ScalarOrSchedule,
   dc_lambda: optax.ScalarOrSchedule = 0.04,

@@ -28,7 +28,6 @@ import optax
 
 from stalesgd import _validation as validation
 from stalesgd.transforms import _contributions as contributions
-from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
 from stalesgd.transforms import _mean_square as mean_square_lib
 
@@ -159,7 +158,6 @@ class ScaleByDelayCompensationBiasCorrectedState(NamedTuple):
   mean_square_weight: jax.Array  # The MeanSquare's blend weight W (float32, [] or [num_learners]).
 
 
-@_deprecation.positional_up_to(1)
 def scale_by_delay_compensation(
   dc_lambda: optax.ScalarOrSchedule = 0.04,
   *,

@@ -20,7 +20,6 @@ import optax
 
 from stalesgd import _validation as validation
 from stalesgd.transforms import _contributions as contributions
-from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
 from stalesgd.transforms._moving_average import exponential_moving_average
 
@@ -60,7 +59,6 @@ def _penalise(grad: jax.Array, displacement: jax.Array, step: jax.Array) -> jax.
   return (grad / (1 + gap)).astype(grad.dtype)
 
 
-@_deprecation.positional_up_to(1)
 def scale_by_gap_aware(
   decay: optax.ScalarOrSchedule = 0.99,
   *,

@@ -19,7 +19,6 @@ import optax
 
 from stalesgd import _validation as validation
 from stalesgd.transforms import _contributions as contributions
-from stalesgd.transforms import _deprecation
 from stalesgd.transforms import _hyperparameters as hyperparameters
 
 RULES = ("inverse", "inverse_mean", "polynomial", "exponential", "threshold", "hinge", "constant")
@@ -55,7 +54,6 @@ def _weight(rule, staleness, mean_staleness, exponent, rate, max_staleness, hing
   return jnp.where(kept, 1.0, 1.0 / (hinge_slope * beyond + 1.0))
 
 
-@_deprecation.renamed_keyword("decay", "rate")
 def staleness_weight(
   rule: str,
   staleness: Any,
@@ -98,8 +96,7 @@ def staleness_weight(
     mean_staleness: :math:`\langle\sigma\rangle`; required by ``"inverse_mean"``
       and by ``normalize``.
     exponent: :math:`a` of ``"polynomial"``.
-    rate: :math:`b` of ``"exponential"`` (0.1's ``decay``; that keyword still works
-      with a DeprecationWarning until 0.3.0).
+    rate: :math:`b` of ``"exponential"``.
     max_staleness: :math:`\sigma_{max}` of ``"threshold"`` and ``"hinge"``.
     hinge_slope: :math:`h` of ``"hinge"``.
     normalize: Divide by the weight at ``mean_staleness``.
@@ -147,7 +144,6 @@ class ScaleByStalenessState(NamedTuple):
   lr_scale: jax.Array  # Mean weight applied at the last update (float32); see `lr_scale`.
 
 
-@_deprecation.renamed_keyword("decay", "rate")
 def scale_by_staleness(
   rule: str = "inverse",
   *,
@@ -188,8 +184,7 @@ def scale_by_staleness(
     mean_staleness: Fixed :math:`\langle\sigma\rangle` (e.g. n for
       n-softsync); None tracks it.
     exponent: :math:`a` of ``"polynomial"``.
-    rate: :math:`b` of ``"exponential"`` (0.1's ``decay``; that keyword still works
-      with a DeprecationWarning until 0.3.0).
+    rate: :math:`b` of ``"exponential"``.
     max_staleness: :math:`\sigma_{max}` of ``"threshold"`` and ``"hinge"``.
     hinge_slope: :math:`h` of ``"hinge"``.
     normalize: Divide by the weight at :math:`\langle\sigma\rangle` so it is 1.

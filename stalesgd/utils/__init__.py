@@ -3,55 +3,20 @@
 `stalesgd.data`, `stalesgd.training` and the programs use them; the core
 (`transforms`, `schedule`, `engine`, `decentral`, `parallel`) does not.
 
-* `MetricWriter`, `read_jsonl` (`._metrics`): ``metrics.jsonl`` and TensorBoard.
-* `ProgressReporter` (`._progress`): progress lines with rates and ETA.
-* `plot_curves`, `plot_bands`, `plot_staleness_histograms`,
-  `plot_protocol_comparison`, `write_results_table` (`._plots`,
-  `._schedule_plots`): figures and tables (matplotlib).
-* `enable_compilation_cache` (`._compilation_cache`): JAX's persistent cache.
-* `initialize`, `detect_environment`, `ClusterSpec` (`._distributed`):
-  multi-process start-up (SLURM, Open MPI, Kubernetes, other MPIs).
+Exported for a user's own program: `initialize` (joining a multi-process run
+under SLURM, Open MPI, Kubernetes or another MPI), `read_jsonl` (a run's
+``metrics.jsonl``) and `plot_curves` (test error against epochs and simulated
+time). The rest is private: ``_metrics`` (``metrics.jsonl`` and TensorBoard),
+``_progress``, ``_plots`` and ``_schedule_plots``, ``_compilation_cache``,
+``_distributed``, ``_run_directory`` (a run directory's file names).
 """
 
-from stalesgd.utils._compilation_cache import enable_compilation_cache
-from stalesgd.utils._distributed import (
-  DISTRIBUTED_MODES,
-  JAX_CLUSTER_VARIABLES,
-  ClusterSpec,
-  detect_environment,
-  initialize,
-  resolve_cluster,
-)
-from stalesgd.utils._metrics import MetricWriter, read_jsonl
-from stalesgd.utils._plots import (
-  Band,
-  Run,
-  markdown_table,
-  plot_bands,
-  plot_curves,
-  plot_staleness_histograms,
-  write_results_table,
-)
-from stalesgd.utils._progress import ProgressReporter
-from stalesgd.utils._schedule_plots import plot_protocol_comparison
+from stalesgd.utils._distributed import initialize
+from stalesgd.utils._metrics import read_jsonl
+from stalesgd.utils._plots import plot_curves
 
 __all__ = [
-  "DISTRIBUTED_MODES",
-  "JAX_CLUSTER_VARIABLES",
-  "Band",
-  "ClusterSpec",
-  "MetricWriter",
-  "ProgressReporter",
-  "Run",
-  "detect_environment",
-  "enable_compilation_cache",
   "initialize",
-  "markdown_table",
-  "plot_bands",
   "plot_curves",
-  "plot_protocol_comparison",
-  "plot_staleness_histograms",
   "read_jsonl",
-  "resolve_cluster",
-  "write_results_table",
 ]

@@ -5,14 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stalesgd.data import (
-  ArraySource,
-  Dataset,
-  evaluation_batches,
-  evaluation_indices,
-  fit_normalization,
-  precise_bn_batches,
-)
+from stalesgd.data import Dataset
+from stalesgd.data._evaluation_batches import evaluation_batches, evaluation_indices, precise_bn_batches
+from stalesgd.data._normalization import fit_normalization
+from stalesgd.data._sources import ArraySource
 
 
 def _dataset(num_train=30, num_test=11):

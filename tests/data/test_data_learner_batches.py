@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stalesgd.data import ArraySource, Dataset, LearnerBatches, fit_normalization
+from stalesgd.data import Dataset, LearnerBatches
 from stalesgd.data._augmentation import draw_crop_and_flip, random_crop_and_flip
 from stalesgd.data._counter_hash import AUGMENTATION_STREAM, DROPOUT_STREAM, batch_keys
+from stalesgd.data._normalization import fit_normalization
+from stalesgd.data._sources import ArraySource
 
 
 def _dataset(num_train=24, image_shape=(4, 4, 3), seed=0):

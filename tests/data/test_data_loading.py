@@ -10,7 +10,8 @@ import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from stalesgd.data import DatasetNotPreparedError, LazyImageSource, LearnerBatches, load_dataset
+from stalesgd.data import DatasetNotPreparedError, LearnerBatches, load_dataset
+from stalesgd.data._sources import LazyImageSource
 
 SHARED_MNIST = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "mnist")
 

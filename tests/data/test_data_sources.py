@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stalesgd.data import ArraySource, LazyImageSource, fit_normalization
-from stalesgd.data._normalization import IMAGENET_CHANNEL_MEAN
+from stalesgd.data._normalization import IMAGENET_CHANNEL_MEAN, fit_normalization
+from stalesgd.data._sources import ArraySource, LazyImageSource
 
 
 def _encoded(array: np.ndarray, image_format: str) -> bytes:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stalesgd.data import Dataset, LazyImageSource, LearnerBatches, fit_normalization
+from stalesgd.data import Dataset, LearnerBatches
 from stalesgd.data._center_crop import decode_and_center_crop
 from stalesgd.data._counter_hash import AUGMENTATION_STREAM, batch_keys
 from stalesgd.data._inception_crop import (
@@ -21,6 +21,8 @@ from stalesgd.data._inception_crop import (
   decode_inception_crop,
   draw_inception_crops,
 )
+from stalesgd.data._normalization import fit_normalization
+from stalesgd.data._sources import LazyImageSource
 
 # (area, log-ratio) uniforms no attempt can fit in a 10 x 10 image: ~92% of the area at a 4:3 ratio is 11 x 8.
 _NEVER_FITS_10X10 = np.tile([0.9, 0.99, 0.5, 0.5], (ATTEMPTS, 1))

@@ -21,9 +21,9 @@ from stalesgd._extras import TRAINING_STACK_MODULES
 PACKAGE_ROOT = pathlib.Path(stalesgd.__file__).parent
 CORE_PACKAGES = ("transforms", "schedule", "parallel", "engine", "decentral")
 PACKAGE_ORDER = CORE_PACKAGES + ("utils", "data", "models", "training", "configs", "studies", "cli")
-# Top-level modules the core may load: the old paths' import hook, and the validation vocabulary (standard library
+# Top-level modules the core may load: the validation vocabulary (standard library
 # only, so every layer imports it).
-CORE_MODULES = ("stalesgd._moved", "stalesgd._validation")
+CORE_MODULES = ("stalesgd._validation",)
 # The programs' list of the training stack (stalesgd._extras), by top-level package, without absl (optax itself
 # imports absl.logging), plus etils (orbax's and tfds's path library).
 TRAINING_STACK_DISTRIBUTIONS = tuple(

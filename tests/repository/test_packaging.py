@@ -78,7 +78,7 @@ def test_the_packaged_config_names_are_the_config_modules_and_not_their_helpers(
   for name in configs.names():
     module = importlib.import_module(f"stalesgd.configs.{name}")
     assert callable(module.get_config) and module.VARIANTS, name
-  for helper in configs.HELPER_MODULES:
+  for helper in configs._HELPER_MODULES:
     assert not hasattr(importlib.import_module(f"stalesgd.configs.{helper}"), "get_config"), helper
 
 
@@ -228,7 +228,7 @@ def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(
   assert {file.split("/")[0] for file in files} == {"stalesgd", info}
   assert top_level == ["stalesgd"]
   assert "stalesgd/py.typed" in files
-  assert {f"stalesgd/configs/{name}.py" for name in (*EXPECTED_CONFIGS, *configs.HELPER_MODULES)} <= files
+  assert {f"stalesgd/configs/{name}.py" for name in (*EXPECTED_CONFIGS, *configs._HELPER_MODULES)} <= files
   assert {
     "stalesgd/configs/__init__.py",
     "stalesgd/studies/_catalogue.py",

@@ -8,8 +8,9 @@ import pytest
 from absl import flags
 
 from stalesgd.cli import config_flag
-from stalesgd.studies import STUDIES, Claim, RunSettings, Study, Variant, compress_schedule, study_config, study_run
+from stalesgd.studies import STUDIES, Claim, RunSettings, Study, Variant, study_config
 from stalesgd.studies._study import load_config_module
+from stalesgd.studies._study_runs import compress_schedule, study_run
 from stalesgd.training._config_checks import validate_config
 from stalesgd.training._run_config import default_config
 

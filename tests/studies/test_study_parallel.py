@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from stalesgd.studies import RunSettings, Study, Variant, plan_tasks, run_study
+from stalesgd.studies import RunSettings, Study, Variant, run_study
 from stalesgd.studies import _processes as processes
+from stalesgd.studies._tasks import plan_tasks
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 EPOCHS = 0.1

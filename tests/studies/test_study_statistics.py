@@ -8,8 +8,9 @@ import pathlib
 
 import pytest
 
-from stalesgd.studies import Claim, Study, Variant, write_report
+from stalesgd.studies import Claim, Study, Variant
 from stalesgd.studies import _seed_statistics as statistics
+from stalesgd.studies._report import write_report
 
 # Student's t quantile t_{0.975, 2}, from a printed table (e.g. NIST/SEMATECH e-Handbook, Table 1.3.6.7.2).
 T_975_2 = 4.303

@@ -27,29 +27,3 @@ def test_label(fields, label):
   config = default_config()
   config.update(fields)
   assert run_label(config) == label
-
-
-def test_the_0_1_forms_of_the_moved_config_readers_and_make_runner_still_work_with_a_warning():
-  """stalesgd.runners.run_label / decentral_settings / simulate_schedule moved to the config layer, and
-  make_runner takes DC-S3GD settings instead of the config: the 0.1 forms warn until 0.3.0."""
-  import importlib
-  import sys
-
-  import jax
-
-  from stalesgd.parallel._sharding import learner_mesh
-  from stalesgd.training import build_run
-  from stalesgd.training._runners import DecentralizedRunner, make_runner
-  from tests.helpers import tiny_run_config
-
-  sys.modules.pop("stalesgd.runners", None)
-  with pytest.warns(DeprecationWarning, match="stalesgd.runners moved to stalesgd.training"):
-    old = importlib.import_module("stalesgd.runners")
-  assert old.run_label is run_label and callable(old.decentral_settings) and callable(old.simulate_schedule)
-
-  config = tiny_run_config.get_config("dcs3gd")
-  run = build_run(config)
-  mesh = learner_mesh(devices=jax.devices()[: config.learners])
-  with pytest.warns(DeprecationWarning, match=r"make_runner\(config, model, optimizer, schedule, batches, mesh\)"):
-    runner = make_runner(config, run.model, run.optimizer, run.schedule, run.batches, mesh)
-  assert isinstance(runner, DecentralizedRunner) and runner.protocol_config == run.decentral_settings

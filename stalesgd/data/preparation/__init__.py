@@ -10,7 +10,7 @@
   shards + ``dataset_info.json`` / ``features.json``) with tfds's own builder,
   without TensorFlow.
 
-Array inputs end up as `stalesgd.data.ArraySource` splits (the npz
+Array inputs end up as `stalesgd.data._sources.ArraySource` splits (the npz
 layout is read by `stalesgd.data._npz_source`), so every format is checked the
 same way before anything is written.
 """

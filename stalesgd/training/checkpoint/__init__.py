@@ -15,9 +15,12 @@ called by all processes, in the same order, with the same step. Warnings go to
 the ``stalesgd.training.checkpoint`` logger.
 """
 
-from stalesgd.training.checkpoint._checkpointer import UNREADABLE_SUFFIX, Checkpointer
+from stalesgd.training.checkpoint._checkpointer import Checkpointer
 from stalesgd.training.checkpoint._errors import CheckpointError
-from stalesgd.training.checkpoint._integrity import CHECKSUMS_KEY
 from stalesgd.training.checkpoint._preemption import PreemptionGuard
 
-__all__ = ["CHECKSUMS_KEY", "UNREADABLE_SUFFIX", "CheckpointError", "Checkpointer", "PreemptionGuard"]
+__all__ = [
+  "CheckpointError",
+  "Checkpointer",
+  "PreemptionGuard",
+]
