@@ -7,16 +7,18 @@ The equations pinned (module docstring of `_local_run`; Douillard et al., arXiv 
   s_0 = the state kept from the previous round, or InnerOpt.init (reset_inner_state)
   Delta_bar = (1/M) sum_m Delta_m;  theta <- theta + OuterOpt(Delta_bar)
 
-The references are written out in float64 numpy from these equations and optax's documented updates, never by
-calling the code under test: SGD u = -eta g; momentum SGD (optax.trace) v <- g + beta v, u = -eta v; Nesterov
-SGD v <- g + beta v, u = -eta (g + beta v). The loss is linear least squares,
+The references (tests/helpers/local_run_reference.py) are written out in float64 numpy from these equations and
+optax's documented updates, never by calling the code under test: SGD u = -eta g; momentum SGD (optax.trace)
+v <- g + beta v, u = -eta v; Nesterov SGD v <- g + beta v, u = -eta (g + beta v). The loss is linear least squares,
 L(w, b; x, y) = 0.5 mean((x w + b - y)^2), whose gradient is (x^T r / n, mean r) with r = x w + b - y.
 
 Tolerances: the library runs in float32 and the references in float64, so a float32 result carries the rounding
 of its few dozen operations (each within 2^-24 relative); rtol 1e-6 with atol 1e-7 (for entries near zero) holds
-that with margin, while every one-token change to the equations (a sign, mean for sum, the momentum kind, the
-step a loss or a batch belongs to, keeping for resetting) moves the results by 1e-3 or more. Where the claim is
-exactness (H = 1 at unit rate, the hand-computed dyadic numbers, jit, vmap), the check is bit for bit.
+that with margin, and each one-token change to the equations tried (the sign of Delta, a sum for the mean, a
+difference for the sum of updates, reset for keep, the batches in reverse, the gradient at theta_j instead of
+theta_{m,i}, Delta_bar applied without OuterOpt) fails a test here. Where the claim is exactness (H = 1 at unit
+rate, the hand-computed dyadic numbers, the reset ignoring the state passed), the check is bit for bit; jit and
+vmap against a loop over learners are compared to rtol 1e-6 (that test says why).
 """
 
 from __future__ import annotations
@@ -32,67 +34,19 @@ import pytest
 
 from stalesgd.transforms import _local_run as local_run_lib
 from stalesgd.transforms._local_run import diloco_round, init_inner_states, local_run
-
-RTOL, ATOL = 1e-6, 1e-7
-FEATURES, BATCH = 3, 4
-
-
-def least_squares(params, batch):
-  x, y = batch
-  residual = x @ params["w"] + params["b"] - y
-  return 0.5 * jnp.mean(residual**2)
-
-
-def numpy_loss_and_gradient(params, batch):
-  x, y = (np.asarray(part, np.float64) for part in batch)
-  residual = x @ params["w"] + params["b"] - y
-  return 0.5 * np.mean(residual**2), {"w": x.T @ residual / len(y), "b": np.mean(residual)}
-
-
-def initial_params(seed=0):
-  rng = np.random.default_rng(seed)
-  return {"w": rng.normal(size=FEATURES).astype(np.float32), "b": np.float32(rng.normal())}
-
-
-def batch_stream(seed, steps):
-  """A learner's mini-batches, leaves [steps, BATCH, ...]: its k-th inner step overall reads row k."""
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(steps, BATCH, FEATURES)).astype(np.float32)
-  y = rng.normal(size=(steps, BATCH)).astype(np.float32)
-  return x, y
-
-
-def as_float64(tree):
-  return jax.tree.map(lambda leaf: np.asarray(leaf, np.float64), tree)
-
-
-def numpy_inner_run(params, velocity, batches, eta, beta, nesterov=False):
-  """theta_0 - theta_H, theta_H, the velocity after the run, and the losses; beta = None is plain SGD."""
-  start = as_float64(params)
-  weights = dict(start)
-  losses = []
-  x, y = batches
-  for i in range(len(y)):
-    loss, grads = numpy_loss_and_gradient(weights, (x[i], y[i]))
-    losses.append(loss)
-    if beta is None:
-      steps = grads
-    else:
-      velocity = {k: grads[k] + beta * velocity[k] for k in grads}
-      steps = {k: grads[k] + beta * velocity[k] for k in grads} if nesterov else velocity
-    weights = {k: weights[k] - eta * steps[k] for k in weights}
-  delta = {k: start[k] - weights[k] for k in start}
-  return delta, weights, velocity, np.asarray(losses)
-
-
-def assert_tree_close(actual, expected, rtol=RTOL, atol=ATOL):
-  for key in expected:
-    np.testing.assert_allclose(np.asarray(actual[key], np.float64), expected[key], rtol=rtol, atol=atol, err_msg=key)
-
-
-def assert_trees_equal(actual, expected):
-  for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
-    np.testing.assert_array_equal(a, b)
+from tests.helpers.local_run_reference import (
+  RTOL,
+  as_float64,
+  assert_tree_close,
+  assert_trees_equal,
+  batch_stream,
+  initial_params,
+  learner_batches,
+  least_squares,
+  numpy_diloco,
+  numpy_inner_run,
+  numpy_loss_and_gradient,
+)
 
 
 def test_one_step_of_unit_sgd_without_state_is_the_gradient_bit_for_bit():
@@ -177,33 +131,6 @@ def test_inner_state_is_kept_or_reset_across_two_rounds(reset):
   assert np.abs(other_delta["w"] - delta_2["w"]).max() > 1e-3
 
 
-def numpy_diloco(params, streams, rounds, steps, inner_eta, outer_eta, outer_beta):
-  """Synchronous DiLoCo in numpy: every learner m runs SGD(inner_eta) from theta on its batches r H .. r H + H - 1,
-  Delta_bar = mean_m (theta - theta_{m,H}), then Nesterov: v <- Delta_bar + beta v, theta <- theta - eta
-  (Delta_bar + beta v). Returns theta after each round, and each round's Delta_m and losses [M, H]."""
-  theta = as_float64(params)
-  velocity = {k: np.zeros_like(v) for k, v in theta.items()}
-  history = []
-  for r in range(rounds):
-    deltas, losses = [], []
-    for x, y in streams:
-      delta, _, _, learner_losses = numpy_inner_run(
-        theta, None, (x[r * steps : (r + 1) * steps], y[r * steps : (r + 1) * steps]), inner_eta, None
-      )
-      deltas.append(delta)
-      losses.append(learner_losses)
-    mean = {k: np.mean([delta[k] for delta in deltas], axis=0) for k in theta}
-    velocity = {k: mean[k] + outer_beta * velocity[k] for k in theta}
-    theta = {k: theta[k] - outer_eta * (mean[k] + outer_beta * velocity[k]) for k in theta}
-    history.append((theta, deltas, np.asarray(losses)))
-  return history
-
-
-def learner_batches(streams, r, steps):
-  """Round r's batches of every learner, leaves [M, H, ...]: learner m's rows r H .. r H + H - 1."""
-  return tuple(np.stack([stream[part][r * steps : (r + 1) * steps] for stream in streams]) for part in range(2))
-
-
 def test_synchronous_diloco_against_numpy():
   """M = 3, H = 2, inner SGD(0.1), OuterOpt = optax.sgd(0.7, momentum=0.9, nesterov=True), 3 rounds:
   Delta_bar = (1/3) sum_m Delta_m; v <- Delta_bar + 0.9 v; theta <- theta - 0.7 (Delta_bar + 0.9 v)."""
@@ -253,10 +180,12 @@ def test_jit_vmap_and_a_loop_over_learners_give_the_same_numbers():
   """The round's numbers do not depend on how it is run: eager, jitted, and the learners axis vmapped (inside
   diloco_round) or a Python loop of jitted local_run over learners with the mean and the outer step written out.
 
-  Equal to rtol 1e-6, not bit for bit: XLA:CPU contracts a * b + c into one fused multiply-add (one rounding
-  instead of two) in some compiled loops and not others (here in the vmapped program, whose leaves are [M, ...],
-  and not in the per-learner one nor op by op), so the last bit of a momentum or SGD step can differ (observed: at
-  most 2 ulp after a round). The sum, the mean over learners and the outer step themselves are the same ops."""
+  Equal to rtol 1e-6, not bit for bit: XLA:CPU compiles the vmapped program (leaves [M, ...], batched dot
+  products) differently from the one-learner program. It contracts a * b + c into one fused multiply-add (one
+  rounding instead of two) in some loops and not others (on a separable loss, the vmapped momentum step matched a
+  float32 numpy emulation with FMA and the one-learner step one without), and a batched dot product may sum in
+  another order; so the last bits can differ (observed: at most 3 ulp after a round). The sum, the mean over
+  learners and the outer step are the same ops in both."""
   learners, steps = 3, 2
   params = initial_params()
   streams = [batch_stream(30 + m, steps) for m in range(learners)]
