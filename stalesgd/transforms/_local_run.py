@@ -20,8 +20,8 @@ per-step loss is :math:`L(\theta_{m,i}; b_i)`, at the weights the gradient is ta
 :math:`s_0` is the state the learner kept from its previous round (DiLoCo, Douillard et al., arXiv 2311.08105:
 each worker keeps its inner AdamW; the paper's text on the inner state was not checked here) or
 ``InnerOpt.init(theta_j)`` when ``reset_inner_state`` is set (DeepMind's asynchronous DiLoCo notebook re-creates
-the inner optimizer for every local run). The H steps are one ``jax.lax.scan`` over the leading axis of the batches: the code path is the same
-for every H, H = 1 included.
+the inner optimizer for every local run). The H steps are one ``jax.lax.scan`` over the leading axis of the
+batches: the code path is the same for every H, H = 1 included.
 
 **Data order.** The caller passes the round's batches, a pytree whose leaves have a leading axis of size H.
 Learner m's i-th inner step overall reads its i-th mini-batch: round r of learner m reads its batches
