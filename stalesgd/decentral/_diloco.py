@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, PartitionSpec
 
@@ -28,7 +29,7 @@ from stalesgd.transforms._local_run import DiLoCoRound, LossFn, local_run, outer
 
 
 def _check_learners_axis(name: str, tree: Any, learners: int) -> None:
-  shapes = [jax.numpy.shape(leaf) for leaf in jax.tree.leaves(tree)]
+  shapes = [jnp.shape(leaf) for leaf in jax.tree.leaves(tree)]
   if any(not shape or shape[0] != learners for shape in shapes):
     validation.reject(name, shapes, f"leaves with a leading learners axis of size {learners} (one per device)")
 
@@ -91,7 +92,7 @@ def sharded_diloco_round(
       restack(run.inner_state),
       restack(run.pseudo_gradient),
       restack(run.losses),
-      (restack(run.aux)),
+      restack(run.aux),
     )
 
   replicated, split = PartitionSpec(), PartitionSpec(axis_name)
