@@ -1,4 +1,4 @@
-"""The study grids of stalesgd/studies/_catalogue.py: well-formed, buildable in every mode, the papers' numbers."""
+"""The study grids of stalesgd/studies/_catalogue*.py: well-formed, buildable in every mode, the papers' numbers."""
 
 from __future__ import annotations
 
