@@ -8,7 +8,7 @@ STAMP := $(VENV)/.stalesgd-installed
 CONSTRAINTS := requirements/constraints.txt
 DEMO_DIR ?= runs/demo
 
-.PHONY: test lint format demo clean-venv
+.PHONY: test test-fast lint format demo clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 # tests leave a core idle when run one by one.
 test: lint
 	$(PY) -m pytest tests -n 2 --dist loadfile
+
+# The development subset: every tests/<package>/ without the tests marked slow (whole training runs, subprocesses,
+# multi-process runs and compile-bound matrices; pyproject.toml's markers). CI runs `make test`, all of them.
+test-fast: lint
+	$(PY) -m pytest tests -n 2 --dist loadfile -m "not slow"
 
 # The formatter and the linter ([tool.ruff] in pyproject.toml), pinned by the test extra; `make test` runs this
 # first, so CI fails on an unformatted or unclean tree. `make format` fixes what can be fixed.

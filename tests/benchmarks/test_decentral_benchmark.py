@@ -8,10 +8,13 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROGRAMS = ("compute_only", "allreduce_sync", "s3gd", "dcs3gd")
 
 
+@pytest.mark.slow
 def test_benchmark_times_every_program_and_reads_the_overlap_verdict(tmp_path):
   # small_cnn and one round: seconds, not the minute of the real benchmark.
   output = tmp_path / "decentral_benchmark.json"

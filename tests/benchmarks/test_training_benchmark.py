@@ -51,6 +51,7 @@ def digits_config(protocol: str, n: int, learners: int, jitter: str = "determini
   return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol,n", [("async", 1), ("softsync", 2)])
 def test_the_emulator_ends_with_the_engines_weights(protocol, n):
   run = build_run(digits_config(protocol, n, learners=4))
@@ -84,6 +85,7 @@ def test_the_emulator_ends_with_the_engines_weights(protocol, n):
     np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_the_emulator_refuses_a_schedule_that_is_not_a_rotation():
   run = build_run(digits_config("async", 1, learners=4, jitter="lognormal"))
   with pytest.raises(ValueError, match="round-robin"):

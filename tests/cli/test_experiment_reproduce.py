@@ -43,6 +43,7 @@ def _short_demo(workdir):
   )
 
 
+@pytest.mark.slow
 def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   workdir = tmp_path / "demo"
   result = _short_demo(workdir)
@@ -90,6 +91,7 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   )
 
 
+@pytest.mark.slow
 def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path):
   command = [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", f"--workdir={tmp_path}", "--epochs=0.1"]
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -134,6 +136,7 @@ def _diverging_study() -> Study:
   )
 
 
+@pytest.mark.slow
 def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_path):
   lines = []
   result = run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.2), echo=lines.append)
@@ -162,6 +165,7 @@ def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_p
     run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.3), echo=lines.append)
 
 
+@pytest.mark.slow
 def test_a_preempted_run_is_resumed_not_reused(tmp_path):
   study = _diverging_study()
   study = Study(study.name, study.title, study.finding, study.variants[:1], paper_data=False, has_quick=False)

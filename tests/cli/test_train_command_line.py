@@ -28,6 +28,7 @@ RUN_TIMEOUT = 180.0
 FAILURE_TIMEOUT = 60.0
 
 
+@pytest.mark.slow
 def test_overrides_reach_the_run(tmp_path, compilation_cache):
   workdir = tmp_path / "run"
   completed = run_main(
@@ -58,6 +59,7 @@ def test_overrides_reach_the_run(tmp_path, compilation_cache):
   assert state["params"]["hidden1"]["kernel"].shape == (64, 16)  # 8x8 digits into the overridden width
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "override, message",
   [
@@ -100,6 +102,7 @@ def test_an_unknown_config_argument_is_one_line_not_a_traceback(tmp_path, compil
   ), lines[0]
 
 
+@pytest.mark.slow
 def test_without_a_device_count_the_run_gets_the_fastest_layout(tmp_path, compilation_cache):
   # lambda = 8 learners: 2 host devices of about 4 learners each (stalesgd.training._device_layout).
   env = {name: value for name, value in main_environment(compilation_cache).items() if name != "JAX_NUM_CPU_DEVICES"}

@@ -122,6 +122,7 @@ def _assert_updates(updates_per_step, expected):
       )
 
 
+@pytest.mark.slow
 def test_rudra_async_inverse_is_caffe_momentum_with_alpha0_over_sigma_covering_weight_decay():
   """async (c = 1), sigma = 29: the whole Caffe step, decay included, at alpha_0/29 (the papers' semantics)."""
   weights, grads, updates = _rudra_steps("async_inverse", [[29], [29]])
@@ -135,6 +136,7 @@ def test_rudra_async_inverse_with_caffes_prototxt_multipliers():
   _assert_updates(updates, expected)
 
 
+@pytest.mark.slow
 def test_rudra_15_softsync_inverse_averages_two_modulated_contributions():
   """15-softsync (c = 2): w <- w - (alpha_0/c) sum_k (g_k + wd w) / sigma_k, with momentum across updates."""
   weights, grads, updates = _rudra_steps("softsync_inverse", [[14, 15], [13, 16]], n=15)
@@ -192,6 +194,7 @@ def _dcasgd_steps(variant: str, learners: int | None = None):
   return weights, grads, stale, updates_per_step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["dcasgd_c", "dcasgd_a", "dcasgd_a_bc", "asgd"])
 def test_dcasgd_table1_update_is_the_papers_with_weight_decay_outside_the_correction(variant):
   """w <- w - 0.5 (g + lambda_t g g (w - w_bak) + 1e-4 w), no momentum; DC-a: MS <- .95 MS + .05 g^2 first

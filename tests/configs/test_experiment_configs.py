@@ -144,6 +144,7 @@ def _image_shape(config):
   return IMAGE_SHAPES[config.dataset]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "name, quick",
   [(name, quick) for name in CONFIG_MODULES for quick in ((False,) if name in NO_QUICK else (False, True))],

@@ -56,6 +56,7 @@ def _config(data_dir: str, **overrides):
   return config
 
 
+@pytest.mark.slow
 def test_training_with_the_inception_crop_runs_end_to_end(imagenet_dir, tmp_path):
   summary = train_and_evaluate(_config(imagenet_dir), str(tmp_path / "run"))
   assert summary["updates"] == CLASSES * PER_CLASS // 2 and not summary["preempted"]

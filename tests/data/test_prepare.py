@@ -335,6 +335,7 @@ def _command(*arguments: str) -> subprocess.CompletedProcess:
   )
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path):
   _write_cifar(str(tmp_path / "in"), _cifar_splits(), "binary")
   done = _command("cifar10", f"--from={tmp_path / 'in'}", f"--data_dir={tmp_path / 'tfds'}")

@@ -72,6 +72,7 @@ def assert_trees_close(actual, expected, rtol=RTOL, atol=ATOL):
 # ------------------------------------------------------------------ against the oracle
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "options",
   [
@@ -111,6 +112,7 @@ def test_local_weights_are_consensus_plus_own_pending_updates(devices):
 # ------------------------------------------------------------------ exact reductions
 
 
+@pytest.mark.slow
 def test_staleness_zero_is_sgd_with_batch_of_all_learners(devices):
   batches = make_batches(len(devices))
   trainer, state, metrics = run(config_for_protocol("allreduce_sync"), batches)
@@ -130,6 +132,7 @@ def test_staleness_zero_is_sgd_with_batch_of_all_learners(devices):
   assert all(np.all(step["correction_ratio"] == 0) for step in metrics)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "options",
   [
@@ -229,12 +232,14 @@ def test_correction_vanishes_when_learners_agree(devices):
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_layerwise_correction_has_norm_lambda_times_gradient_norm(devices):
   _, _, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode="layerwise"), make_batches(len(devices)))
   # Every leaf's correction is 0.2 ||g_leaf||, so the global ratio is 0.2 too.
   np.testing.assert_allclose(metrics[-1]["correction_ratio"], 0.2, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_dc_lambda_accepts_a_schedule(devices):
   batches = make_batches(len(devices), steps=3)
   schedule = lambda step: jnp.where(step < 2, 0.0, 0.5)
@@ -261,6 +266,7 @@ def test_state_lives_on_the_learners_devices(devices):
   )
 
 
+@pytest.mark.slow
 def test_step_compiles_once_and_metrics_are_per_learner(devices):
   traces = []
 

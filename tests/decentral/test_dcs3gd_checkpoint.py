@@ -13,6 +13,7 @@ from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.training.checkpoint import Checkpointer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "config",
   [

@@ -42,6 +42,7 @@ def conv_setup(config):
   return trainer, trainer.init(params), batch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "config",
   [

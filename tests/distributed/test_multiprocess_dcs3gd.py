@@ -48,6 +48,7 @@ def assert_same_weights(merged, reference):
   assert compared > 0
 
 
+@pytest.mark.slow
 def test_two_processes_of_four_devices_match_one_process_of_eight(devices, tmp_path):
   protocols = list(dcs3gd_worker.PROTOCOL_CONFIGS)
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
@@ -71,6 +72,7 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(devices, tmp_p
   assert_same_weights(merged, reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("killed_process", [1, 0], ids=["peer", "coordinator"])
 def test_killed_process_makes_the_survivor_exit_with_an_error(killed_process, tmp_path):
   results = multiprocess_harness.run_processes(
@@ -117,6 +119,7 @@ def run_local_sh(args, tmp_path, timeout=60):
   )
 
 
+@pytest.mark.slow
 def test_local_sh_runs_two_processes_with_four_devices_each(devices, tmp_path):
   completed = run_local_sh([f"--steps={STEPS}", "--protocols=dcs3gd"], tmp_path)
   assert completed.returncode == 0, completed.stderr[-3000:]
@@ -128,6 +131,7 @@ def test_local_sh_runs_two_processes_with_four_devices_each(devices, tmp_path):
   assert_same_weights(merged, single_process_reference(["dcs3gd"]))
 
 
+@pytest.mark.slow
 def test_local_sh_stops_everything_when_one_process_dies(tmp_path):
   # A long heartbeat timeout: only local.sh's own failure handling can end the
   # survivor quickly.

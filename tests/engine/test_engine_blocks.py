@@ -60,6 +60,7 @@ def test_explicit_rows_per_block_is_respected():
   _check_plan(plan)
 
 
+@pytest.mark.slow
 def test_ring_buffer_reads_what_was_written():
   params = {"a": jnp.zeros((2,)), "b": jnp.zeros((3, 1))}
   ring = ring_buffer.ring_init(params, depth=4)
@@ -125,6 +126,7 @@ def test_bad_arguments_are_refused():
     plan.block_of_update(inside_a_block)
 
 
+@pytest.mark.slow
 def test_metrics_report_losses_and_the_applied_learning_rate_scale():
   schedule = schedule_lib.simulate("async", learners=4, num_updates=40, seed=0)
   loss_fn, init_params, input_shape = MODELS["mlp"]

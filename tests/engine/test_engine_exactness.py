@@ -71,17 +71,28 @@ def oracle(model: str, optimizer_kind: str, schedule):
   return run_oracle(loss_fn, make_optimizer(optimizer_kind), init_params(), schedule, Data(input_shape))
 
 
+# One of the cheapest cases (about 2 s in the full suite) runs in `make test-fast`; the whole matrix in `make test`.
+FAST_CASES = ("mlp-staleness_dc-async-3",)
+
+
+def _case(model: str, optimizer_kind: str, protocol: str, learners: int):
+  case = f"{model}-{optimizer_kind}-{protocol}-{learners}"
+  return pytest.param(
+    model, optimizer_kind, protocol, learners, id=case, marks=() if case in FAST_CASES else pytest.mark.slow
+  )
+
+
 def _cases():
   for learners in (1, 3, 8):
     for protocol in PROTOCOLS:
       if learners == 1 and protocol in ("2-softsync", "backup"):
         continue  # n > lambda and b >= lambda are invalid with one learner
-      yield pytest.param("mlp", "staleness_dc", protocol, learners, id=f"mlp-staleness_dc-{protocol}-{learners}")
+      yield _case("mlp", "staleness_dc", protocol, learners)
   for protocol in PROTOCOLS:
-    yield pytest.param("mlp", "plain", protocol, 8, id=f"mlp-plain-{protocol}-8")
-    yield pytest.param("cnn", "staleness_dc", protocol, 3, id=f"cnn-staleness_dc-{protocol}-3")
-  yield pytest.param("cnn", "plain", "async", 8, id="cnn-plain-async-8")
-  yield pytest.param("cnn", "staleness_dc", "2-softsync", 8, id="cnn-staleness_dc-2-softsync-8")
+    yield _case("mlp", "plain", protocol, 8)
+    yield _case("cnn", "staleness_dc", protocol, 3)
+  yield _case("cnn", "plain", "async", 8)
+  yield _case("cnn", "staleness_dc", "2-softsync", 8)
 
 
 @pytest.mark.parametrize("model, optimizer_kind, protocol, learners", list(_cases()))
@@ -93,6 +104,7 @@ def test_engine_equals_event_by_event_oracle(model, optimizer_kind, protocol, le
   assert max_relative_error(actual, expected) <= TOLERANCE
 
 
+@pytest.mark.slow
 def test_delay_compensation_reaches_the_engine():
   """The engine passes each contribution's own stale weights: DC changes the result."""
   schedule = simulate("async", 8)
@@ -102,6 +114,7 @@ def test_delay_compensation_reaches_the_engine():
   assert max_relative_error(with_dc, plain) > 1e-3
 
 
+@pytest.mark.slow
 def test_hardsync_equals_sgd_with_batch_mu_lambda():
   learners = 8
   schedule = simulate("hardsync", learners)
@@ -126,6 +139,7 @@ def test_hardsync_equals_sgd_with_batch_mu_lambda():
   assert max_relative_error(actual, params) <= TOLERANCE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 def test_one_device_and_eight_devices_give_identical_weights(model, devices):
   schedule = simulate("2-softsync", 8)
@@ -134,12 +148,14 @@ def test_one_device_and_eight_devices_give_identical_weights(model, devices):
   jax.tree_util.tree_map(np.testing.assert_array_equal, on_one, on_eight)
 
 
+@pytest.mark.slow
 def test_two_runs_with_the_same_seed_are_identical():
   first = run_engine("cnn", "staleness_dc", simulate("async", 8, seed=3))
   second = run_engine("cnn", "staleness_dc", simulate("async", 8, seed=3))
   jax.tree_util.tree_map(np.testing.assert_array_equal, first, second)
 
 
+@pytest.mark.slow
 def test_vmap_strategy_equals_oracle():
   schedule = simulate("2-softsync", 3)
   expected = oracle("cnn", "staleness_dc", schedule)

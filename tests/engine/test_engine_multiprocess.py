@@ -35,6 +35,7 @@ def single_process_reference() -> dict[str, np.ndarray]:
   return arrays
 
 
+@pytest.mark.slow
 def test_two_processes_of_four_devices_equal_one_process_of_eight(devices, tmp_path):
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
     launched = pool.submit(

@@ -221,6 +221,7 @@ def test_a_trace_with_the_wrong_number_of_columns_is_refused_before_simulating(t
     simulate("async", learners=8, num_updates=10, seed=0, timing=TimingModel(trace=str(path)))
 
 
+@pytest.mark.slow
 def test_a_real_run_restarted_with_another_config_is_refused_and_its_workdir_left_alone(
   tmp_path, digits_npz, reference_run
 ):

@@ -122,6 +122,7 @@ def save_two_steps(directory: pathlib.Path) -> None:
     checkpointer.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_with_a_warning(damage, tmp_path, caplog):
   save_two_steps(tmp_path)
@@ -180,6 +181,7 @@ def test_a_run_whose_final_checkpoint_is_damaged_resumes_from_the_previous_and_e
   assert complete_checkpoints(workdir)[-1] == 188 and (workdir / "checkpoints" / "188.unreadable").is_dir()
 
 
+@pytest.mark.slow
 def test_a_run_whose_checkpoints_are_all_damaged_refuses_to_start_again(tmp_path, digits_npz, reference_run):
   _, reference_dir = reference_run("async_dc")
   workdir = _copy_of(reference_dir, tmp_path)

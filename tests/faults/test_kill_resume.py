@@ -112,6 +112,7 @@ def test_sigkill_at_random_moments_then_resume_ends_like_the_uninterrupted_run(
   assert_same_run(workdir, reference, reference_dir)
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_was_whole_starts_over_with_clean_records(
   tmp_path, digits_npz, reference_run, capsys
 ):

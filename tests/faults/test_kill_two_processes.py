@@ -129,6 +129,7 @@ def assert_resumed_from(step: int, workdir: pathlib.Path, log: pathlib.Path) -> 
   assert f"resumed from the checkpoint at update {step} in {workdir}" in log.read_text(), log_tail(log)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant, seed", [("async_dc", 21), ("dcs3gd", 22)])
 def test_killed_processes_of_a_two_process_run_then_relaunching_both_resumes_exactly(
   variant, seed, tmp_path, compilation_cache, digits_npz, reference_run

@@ -55,6 +55,7 @@ def not_a_model():
 NOT_CALLABLE = 3
 
 
+@pytest.mark.slow
 def test_a_factory_returning_a_module_gives_a_spec_with_the_datas_classes():
   spec = models.get_model(f"{HERE}:tiny_net", num_classes=7, data_shape=IMAGE_SHAPE, width=5)
   assert (spec.name, spec.num_classes, spec.default_image_shape) == (f"{HERE}:tiny_net", 7, IMAGE_SHAPE)
@@ -72,6 +73,7 @@ def test_a_factory_returning_a_model_spec_is_used_as_it_is():
   assert spec.learning_rate_multipliers({"a": jnp.zeros(2)}) == {"a": 2.0}
 
 
+@pytest.mark.slow
 def test_stalesgd_batch_norm_gets_precise_bn_like_the_built_in_models():
   spec = models.get_model(f"{HERE}:tiny_net", num_classes=3, data_shape=IMAGE_SHAPE, batch_norm="stalesgd")
   assert spec.has_batch_norm

@@ -68,6 +68,7 @@ def test_pooled_size_rejects_bad_arguments(bad):
     caffe_pooled_size(8, **bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["max", "avg"])
 @pytest.mark.parametrize(
   "size, window, stride, pad", [(32, 3, 2, 0), (9, 3, 2, 0), (7, 3, 2, 1), (6, 3, 3, 2), (5, 3, 1, 1), (10, 2, 2, 0)]

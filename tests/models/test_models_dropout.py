@@ -36,6 +36,7 @@ def _batch(seed):
   }
 
 
+@pytest.mark.slow
 def test_same_seed_same_loss_other_seed_other_mask(model_and_params):
   model, params = model_and_params
   loss = jax.jit(model.loss_fn)
@@ -43,6 +44,7 @@ def test_same_seed_same_loss_other_seed_other_mask(model_and_params):
   assert float(loss(params, _batch(5))[0]) != float(loss(params, _batch(6))[0])
 
 
+@pytest.mark.slow
 def test_vmapped_learners_each_use_their_own_seed(model_and_params):
   model, params = model_and_params
   batches = [_batch(seed) for seed in (1, 2, 3)]

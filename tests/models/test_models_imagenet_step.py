@@ -22,6 +22,7 @@ def _one_sgd_step(model, params, batch, learning_rate=0.01):
   return loss, logits, grads, new_params
 
 
+@pytest.mark.slow
 def test_resnet50_trains_one_step_at_reduced_resolution():
   # Global average pooling makes 64x64 a legitimate input (a 2x2 final map).
   model = get_model("resnet50", num_classes=1000)
@@ -35,6 +36,7 @@ def test_resnet50_trains_one_step_at_reduced_resolution():
   assert not np.allclose(new_params["classifier"]["kernel"], variables["params"]["classifier"]["kernel"])
 
 
+@pytest.mark.slow
 def test_alexnet_trains_one_step_at_full_size():
   model = get_model("alexnet", num_classes=1000)
   params = model.init(jax.random.key(0))["params"]

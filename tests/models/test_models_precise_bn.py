@@ -43,6 +43,7 @@ def resnet_and_params():
   return model, variables
 
 
+@pytest.mark.slow
 def test_precise_bn_statistics_replace_the_initial_ones(resnet_and_params):
   model, variables = resnet_and_params
   batches = [{"image": _images(seed, (4, 32, 32, 3)) * 2.0 + 0.5} for seed in range(2)]
@@ -53,6 +54,7 @@ def test_precise_bn_statistics_replace_the_initial_ones(resnet_and_params):
   assert all(np.all(np.isfinite(leaf)) for leaf in new_leaves)
 
 
+@pytest.mark.slow
 def test_evaluation_is_deterministic_and_per_example(resnet_and_params):
   model, variables = resnet_and_params
   batches = [{"image": _images(7, (4, 32, 32, 3))}]
@@ -71,6 +73,7 @@ def test_evaluation_is_deterministic_and_per_example(resnet_and_params):
   assert not np.allclose(train_logits[:2], train_logits_pair, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_training_loss_needs_only_params(resnet_and_params):
   model, variables = resnet_and_params
   batch = {"image": _images(9, (2, 32, 32, 3)), "label": jnp.array([1, 2], jnp.int32)}
@@ -78,6 +81,7 @@ def test_training_loss_needs_only_params(resnet_and_params):
   assert np.isfinite(float(loss))
 
 
+@pytest.mark.slow
 def test_predict_without_batch_stats_and_empty_batches_are_rejected(resnet_and_params):
   model, variables = resnet_and_params
   with pytest.raises(ValueError, match="batch_stats"):

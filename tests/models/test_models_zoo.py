@@ -38,6 +38,7 @@ def test_cifar10_full_has_exactly_the_papers_parameters():
   }  # 1024 = 4 x 4 x 64: Caffe's rounded-up pooling
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "name, options, expected",
   [
@@ -60,6 +61,7 @@ def test_resnet_shortcut_option_b_adds_projections():
   assert option_b.num_parameters() - option_a.num_parameters() == 16 * 32 + 32 * 64 + 2 * (32 + 64)
 
 
+@pytest.mark.slow
 def test_cifar10_full_initialisation_follows_caffe():
   params = get_model("cifar10_full", num_classes=10).init(jax.random.key(0))["params"]
   assert float(jnp.std(params["conv1"]["kernel"])) == pytest.approx(1e-4, rel=0.1)
@@ -69,6 +71,7 @@ def test_cifar10_full_initialisation_follows_caffe():
     np.testing.assert_array_equal(params[name]["bias"], 0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "name, learning_rate, steps",
   [("cifar10_full", 0.01, 14), ("resnet20", 0.05, 10), ("mlp", 0.1, 10), ("small_cnn", 0.1, 10)],
@@ -101,6 +104,7 @@ def test_gradients_reach_every_layer_and_sgd_decreases_the_loss(name, learning_r
   assert losses[-1] < 0.9 * losses[0], losses
 
 
+@pytest.mark.slow
 def test_cifar10_full_multipliers_default_to_rudras_release_file():
   """Rudra-org/rudra examples/cifar10.cnn: alphaW 0.001, alphaB 0.002 in every layer (conv3 too); lambdaW 0.004 on
   the convs and 1.0 on fc1, no lambdaB: decay_mult 1 / 250 on the weights (of weight_decay 0.004), 0 on biases."""
@@ -117,6 +121,7 @@ def test_cifar10_full_multipliers_default_to_rudras_release_file():
   assert decay["ip1"]["kernel"] * 0.004 == 1.0
 
 
+@pytest.mark.slow
 def test_cifar10_full_caffe_multipliers_follow_the_prototxt():
   """cifar10_full_train_test.prototxt: lr_mult 1 / 2 but conv3 (no param block: 1 / 1); decay_mult 250 / 0 on ip1
   and Caffe's default 1 on every conv blob, biases included."""
@@ -168,6 +173,7 @@ def test_multipliers_default_or_caffe_for_other_models(name):
     assert set(lr) == set(decay) == {1.0}
 
 
+@pytest.mark.slow
 def test_models_without_batch_norm_have_trivial_eval_state():
   model = get_model("cifar10_full", num_classes=10)
   variables = model.init(jax.random.key(0))

@@ -87,6 +87,7 @@ def test_the_examples_are_found_and_fragments_are_marked():
   assert all(block.is_fragment for block in marked) and not Block("x", "python", "x = 1\n").is_fragment
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "path", [path for path in DOCUMENTS if complete_examples(path)], ids=lambda path: str(path.relative_to(ROOT))
 )

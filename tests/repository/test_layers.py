@@ -15,6 +15,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import stalesgd
 from stalesgd._extras import TRAINING_STACK_MODULES
 
@@ -76,6 +78,7 @@ def test_no_module_imports_a_later_layer():
   assert not upward, "\n".join(upward)
 
 
+@pytest.mark.slow
 def test_the_core_imports_nothing_of_the_training_stack():
   """In a fresh interpreter where the training stack's packages cannot be imported at all."""
   program = textwrap.dedent(f"""
@@ -165,11 +168,13 @@ def _run_with_the_training_stack_blocked(program: str) -> subprocess.CompletedPr
   )
 
 
+@pytest.mark.slow
 def test_the_transforms_timing_model_engine_and_dcs3gd_run_with_the_core_alone():
   completed = _run_with_the_training_stack_blocked(CORE_PROGRAM)
   assert completed.returncode == 0 and completed.stdout.strip() == "ran", completed.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_program_without_the_training_stack_names_the_extra_to_install():
   completed = _run_with_the_training_stack_blocked("import stalesgd.cli.train")
   assert completed.returncode == 1

@@ -183,6 +183,7 @@ def test_the_documents_name_one_way_to_run():
 # ----------------------------------------------------------------------------- the wheel
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_stalesgd_with_its_configs_and_no_top_level_experiments(tmp_path):
   version = importlib.metadata.version("setuptools")
   if int(version.split(".")[0]) < MINIMUM_SETUPTOOLS:
@@ -263,6 +264,7 @@ def test_the_console_scripts_are_the_three_programs():
   }
 
 
+@pytest.mark.slow
 def test_every_console_script_target_imports_and_is_callable_without_experiments(tmp_path):
   # One process each: the programs define their absl flags at import (train and reproduce share some names).
   check = (
@@ -285,6 +287,7 @@ def test_every_console_script_target_imports_and_is_callable_without_experiments
     assert process.returncode == 0, f"{target}: {stderr[-3000:]}"
 
 
+@pytest.mark.slow
 def test_train_runs_a_packaged_config_by_name_outside_the_repository(tmp_path):
   workdir = tmp_path / "run"
   program = WITHOUT_EXPERIMENTS.format(module="stalesgd.cli.train", function="run")
@@ -311,6 +314,7 @@ def test_train_runs_a_packaged_config_by_name_outside_the_repository(tmp_path):
   assert summary["updates"] == 10 and not summary["preempted"]  # 0.05 epochs of 1,497 images at mu = 8
 
 
+@pytest.mark.slow
 def test_train_refuses_an_unknown_config_name_listing_the_names(tmp_path):
   program = WITHOUT_EXPERIMENTS.format(module="stalesgd.cli.train", function="run")
   completed = subprocess.run(
@@ -327,6 +331,7 @@ def test_train_refuses_an_unknown_config_name_listing_the_names(tmp_path):
   assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_reproduce_loads_the_studies_outside_the_repository(tmp_path):
   # Builds every study from the packaged configs, then refuses the variant before any run.
   program = WITHOUT_EXPERIMENTS.format(module="stalesgd.cli.reproduce", function="run")

@@ -18,6 +18,7 @@ def _run(module: str, *flags: str) -> subprocess.CompletedProcess:
   )
 
 
+@pytest.mark.slow
 def test_one_protocol_prints_its_table_and_writes_a_histogram(tmp_path):
   result = _run(
     "experiments.schedule_stats",
@@ -36,6 +37,7 @@ def test_one_protocol_prints_its_table_and_writes_a_histogram(tmp_path):
   assert summary["rows"][0]["contributions_per_update"] == 7
 
 
+@pytest.mark.slow
 def test_sweep_covers_zhang_et_al_and_the_straggler_comparison(tmp_path):
   result = _run("experiments.schedule_stats", "--sweep", "--sweep_gradients=3000", f"--output_dir={tmp_path}")
   assert result.returncode == 0, result.stderr
@@ -51,6 +53,7 @@ def test_sweep_covers_zhang_et_al_and_the_straggler_comparison(tmp_path):
   assert "updates/s" in result.stdout and "stragglers" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "flags,message",
   [
@@ -66,6 +69,7 @@ def test_bad_flags_fail_before_simulating(tmp_path, flags, message):
   assert not (tmp_path / "staleness_histogram.png").exists()
 
 
+@pytest.mark.slow
 def test_benchmark_reports_every_protocol(tmp_path):
   output = tmp_path / "schedule_benchmark.json"
   result = _run(

@@ -53,6 +53,7 @@ def _bands(table: str) -> dict[str, str]:
   return {cells[0].strip(): cells[-1].strip() for cells in rows}
 
 
+@pytest.mark.slow
 def test_make_demo_prints_the_readme_table_and_no_row_moves_under_perturbations(tmp_path):
   printed = _demo(tmp_path / "demo", seeds=3)
   table = (tmp_path / "demo" / "bands.md").read_text()

@@ -33,6 +33,7 @@ def _digest(directory: pathlib.Path) -> str:
   return json.loads((directory / "summary.json").read_text())["params_sha256"]
 
 
+@pytest.mark.slow
 def test_a_parallel_sweep_gives_the_weights_of_the_same_runs_one_after_the_other(tmp_path):
   # hardsync sums 8 gradients per update: the case whose last bits depend on the device count.
   study = Study(
@@ -83,6 +84,7 @@ def test_a_parallel_sweep_gives_the_weights_of_the_same_runs_one_after_the_other
     assert [row["seeds"] for row in csv.DictReader(file)] == ["3"]
 
 
+@pytest.mark.slow
 def test_a_job_array_runs_one_task_each_then_gathers(tmp_path):
   study = _study()
   settings = RunSettings(num_epochs=EPOCHS)

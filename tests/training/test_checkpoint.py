@@ -209,6 +209,7 @@ def test_leftover_temporary_directory_is_ignored_and_removed(tmp_path):
   assert not leftover.exists()
 
 
+@pytest.mark.slow
 def test_a_save_killed_by_sigkill_is_never_restored(tmp_path):
   environment = dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT))
   completed = subprocess.run(
@@ -248,6 +249,7 @@ def _run_resume_loop(workdir, num_steps, *signal_arguments):
   return completed.returncode, outcome, completed.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_killed_then_preempted_run_resumes_to_the_uninterrupted_result(tmp_path):
   reference = train(tmp_path / "uninterrupted", 10)
   workdir = tmp_path / "interrupted"
@@ -371,6 +373,7 @@ def _run_checkpoint_workers(directory: pathlib.Path, *mode: str) -> tuple[list[d
   return results, [stderr for _, stderr in outputs]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_read_error_on_one_process_only_falls_back_on_both_together(tmp_path):
   """Process 1's shard files of the newest step emptied: orbax's read raises on process 1 before the barrier its
@@ -387,6 +390,7 @@ def test_a_read_error_on_one_process_only_falls_back_on_both_together(tmp_path):
   assert (tmp_path / "4.unreadable").is_dir()
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_processes_save_restore_and_agree_on_preemption(tmp_path, devices):
   """Also: a bit flipped in a shard only process 1 holds makes both processes fall back to the older step."""

@@ -38,6 +38,7 @@ def _resume_fixture(fixture: pathlib.Path, tmp_path: pathlib.Path) -> tuple[dict
   return train_and_evaluate(fixture_config(), str(workdir)), facts
 
 
+@pytest.mark.slow
 def test_the_committed_format_2_fixture_resumes_with_its_weights(tmp_path):
   summary, facts = _resume_fixture(FORMAT_2_FIXTURE, tmp_path)
   assert facts["checkpoint_format"] == 2
@@ -46,6 +47,7 @@ def test_the_committed_format_2_fixture_resumes_with_its_weights(tmp_path):
   assert summary["params_sha256"] == facts["params_sha256"]
 
 
+@pytest.mark.slow
 def test_the_fixture_still_resumes_after_the_format_is_bumped(tmp_path, monkeypatch):
   """What the next format change does: a new number and its migration (a rename this fixture does not hold)."""
   bumped = _format.FORMAT + 1

@@ -47,6 +47,7 @@ def _final_params(config, mesh):
   return jax.tree.map(np.asarray, run.runner.params(state))
 
 
+@pytest.mark.slow
 def test_a_single_learner_gets_the_same_weights_on_one_device_as_on_eight():
   """What lets runner_mesh drop 7 devices: a small CNN (convolutions, Caffe momentum, weight decay, Caffe
   multipliers off and on) trained by lambda = 1 on 1 and on 8 devices ends in the same weights, bit for bit."""

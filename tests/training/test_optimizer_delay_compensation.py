@@ -177,6 +177,7 @@ def test_delay_compensation_adaptive_first_update_by_hand():
 LEARNER_IDS = [[0, 1, 1], [1, 1, 2], [2, 0, 0]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit", [False, True])
 def test_delay_compensation_adaptive_per_learner_mean_square(jit):
   """Catches dc_per_learner_mean_square ignored (one global MeanSquare), rows indexed by contribution
@@ -199,6 +200,7 @@ def test_delay_compensation_adaptive_per_learner_mean_square(jit):
   assert not np.allclose(got[1]["w"], global_ms[1]["w"], rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_learner", [False, True])
 @pytest.mark.parametrize("jit", [False, True])
 def test_delay_compensation_adaptive_mean_square_bias_correction(per_learner, jit):
@@ -325,6 +327,7 @@ COMBINED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("c", [1, 3])
 def test_combined_momentum_decay_multipliers_inverse_rule(c, jit):

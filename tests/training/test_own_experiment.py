@@ -95,6 +95,7 @@ def preempted_once(monkeypatch):
   return sent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["async_dc", "dcs3gd"])
 def test_own_model_data_and_optimizer_train_and_resume_exactly(variant, tmp_path, preempted_once):
   whole, resumed = tmp_path / "whole", tmp_path / "resumed"
@@ -205,6 +206,7 @@ def regression_config():
   return config
 
 
+@pytest.mark.slow
 def test_a_regression_with_its_own_loss_trains_and_reports_its_metrics(tmp_path):
   summary = train_and_evaluate(regression_config(), str(tmp_path))
   evaluations = [record for record in read_metrics(tmp_path) if "test_loss" in record]

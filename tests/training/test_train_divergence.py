@@ -23,6 +23,7 @@ from tests.helpers.train_helpers import complete_checkpoints, read_metrics, tiny
 DIVERGING_LEARNING_RATE = 1e4
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_the_run_and_the_last_checkpoint_is_good(tmp_path):
   workdir = tmp_path / "run"
   config = tiny_config(

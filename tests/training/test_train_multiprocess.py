@@ -79,6 +79,7 @@ def run_both(variant: str, tmp_path: pathlib.Path, compilation_cache) -> tuple[p
   return workdir, reference, reference_dir
 
 
+@pytest.mark.slow
 def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path, compilation_cache):
   workdir, reference, reference_dir = run_both("async_dc", tmp_path, compilation_cache)
   summary = read_summary(workdir)
@@ -92,6 +93,7 @@ def test_two_processes_end_with_the_weights_and_metrics_of_one(devices, tmp_path
   assert len(list(pathlib.Path(workdir).glob("events.out.tfevents.*"))) == 1  # process 1 wrote none
 
 
+@pytest.mark.slow
 def test_two_processes_run_dcs3gd_like_one(devices, tmp_path, compilation_cache):
   """DC-S3GD's per-learner losses live on both processes: the loop must still log them.
 
@@ -115,6 +117,7 @@ def process_pid(process_id: int, workdir: pathlib.Path) -> int:
   return int(found[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant, signalled", [("async_dc", 1), ("dcs3gd", None)])
 def test_sigterm_to_a_two_process_run_saves_exits_75_and_the_restart_resumes_exactly(
   variant, signalled, devices, tmp_path, compilation_cache

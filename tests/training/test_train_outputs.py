@@ -92,6 +92,7 @@ def finished_run(request, tmp_path_factory):
   return config, workdir, summary
 
 
+@pytest.mark.slow
 def test_summary_is_complete_and_written(finished_run):
   config, workdir, summary = finished_run
   total_updates = math.ceil(config.num_epochs * updates_per_epoch(config, MOCK_EXAMPLES))
@@ -120,6 +121,7 @@ def test_summary_is_complete_and_written(finished_run):
     assert summary[field] == last_evaluation[field]
 
 
+@pytest.mark.slow
 def test_schedule_file_is_the_run_schedule(finished_run):
   config, workdir, summary = finished_run
   schedule = schedule_lib.Schedule.load(workdir / "schedule.npz")
@@ -133,6 +135,7 @@ def test_schedule_file_is_the_run_schedule(finished_run):
   assert summary["staleness_mean"] == pytest.approx(float(schedule.staleness.mean()))
 
 
+@pytest.mark.slow
 def test_metrics_records_match_the_schedule_block_by_block(finished_run):
   config, workdir, summary = finished_run
   schedule = schedule_lib.Schedule.load(workdir / "schedule.npz")
@@ -154,6 +157,7 @@ def test_metrics_records_match_the_schedule_block_by_block(finished_run):
     assert min(record["lr_scale"] for record in records) < 1.0  # the rule scaled stale gradients down
 
 
+@pytest.mark.slow
 def test_evaluations_every_half_epoch_and_at_the_end(finished_run):
   config, workdir, summary = finished_run
   per_epoch = updates_per_epoch(config, MOCK_EXAMPLES)
@@ -167,6 +171,7 @@ def test_evaluations_every_half_epoch_and_at_the_end(finished_run):
     assert np.isfinite(record["test_loss"])
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_the_jsonl_scalars(finished_run):
   _, workdir, _ = finished_run
   records = read_metrics(workdir)
@@ -179,6 +184,7 @@ def test_tensorboard_holds_the_jsonl_scalars(finished_run):
     )  # TensorBoard stores float32
 
 
+@pytest.mark.slow
 def test_plots_are_png_images(finished_run):
   _, workdir, _ = finished_run
   for name in ("curves.png", "staleness.png"):
@@ -189,6 +195,7 @@ def test_plots_are_png_images(finished_run):
     assert np.ptp(image[..., :3]) > 0, f"{name} is blank"
 
 
+@pytest.mark.slow
 def test_final_checkpoint_is_at_the_last_update(finished_run):
   _, workdir, summary = finished_run
   checkpointer = Checkpointer(pathlib.Path(workdir) / "checkpoints")
@@ -198,6 +205,7 @@ def test_final_checkpoint_is_at_the_last_update(finished_run):
     checkpointer.close()
 
 
+@pytest.mark.slow
 def test_every_file_a_run_writes_is_listed_by_the_run_directory(tmp_path):
   """stalesgd.utils._run_directory is the one list of a run directory's files: a finished run holds nothing else."""
   workdir = tmp_path / "run"

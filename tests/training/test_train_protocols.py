@@ -59,6 +59,7 @@ def runs(tmp_path_factory):
   return Runs(tmp_path_factory.mktemp("protocols"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_protocol_finishes_with_finite_losses(case, runs, digits_train_size):
   config, workdir, summary = runs(case)
@@ -72,6 +73,7 @@ def test_protocol_finishes_with_finite_losses(case, runs, digits_train_size):
   assert 0.0 <= summary["test_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 def test_staleness_appears_where_the_protocol_has_it(runs):
   for case in ("hardsync", "backup", "allreduce_sync"):
     assert runs(case)[2]["staleness_max"] == 0, case
@@ -83,6 +85,7 @@ def test_staleness_appears_where_the_protocol_has_it(runs):
   assert drop_stale["staleness_max"] <= CASES["drop_stale-polynomial"]["max_staleness"]
 
 
+@pytest.mark.slow
 def test_staleness_rule_scales_stale_gradients_down(runs):
   for case in ("softsync-inverse", "drop_stale-polynomial"):
     scales = [record["lr_scale"] for record in read_metrics(runs(case)[1])]
@@ -91,11 +94,13 @@ def test_staleness_rule_scales_stale_gradients_down(runs):
   assert all(record["lr_scale"] == 1.0 for record in read_metrics(runs("async")[1]))
 
 
+@pytest.mark.slow
 def test_delay_compensation_changes_the_weights(runs):
   assert runs("async")[2]["params_sha256"] != runs("async-dc_adaptive")[2]["params_sha256"]
   assert runs("s3gd")[2]["params_sha256"] != runs("dcs3gd-constant")[2]["params_sha256"]
 
 
+@pytest.mark.slow
 def test_drop_stale_that_drops_nothing_says_so(tmp_path, capsys):
   # 1-softsync (the config's default n) has sigma <= 2, so max_staleness=4 can never drop a gradient.
   config = tiny_config("hardsync", num_epochs=0.05, protocol="drop_stale", n=1, max_staleness=4)

@@ -60,6 +60,7 @@ def read_event_scalars(workdir: pathlib.Path) -> dict:
   }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["async_dc", "dcs3gd"])
 def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, tmp_path, compilation_cache):
   workdir, log = tmp_path / "interrupted", tmp_path / "interrupted.log"

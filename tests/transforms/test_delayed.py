@@ -82,6 +82,7 @@ def test_bad_delays_are_refused():
     tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.ones(2)}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tau", [1, 3])
 def test_a_users_loop_with_delayed_equals_the_engines_round_robin_async(tau):
   learners, num_updates = tau + 1, 60
@@ -124,6 +125,7 @@ def test_a_users_loop_with_delayed_equals_the_engines_round_robin_async(tau):
 DELAYS = [1, 2, 2, 0, 1, 0]
 
 
+@pytest.mark.slow
 def test_per_gradient_delays_by_hand_with_sgd():
   inner = optax.chain(stalesgd.scale_by_staleness("constant"), stalesgd.average_contributions(), optax.sgd(0.5))
   tx = stalesgd.delayed(inner, max_delay=2)
@@ -173,6 +175,7 @@ def test_per_gradient_delays_pass_each_gradients_staleness_and_weights_by_hand()
   assert int(state.inner_state) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tau, max_delay", [(0, 0), (2, 2), (2, 4)])
 def test_per_gradient_delays_all_equal_to_tau_are_the_fixed_delay_bit_for_bit(tau, max_delay):
   fixed = stalesgd.delayed(_server_optimizer(), staleness=tau)

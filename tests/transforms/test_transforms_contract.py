@@ -153,6 +153,7 @@ def run_delayed_descent(optimizer, steps, use_extra_args):
   return final
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_extra_args", [False, True], ids=["fresh", "stale"])
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
 def test_converges_on_a_quadratic(entry, use_extra_args):
@@ -160,6 +161,7 @@ def test_converges_on_a_quadratic(entry, use_extra_args):
   assert float(loss(final)) < 1e-3 * float(loss(initial_params()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
 def test_jitted_update_matches_eager_and_does_not_retrace(entry, dtype=jnp.bfloat16):
   """In bfloat16, where a state whose dtype drifts would show as a retrace on the second call.
@@ -193,6 +195,7 @@ def test_jitted_update_matches_eager_and_does_not_retrace(entry, dtype=jnp.bfloa
   assert_trees_equal_shape_and_dtype(initial_state, jitted_state)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
 def test_accepts_unknown_extra_args(entry):
   transform = entry.build()
@@ -205,6 +208,7 @@ def test_accepts_unknown_extra_args(entry):
   jax.tree.map(np.testing.assert_array_equal, updates, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
 def test_inject_hyperparams_gives_the_same_updates(entry):
   injected = optax.inject_hyperparams(entry.factory, static_args=entry.static_args)(**entry.kwargs)
@@ -219,6 +223,7 @@ def test_inject_hyperparams_gives_the_same_updates(entry):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), injected_updates, plain_updates)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
 def test_multi_steps_accumulates_with_extra_args_without_retrace(entry):
   transform = optax.MultiSteps(entry.build(), every_k_schedule=2)
@@ -241,6 +246,7 @@ def test_multi_steps_accumulates_with_extra_args_without_retrace(entry):
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), second, reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
 def test_preserves_dtype_and_state_structure(entry, dtype):
@@ -255,6 +261,7 @@ def test_preserves_dtype_and_state_structure(entry, dtype):
     assert_trees_equal_shape_and_dtype(initial_state, state)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
 def test_tolerates_none_leaves(entry):
   transform = entry.build()

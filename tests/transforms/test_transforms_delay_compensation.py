@@ -107,6 +107,7 @@ def test_dc_asgd_a_two_steps_by_hand():
   np.testing.assert_allclose(state.mean_square, [2.25, 3.0], rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_dc_asgd_a_per_learner_three_steps_by_hand():
   transform = stalesgd.scale_by_delay_compensation(dc_lambda=1.0, adaptive=True, decay=0.5, num_learners=2)
   state = transform.init(PARAMS)
@@ -152,6 +153,7 @@ def test_bias_corrected_decay_schedule_by_hand():
   np.testing.assert_allclose(state.mean_square_weight, 0.875, rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_bias_corrected_per_learner_absent_learner_keeps_its_weight_by_hand():
   transform = stalesgd.scale_by_delay_compensation(
     dc_lambda=2.0, adaptive=True, decay=0.5, eps=0.0, num_learners=2, bias_correction=True

@@ -42,6 +42,7 @@ def sgd_trajectories(transform, reference, stale_of, steps=4):
     jax.tree.map(np.testing.assert_array_equal, ours, theirs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_stale_params_equal_to_params_is_plain_sgd_bit_for_bit(mode):
   sgd_trajectories(

@@ -56,6 +56,7 @@ def test_curve_points_use_only_records_with_both_fields_sorted_by_x():
   assert x_values.shape == (0,)
 
 
+@pytest.mark.slow
 def test_plot_curves_draws_each_run_and_tolerates_missing_fields(tmp_path):
   runs = [
     Run("hardsync", _records(18.0)),
@@ -70,6 +71,7 @@ def test_plot_curves_draws_each_run_and_tolerates_missing_fields(tmp_path):
   assert not np.array_equal(image.imread(other), pixels)
 
 
+@pytest.mark.slow
 def test_plot_curves_with_no_matching_records_still_writes_a_figure(tmp_path):
   path = plot_curves(
     [Run("no evaluations yet", [{"step": 1, "epoch": 0.1}])], tmp_path / "empty.png", y="test_error", x=("epoch",)
@@ -84,6 +86,7 @@ def test_plot_curves_rejects_empty_inputs(tmp_path):
     plot_curves([Run("a", [])], tmp_path / "x.png", x=())
 
 
+@pytest.mark.slow
 def test_staleness_histograms(tmp_path):
   generator = np.random.default_rng(0)
   staleness = {

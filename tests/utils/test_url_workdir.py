@@ -70,6 +70,7 @@ def test_gs_without_its_packages_names_what_to_install(monkeypatch):
   paths.check_workdir("gs://bucket/run")
 
 
+@pytest.mark.slow
 def test_the_program_refuses_an_s3_workdir_before_jax_starts(tmp_path):
   started = time.monotonic()
   completed = subprocess.run(
