@@ -89,24 +89,31 @@ def compilations():
   jax.monitoring.unregister_event_duration_listener(listener)
 
 
-# The files that take longest (seconds on the 2-core development machine, `--durations=0`), longest first.
+# The files that take longest (seconds of `--durations=0` in a full `make test` on the 2-core development machine
+# at load average 17-24; *: a file that did not run whole there, with its figure from the run before times 1.3,
+# what the files that ran whole in both grew by), longest first.
 # pytest-xdist (`make test`: `-n 2 --dist loadfile`) hands out whole files in collection order, so these start
 # first and the workers finish together, instead of one long file running alone at the end. A file missing
 # here only runs in its usual place.
 LONG_FILES = (
-  "tests/engine/test_engine_exactness.py",  # 307
-  "tests/benchmarks/test_training_benchmark.py",  # 298
-  "tests/studies/test_demo_robustness.py",  # 239
-  "tests/cli/test_experiment_reproduce.py",  # 170
-  "tests/training/test_train_multiprocess.py",  # 133
-  "tests/studies/test_study_parallel.py",  # 133
-  "tests/models/test_models_imagenet_step.py",  # 116
-  "tests/training/test_train_protocols.py",  # 106
-  "tests/models/test_models_zoo.py",  # 95
-  "tests/cli/test_train_command_line.py",  # 87
-  "tests/training/test_checkpoint.py",  # 85
-  "tests/faults/test_kill_two_processes.py",  # 83
-  "tests/faults/test_kill_resume.py",  # 78
+  "tests/engine/test_engine_exactness.py",  # 413
+  "tests/benchmarks/test_training_benchmark.py",  # 352
+  "tests/studies/test_demo_robustness.py",  # 310 *
+  "tests/training/test_train_protocols.py",  # 226
+  "tests/cli/test_experiment_reproduce.py",  # 220 *
+  "tests/training/test_checkpoint.py",  # 193
+  "tests/training/test_train_multiprocess.py",  # 170 *
+  "tests/studies/test_study_parallel.py",  # 167
+  "tests/training/test_own_experiment.py",  # 152
+  "tests/models/test_models_zoo.py",  # 130
+  "tests/training/test_train_outputs.py",  # 124
+  "tests/cli/test_train_command_line.py",  # 113 *
+  "tests/transforms/test_transforms_contract.py",  # 108
+  "tests/faults/test_kill_two_processes.py",  # 108 *
+  "tests/training/test_device_layout.py",  # 106
+  "tests/models/test_models_imagenet_step.py",  # 100
+  "tests/decentral/test_dcs3gd.py",  # 94
+  "tests/faults/test_kill_resume.py",  # 82
 )
 
 
