@@ -8,7 +8,7 @@ STAMP := $(VENV)/.stalesgd-installed
 CONSTRAINTS := requirements/constraints.txt
 DEMO_DIR ?= runs/demo
 
-.PHONY: test test-fast lint format demo clean-venv
+.PHONY: test test-fast lint format demo clean-venv mutation-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,3 +44,10 @@ demo: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The mutation-testing tool (pyproject.toml's `mutation` extra) in its own environment: experiments/mutation.py
+# runs it, and it runs the project's $(VENV) for each mutant's tests. Not part of `make test`.
+MUTATION_VENV := .venv-mutation
+mutation-venv:
+	$(PYTHON) -m venv $(MUTATION_VENV)
+	$(MUTATION_VENV)/bin/pip install "$$($(PYTHON) -c 'import tomllib; print(next(p for p in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["mutation"]))')"

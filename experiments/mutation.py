@@ -1,0 +1,661 @@
+"""Mutation testing of the rules the results rest on: how many one-token changes would the suite miss?
+
+For each module of `MODULES` (one Python file: the transforms' rules, the schedule's server rules, protocol
+simulation and timing model, the engine's block planner and ring buffer, DC-S3GD's step, the training optimizer
+chain and the models' multiplier rules, the seed statistics and the claim decision, the per-learner data order)
+this runs cosmic-ray with its default operators, one session per module, each mutant's tests in a fresh process
+(cosmic-ray's local distributor starts one test command per mutant: nothing is forked from a process that has
+JAX running, and no jit cache is inherited by a mutant). Each mutant runs only the module's own test files
+(`Module.tests`, chosen by reading which tests import it), with pytest's ``-x``, the persistent compilation
+cache off, and a per-mutant timeout of `--timeout-factor` times the module's unmutated test run (at least
+`--min-timeout` seconds). A timeout is reported as such, never counted as a kill.
+
+The mutants are applied to a copy of ``stalesgd/`` and ``tests/`` under ``runs/mutation/tree/`` (cosmic-ray
+edits the file on disk while a mutant's tests run; others' test runs from the checkout never see a mutant).
+The copy is made afresh at every start, so a stop in the middle of a mutant leaves nothing mutated behind.
+Each module's session is ``runs/mutation/sessions/<module>.sqlite``: a stopped pass resumes where it stopped
+(cosmic-ray's ``exec`` runs only the work items without a result); a session whose module source changed since
+it was made is set aside and made again.
+
+Controls: `CONTROLS_FILE` holds known-bad mutants written by hand before any run (at least one per module). Each
+is applied to the copy and its module's test command is run by cosmic-ray's own test runner
+(``cosmic_ray.testing.run_tests``) with the same command and timeout as the module's mutants; every control must
+come out killed. Equivalent mutants, with the reason and the evidence, are kept by hand in `EQUIVALENTS_FILE`.
+
+``results/mutation/summary.json``: the tool and its version, the configuration, per module the mutants, killed,
+survived, timed out and incompetent (and the killed share of the non-equivalent mutants, timeouts counted as not
+killed), per mutant the operator, line, outcome, diff and the test that killed it (pytest's ``FAILED`` line), and
+the controls' outcomes and the equivalent mutants.
+
+The tool lives in its own virtual environment (it is not in the project's, and not in ``make test``)::
+
+  make mutation-venv      # python3 -m venv .venv-mutation && .venv-mutation/bin/pip install cosmic-ray==8.7.0
+
+(the pin is pyproject.toml's ``mutation`` extra). Then, when no long study is running (every mutant is a test
+run on these cores)::
+
+  nohup nice -n 10 .venv/bin/python experiments/mutation.py --budget-minutes 600 > runs/mutation/log.txt 2>&1 &
+  .venv/bin/python experiments/mutation.py --modules stalesgd/transforms/_staleness.py   # one module
+  .venv/bin/python experiments/mutation.py --report      # only read the sessions and write the summary
+
+`--budget-minutes` stops starting new modules once it is spent (the module in progress finishes); run the same
+command again to continue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RUNS = ROOT / "runs" / "mutation"
+TREE = RUNS / "tree"
+SESSIONS = RUNS / "sessions"
+LOCK = RUNS / "lock"
+SUMMARY = ROOT / "results" / "mutation" / "summary.json"
+CONTROLS_FILE = ROOT / "experiments" / "mutation_controls.json"
+EQUIVALENTS_FILE = ROOT / "experiments" / "mutation_equivalents.json"
+MUTATION_VENV = ROOT / ".venv-mutation"
+PROJECT_PYTHON = ROOT / ".venv" / "bin" / "python"
+TOOL = "cosmic-ray"
+# What the copy under TREE holds: the package, the tests (with their conftest and helpers) and pytest's settings.
+COPIED = ("stalesgd", "tests", "pyproject.toml")
+PYTEST_OPTIONS = ("-x", "-q", "-p", "no:cacheprovider")
+# The test processes' environment: JAX on the CPU, no persistent compilation cache (tests/conftest.py makes one
+# only when JAX_COMPILATION_CACHE_DIR is unset; empty, JAX keeps none), the copy's stalesgd imported first.
+TEST_ENVIRONMENT = {
+  "JAX_PLATFORMS": "cpu",
+  "JAX_ENABLE_COMPILATION_CACHE": "false",
+  "JAX_COMPILATION_CACHE_DIR": "",
+  "TF_CPP_MIN_LOG_LEVEL": "3",
+  "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+class Module(NamedTuple):
+  """One mutated file, the test files that cover it, and whether its slow tests are left out."""
+
+  path: str
+  tests: tuple[str, ...]
+  what: str
+  not_slow: bool = False
+
+
+_T = "tests/transforms/"
+_S = "tests/schedule/"
+_SCHEDULE_TESTS = (_S + "test_schedule_protocols.py", _S + "test_schedule_simulate.py")
+MODULES: tuple[Module, ...] = (
+  # transforms: the update rules.
+  Module("stalesgd/transforms/_staleness.py", (_T + "test_transforms_staleness.py",), "staleness rules (Zhang et al.)"),
+  Module(
+    "stalesgd/transforms/_delay_compensation.py",
+    (_T + "test_transforms_delay_compensation.py", _T + "test_transforms_delay_compensation_reductions.py"),
+    "delay compensation (DC-ASGD)",
+  ),
+  Module("stalesgd/transforms/_gap_aware.py", (_T + "test_transforms_gap_aware.py",), "Gap-Aware"),
+  Module(
+    "stalesgd/transforms/_mean_square.py",
+    (_T + "test_transforms_delay_compensation.py", _T + "test_transforms_delay_compensation_reductions.py"),
+    "MeanSquare (DC-ASGD-a's per-learner second moment)",
+  ),
+  Module(
+    "stalesgd/transforms/_contributions.py",
+    (_T + "test_transforms_contributions.py", _T + "test_transforms_staleness.py"),
+    "stacks of contributions, their average",
+  ),
+  Module("stalesgd/transforms/_delayed.py", (_T + "test_delayed.py",), "fixed and per-gradient delays"),
+  Module("stalesgd/transforms/_modulated_step.py", (_T + "test_modulated_step.py",), "the modulated step"),
+  Module("stalesgd/transforms/_delayed_nesterov.py", (_T + "test_delayed_nesterov.py",), "delayed Nesterov"),
+  Module(
+    "stalesgd/transforms/_local_run.py",
+    (_T + "test_local_run.py", "tests/decentral/test_diloco_shard_map.py"),
+    "local runs and the outer step (DiLoCo)",
+  ),
+  Module(
+    "stalesgd/transforms/_aliases.py",
+    (_T + "test_transforms_staleness.py", _T + "test_transforms_delay_compensation.py"),
+    "staleness_aware_sgd, dc_asgd",
+  ),
+  Module(
+    "stalesgd/transforms/_moving_average.py",
+    (_T + "test_transforms_gap_aware.py", _T + "test_transforms_delay_compensation.py"),
+    "the exponential moving average of Gap-Aware and MeanSquare",
+  ),
+  Module(
+    "stalesgd/transforms/_hyperparameters.py",
+    (_T + "test_transforms_staleness.py", _T + "test_transforms_gap_aware.py"),
+    "a hyperparameter's value at an update (schedules)",
+  ),
+  # schedule: server rules, protocol simulation, timing model.
+  Module("stalesgd/schedule/_parameter_server.py", _SCHEDULE_TESTS, "the parameter server and its link"),
+  Module("stalesgd/schedule/_ssp.py", _SCHEDULE_TESTS, "stale-synchronous server rule"),
+  Module("stalesgd/schedule/_softsync.py", _SCHEDULE_TESTS, "arrival-order (softsync / async) server rule"),
+  Module("stalesgd/schedule/_backup.py", _SCHEDULE_TESTS, "backup-worker server rule"),
+  Module("stalesgd/schedule/_decentralized.py", _SCHEDULE_TESTS, "decentralised all-reduce schedule"),
+  Module("stalesgd/schedule/_protocols.py", _SCHEDULE_TESTS, "the protocol table and simulate"),
+  Module(
+    "stalesgd/schedule/_timing.py",
+    (_S + "test_schedule_timing.py", _S + "test_schedule_simulate.py"),
+    "the timing model",
+  ),
+  Module(
+    "stalesgd/schedule/_durations.py",
+    (_S + "test_schedule_timing.py", _S + "test_schedule_protocols.py"),
+    "per-learner step durations",
+  ),
+  # engine.
+  Module("stalesgd/engine/_blocks.py", ("tests/engine/test_engine_blocks.py",), "the block planner"),
+  Module("stalesgd/engine/_ring_buffer.py", ("tests/engine/test_engine_blocks.py",), "the ring buffer of weights"),
+  # decentral.
+  Module("stalesgd/decentral/_dcs3gd.py", ("tests/decentral/test_dcs3gd.py",), "DC-S3GD's step"),
+  # training: the optimizer chain; models: the multiplier rules.
+  Module(
+    "stalesgd/training/_optimizer.py",
+    (
+      "tests/training/test_optimizer_solver.py",
+      "tests/configs/test_config_optimizers.py",
+      "tests/training/test_optimizer_delay_compensation.py",
+    ),
+    "multipliers, decay placement, learning-rate schedule and warm-up",
+  ),
+  Module(
+    "stalesgd/training/_solvers.py",
+    ("tests/training/test_optimizer_solver.py", "tests/configs/test_config_optimizers.py"),
+    "the optax solvers a config may name",
+  ),
+  Module(
+    "stalesgd/models/_spec.py",
+    ("tests/training/test_optimizer_solver.py", "tests/models/test_models_zoo.py"),
+    "a model's multipliers by parameter path",
+  ),
+  Module(
+    "stalesgd/models/_cifar10_full.py",
+    ("tests/models/test_models_zoo.py", "tests/configs/test_config_optimizers.py"),
+    "cifar10_full's Caffe and Rudra multiplier rules",
+  ),
+  Module(
+    "stalesgd/models/_alexnet.py",
+    ("tests/models/test_models_zoo.py", "tests/models/test_models_caffe_layers.py"),
+    "AlexNet's decay multipliers",
+  ),
+  # studies: the rules that decide the claims.
+  Module("stalesgd/studies/_seed_statistics.py", ("tests/studies/test_study_statistics.py",), "the paired interval"),
+  Module(
+    "stalesgd/studies/_study.py",
+    ("tests/studies/test_study_statistics.py", "tests/studies/test_experiment_studies.py"),
+    "a claim's rule and decision",
+  ),
+  Module("stalesgd/studies/_report.py", ("tests/studies/test_study_statistics.py",), "claims decided from runs"),
+  # data: the per-learner data order.
+  Module("stalesgd/data/_learner_batches.py", ("tests/data/test_data_learner_batches.py",), "learner j's k-th batch"),
+  Module(
+    "stalesgd/data/_counter_hash.py", ("tests/data/test_data_learner_batches.py",), "the counter-based batch keys"
+  ),
+)
+
+
+# ---- pure parts (tests/repository/test_mutation_runner.py) -------------------------------------------------------
+
+
+def slug_of(path: str) -> str:
+  """``stalesgd/transforms/_staleness.py`` -> ``stalesgd.transforms._staleness``."""
+  return path.removesuffix(".py").replace("/", ".")
+
+
+def test_command(module: Module, python: str = str(PROJECT_PYTHON)) -> str:
+  """The command cosmic-ray runs for each of ``module``'s mutants (from the copy's root)."""
+  words = [python, "-m", "pytest", *PYTEST_OPTIONS]
+  if module.not_slow:
+    words += ["-m", "not slow"]
+  return shlex.join([*words, *module.tests])
+
+
+def apply_control(source: str, old: str, new: str) -> str:
+  """``source`` with its one occurrence of ``old`` replaced; refuses an absent or ambiguous ``old``."""
+  count = source.count(old)
+  if count != 1:
+    raise ValueError(f"a control's old text must occur exactly once; it occurs {count} times: {old!r}")
+  return source.replace(old, new, 1)
+
+
+_KILLER = re.compile(r"^(?:FAILED|ERROR) (tests/\S+)", re.MULTILINE)
+
+
+def killing_test(output: str | None) -> str | None:
+  """The test named by pytest's first ``FAILED`` / ``ERROR`` line of ``output``, else None."""
+  found = _KILLER.search(output or "")
+  return found.group(1) if found else None
+
+
+def outcome_of(result: Mapping[str, Any] | None) -> str:
+  """One work item's outcome: killed, survived, timed out, incompetent, no mutation, or pending.
+
+  cosmic-ray records a test command that ran past its timeout as killed with the output ``"timeout"``; here it
+  is ``"timed out"``, never a kill.
+  """
+  if result is None:
+    return "pending"
+  worker = result.get("worker_outcome")
+  if worker == "no-test" or worker == "skipped":
+    return "no mutation"
+  if worker != "normal":
+    return "incompetent"
+  test = result.get("test_outcome")
+  if test == "killed":
+    return "timed out" if (result.get("output") or "").strip() == "timeout" else "killed"
+  if test == "survived":
+    return "survived"
+  return "incompetent"
+
+
+def _diff_lines(diff: str | None) -> list[str]:
+  return [line for line in (diff or "").splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def equivalent_key(module: str, operator: str, occurrence: int) -> tuple[str, str, int]:
+  return (module, operator, int(occurrence))
+
+
+def module_summary(
+  module: str, records: Iterable[Sequence[Any]], equivalents: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+  """Counts and per-mutant rows of one module from ``cosmic-ray dump`` records ``[work_item, result]``.
+
+  ``killed_percent`` is the killed share of the decided, non-equivalent mutants: timeouts count as not killed
+  (undecided), incompetent mutants and pending ones are left out of the denominator.
+  """
+  known = {
+    equivalent_key(entry["module"], entry["operator"], entry["occurrence"]): entry
+    for entry in equivalents
+    if entry["module"] == module
+  }
+  mutants = []
+  for work_item, result in records:
+    (mutation,) = work_item["mutations"]
+    outcome = outcome_of(result)
+    if outcome == "no mutation":
+      continue
+    key = equivalent_key(module, mutation["operator_name"], mutation["occurrence"])
+    row = {
+      "job_id": work_item["job_id"],
+      "operator": mutation["operator_name"],
+      "occurrence": mutation["occurrence"],
+      "line": mutation["start_pos"][0],
+      "function": mutation.get("definition_name"),
+      "outcome": outcome,
+      "killed_by": killing_test(result.get("output")) if outcome == "killed" else None,
+      "diff": _diff_lines(result.get("diff")) if result else [],
+      "equivalent": key in known,
+    }
+    if outcome == "killed" and row["killed_by"] is None:
+      tail = (result.get("output") or "").strip().splitlines()
+      row["output_tail"] = tail[-1][:200] if tail else ""
+    mutants.append(row)
+  mutants.sort(key=lambda row: (row["line"], row["operator"], row["occurrence"]))
+  counts = {
+    name: sum(row["outcome"] == outcome for row in mutants)
+    for name, outcome in (
+      ("killed", "killed"),
+      ("survived", "survived"),
+      ("timed_out", "timed out"),
+      ("incompetent", "incompetent"),
+      ("pending", "pending"),
+    )
+  }
+  equivalent = sum(row["equivalent"] and row["outcome"] != "killed" for row in mutants)
+  decided = counts["killed"] + counts["survived"] + counts["timed_out"] - equivalent
+  return {
+    "mutants": len(mutants),
+    **counts,
+    "equivalent": equivalent,
+    "killed_percent_of_non_equivalent": round(100.0 * counts["killed"] / decided, 2) if decided > 0 else None,
+    "survivors": [row for row in mutants if row["outcome"] == "survived" and not row["equivalent"]],
+    "mutant_list": mutants,
+  }
+
+
+# ---- running ------------------------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+  return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _sha256(path: pathlib.Path) -> str:
+  return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _read_json(path: pathlib.Path, default: Any) -> Any:
+  return json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
+
+
+def _write_json(path: pathlib.Path, value: Any) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  temporary = path.with_suffix(path.suffix + ".tmp")
+  temporary.write_text(json.dumps(value, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+  temporary.replace(path)
+
+
+def _tool(name: str) -> pathlib.Path:
+  return MUTATION_VENV / "bin" / name
+
+
+def _pinned_version() -> str:
+  extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+  (pin,) = [entry for entry in extras["mutation"] if entry.startswith(TOOL)]
+  return pin.split("==", 1)[1]
+
+
+def tool_version() -> str | None:
+  if not _tool(TOOL).exists():
+    return None
+  printed = subprocess.run([str(_tool(TOOL)), "--version"], capture_output=True, text=True, check=True).stdout
+  return printed.strip().rsplit(" ", 1)[-1]
+
+
+def _environment() -> dict[str, str]:
+  environment = dict(os.environ)
+  environment.update(TEST_ENVIRONMENT)
+  environment["PYTHONPATH"] = str(TREE)
+  return environment
+
+
+def _lock() -> None:
+  RUNS.mkdir(parents=True, exist_ok=True)
+  if LOCK.exists():
+    pid = int(LOCK.read_text().strip() or 0)
+    try:
+      os.kill(pid, 0)
+    except (ProcessLookupError, ValueError):
+      pass
+    else:
+      raise SystemExit(f"another mutation pass (pid {pid}) is running; {LOCK} names it")
+  LOCK.write_text(str(os.getpid()))
+
+
+def copy_tree() -> None:
+  """A fresh copy of the package and its tests under TREE (nothing mutated is left from a stop)."""
+  if TREE.exists():
+    shutil.rmtree(TREE)
+  TREE.mkdir(parents=True)
+  ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+  for name in COPIED:
+    source = ROOT / name
+    if source.is_dir():
+      shutil.copytree(source, TREE / name, ignore=ignore)
+    else:
+      shutil.copy2(source, TREE / name)
+  # The mutants must reach the tests: the copy's stalesgd, not the checkout's editable install, is imported.
+  found = subprocess.run(
+    [str(PROJECT_PYTHON), "-c", "import stalesgd; print(stalesgd.__file__)"],
+    cwd=TREE,
+    env=_environment(),
+    capture_output=True,
+    text=True,
+    check=True,
+  ).stdout.strip()
+  if not pathlib.Path(found).resolve().is_relative_to(TREE.resolve()):
+    raise SystemExit(f"the copy's test processes import stalesgd from {found}, not from {TREE}")
+
+
+def _run_tests_with_tool(command: str, timeout: float) -> tuple[str, str]:
+  """``command`` run by cosmic-ray's own test runner, as for a mutant; returns (test outcome, output)."""
+  program = (
+    "import json, sys\n"
+    "from cosmic_ray.testing import run_tests\n"
+    "outcome, output = run_tests(sys.argv[1], float(sys.argv[2]))\n"
+    "print(json.dumps([outcome.value, output]))\n"
+  )
+  finished = subprocess.run(
+    [str(_tool("python")), "-c", program, command, str(timeout)],
+    cwd=TREE,
+    env=_environment(),
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  outcome, output = json.loads(finished.stdout.strip().splitlines()[-1])
+  return outcome, output
+
+
+def _config_text(module: Module, timeout: float) -> str:
+  lines = [
+    "[cosmic-ray]",
+    f"module-path = {json.dumps(module.path)}",
+    f"timeout = {timeout:.1f}",
+    "excluded-modules = []",
+    f"test-command = {json.dumps(test_command(module))}",
+    "",
+    "[cosmic-ray.distributor]",
+    'name = "local"',
+    "",
+  ]
+  return "\n".join(lines)
+
+
+def _module_files(module: Module) -> dict[str, pathlib.Path]:
+  base = SESSIONS / slug_of(module.path)
+  return {
+    "session": base.with_suffix(".sqlite"),
+    "config": base.with_suffix(".toml"),
+    "meta": base.with_suffix(".json"),
+    "controls": base.with_suffix(".controls.json"),
+  }
+
+
+def _baseline(module: Module) -> tuple[bool, float, str]:
+  start = time.monotonic()
+  finished = subprocess.run(
+    shlex.split(test_command(module)), cwd=TREE, env=_environment(), capture_output=True, text=True
+  )
+  return finished.returncode == 0, time.monotonic() - start, (finished.stdout + finished.stderr)[-2000:]
+
+
+def _set_aside_if_stale(module: Module, files: Mapping[str, pathlib.Path], digest: str) -> None:
+  meta = _read_json(files["meta"], None)
+  if meta is None or meta.get("source_sha256") == digest:
+    return
+  stamp = meta.get("source_sha256", "unknown")[:8]
+  for name in ("session", "config", "meta", "controls"):
+    if files[name].exists():
+      files[name].rename(files[name].with_name(f"{files[name].stem}.stale-{stamp}{files[name].suffix}"))
+  print(f"{module.path}: source changed since its session was made; the old session is set aside", flush=True)
+
+
+def run_controls(module: Module, controls: Sequence[Mapping[str, Any]], timeout: float, digest: str) -> None:
+  files = _module_files(module)
+  done = _read_json(files["controls"], {})
+  for control in controls:
+    if control["id"] in done and done[control["id"]].get("source_sha256") == digest:
+      continue
+    target = TREE / control["file"]
+    original = target.read_text(encoding="utf-8")
+    start = time.monotonic()
+    try:
+      target.write_text(apply_control(original, control["old"], control["new"]), encoding="utf-8")
+      outcome, output = _run_tests_with_tool(test_command(module), timeout)
+    finally:
+      target.write_text(original, encoding="utf-8")
+    result = outcome_of({"worker_outcome": "normal", "test_outcome": outcome, "output": output})
+    done[control["id"]] = {
+      "file": control["file"],
+      "description": control["description"],
+      "outcome": result,
+      "killed_by": killing_test(output) if result == "killed" else None,
+      "seconds": round(time.monotonic() - start, 1),
+      "source_sha256": digest,
+    }
+    _write_json(files["controls"], done)
+    print(f"  control {control['id']}: {result} ({done[control['id']]['killed_by']})", flush=True)
+
+
+def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence[Mapping[str, Any]]) -> None:
+  files = _module_files(module)
+  SESSIONS.mkdir(parents=True, exist_ok=True)
+  digest = _sha256(ROOT / module.path)
+  _set_aside_if_stale(module, files, digest)
+  meta = _read_json(files["meta"], None)
+  if meta is None:
+    passed, seconds, tail = _baseline(module)
+    timeout = max(arguments.min_timeout, arguments.timeout_factor * seconds)
+    meta = {
+      "module": module.path,
+      "source_sha256": digest,
+      "tests": list(module.tests),
+      "test_command": test_command(module),
+      "baseline_passed": passed,
+      "baseline_seconds": round(seconds, 1),
+      "timeout_seconds": round(timeout, 1),
+      "created": _now(),
+      "load_average_at_creation": list(os.getloadavg()),
+      "exec_runs": [],
+    }
+    if passed:
+      files["session"].unlink(missing_ok=True)
+      files["config"].write_text(_config_text(module, timeout), encoding="utf-8")
+      subprocess.run(
+        [str(_tool(TOOL)), "init", str(files["config"]), str(files["session"])],
+        cwd=TREE,
+        env=_environment(),
+        check=True,
+      )
+    else:
+      print(f"{module.path}: its tests fail unmutated; skipped\n{tail}", flush=True)
+    _write_json(files["meta"], meta)  # last: a session without its meta is made again
+  if not meta["baseline_passed"]:
+    print(f"{module.path}: its tests failed unmutated when the session was made; delete {files['meta']} to retry")
+    return
+  print(f"{module.path}: timeout {meta['timeout_seconds']} s per mutant", flush=True)
+  module_controls = [control for control in controls if control["file"] == module.path]
+  if not arguments.no_controls:
+    run_controls(module, module_controls, meta["timeout_seconds"], digest)
+  started, load = time.monotonic(), list(os.getloadavg())
+  subprocess.run(
+    [str(_tool(TOOL)), "exec", str(files["config"]), str(files["session"])], cwd=TREE, env=_environment(), check=True
+  )
+  meta["exec_runs"].append(
+    {"ended": _now(), "seconds": round(time.monotonic() - started, 1), "load_average_at_start": load}
+  )
+  _write_json(files["meta"], meta)
+
+
+def _dump(session: pathlib.Path) -> list[list[Any]]:
+  printed = subprocess.run(
+    [str(_tool(TOOL)), "dump", str(session)], cwd=TREE if TREE.exists() else ROOT, capture_output=True, text=True
+  )
+  printed.check_returncode()
+  return [json.loads(line) for line in printed.stdout.splitlines() if line.strip()]
+
+
+def write_summary(controls: Sequence[Mapping[str, Any]], note: str | None = None) -> dict[str, Any]:
+  equivalents = _read_json(EQUIVALENTS_FILE, {"equivalents": []})["equivalents"]
+  modules, control_rows = [], []
+  for module in MODULES:
+    files = _module_files(module)
+    meta = _read_json(files["meta"], None)
+    entry: dict[str, Any] = {"module": module.path, "what": module.what, "tests": list(module.tests)}
+    entry["test_command"] = test_command(module)
+    if meta is None:
+      entry["status"] = "not run"
+    elif not meta["baseline_passed"]:
+      entry.update(status="tests fail unmutated", meta=meta)
+    else:
+      summary = module_summary(module.path, _dump(files["session"]) if files["session"].exists() else [], equivalents)
+      entry["status"] = "in progress" if summary["pending"] else "done"
+      entry.update(
+        {key: meta[key] for key in ("source_sha256", "baseline_seconds", "timeout_seconds", "created", "exec_runs")}
+      )
+      entry["load_average_at_creation"] = meta["load_average_at_creation"]
+      entry.update(summary)
+    done = _read_json(files["controls"], {})
+    for control in controls:
+      if control["file"] == module.path:
+        row = done.get(control["id"], {"outcome": "not run"})
+        control_rows.append(
+          {"id": control["id"], "file": control["file"], "description": control["description"], **row}
+        )
+    modules.append(entry)
+  finished = [entry for entry in modules if entry["status"] == "done"]
+  summary = {
+    "tool": {"name": TOOL, "version": tool_version(), "pinned": _pinned_version()},
+    "written": _now(),
+    "scope": "complete"
+    if len(finished) == len(modules)
+    else f"partial: {len(finished)} of {len(modules)} modules done",
+    "note": note,
+    "machine": {"cpus": os.cpu_count(), "load_average_when_written": list(os.getloadavg())},
+    "configuration": {
+      "operators": "cosmic-ray's defaults: every core operator, no filters",
+      "distributor": "local: one fresh test process per mutant, sequentially",
+      "one session per module": True,
+      "pytest_options": list(PYTEST_OPTIONS),
+      "environment": {**TEST_ENVIRONMENT, "PYTHONPATH": "runs/mutation/tree (a copy of stalesgd/ and tests/)"},
+      "timeout": "per module: max(min_timeout, timeout_factor x the unmutated test run), fixed at session creation",
+      "timed out": "reported separately, never counted as killed",
+      "controls": "hand-written known-bad patches (experiments/mutation_controls.json), each run by cosmic-ray's "
+      "own test runner with its module's test command and timeout",
+    },
+    "modules": modules,
+    "controls": control_rows,
+    "equivalents": equivalents,
+  }
+  _write_json(SUMMARY, summary)
+  return summary
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+  parser.add_argument("--modules", nargs="*", help="module paths (default: all of MODULES)")
+  parser.add_argument("--budget-minutes", type=float, default=None, help="start no new module after this")
+  parser.add_argument("--report", action="store_true", help="only read the sessions and write the summary")
+  parser.add_argument("--timeout-factor", type=float, default=5.0)
+  parser.add_argument("--min-timeout", type=float, default=120.0)
+  parser.add_argument("--no-controls", action="store_true", help="skip the hand-written controls")
+  parser.add_argument("--note", default=None, help="a line for the summary (e.g. the machine's load)")
+  arguments = parser.parse_args(argv)
+  version = tool_version()
+  if version is None:
+    raise SystemExit(f"{TOOL} is not installed in {MUTATION_VENV}: run `make mutation-venv`")
+  if version != _pinned_version():
+    print(f"warning: {TOOL} {version} in {MUTATION_VENV}, pyproject.toml pins {_pinned_version()}", flush=True)
+  controls = _read_json(CONTROLS_FILE, {"controls": []})["controls"]
+  if not arguments.report:
+    known = {module.path: module for module in MODULES}
+    chosen = [known[path] for path in arguments.modules] if arguments.modules else list(MODULES)
+    deadline = None if arguments.budget_minutes is None else time.monotonic() + 60 * arguments.budget_minutes
+    _lock()
+    try:
+      copy_tree()
+      for module in chosen:
+        if deadline is not None and time.monotonic() > deadline:
+          print(f"budget spent; not started: {', '.join(m.path for m in chosen[chosen.index(module) :])}")
+          break
+        run_module(module, arguments, controls)
+        write_summary(controls, arguments.note)
+    finally:
+      LOCK.unlink(missing_ok=True)
+  summary = write_summary(controls, arguments.note)
+  for entry in summary["modules"]:
+    if "mutants" in entry:
+      print(
+        f"{entry['module']}: {entry['mutants']} mutants, {entry['killed']} killed, {entry['survived']} survived, "
+        f"{entry['timed_out']} timed out, {entry['incompetent']} incompetent, {entry['pending']} pending"
+      )
+  print(f"wrote {SUMMARY.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,96 @@
+"""experiments/mutation.py's pure parts: the summary built from a session's records, the control-patch applier,
+the killing test read from pytest's output, and the module table against the controls. Needs no mutation tool
+(the records are written here in `cosmic-ray dump`'s form) and runs no test command."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from experiments import mutation
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _record(job, operator, occurrence, line, result):
+  mutation_spec = {
+    "module_path": "stalesgd/transforms/_x.py",
+    "operator_name": f"core/{operator}",
+    "occurrence": occurrence,
+    "start_pos": [line, 4],
+    "end_pos": [line, 5],
+    "operator_args": {},
+    "definition_name": "rule",
+  }
+  return [{"job_id": job, "mutations": [mutation_spec]}, result]
+
+
+def _result(test_outcome, output="", worker="normal"):
+  return {"worker_outcome": worker, "output": output, "test_outcome": test_outcome, "diff": "--- a\n+++ b\n-x\n+y"}
+
+
+FAILED = "....F\n=== short test summary info ===\nFAILED tests/transforms/test_x.py::test_rule[0.5] - assert 1 == 2\n"
+
+
+def test_the_summary_counts_each_outcome_and_never_a_timeout_as_killed():
+  records = [
+    _record("a", "ReplaceBinaryOperator_Add_Sub", 0, 10, _result("killed", FAILED)),
+    _record("b", "ReplaceBinaryOperator_Add_Mul", 0, 10, _result("survived", "5 passed")),
+    _record("c", "NumberReplacer", 1, 12, _result("killed", "timeout")),
+    _record("d", "NumberReplacer", 0, 12, _result("incompetent", "Traceback", worker="exception")),
+    _record("e", "NumberReplacer", 2, 12, _result(None, None, worker="no-test")),
+    _record("f", "ReplaceComparisonOperator_Lt_LtE", 0, 14, None),
+    _record("g", "ReplaceComparisonOperator_Lt_Gt", 0, 14, _result("killed", "ERROR collecting tests/x.py\n")),
+  ]
+  summary = mutation.module_summary("stalesgd/transforms/_x.py", records)
+  assert (summary["mutants"], summary["killed"], summary["survived"]) == (6, 2, 1)
+  assert (summary["timed_out"], summary["incompetent"], summary["pending"], summary["equivalent"]) == (1, 1, 1, 0)
+  assert summary["killed_percent_of_non_equivalent"] == 50.0  # 2 killed of 4 decided: the timeout is not a kill
+  rows = {row["job_id"]: row for row in summary["mutant_list"]}
+  assert rows["a"]["killed_by"] == "tests/transforms/test_x.py::test_rule[0.5]"
+  assert rows["a"]["diff"] == ["-x", "+y"] and rows["a"]["line"] == 10
+  assert rows["c"]["outcome"] == "timed out" and rows["c"]["killed_by"] is None
+  assert rows["g"]["killed_by"] is None and rows["g"]["output_tail"] == "ERROR collecting tests/x.py"
+  assert [row["job_id"] for row in summary["survivors"]] == ["b"]
+
+
+def test_an_equivalent_survivor_leaves_the_denominator():
+  records = [
+    _record("a", "ReplaceBinaryOperator_Add_Sub", 0, 10, _result("killed", FAILED)),
+    _record("b", "ReplaceBinaryOperator_Add_Mul", 0, 10, _result("survived", "5 passed")),
+  ]
+  equivalents = [
+    {"module": "stalesgd/transforms/_x.py", "operator": "core/ReplaceBinaryOperator_Add_Mul", "occurrence": 0}
+  ]
+  summary = mutation.module_summary("stalesgd/transforms/_x.py", records, equivalents)
+  assert summary["equivalent"] == 1 and summary["survivors"] == []
+  assert summary["killed_percent_of_non_equivalent"] == 100.0
+
+
+def test_the_control_applier_refuses_an_absent_or_ambiguous_old_text():
+  assert mutation.apply_control("a = b + c\n", "b + c", "b - c") == "a = b - c\n"
+  with pytest.raises(ValueError, match="occurs 0 times"):
+    mutation.apply_control("a = b + c\n", "b * c", "b - c")
+  with pytest.raises(ValueError, match="occurs 2 times"):
+    mutation.apply_control("a = b + c\nd = b + c\n", "b + c", "b - c")
+
+
+def test_every_listed_module_has_a_control_that_applies_and_tests_that_exist():
+  controls = json.loads((REPOSITORY / "experiments" / "mutation_controls.json").read_text())["controls"]
+  for control in controls:  # each applies to today's source, exactly once
+    mutation.apply_control((REPOSITORY / control["file"]).read_text(), control["old"], control["new"])
+  listed = {module.path for module in mutation.MODULES}
+  assert len(listed) == len(mutation.MODULES)
+  assert listed == {control["file"] for control in controls}
+  for module in mutation.MODULES:
+    assert (REPOSITORY / module.path).is_file(), module.path
+    for test in module.tests:
+      assert (REPOSITORY / test).is_file(), test
+
+
+def test_the_test_command_runs_the_modules_tests_stopping_at_the_first_failure():
+  module = mutation.Module("stalesgd/x.py", ("tests/a.py", "tests/b.py"), "x", not_slow=True)
+  command = mutation.test_command(module, python="/p/python")
+  assert command == "/p/python -m pytest -x -q -p no:cacheprovider -m 'not slow' tests/a.py tests/b.py"
