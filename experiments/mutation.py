@@ -38,7 +38,8 @@ run on these cores)::
   .venv/bin/python experiments/mutation.py --modules stalesgd/transforms/_staleness.py   # one module
   .venv/bin/python experiments/mutation.py --report      # only read the sessions and write the summary
 
-`--budget-minutes` stops starting new modules once it is spent (the module in progress finishes); run the same
+``--controls-only`` runs each module's unmutated tests and its controls, not its mutants (a quick check of the
+table). `--budget-minutes` stops starting new modules once it is spent (the module in progress finishes); run the same
 command again to continue.
 """
 
@@ -446,14 +447,13 @@ def _config_text(module: Module, timeout: float) -> str:
   return "\n".join(lines)
 
 
+_SESSION_FILES = {"session": ".sqlite", "config": ".toml", "meta": ".json", "controls": ".controls.json"}
+
+
 def _module_files(module: Module) -> dict[str, pathlib.Path]:
-  base = SESSIONS / slug_of(module.path)
-  return {
-    "session": base.with_suffix(".sqlite"),
-    "config": base.with_suffix(".toml"),
-    "meta": base.with_suffix(".json"),
-    "controls": base.with_suffix(".controls.json"),
-  }
+  # Not Path.with_suffix: the slug's last dotted part ("._staleness") would be taken for a suffix.
+  slug = slug_of(module.path)
+  return {name: SESSIONS / f"{slug}{ending}" for name, ending in _SESSION_FILES.items()}
 
 
 def _baseline(module: Module) -> tuple[bool, float, str]:
@@ -469,9 +469,10 @@ def _set_aside_if_stale(module: Module, files: Mapping[str, pathlib.Path], diges
   if meta is None or meta.get("source_sha256") == digest:
     return
   stamp = meta.get("source_sha256", "unknown")[:8]
-  for name in ("session", "config", "meta", "controls"):
+  slug = slug_of(module.path)
+  for name, ending in _SESSION_FILES.items():
     if files[name].exists():
-      files[name].rename(files[name].with_name(f"{files[name].stem}.stale-{stamp}{files[name].suffix}"))
+      files[name].rename(SESSIONS / f"{slug}.stale-{stamp}{ending}")
   print(f"{module.path}: source changed since its session was made; the old session is set aside", flush=True)
 
 
@@ -542,6 +543,8 @@ def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence
   module_controls = [control for control in controls if control["file"] == module.path]
   if not arguments.no_controls:
     run_controls(module, module_controls, meta["timeout_seconds"], digest)
+  if arguments.controls_only:
+    return
   started, load = time.monotonic(), list(os.getloadavg())
   subprocess.run(
     [str(_tool(TOOL)), "exec", str(files["config"]), str(files["session"])], cwd=TREE, env=_environment(), check=True
@@ -624,6 +627,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--timeout-factor", type=float, default=5.0)
   parser.add_argument("--min-timeout", type=float, default=120.0)
   parser.add_argument("--no-controls", action="store_true", help="skip the hand-written controls")
+  parser.add_argument("--controls-only", action="store_true", help="run the controls (and baselines), no mutants")
   parser.add_argument("--note", default=None, help="a line for the summary (e.g. the machine's load)")
   arguments = parser.parse_args(argv)
   version = tool_version()

@@ -94,3 +94,10 @@ def test_the_test_command_runs_the_modules_tests_stopping_at_the_first_failure()
   module = mutation.Module("stalesgd/x.py", ("tests/a.py", "tests/b.py"), "x", not_slow=True)
   command = mutation.test_command(module, python="/p/python")
   assert command == "/p/python -m pytest -x -q -p no:cacheprovider -m 'not slow' tests/a.py tests/b.py"
+
+
+def test_each_module_has_its_own_session_files():
+  files = [mutation._module_files(module) for module in mutation.MODULES]
+  paths = [path for entry in files for path in entry.values()]
+  assert len(set(paths)) == len(paths)
+  assert files[0]["session"].name == "stalesgd.transforms._staleness.sqlite"
