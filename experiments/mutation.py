@@ -34,6 +34,7 @@ The tool lives in its own virtual environment (it is not in the project's, and n
 (the pin is pyproject.toml's ``mutation`` extra). Then, when no long study is running (every mutant is a test
 run on these cores)::
 
+  mkdir -p runs/mutation
   nohup nice -n 10 .venv/bin/python experiments/mutation.py --budget-minutes 600 > runs/mutation/log.txt 2>&1 &
   .venv/bin/python experiments/mutation.py --modules stalesgd/transforms/_staleness.py   # one module
   .venv/bin/python experiments/mutation.py --report      # only read the sessions and write the summary
