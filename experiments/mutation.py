@@ -14,8 +14,8 @@ The mutants are applied to a copy of ``stalesgd/`` and ``tests/`` under ``runs/m
 edits the file on disk while a mutant's tests run; others' test runs from the checkout never see a mutant).
 The copy is made afresh at every start, so a stop in the middle of a mutant leaves nothing mutated behind.
 Each module's session is ``runs/mutation/sessions/<module>.sqlite``: a stopped pass resumes where it stopped
-(cosmic-ray's ``exec`` runs only the work items without a result); a session whose module source changed since
-it was made is set aside and made again.
+(cosmic-ray's ``exec`` runs only the work items without a result); a session whose module source or test
+command changed since it was made is set aside and made again.
 
 Controls: `CONTROLS_FILE` holds known-bad mutants written by hand before any run (at least one per module). Each
 is applied to the copy and its module's test command is run by cosmic-ray's own test runner
@@ -204,7 +204,9 @@ MODULES: tuple[Module, ...] = (
   # data: the per-learner data order.
   Module("stalesgd/data/_learner_batches.py", ("tests/data/test_data_learner_batches.py",), "learner j's k-th batch"),
   Module(
-    "stalesgd/data/_counter_hash.py", ("tests/data/test_data_learner_batches.py",), "the counter-based batch keys"
+    "stalesgd/data/_counter_hash.py",
+    ("tests/data/test_counter_hash_reference.py", "tests/data/test_data_learner_batches.py"),
+    "the counter-based batch keys",
   ),
 )
 
@@ -467,14 +469,14 @@ def _baseline(module: Module) -> tuple[bool, float, str]:
 
 def _set_aside_if_stale(module: Module, files: Mapping[str, pathlib.Path], digest: str) -> None:
   meta = _read_json(files["meta"], None)
-  if meta is None or meta.get("source_sha256") == digest:
+  if meta is None or (meta.get("source_sha256"), meta.get("test_command")) == (digest, test_command(module)):
     return
   stamp = meta.get("source_sha256", "unknown")[:8]
   slug = slug_of(module.path)
   for name, ending in _SESSION_FILES.items():
     if files[name].exists():
       files[name].rename(SESSIONS / f"{slug}.stale-{stamp}{ending}")
-  print(f"{module.path}: source changed since its session was made; the old session is set aside", flush=True)
+  print(f"{module.path}: source or tests changed since its session was made; the old session is set aside", flush=True)
 
 
 def run_controls(module: Module, controls: Sequence[Mapping[str, Any]], timeout: float, digest: str) -> None:
