@@ -115,7 +115,12 @@ MODULES: tuple[Module, ...] = (
   ),
   Module(
     "stalesgd/transforms/_contributions.py",
-    (_T + "test_transforms_contributions.py", _T + "test_transforms_staleness.py"),
+    # Stack.displacements' sign matters only to delay compensation (Gap-Aware takes its absolute value).
+    (
+      _T + "test_transforms_contributions.py",
+      _T + "test_transforms_staleness.py",
+      _T + "test_transforms_delay_compensation.py",
+    ),
     "stacks of contributions, their average",
   ),
   Module("stalesgd/transforms/_delayed.py", (_T + "test_delayed.py",), "fixed and per-gradient delays"),
