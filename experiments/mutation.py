@@ -662,9 +662,11 @@ def main(argv: Sequence[str] | None = None) -> None:
           break
         run_module(module, arguments, controls)
         write_summary(controls, arguments.note)
+      summary = write_summary(controls, arguments.note)  # under the lock: no second pass copies the tree meanwhile
     finally:
       LOCK.unlink(missing_ok=True)
-  summary = write_summary(controls, arguments.note)
+  else:
+    summary = write_summary(controls, arguments.note)
   for entry in summary["modules"]:
     if "mutants" in entry:
       print(
