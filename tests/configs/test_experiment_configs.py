@@ -17,25 +17,13 @@ from stalesgd.training._config_checks import validate_config
 from stalesgd.training._config_readers import protocol_options, timing_model, updates_per_epoch
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._run_config import DECENTRALIZED_PROTOCOLS
+from tests.helpers.packaged_configs import EXPECTED_CONFIGS
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "stalesgd" / "configs"
 NUM_DEVICES = 8
 TRAIN_EXAMPLES = {"cifar10": 50_000, "mnist": 60_000, "digits": 1_497, "imagenet2012": 1_281_167}
 NUM_CLASSES = {"cifar10": 10, "mnist": 10, "digits": 10, "imagenet2012": 1000}
 IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1), "digits": (8, 8, 1)}
-EXPECTED_CONFIG_FILES = {
-  "demo",
-  "rudra_cifar10",
-  "zhang_imagenet",
-  "dcasgd_cifar10_resnet20",
-  "dcasgd_imagenet_resnet50",
-  "dcs3gd_cifar10",
-  "dcs3gd_cifar10_full",
-  "dcs3gd_imagenet_resnet50",
-  "zhang_mnist",
-  "dcasgd_mnist",
-  "async_adam",
-}
 
 
 def _config_modules():
@@ -105,7 +93,7 @@ def test_parse_config_argument_rejects_a_default_that_is_not_a_variant():
 
 
 def test_every_expected_config_file_exists_with_variants():
-  assert EXPECTED_CONFIG_FILES <= set(CONFIG_MODULES)
+  assert EXPECTED_CONFIGS <= set(CONFIG_MODULES)
   for name, module in CONFIG_MODULES.items():
     assert module.VARIANTS and len(set(module.VARIANTS)) == len(module.VARIANTS), name
   # What each docstring says (the command, the cost, the result): test_config_docstrings.py.

@@ -28,23 +28,11 @@ from absl import flags
 
 from stalesgd import configs
 from stalesgd.cli import config_flag
+from tests.helpers.packaged_configs import EXPECTED_CONFIGS
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())
 SCRIPTS = PROJECT["project"]["scripts"]
-EXPECTED_CONFIGS = {
-  "demo",
-  "rudra_cifar10",
-  "zhang_imagenet",
-  "dcasgd_cifar10_resnet20",
-  "dcasgd_imagenet_resnet50",
-  "dcs3gd_cifar10",
-  "dcs3gd_cifar10_full",
-  "dcs3gd_imagenet_resnet50",
-  "zhang_mnist",
-  "dcasgd_mnist",
-  "async_adam",
-}
 MINIMUM_SETUPTOOLS = 77  # pyproject.toml's build-system requirement (SPDX license strings)
 # Run in a subprocess: the program with `experiments` made unimportable, as in a directory outside any clone
 # (PYTHONPATH still points at this checkout, so the stalesgd under test is the one that runs).
