@@ -25,6 +25,7 @@ from stalesgd.data._normalization import NORMALIZATIONS
 from stalesgd.models._loss import check_loss_name
 from stalesgd.training._config_readers import is_decentralized, timing_model
 from stalesgd.training._run_config import (
+  DC_LAMBDA_DEFAULTS,
   DELAY_COMPENSATIONS,
   MAX_DATA_WORKERS,
   PROTOCOLS,
@@ -159,6 +160,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   check_loss_name(config.loss)
   validation.check_choice(*_field(config, "staleness_rule"), STALENESS_RULES)
   validation.check_choice(*_field(config, "delay_compensation"), DELAY_COMPENSATIONS)
+  validation.check_choice(*_field(config, "dc_lambda_default"), DC_LAMBDA_DEFAULTS)
   validation.check_choice(*_field(config, "weight_decay_placement"), WEIGHT_DECAY_PLACEMENTS)
   _check_dataset(config)
   validation.check_integer(*_field(config, "seed"), low=0, high=INT64_MAX, builtin_only=True)

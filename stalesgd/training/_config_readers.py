@@ -71,10 +71,13 @@ def dc_lambda(config: ml_collections.ConfigDict) -> float:
   ``config.dc_lambda``'s stored default (`STORED_DC_LAMBDA`, DC-ASGD-c's 0.04)
   stands for "the mode's own lambda_0" (`stalesgd.decentral.DEFAULT_LAMBDA_0`):
   constant 0.04, adaptive 2.0 (DC-ASGD-a), layer-wise 0.2 (DC-S3GD). Any other
-  value is taken as given. The one cost: lambda_0 = 0.04 exactly cannot be asked
-  for with the adaptive or layer-wise mode (0.0400001 can).
+  value is taken as given. ``config.dc_lambda_default="dc_asgd"`` keeps 0.04 in
+  every mode, as runs started before the per-mode defaults ran (their run
+  directories resume only with it, `stalesgd.training.check_same_run`); it is
+  also the way to ask for lambda_0 = 0.04 exactly with the adaptive or layer-wise mode.
   """
-  if config.dc_lambda == STORED_DC_LAMBDA and config.delay_compensation in decentral.DEFAULT_LAMBDA_0:
+  per_mode = config.dc_lambda_default == "per_mode"
+  if per_mode and config.dc_lambda == STORED_DC_LAMBDA and config.delay_compensation in decentral.DEFAULT_LAMBDA_0:
     return decentral.DEFAULT_LAMBDA_0[config.delay_compensation]
   return config.dc_lambda
 

@@ -35,6 +35,7 @@ WEIGHT_DECAY_PLACEMENTS = ("modulated", "unmodulated")
 
 
 STORED_DC_LAMBDA = 0.04  # config.dc_lambda's default: "the mode's own lambda_0" (`dc_lambda`)
+DC_LAMBDA_DEFAULTS = ("per_mode", "dc_asgd")  # what dc_lambda left at STORED_DC_LAMBDA means (`dc_lambda`)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -131,6 +132,9 @@ def default_config() -> ml_collections.ConfigDict:
   # lambda_0; left at this stored default it is the mode's own (stalesgd.decentral.DEFAULT_LAMBDA_0: constant
   # 0.04, adaptive 2.0, layerwise 0.2; `dc_lambda`). Kept at 0.04 so earlier run directories resume.
   config.dc_lambda = STORED_DC_LAMBDA
+  # What dc_lambda left at 0.04 means: "per_mode" (the mode's own lambda_0, as above) | "dc_asgd" (0.04 in every
+  # mode, as runs started before the per-mode defaults ran; a run directory saved then resumes only with it).
+  config.dc_lambda_default = "per_mode"
   config.dc_decay = 0.95
   config.dc_per_learner_mean_square = False
   # Ablation, not the paper's rule: DC-ASGD-a's MeanSquare divided by its blend weight (Adam-style bias

@@ -13,7 +13,7 @@ import os
 import ml_collections
 from etils import epath
 
-from stalesgd.training._run_config import default_config
+from stalesgd.training._run_config import STORED_DC_LAMBDA, default_config
 from stalesgd.utils import _run_directory as run_directory
 from stalesgd.utils._paths import write_whole
 
@@ -33,9 +33,38 @@ def _multiplier_set_before_it_existed(saved: dict) -> str | None:
   return "caffe" if saved.get("model") == "cifar10_full" and saved.get("model_multipliers") else None
 
 
+# Fields that came with the per-mode lambda_0 defaults (fd2f730): a config.json without any of them was saved
+# by a run that read config.dc_lambda left at 0.04 as 0.04 in every mode.
+FIELDS_OF_THE_PER_MODE_DEFAULTS = ("multiplier_set", "warmup_epochs", "warmup_learning_rate")
+MODES_WHOSE_DEFAULT_CHANGED = ("adaptive", "layerwise")  # 0.04 -> 2.0 and 0.2; constant stayed 0.04
+
+
+def _dc_lambda_default_before_it_existed(saved: dict) -> str:
+  """A run saved before the per-mode lambda_0 defaults with adaptive or layerwise and dc_lambda left at 0.04
+  ran lambda_0 = 0.04 (``"dc_asgd"``); any other run computes the same under either meaning (``"per_mode"``)."""
+  before = not saved.keys() & set(FIELDS_OF_THE_PER_MODE_DEFAULTS)
+  unset = saved.get("dc_lambda") == STORED_DC_LAMBDA and saved.get("delay_compensation") in MODES_WHOSE_DEFAULT_CHANGED
+  return "dc_asgd" if before and unset else "per_mode"
+
+
 # Fields whose default changed the behaviour of runs saved before the field existed: a saved config without
 # the field counts as the value that reproduces what those runs did, not as today's default.
-BEHAVIOUR_BEFORE_FIELD = {"multiplier_set": _multiplier_set_before_it_existed}
+BEHAVIOUR_BEFORE_FIELD = {
+  "multiplier_set": _multiplier_set_before_it_existed,
+  "dc_lambda_default": _dc_lambda_default_before_it_existed,
+}
+
+# For a change of one of those fields from what an earlier run did: why, and the flag that resumes it as it began.
+RESUME_HINTS = {
+  "multiplier_set: 'caffe'": (
+    "it was started with Caffe's cifar10_full multipliers, before Rudra's release became the default: "
+    "--config.multiplier_set=caffe resumes it as it began"
+  ),
+  "dc_lambda_default: 'dc_asgd'": (
+    "it was started before dc_lambda left at 0.04 meant the mode's own lambda_0, and ran lambda_0 = 0.04 "
+    "(now adaptive 2.0, layerwise 0.2): --config.dc_lambda_default=dc_asgd resumes it as it began"
+  ),
+}
 
 
 def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
@@ -47,7 +76,9 @@ def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
   otherwise. The fields of `BEHAVIOUR_BEFORE_FIELD` are the exception: their
   default changed what an earlier run computes, so a saved config without them
   counts as the value that reproduces that run (``multiplier_set``: a
-  cifar10_full run saved before it ran Caffe's multipliers, ``"caffe"``).
+  cifar10_full run saved before it ran Caffe's multipliers, ``"caffe"``;
+  ``dc_lambda_default``: an adaptive or layerwise run saved before the per-mode
+  lambda_0 defaults with dc_lambda left at 0.04 ran 0.04, ``"dc_asgd"``).
   """
   current = json.loads(config.to_json())
   defaults = json.loads(default_config().to_json())
@@ -73,12 +104,8 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | os.PathLike
     return
   changes = config_changes(json.loads(path.read_text()), config)
   if changes:
-    hint = ""
-    if any(change.startswith("multiplier_set: 'caffe'") for change in changes):
-      hint = (
-        " (it was started with Caffe's cifar10_full multipliers, before Rudra's release became the default: "
-        "--config.multiplier_set=caffe resumes it as it began)"
-      )
+    hints = [hint for start, hint in RESUME_HINTS.items() if any(change.startswith(start) for change in changes)]
+    hint = "".join(f" ({hint})" for hint in hints)
     raise ValueError(
       f"{workdir} holds a run of another config ({', '.join(changes)}){hint}; allowed: the same config "
       f"(only {', '.join(RESUMABLE_CHANGES)} may change on resume), or another workdir"

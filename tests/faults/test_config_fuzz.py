@@ -38,6 +38,7 @@ from stalesgd.data._tfds_source import TFDS_SPLITS
 from stalesgd.schedule import JITTERS
 from stalesgd.training._config_checks import validate_config
 from stalesgd.training._run_config import (
+  DC_LAMBDA_DEFAULTS,
   DELAY_COMPENSATIONS,
   PROTOCOLS,
   STALENESS_RULES,
@@ -273,6 +274,7 @@ CASES = [
   Case("delay_compensation", choice(DELAY_COMPENSATIONS), extra=DELAY_COMPENSATIONS + ("taylor",)),
   Case("delay_compensation", exactly("none"), {"protocol": "s3gd"}, extra=DELAY_COMPENSATIONS),
   Case("dc_lambda", numbers(0)),
+  Case("dc_lambda_default", choice(DC_LAMBDA_DEFAULTS), extra=DC_LAMBDA_DEFAULTS + ("constant",)),
   Case("dc_decay", numbers(0, high=1), extra=(0.999, 1.0)),
   Case("dc_per_learner_mean_square", exactly(False)),
   Case("dc_per_learner_mean_square", flags, {"protocol": "async", "delay_compensation": "adaptive"}),

@@ -413,3 +413,17 @@ def test_lambda_0_defaults_per_mode(protocol, mode, given, expected):
   assert dc_lambda(config) == expected
   if protocol == "dcs3gd":
     assert decentral_settings(config).dc_lambda == expected
+
+
+@pytest.mark.parametrize("protocol", ["dcs3gd", "async"])
+@pytest.mark.parametrize("mode", ["constant", "adaptive", "layerwise"])
+def test_dc_lambda_default_dc_asgd_keeps_0_04_in_every_mode(protocol, mode):
+  """dc_lambda_default='dc_asgd': dc_lambda left at 0.04 means 0.04, as runs started before the per-mode defaults
+  ran (their run directories resume only with it); a value given otherwise is still taken as given."""
+  config = make_config(c=1, delay_compensation=mode, dc_lambda_default="dc_asgd")
+  config.protocol = protocol
+  assert dc_lambda(config) == 0.04
+  if protocol == "dcs3gd":
+    assert decentral_settings(config).dc_lambda == 0.04
+  config.dc_lambda = 0.5
+  assert dc_lambda(config) == 0.5

@@ -20,8 +20,14 @@ from stalesgd.data import DatasetNotPreparedError
 from stalesgd.training import _build_run as build_lib
 from stalesgd.training import _loop as train_lib
 from stalesgd.training._build_run import build_run
+from stalesgd.training._config_readers import dc_lambda
 from stalesgd.training._loop import train_and_evaluate
-from stalesgd.training._workdir import RESUMABLE_CHANGES, config_changes
+from stalesgd.training._workdir import (
+  FIELDS_OF_THE_PER_MODE_DEFAULTS,
+  RESUMABLE_CHANGES,
+  check_same_run,
+  config_changes,
+)
 from tests.helpers.train_helpers import tiny_config
 
 # Reading an unprepared tfds directory must fail at once; a download attempt
@@ -206,6 +212,62 @@ def test_an_old_cifar10_full_workdir_is_refused_with_the_way_to_resume_it(tmp_pa
   with pytest.raises(ValueError, match=r"multiplier_set: 'caffe' -> None.*--config\.multiplier_set=caffe resumes"):
     train_and_evaluate(_cifar10_full_config(), str(workdir))
   assert compilations == []
+
+
+def _saved_before_per_mode_lambda_0(config: ml_collections.ConfigDict) -> dict:
+  """``config`` as a run started before the per-mode lambda_0 defaults saved it: without the fields that came
+  with them (and without dc_lambda_default, added after)."""
+  saved = json.loads(config.to_json())
+  for field in (*FIELDS_OF_THE_PER_MODE_DEFAULTS, "dc_lambda_default"):
+    del saved[field]
+  return saved
+
+
+@pytest.mark.parametrize("mode, now", [("layerwise", 0.2), ("adaptive", 2.0)])
+def test_a_run_saved_before_per_mode_lambda_0_resumes_only_with_0_04(mode, now):
+  """An adaptive or layerwise run saved before dc_lambda left at 0.04 meant the mode's own lambda_0 ran 0.04:
+  under today's default it is refused naming the change; with dc_lambda_default='dc_asgd' it resumes at 0.04."""
+  old = tiny_config("dcs3gd", delay_compensation=mode, dc_lambda=0.04)
+  saved = _saved_before_per_mode_lambda_0(old)
+  assert dc_lambda(old) == now  # what it would silently resume under
+  assert config_changes(saved, old) == ["dc_lambda_default: 'dc_asgd' -> 'per_mode'"]
+  as_it_began = tiny_config("dcs3gd", delay_compensation=mode, dc_lambda=0.04, dc_lambda_default="dc_asgd")
+  assert config_changes(saved, as_it_began) == []
+  assert dc_lambda(as_it_began) == 0.04
+
+
+def test_runs_that_the_per_mode_lambda_0_did_not_change_resume_as_they_are():
+  """constant (0.04 before and now), a lambda_0 given, no correction, or a run saved after the per-mode defaults
+  (config.json with their fields, without dc_lambda_default): nothing to refuse."""
+  for config in (
+    tiny_config("dcs3gd", delay_compensation="constant", dc_lambda=0.04),
+    tiny_config("dcs3gd", delay_compensation="layerwise", dc_lambda=0.2),
+    tiny_config("hardsync"),
+  ):
+    assert config_changes(_saved_before_per_mode_lambda_0(config), config) == []
+  later = tiny_config("dcs3gd", delay_compensation="layerwise", dc_lambda=0.04)
+  saved = json.loads(later.to_json())
+  del saved["dc_lambda_default"]
+  assert config_changes(saved, later) == []
+
+
+def test_an_old_layerwise_workdir_is_refused_with_the_way_to_resume_it(tmp_path, compilations, later_stages_refused):
+  """A hand-built run directory of a layerwise run from before the per-mode defaults: refused before anything runs,
+  naming the field, the change (0.04, now 0.2) and the flag; with the flag the directory is accepted."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  saved = _saved_before_per_mode_lambda_0(tiny_config("dcs3gd", delay_compensation="layerwise", dc_lambda=0.04))
+  (workdir / "config.json").write_text(json.dumps(saved))
+  with pytest.raises(
+    ValueError,
+    match=r"dc_lambda_default: 'dc_asgd' -> 'per_mode'.*ran lambda_0 = 0\.04 \(now adaptive 2\.0, layerwise 0\.2\)"
+    r".*--config\.dc_lambda_default=dc_asgd resumes it as it began",
+  ):
+    train_and_evaluate(tiny_config("dcs3gd", delay_compensation="layerwise", dc_lambda=0.04), str(workdir))
+  assert compilations == []
+  check_same_run(
+    tiny_config("dcs3gd", delay_compensation="layerwise", dc_lambda=0.04, dc_lambda_default="dc_asgd"), workdir
+  )
 
 
 def test_a_model_without_the_multiplier_set_is_refused_naming_the_field():
