@@ -45,7 +45,9 @@ def _weight(rule, staleness, mean_staleness, exponent, rate, max_staleness, hing
   if rule == "polynomial":
     return jnp.power(1.0 + staleness, -jnp.asarray(exponent, jnp.float32))
   if rule == "exponential":
-    return jnp.exp(-jnp.asarray(rate, jnp.float32) * staleness)
+    # e^(-b sigma) is 1 at sigma = 0 for every b, inf included (b = inf keeps only fresh gradients, as its
+    # limit does); the product inf * 0 would make that NaN.
+    return jnp.where(staleness == 0, 1.0, jnp.exp(-jnp.asarray(rate, jnp.float32) * staleness))
   kept = staleness <= max_staleness
   if rule == "threshold":
     return kept.astype(jnp.float32)
@@ -77,7 +79,8 @@ def staleness_weight(
     from the paper's abstract and secondary summaries).
   * ``"polynomial"``: :math:`(1 + \sigma)^{-a}`, :math:`a` = ``exponent``
     (FedBuff / FLSim, default :math:`a = 0.5`).
-  * ``"exponential"``: :math:`e^{-b\sigma}`, :math:`b` = ``rate``.
+  * ``"exponential"``: :math:`e^{-b\sigma}`, :math:`b` = ``rate`` (1 at
+    :math:`\sigma = 0` for every :math:`b`, :math:`b = \infty` included).
   * ``"threshold"``: 1 for :math:`\sigma \le \sigma_{max}`, else 0: the
     gradient is dropped (TensorFlow's DropStaleGradientOptimizer).
   * ``"hinge"``: 1 for :math:`\sigma \le \sigma_{max}`, else

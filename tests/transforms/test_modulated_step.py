@@ -68,3 +68,16 @@ def test_sgd_through_modulated_step_equals_the_papers_chain(sigma):
   np.testing.assert_allclose(
     _first_step(ours, GRADIENT, staleness=sigma), _first_step(papers, GRADIENT, staleness=sigma), rtol=1e-6
   )
+
+
+def test_exponential_rule_with_an_infinite_rate_steps_on_fresh_gradients_and_skips_stale_ones():
+  """e^(-inf sigma): weight 1 at sigma = 0 (Adam's first step, -0.1 sign(g)), 0 at sigma = 1 (nothing applied,
+  Adam's count unchanged). Its weight at sigma = 0 was NaN (inf * 0) before the rule was fixed."""
+  tx = stalesgd.modulated_step(_weighting("exponential", rate=float("inf")), optax.adam(0.1))
+  state = tx.init(PARAMS)
+  updates, state = tx.update(GRADIENT, state, PARAMS, staleness=0)
+  np.testing.assert_allclose(updates["w"], [-0.1, 0.1], rtol=2e-5)
+  assert int(state.solver[0].count) == 1
+  updates, state = tx.update(GRADIENT, state, PARAMS, staleness=1)
+  np.testing.assert_array_equal(updates["w"], [0.0, 0.0])
+  assert int(state.solver[0].count) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
@@ -192,3 +193,72 @@ def test_bad_staleness_shapes_raise():
     transform.update(GRADS, state, staleness=jnp.zeros(3, jnp.int32))
   with pytest.raises(ValueError, match="mean_staleness is required"):
     stalesgd.staleness_weight("inverse_mean", 3)
+
+
+# Every rule's hyperparameters at ordinary and edge values (0, 1, large, inf), and stalenesses from 0 to int32's
+# largest: the weights, hence `lr_scale` (their mean, which `modulated_step` divides by and tests with > 0), are
+# never negative, NaN or infinite.
+EDGE_VALUES = {
+  "exponent": (0.0, 0.5, 1.0, 100.0, math.inf),
+  "rate": (0.0, math.log(2.0), 1.0, 100.0, math.inf),
+  "max_staleness": (0.0, 1.0, 3.0, math.inf),
+  "hinge_slope": (0.0, 0.5, 1e38, math.inf),
+  # 87 and 100 put e^(-sigma) at <sigma> near and below float32's smallest normal number.
+  "mean_staleness": (0.0, 0.5, 3.0, 87.0, 100.0, 1e6, math.inf),
+}
+READS = {
+  "inverse": (),
+  "inverse_mean": (),
+  "polynomial": ("exponent",),
+  "exponential": ("rate",),
+  "threshold": ("max_staleness",),
+  "hinge": ("max_staleness", "hinge_slope"),
+  "constant": (),
+}
+# One staleness per call, then a stack of three; the running mean goes from 0 up to about 2^31 and back.
+STALENESS_SEQUENCE = (0, 1, 2, 7, 100, 2**31 - 1, 0, jnp.array([0, 3, 2**20]), 5)
+
+
+def _lr_scales_and_updates(rule, normalize, columns):
+  """lr_scale and the updates of unit gradients after each call of STALENESS_SEQUENCE, one row per grid point."""
+
+  def run(options):
+    tx = stalesgd.scale_by_staleness(rule, normalize=normalize, **options)
+    state = tx.init(jnp.zeros(2))
+    scales, updates = [], []
+    for staleness in STALENESS_SEQUENCE:
+      grads = jnp.ones((jnp.size(staleness), 2)) if jnp.ndim(staleness) else jnp.ones(2)
+      update, state = tx.update(grads, state, staleness=staleness)
+      scales.append(stalesgd.lr_scale(state))
+      updates.append(jnp.ravel(update))
+    return jnp.stack(scales), jnp.concatenate(updates)
+
+  return jax.jit(jax.vmap(run))(columns)
+
+
+@pytest.mark.parametrize("tracked_mean", [True, False], ids=["running-mean", "fixed-mean"])
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("rule", stalesgd.transforms._staleness.RULES)
+def test_lr_scale_is_non_negative_and_finite_for_every_rule_on_a_grid_of_edge_values(rule, normalize, tracked_mean):
+  names = READS[rule] + (() if tracked_mean else ("mean_staleness",))
+  grid = list(itertools.product(*(EDGE_VALUES[name] for name in names)))
+  columns = {name: jnp.array([point[i] for point in grid], jnp.float32) for i, name in enumerate(names)}
+  if not columns:  # a rule without hyperparameters and the running mean: one grid point
+    columns = {"hinge_slope": jnp.ones(1, jnp.float32)}
+  scales, updates = map(np.asarray, _lr_scales_and_updates(rule, normalize, columns))
+  assert scales.shape == (len(grid), len(STALENESS_SEQUENCE))
+  assert np.all(np.isfinite(scales)) and np.all(scales >= 0)
+  assert np.all(np.isfinite(updates)) and np.all(updates >= 0)  # the weights themselves (unit gradients)
+
+
+def test_exponential_rule_with_an_infinite_rate_keeps_fresh_gradients_only():
+  """e^(-b sigma) at b = inf: 1 at sigma = 0 (not inf * 0 = NaN), 0 beyond; normalised at <sigma> = 2 it is left
+  unnormalised (its weight there is 0)."""
+  for normalize in (False, True):
+    weights = stalesgd.staleness_weight(
+      "exponential", jnp.array([0, 1, 5]), rate=math.inf, mean_staleness=2.0, normalize=normalize
+    )
+    np.testing.assert_array_equal(weights, [1.0, 0.0, 0.0])
+  updates, state = run_steps(stalesgd.scale_by_staleness("exponential", rate=math.inf), [0, 3, 0])
+  np.testing.assert_array_equal(updates, np.outer([1.0, 0.0, 1.0], GRADS))
+  assert float(state.lr_scale) == 1.0
