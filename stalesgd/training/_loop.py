@@ -48,7 +48,7 @@ from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverge
 from stalesgd.training._provenance import host, provenance, source_commit, stalesgd_version
 from stalesgd.training._run_config import flatten_config
 from stalesgd.training._runners import Schedule
-from stalesgd.training._workdir import check_same_run, write_config
+from stalesgd.training._workdir import check_same_data, check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 from stalesgd.utils import _plots as plots
 from stalesgd.utils import _run_directory as run_directory
@@ -204,8 +204,10 @@ def _train_and_evaluate(
     run.label,
   )
   per_epoch, total_updates = run.updates_per_epoch, schedule.num_updates
+  description = dataset.description()
+  check_same_data(config, description, workdir)  # a resume on other data is refused, as one of another config
   if primary:  # a study reads a diverged run's chance-level error here
-    write_whole(workdir / run_directory.DATASET, json.dumps(dataset.description(), indent=2))
+    write_whole(workdir / run_directory.DATASET, json.dumps(description, indent=2))
   if primary and not (workdir / run_directory.SCHEDULE).exists():
     schedule_file = io.BytesIO()
     schedule.save(schedule_file)

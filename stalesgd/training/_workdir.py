@@ -112,6 +112,42 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | os.PathLike
     )
 
 
+def _data_location(config: ml_collections.ConfigDict) -> str:
+  """Where the run reads its data from, as the config says it."""
+  if config.data_dir is not None:
+    return f"data_dir {config.data_dir}"
+  defaults = {"tfds": "tfds' default data_dir", "embedded": "the copy embedded in stalesgd"}
+  return defaults.get(config.data_source, "data_dir unset")
+
+
+def check_same_data(config: ml_collections.ConfigDict, description: dict, workdir: str | os.PathLike[str]) -> None:
+  """Refuses a workdir whose run started on other data than ``description`` (`stalesgd.data.Dataset.description`).
+
+  ``dataset.json`` records the sha256 of each in-memory split when a run starts; a resume that reads data with
+  other digests would continue the run on other examples under the same config. Nothing is compared when either
+  side has no digest (a lazily read split, or a ``dataset.json`` written before digests were recorded).
+
+  Raises:
+    ValueError: naming the workdir, both digests of each split that differs, and where the data was read from.
+  """
+  path = epath.Path(workdir) / run_directory.DATASET
+  if not path.exists():
+    return
+  recorded, now = json.loads(path.read_text()).get("content_sha256"), description.get("content_sha256")
+  if not recorded or not now or recorded == now:
+    return
+  differ = [
+    f"{split}: recorded {recorded.get(split)} -> now {now.get(split)}"
+    for split in sorted(recorded.keys() | now.keys())
+    if recorded.get(split) != now.get(split)
+  ]
+  raise ValueError(
+    f"{workdir} holds a run started on other data: the sha256 of {config.dataset!r} ({config.data_source}, "
+    f"{_data_location(config)}) differs from {run_directory.DATASET}'s ({'; '.join(differ)}); allowed: the data "
+    "the run started with (restore that copy), or another workdir"
+  )
+
+
 def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> None:
   """Writes ``<workdir>/config.json`` whole (`write_whole`): the other processes of a restarted run read it
   (`check_same_run`) while process 0 rewrites it, and see the old file or the new one, never a part."""

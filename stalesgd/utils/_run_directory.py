@@ -6,7 +6,8 @@ Every module that writes or reads one of these names takes it from here. A run
 * ``config.json`` (`CONFIG`): the run's config; a restart with another config (other than the logging and
   checkpoint cadences, `stalesgd.training.check_same_run`) is refused instead of mixing two runs;
 * ``dataset.json`` (`DATASET`): the data's class count, split sizes, image shape, chance-level test error and
-  the sha256 of in-memory splits, written at the start;
+  the sha256 of in-memory splits, written at the start; a restart on data with other digests is refused
+  (`stalesgd.training._workdir.check_same_data`);
 * ``schedule.npz`` (`SCHEDULE`): the simulated cluster's schedule (`stalesgd.schedule.Schedule.load`);
 * ``metrics.jsonl`` (`METRICS`) and TensorBoard event files (``events.out.tfevents.*``, `EVENTS_GLOB`):
   ``train_loss``, ``staleness_mean``/``staleness_max``, ``lr_scale``, ``epoch``, ``sim_time`` (simulated

@@ -8,10 +8,13 @@
   unreadable, wrong columns, non-positive or NaN durations.
 * a workdir holding a real run, restarted with another config: refused,
   naming the field, with nothing in the workdir changed.
+* a workdir whose run started on other data (``dataset.json``'s sha256 differs
+  from the data read now): refused naming both digests and the data dir.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import shutil
@@ -21,6 +24,7 @@ import pytest
 
 from stalesgd.data import DatasetNotPreparedError, load_dataset
 from stalesgd.schedule import TimingModel, simulate
+from stalesgd.training._workdir import check_same_data
 from tests.helpers.fault_helpers import fault_config, train_in_process
 from tests.helpers.train_helpers import complete_checkpoints, read_metrics
 
@@ -239,3 +243,46 @@ def test_a_real_run_restarted_with_another_config_is_refused_and_its_workdir_lef
   after = {path.relative_to(workdir): path.read_bytes() for path in workdir.rglob("*") if path.is_file()}
   assert after == before
   assert complete_checkpoints(workdir) == [8, 188] and read_metrics(workdir)
+
+
+def _started_on(data: pathlib.Path, workdir: pathlib.Path) -> dict:
+  """A hand-built run directory of the hardsync config, as its start on ``data`` leaves it: config and dataset."""
+  workdir.mkdir()
+  (workdir / "config.json").write_text(fault_config("hardsync", data).to_json())
+  description = load_dataset("digits", source="npz", data_dir=str(data)).description()
+  (workdir / "dataset.json").write_text(json.dumps(description))
+  return description
+
+
+def test_a_run_resumed_on_other_data_is_refused_naming_both_digests_and_the_data_dir(damaged_copy, tmp_path):
+  """One pixel of the train split changed since the run started: the same config would continue on other
+  examples, so the resume is refused naming the split's recorded and current sha256 and where the data is."""
+  workdir = tmp_path / "run"
+  recorded = _started_on(damaged_copy, workdir)["content_sha256"]
+  before = (workdir / "dataset.json").read_bytes()
+  arrays = _arrays(damaged_copy, "train")
+  arrays["images"][0, 0, 0] ^= 1
+  _rewrite(damaged_copy, "train", **arrays)
+  now = load_dataset("digits", source="npz", data_dir=str(damaged_copy)).description()["content_sha256"]
+  assert now["train"] != recorded["train"] and now["test"] == recorded["test"]
+  message = (
+    rf"{re.escape(str(workdir))} holds a run started on other data: the sha256 of 'digits' \(npz, data_dir "
+    rf"{re.escape(str(damaged_copy))}\) differs from dataset\.json's \(train: recorded {recorded['train']} -> "
+    rf"now {now['train']}\); allowed: the data the run started with"
+  )
+  with pytest.raises(ValueError, match=message):
+    train_in_process(fault_config("hardsync", damaged_copy), workdir)
+  assert (workdir / "dataset.json").read_bytes() == before  # the record of what the run started on is kept
+  assert not (workdir / "checkpoints").exists()
+
+
+def test_the_same_data_or_no_recorded_digest_resumes(damaged_copy, tmp_path):
+  """The data the run started on passes; so does a dataset.json from before digests were recorded (nothing to
+  compare) and a workdir without one."""
+  workdir = tmp_path / "run"
+  config = fault_config("hardsync", damaged_copy)
+  description = _started_on(damaged_copy, workdir)
+  check_same_data(config, description, workdir)
+  (workdir / "dataset.json").write_text(json.dumps({**description, "content_sha256": None}))
+  check_same_data(config, {**description, "content_sha256": {"train": "0" * 64, "test": "0" * 64}}, workdir)
+  check_same_data(config, description, tmp_path / "empty")
