@@ -105,6 +105,15 @@ class ServerRule(abc.ABC):
       next gradient at the current weights.
     """
 
+  def arrivals_between_updates(self) -> int:
+    """The most gradients that can arrive without making an update; the event loop stops a rule that exceeds it.
+
+    At most c - 1 arrivals join the next update without completing it, and each learner's gradient is dropped
+    at most once between two updates: a learner whose gradient was dropped restarts at the current weights, and
+    no rule drops a gradient computed at the current weights (staleness 0). Rules that hold more override it.
+    """
+    return self.contributions + self.learners
+
   def _apply(self, contributions: list[tuple[int, int, int]]) -> None:
     """Applies one update made of ``(learner, timestamp, batch_index)`` triples."""
     learners, timestamps, batch_indices = self.applied.values()
@@ -183,6 +192,10 @@ def run_parameter_server(
     start(learner, 0.0)
   server_free = 0.0
   receive = rule.receive
+  # A rule that keeps taking gradients without ever updating (e.g. one that drops fresh gradients) would loop
+  # forever; past the rule's own bound on arrivals between updates it is stopped.
+  most_idle_arrivals = rule.arrivals_between_updates()
+  idle_arrivals = 0
   while rule.updates < num_updates:
     if not heap:
       raise RuntimeError(f"{protocol}: every learner is waiting after {rule.updates} updates (protocol deadlock)")
@@ -197,10 +210,18 @@ def run_parameter_server(
       log.append((now, events_lib.ARRIVE, learner, batch_index, updates_before))
     released = receive(learner, weights_timestamp[learner], batch_index)
     if rule.updates != updates_before:
+      idle_arrivals = 0
       now += apply_time
       update_time.append(now)
       if progress is not None and rule.updates % report_every == 0:
         progress(rule.updates, num_updates)
+    else:
+      idle_arrivals += 1
+      if idle_arrivals > most_idle_arrivals:
+        raise RuntimeError(
+          f"{protocol}: {idle_arrivals} gradients arrived after update {rule.updates} without another update, more "
+          f"than {type(rule).__name__} allows ({most_idle_arrivals}); the server makes no progress"
+        )
     server_free = now
     for other in released:
       start(other, now)

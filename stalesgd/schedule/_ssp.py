@@ -47,6 +47,10 @@ class StaleSynchronousServer(ServerRule):
     self._clock_buffers: dict[int, list[tuple[int, int, int]]] = {}
     self._waiting: list[tuple[int, int]] = []  # (learner, clock it wants to start)
 
+  def arrivals_between_updates(self) -> int:
+    """With u updates applied, a learner may push clocks u to u + s only: at most lambda (s + 1) arrivals."""
+    return self.learners * (self._bound + 1)
+
   def receive(self, learner: int, timestamp: int, batch_index: int) -> Sequence[int]:
     clock = batch_index  # a learner's k-th gradient belongs to its clock k
     buffer = self._clock_buffers.setdefault(clock, [])

@@ -9,6 +9,7 @@ import pytest
 
 from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
 from stalesgd.schedule import _summary as statistics
+from stalesgd.schedule._parameter_server import ServerRule, run_parameter_server
 from stalesgd.utils import _plots as plots
 from stalesgd.utils import _schedule_plots as schedule_plots
 
@@ -113,3 +114,51 @@ def test_protocol_comparison_plot_and_empty_inputs(tmp_path):
     schedule_plots.plot_protocol_comparison({}, path, ylabel="speedup")
   with pytest.raises(ValueError, match="staleness is empty"):
     plots.plot_staleness_histograms({}, path)
+
+
+class _DropsEverything(ServerRule):
+  """The backup server's mutant `timestamp <= updates`: every gradient, fresh ones included, is dropped."""
+
+  def __init__(self, learners):
+    super().__init__(learners, contributions=learners)
+
+  def receive(self, learner, timestamp, batch_index):
+    self._drop(learner, timestamp, batch_index)
+    return (learner,)
+
+
+class _NeverApplies(_DropsEverything):
+  """Takes every gradient and answers the pull, but never makes an update."""
+
+  def receive(self, learner, timestamp, batch_index):
+    return (learner,)
+
+
+@pytest.mark.parametrize("rule", [_DropsEverything, _NeverApplies])
+def test_a_server_that_never_updates_is_stopped_instead_of_looping_forever(rule):
+  # 3 learners, c = 3: at most c + learners = 6 arrivals without an update; the 7th stops the loop.
+  with pytest.raises(
+    RuntimeError, match=r"toy: 7 gradients arrived after update 0 .* allows \(6\); the server makes no"
+  ):
+    run_parameter_server(
+      rule(3), protocol="toy", num_updates=5, timing=TimingModel(), seed=0, options={}, record_events=False
+    )
+
+
+@pytest.mark.parametrize(
+  "protocol, options",
+  [
+    ("hardsync", {}),
+    ("async", {}),
+    ("softsync", {"n": 2}),
+    ("ssp", {"s": 3}),
+    ("backup", {"backup": 2}),
+    ("drop_stale", {"max_staleness": 0}),
+  ],
+)
+def test_a_straggler_stays_within_the_bound_on_arrivals_between_updates(protocol, options):
+  """One learner ten times slower and a 20 % straggler chance: the fast learners push many gradients between
+  updates (ssp: clocks u to u + s each), within each rule's bound, so the simulation completes."""
+  timing = TimingModel(speed_factors=(1.0,) * 5 + (10.0,), jitter="straggler", straggler_prob=0.2, straggler_factor=8.0)
+  schedule = simulate(protocol, learners=6, num_updates=200, seed=1, timing=timing, **options)
+  assert schedule.update_time.shape == (200,)
