@@ -139,6 +139,48 @@ def test_learning_rate_decay_counts_updates_per_epoch():
   assert_updates_close(run_updates(config, steps=3, updates_per_epoch=4.0), expected)
 
 
+# An optax solver by name (config.optimizer) that has its own momentum / nesterov arguments gets config.momentum
+# and config.nesterov. optax.rmsprop with decay 0.5 and eps 0, on the averages avg_0 = (w [0.6, 1.0], b 0.5) and
+# avg_1 = ([0.3, 0.3], 1.0) (no staleness rule: the modulated step's scale is 1):
+#   nu_0 = 0.5 avg_0^2, s_0 = avg_0 / sqrt(nu_0) = sqrt(2) for every leaf;
+#   nu_1 = 0.25 avg_0^2 + 0.5 avg_1^2, s_1 = avg_1 / sqrt(nu_1) = (w [0.3 / sqrt(0.135), 0.3 / sqrt(0.295)],
+#   b 1 / sqrt(0.5625)) = ([sqrt(2/3), 0.55234...], 4/3);
+# then optax's trace of the rate-scaled step: v_t = alpha s_t + mu v_{t-1}, u_t = -v_t, or with nesterov
+# u_t = -(alpha s_t + mu v_t); alpha = 0.1.
+_S0 = {"w": [math.sqrt(2.0)] * 2, "b": math.sqrt(2.0)}
+_S1 = {"w": [0.3 / math.sqrt(0.135), 0.3 / math.sqrt(0.295)], "b": 1.0 / math.sqrt(0.5625)}
+
+
+def _rmsprop_steps(mu, nesterov, alpha=0.1):
+  """The two updates above, leaf by leaf, in float64."""
+  steps = []
+  for key in ("w", "b"):
+    s0, s1 = np.asarray(_S0[key]), np.asarray(_S1[key])
+    v0 = alpha * s0
+    v1 = alpha * s1 + mu * v0
+    steps.append((-(alpha * s0 + mu * v0), -(alpha * s1 + mu * v1)) if nesterov else (-v0, -v1))
+  (w0, w1), (b0, b1) = steps
+  return [{"w": w0, "b": b0}, {"w": w1, "b": b1}]
+
+
+@pytest.mark.parametrize("momentum, nesterov", [(0.0, False), (0.5, False), (0.5, True), (0.25, True)])
+def test_an_optax_solver_receives_the_configs_momentum_and_nesterov(momentum, nesterov):
+  """Catches config.momentum / config.nesterov not reaching a named optax solver that takes them (e.g. switched
+  off): with mu 0.5 the second step is -(0.1 s_1 + 0.05 sqrt 2), not -0.1 s_1."""
+  config = make_config(
+    learning_rate=0.1,
+    momentum=momentum,
+    nesterov=nesterov,
+    optimizer="rmsprop",
+    optimizer_options={"decay": 0.5, "eps": 0.0},
+  )
+  expected = _rmsprop_steps(momentum, nesterov)
+  if momentum == 0.5 and not nesterov:  # by hand: u_1 = -(0.1 s_1 + 0.5 * 0.1 sqrt 2)
+    np.testing.assert_allclose(expected[1]["w"], [-0.1523603362, -0.1259451551], rtol=1e-9)
+    np.testing.assert_allclose(expected[1]["b"], -0.2040440114, rtol=1e-9)
+  assert_updates_close(run_updates(config), expected)
+
+
 # ------------------------------------------------------------------- warm-up
 
 
