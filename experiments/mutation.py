@@ -157,7 +157,12 @@ MODULES: tuple[Module, ...] = (
   Module("stalesgd/schedule/_softsync.py", _SCHEDULE_TESTS, "arrival-order (softsync / async) server rule"),
   Module("stalesgd/schedule/_backup.py", _SCHEDULE_TESTS, "backup-worker server rule"),
   Module("stalesgd/schedule/_decentralized.py", _SCHEDULE_TESTS, "decentralised all-reduce schedule"),
-  Module("stalesgd/schedule/_protocols.py", _SCHEDULE_TESTS, "the protocol table and simulate"),
+  Module(
+    "stalesgd/schedule/_protocols.py",
+    # c (contributions_per_update) and the config fields' mapping to options are read by training only.
+    (*_SCHEDULE_TESTS, "tests/training/test_effective_batch.py"),
+    "the protocol table and simulate",
+  ),
   Module(
     "stalesgd/schedule/_timing.py",
     (_S + "test_schedule_timing.py", _S + "test_schedule_simulate.py"),

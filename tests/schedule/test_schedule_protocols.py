@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
+from stalesgd.schedule import PROTOCOLS, TimingModel, contributions_per_update, simulate
 from stalesgd.schedule import _events as events_lib
 from stalesgd.schedule._durations import StepDurations
 
@@ -275,3 +275,36 @@ def test_busy_and_idle_time_add_up(protocol):
   schedule = simulate(protocol, learners=4, num_updates=80, seed=0, **_protocol_options(protocol, 4))
   np.testing.assert_allclose(schedule.learner_busy_time + schedule.idle_time, schedule.total_time)
   assert np.all(schedule.utilisation > 0) and np.all(schedule.utilisation <= 1 + 1e-12)
+
+
+# c per protocol, by hand: hardsync and ssp take every learner's gradient, n-softsync floor(lambda / n), async 1,
+# backup lambda - b, drop_stale its softsync's floor(lambda / n), the all-reduce protocols every learner (M).
+CONTRIBUTIONS = [
+  ("hardsync", 30, {}, 30),
+  ("softsync", 30, {"n": 1}, 30),
+  ("softsync", 30, {"n": 4}, 7),
+  ("softsync", 30, {"n": 30}, 1),
+  ("async", 30, {}, 1),
+  ("ssp", 30, {"s": 3}, 30),
+  ("backup", 30, {"backup": 1}, 29),
+  ("backup", 30, {"backup": 6}, 24),
+  ("drop_stale", 30, {"max_staleness": 2}, 1),
+  ("drop_stale", 30, {"max_staleness": 2, "n": 3}, 10),
+  ("allreduce_sync", 8, {}, 8),
+  ("s3gd", 8, {"staleness": 2}, 8),
+  ("dcs3gd", 8, {}, 8),
+]
+
+
+@pytest.mark.parametrize("protocol, learners, options, contributions", CONTRIBUTIONS)
+def test_contributions_per_update_by_hand(protocol, learners, options, contributions):
+  """c without simulating (it sizes the training's effective batch c mu): the hand table above, and the c every
+  update of a simulated schedule applies."""
+  assert contributions_per_update(protocol, learners=learners, **options) == contributions
+  assert simulate(protocol, learners=learners, num_updates=3, seed=0, **options).contributions_per_update == (
+    contributions
+  )
+
+
+def test_contributions_table_covers_every_protocol():
+  assert {row[0] for row in CONTRIBUTIONS} == set(PROTOCOLS)
