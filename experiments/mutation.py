@@ -20,7 +20,9 @@ command changed since it was made is set aside and made again.
 Controls: `CONTROLS_FILE` holds known-bad mutants written by hand before any run (at least one per module). Each
 is applied to the copy and its module's test command is run by cosmic-ray's own test runner
 (``cosmic_ray.testing.run_tests``) with the same command and timeout as the module's mutants; every control must
-come out killed. Equivalent mutants, with the reason and the evidence, are kept by hand in `EQUIVALENTS_FILE`.
+come out killed. A control's outcome is kept while its module's source and test files are unchanged (a control
+that survived runs again once a test is added). Equivalent mutants, with the reason and the evidence, are kept by
+hand in `EQUIVALENTS_FILE`.
 
 ``results/mutation/summary.json``: the tool and its version, the configuration, per module the mutants, killed,
 survived, timed out and incompetent (and the killed share of the non-equivalent mutants, timeouts counted as not
@@ -494,11 +496,21 @@ def _set_aside_if_stale(module: Module, files: Mapping[str, pathlib.Path], diges
   print(f"{module.path}: source or tests changed since its session was made; the old session is set aside", flush=True)
 
 
+def tests_digest(module: Module, root: pathlib.Path = ROOT) -> str:
+  """One sha256 over the module's test files: a control's outcome is kept only while its module and these stay."""
+  digest = hashlib.sha256()
+  for test in module.tests:
+    digest.update(test.encode() + b"\0" + (root / test).read_bytes() + b"\0")
+  return digest.hexdigest()
+
+
 def run_controls(module: Module, controls: Sequence[Mapping[str, Any]], timeout: float, digest: str) -> None:
   files = _module_files(module)
   done = _read_json(files["controls"], {})
+  tests = tests_digest(module)
   for control in controls:
-    if control["id"] in done and done[control["id"]].get("source_sha256") == digest:
+    kept = done.get(control["id"], {})
+    if (kept.get("source_sha256"), kept.get("tests_sha256")) == (digest, tests):
       continue
     target = TREE / control["file"]
     original = target.read_text(encoding="utf-8")
@@ -516,6 +528,8 @@ def run_controls(module: Module, controls: Sequence[Mapping[str, Any]], timeout:
       "killed_by": killing_test(output) if result == "killed" else None,
       "seconds": round(time.monotonic() - start, 1),
       "source_sha256": digest,
+      "tests_sha256": tests,
+      "load_average": list(os.getloadavg()),
     }
     _write_json(files["controls"], done)
     print(f"  control {control['id']}: {result} ({done[control['id']]['killed_by']})", flush=True)

@@ -101,3 +101,15 @@ def test_each_module_has_its_own_session_files():
   paths = [path for entry in files for path in entry.values()]
   assert len(set(paths)) == len(paths)
   assert files[0]["session"].name == "stalesgd.transforms._staleness.sqlite"
+
+
+def test_a_controls_outcome_is_kept_only_while_its_tests_are_unchanged(tmp_path):
+  """A control that survived must run again once a test is added: its record is keyed on the tests' digest too."""
+  module = mutation.Module("stalesgd/x.py", ("tests/a.py", "tests/b.py"), "x")
+  (tmp_path / "tests").mkdir()
+  (tmp_path / "tests" / "a.py").write_text("def test_a(): pass\n")
+  (tmp_path / "tests" / "b.py").write_text("")
+  before = mutation.tests_digest(module, tmp_path)
+  assert mutation.tests_digest(module, tmp_path) == before
+  (tmp_path / "tests" / "b.py").write_text("def test_b(): pass\n")
+  assert mutation.tests_digest(module, tmp_path) != before
