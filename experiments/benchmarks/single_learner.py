@@ -12,6 +12,7 @@ each for `EPOCHS` of CIFAR-10's shape (random pixels unless ``--data_dir``
 names real ones), ``--rounds`` times in alternation. A run's rate is its
 loop's steady state (``metrics.jsonl`` records after the first, which holds the
 compilation). The target: ``single_over_lambda30`` >= 1 / 1.5 (the single learner within 1.5x of lambda = 30).
+`experiments.benchmarks.training` runs the same measurement (`measure`) after its own cases.
 
 Usage::
 
@@ -19,7 +20,7 @@ Usage::
   python -m experiments.benchmarks.single_learner --epochs_scale=0.5 --rounds=1   # a smoke run
 
 Writes ``results/single_learner_benchmark.json`` (``--out``): medians, every
-round, the ratio and the machine (with its load average: measure on a quiet one).
+round, the ratio and the machine (with its load average before and after: measure on a quiet one).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 from absl import app, flags
 
@@ -46,11 +48,15 @@ CASES = {"single": "rudra_cifar10:baseline", "lambda30": "rudra_cifar10:mu_lambd
 EPOCHS = {"single": 0.3, "lambda30": 1.0}
 STUDY_DEVICES = "8"  # stalesgd.cli.reproduce.STUDY_CPU_DEVICES
 TARGET_RATIO = 1 / 1.5
+TRAIN_EXAMPLES = 50_000  # CIFAR-10's train split, which EPOCHS are sized for
 
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "cifar10_{train,test}.npz; default: random images of that shape.")
-_SCALE = flags.DEFINE_float("epochs_scale", 1.0, "Multiplies every case's epochs (EPOCHS); below 1 for a smoke run.")
-_ROUNDS = flags.DEFINE_integer("rounds", 2, "Alternations of the two runs (medians over them).")
-_OUT = flags.DEFINE_string("out", "results/single_learner_benchmark.json", "Where the JSON goes.")
+
+def in_training_benchmark(requested: bool | None, *, quick: bool, cases_given: bool) -> bool:
+  """Whether `experiments.benchmarks.training` times this too: as asked (``--single_learner``), else only in its
+  full run (its ``--quick`` and a run of chosen ``--cases``, such as the GPU suite's, stay short)."""
+  if requested is not None:
+    return requested
+  return not quick and not cases_given
 
 
 def loop_images_per_s(workdir: pathlib.Path, batch: int) -> float:
@@ -62,10 +68,10 @@ def loop_images_per_s(workdir: pathlib.Path, batch: int) -> float:
   return (steady[-1]["step"] - steady[0]["step"]) * batch / seconds
 
 
-def timed_run(case: str, data_dir: str, workdir: pathlib.Path) -> float:
+def timed_run(case: str, data_dir: str, workdir: pathlib.Path, epochs_scale: float = 1.0) -> float:
   """One run in a fresh process on the study's 8 host devices; its steady images/s."""
   name, _, variant = CASES[case].partition(":")
-  epochs = EPOCHS[case] * _SCALE.value
+  epochs = EPOCHS[case] * epochs_scale
   command = [
     sys.executable,
     "-m",
@@ -83,32 +89,62 @@ def timed_run(case: str, data_dir: str, workdir: pathlib.Path) -> float:
   return loop_images_per_s(workdir, batch=examples_per_update(config))  # c x mu: 128 and 30 x 128
 
 
-def main(argv):
-  del argv
-  with tempfile.TemporaryDirectory() as scratch:
-    data_dir = cifar10_data_dir(_DATA_DIR.value, pathlib.Path(scratch), 50_000)
-    rates: dict[str, list[float]] = {case: [] for case in CASES}
-    for round_index in range(_ROUNDS.value):
-      for case in CASES:
-        rates[case].append(timed_run(case, data_dir, pathlib.Path(scratch) / f"{case}_{round_index}"))
-        print(f"round {round_index}: {case} {rates[case][-1]:.0f} images/s", flush=True)
+def measure(
+  data_dir: str,
+  scratch: pathlib.Path,
+  *,
+  rounds: int,
+  epochs_scale: float = 1.0,
+  real_data: bool,
+  run: Callable[[str, str, pathlib.Path, float], float] = timed_run,
+) -> dict:
+  """Both cases ``rounds`` times in alternation, one run at a time; images/s, medians and their ratio.
+
+  The load average before and after says whether the machine was quiet (other processes share its cores).
+  """
+  load_before = list(os.getloadavg())
+  rates: dict[str, list[float]] = {case: [] for case in CASES}
+  for round_index in range(rounds):
+    for case in CASES:
+      rates[case].append(run(case, data_dir, scratch / f"{case}_{round_index}", epochs_scale))
+      print(f"single learner, round {round_index}: {case} {rates[case][-1]:.0f} images/s", flush=True)
   medians = {case: statistics.median(values) for case, values in rates.items()}
   ratio = medians["single"] / medians["lambda30"]
-  result = {
+  return {
     "cases": CASES,
     "devices": int(STUDY_DEVICES),
-    "epochs": {case: EPOCHS[case] * _SCALE.value for case in CASES},
-    "real_data": _DATA_DIR.value is not None,
+    "epochs": {case: EPOCHS[case] * epochs_scale for case in CASES},
+    "real_data": real_data,
     "images_per_s": rates,
     "median_images_per_s": medians,
     "single_over_lambda30": ratio,
     "target": f">= {TARGET_RATIO:.3f} (within 1.5x)",
     "met": ratio >= TARGET_RATIO,
-    "machine": machine_description(),
+    "load_average_1_5_15_min": {"before": load_before, "after": list(os.getloadavg())},
   }
-  pathlib.Path(_OUT.value).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main(argv):
+  del argv
+  options = flags.FLAGS
+  with tempfile.TemporaryDirectory() as scratch:
+    data_dir = cifar10_data_dir(options.data_dir, pathlib.Path(scratch), TRAIN_EXAMPLES)
+    result = measure(
+      data_dir,
+      pathlib.Path(scratch),
+      rounds=options.rounds,
+      epochs_scale=options.epochs_scale,
+      real_data=options.data_dir is not None,
+    )
+  result["machine"] = machine_description()
+  pathlib.Path(options.out).write_text(json.dumps(result, indent=2) + "\n")
   print(json.dumps({key: result[key] for key in ("median_images_per_s", "single_over_lambda30", "met")}))
 
 
 if __name__ == "__main__":
+  # Defined here only: experiments.benchmarks.training imports `measure` and has flags of the same names.
+  flags.DEFINE_string("data_dir", None, "cifar10_{train,test}.npz; default: random images of that shape.")
+  flags.DEFINE_float("epochs_scale", 1.0, "Multiplies every case's epochs (EPOCHS); below 1 for a smoke run.")
+  flags.DEFINE_integer("rounds", 2, "Alternations of the two runs (medians over them).")
+  flags.DEFINE_string("out", "results/single_learner_benchmark.json", "Where the JSON goes.")
   app.run(main)

@@ -26,10 +26,21 @@ and ``user_over_loop`` (a user's epoch, wall clock; target >= 0.8). The engine
 and the emulator alternate chunk by chunk over several rounds (medians); the
 user's run sits between the two halves of the rounds.
 
+Then the single learner at the cost of the others (issue 28, item 8;
+`experiments.benchmarks.single_learner.measure`): ``rudra_cifar10:baseline``
+(lambda = 1, mu = 128) and ``rudra_cifar10:mu_lambda_3840`` (lambda = 30,
+mu = 128), one after the other in fresh ``stalesgd-train`` processes on the 8
+host devices ``stalesgd-reproduce`` gives a study's runs, each its steady
+images/s; ``single_over_lambda30`` (target >= 1 / 1.5) and the load average
+before and after go to the JSON's ``single_learner``. On by default in the full
+run; ``--quick``, ``--cases`` (the GPU suite's tiny run) leave it out unless
+``--single_learner`` asks for it (``--cases= --single_learner`` runs it alone).
+
 Usage::
 
-  python -m experiments.benchmarks.training            # 4 cases, one epoch each
+  python -m experiments.benchmarks.training            # 4 cases, one epoch each, then the single learner
   python -m experiments.benchmarks.training --quick    # async at lambda = 8 on 1/8 of the data
+  python -m experiments.benchmarks.training --cases= --single_learner --output=/tmp/single.json
 
 Writes ``results/training_benchmark.json``. Compilation caches are left cold,
 as on a first run.
@@ -50,6 +61,7 @@ import time
 import jax
 from absl import app, flags, logging
 
+from experiments.benchmarks import single_learner
 from experiments.benchmarks.common import (
   BATCH_PER_LEARNER,
   EngineChunks,
@@ -68,7 +80,19 @@ from stalesgd.utils._metrics import read_jsonl
 _QUICK = flags.DEFINE_bool(
   "quick", False, "async at lambda = 8 only, 1/8 of CIFAR-10's size, 2 rounds: about a minute."
 )
-_CASES = flags.DEFINE_list("cases", None, "Override the cases, e.g. async:8,softsync4:32.")
+_CASES = flags.DEFINE_list("cases", None, "Override the cases, e.g. async:8,softsync4:32 (empty: none).")
+_SINGLE_LEARNER = flags.DEFINE_bool(
+  "single_learner",
+  None,
+  "Also time the single learner against lambda = 30 at mu = 128 in the study's 8-device layout "
+  "(default: on unless --quick or --cases is given).",
+)
+_SINGLE_LEARNER_ROUNDS = flags.DEFINE_integer(
+  "single_learner_rounds", 2, "Alternations of the two single-learner runs."
+)
+_SINGLE_LEARNER_EPOCHS_SCALE = flags.DEFINE_float(
+  "single_learner_epochs_scale", 1.0, "Multiplies the single-learner runs' epochs (0.3 and 1.0 of 50,000 images)."
+)
 _DATA_DIR = flags.DEFINE_string(
   "data_dir",
   None,
@@ -194,6 +218,21 @@ def _run_case_in_a_process(
     return json.load(f)
 
 
+def single_learner_part(scratch: pathlib.Path, data_dir: str, train_examples: int) -> dict:
+  """`single_learner.measure` on the benchmark's data, or on 50,000 random images where the benchmark's split is
+  smaller (the runs' epochs are sized for CIFAR-10's 50,000)."""
+  if _DATA_DIR.value is None and train_examples != single_learner.TRAIN_EXAMPLES:
+    (scratch / "single_learner").mkdir()
+    data_dir = cifar10_data_dir(None, scratch / "single_learner", single_learner.TRAIN_EXAMPLES)
+  return single_learner.measure(
+    data_dir,
+    scratch,
+    rounds=_SINGLE_LEARNER_ROUNDS.value,
+    epochs_scale=_SINGLE_LEARNER_EPOCHS_SCALE.value,
+    real_data=_DATA_DIR.value is not None,
+  )
+
+
 def main(argv):
   del argv
   if not flags.FLAGS["verbosity"].present:
@@ -214,7 +253,10 @@ def main(argv):
       json.dump(row, f)
     return
   quick = _QUICK.value
-  cases = _CASES.value or (QUICK_CASES if quick else CASES)
+  cases = _CASES.value if _CASES.value is not None else (QUICK_CASES if quick else CASES)
+  with_single_learner = single_learner.in_training_benchmark(
+    _SINGLE_LEARNER.value, quick=quick, cases_given=_CASES.value is not None
+  )
   rounds = _ROUNDS.value or (2 if quick else 6)
   processes = len(os.sched_getaffinity(0)) if _PROCESSES.value is None else _PROCESSES.value
   train_examples = _TRAIN_EXAMPLES.value or (6_250 if quick else 50_000)
@@ -244,6 +286,14 @@ def main(argv):
         flush=True,
       )
       print(f"  user run: {json.dumps(row['user_run']['wall_time_breakdown'])}", flush=True)
+    single = single_learner_part(scratch, data_dir, train_examples) if with_single_learner else None
+  if single:
+    medians = single["median_images_per_s"]
+    print(
+      f"single learner ({single['devices']} devices): {medians['single']:.0f} images/s, lambda = 30: "
+      f"{medians['lambda30']:.0f}, ratio {single['single_over_lambda30']:.2f} ({single['target']})",
+      flush=True,
+    )
   os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
   with open(_OUTPUT.value, "w") as f:
     json.dump(
@@ -253,6 +303,7 @@ def main(argv):
         "train_examples": train_examples,
         "real_data": _DATA_DIR.value is not None,
         "rows": rows,
+        "single_learner": single,
       },
       f,
       indent=2,

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import pytest
 
+from experiments.benchmarks import single_learner
 from experiments.benchmarks.common import parse_case
 from experiments.benchmarks.round_robin import RoundRobinEmulator, check_round_robin
 from stalesgd import engine as engine_lib
@@ -104,6 +105,50 @@ def test_cases_parse(case, expected):
 def test_bad_cases_name_what_is_allowed(case):
   with pytest.raises(ValueError, match="case"):
     parse_case(case)
+
+
+@pytest.mark.parametrize(
+  "requested, quick, cases_given, expected",
+  [
+    (None, False, False, True),  # the full run measures the single learner after its cases
+    (None, True, False, False),  # --quick stays short
+    (None, False, True, False),  # chosen --cases (the GPU suite's tiny and full runs) stay as they were
+    (True, True, True, True),
+    (False, False, False, False),
+  ],
+)
+def test_the_single_learner_is_in_the_full_training_benchmark_only(requested, quick, cases_given, expected):
+  assert single_learner.in_training_benchmark(requested, quick=quick, cases_given=cases_given) is expected
+
+
+def test_the_single_learner_part_times_both_runs_in_turn_and_records_the_ratio_and_the_load(tmp_path):
+  """Without training (a stand-in for the two processes): the runs alternate, one at a time, in the study's
+  8-device layout; medians, their ratio against the 1.5x target and the load before and after are recorded."""
+  rates = {"single": iter([600.0, 700.0, 650.0]), "lambda30": iter([800.0, 900.0, 1000.0])}
+  calls = []
+
+  def run(case, data_dir, workdir, epochs_scale):
+    calls.append((case, workdir.name, epochs_scale))
+    return next(rates[case])
+
+  result = single_learner.measure("data", tmp_path, rounds=3, epochs_scale=0.5, real_data=False, run=run)
+  assert calls == [(case, f"{case}_{r}", 0.5) for r in range(3) for case in ("single", "lambda30")]
+  assert result["cases"] == {"single": "rudra_cifar10:baseline", "lambda30": "rudra_cifar10:mu_lambda_3840"}
+  assert result["devices"] == 8 and result["epochs"] == {"single": 0.15, "lambda30": 0.5}
+  assert result["median_images_per_s"] == {"single": 650.0, "lambda30": 900.0}
+  assert result["single_over_lambda30"] == pytest.approx(650 / 900) and result["met"]  # 0.72 >= 1 / 1.5
+  load = result["load_average_1_5_15_min"]
+  assert len(load["before"]) == len(load["after"]) == 3
+
+
+def test_a_runs_rate_counts_every_contribution_of_an_update(tmp_path):
+  """lambda = 30 applies 30 x 128 images per update: the steady rate counts them all, from the second record."""
+  records = [{"step": 1, "wall_time": 50.0}, {"step": 2, "wall_time": 60.0}, {"step": 5, "wall_time": 66.0}]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+  assert single_learner.loop_images_per_s(tmp_path, batch=30 * 128) == pytest.approx(3 * 30 * 128 / 6.0)
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records[:2]))
+  with pytest.raises(RuntimeError, match="too few records"):
+    single_learner.loop_images_per_s(tmp_path, batch=128)
 
 
 @pytest.mark.slow
