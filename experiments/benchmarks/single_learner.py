@@ -102,6 +102,8 @@ def measure(
 
   The load average before and after says whether the machine was quiet (other processes share its cores).
   """
+  if rounds < 1:
+    raise ValueError(f"rounds={rounds}: at least one round of the two runs is needed for a median")
   load_before = list(os.getloadavg())
   rates: dict[str, list[float]] = {case: [] for case in CASES}
   for round_index in range(rounds):

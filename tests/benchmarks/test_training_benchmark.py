@@ -139,6 +139,8 @@ def test_the_single_learner_part_times_both_runs_in_turn_and_records_the_ratio_a
   assert result["single_over_lambda30"] == pytest.approx(650 / 900) and result["met"]  # 0.72 >= 1 / 1.5
   load = result["load_average_1_5_15_min"]
   assert len(load["before"]) == len(load["after"]) == 3
+  with pytest.raises(ValueError, match="rounds=0"):
+    single_learner.measure("data", tmp_path, rounds=0, real_data=False, run=run)
 
 
 def test_a_runs_rate_counts_every_contribution_of_an_update(tmp_path):
