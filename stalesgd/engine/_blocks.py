@@ -159,15 +159,48 @@ def block_starting_at(starts: np.ndarray, update: int) -> int:
   return index
 
 
-def unbounded_block_ends(schedule: Schedule) -> np.ndarray:
+def previous_update_of_learner(schedule: Schedule) -> np.ndarray:
+  """For every update u, the latest earlier update to which one of u's learners also contributed (-1 if none).
+
+  Raises:
+    ValueError: a learner contributes twice to one update, so its second local run would start from the inner
+      state its first leaves, inside one block.
+  """
+  learners = schedule.learner.reshape(-1)
+  contributions = schedule.contributions_per_update
+  order = np.argsort(learners, kind="stable")  # by learner, then by position (update-major)
+  same = learners[order[1:]] == learners[order[:-1]]
+  previous = np.full(learners.shape[0], -1, np.int64)
+  previous[order[1:][same]] = order[:-1][same]
+  previous_update = np.where(previous >= 0, previous // contributions, -1).reshape(schedule.learner.shape)
+  update = np.arange(schedule.num_updates)
+  twice = np.flatnonzero((previous_update == update[:, None]).any(axis=1))
+  if twice.size:
+    raise ValueError(
+      f"update {int(twice[0])} applies two contributions of one learner, whose second local run starts from the "
+      "inner state the first leaves; with an inner state kept across contributions such a schedule cannot be "
+      "executed in blocks: reset the inner state every local run (config.inner.reset_state=True), use a "
+      "stateless inner optimizer (SGD without momentum), or a protocol where a learner contributes at most once "
+      "per update (hardsync, async, ssp)"
+    )
+  return previous_update.max(axis=1)
+
+
+def unbounded_block_ends(schedule: Schedule, *, distinct_learners: bool = False) -> np.ndarray:
   """For every u0, the first update a block starting at u0 cannot include.
 
-  L(u0) = min{u > u0 : max_j timestamp[u] > u0} (or num_updates). Computed by
+  L(u0) = min{u > u0 : max_j timestamp[u] > u0} (or num_updates); with
+  ``distinct_learners`` also the first u > u0 one of whose learners already
+  contributed to an update in [u0, u) (`previous_update_of_learner`). Computed by
   advancing all u0 at once, one update per iteration, so the number of
   iterations is the longest possible block, not the schedule length.
   """
   num_updates = schedule.num_updates
   newest = schedule.timestamp.max(axis=1)
+  if distinct_learners:
+    # Update u may join a block starting at u0 only if its learners' previous contributions precede u0: the
+    # same condition as for timestamps, so it folds into them.
+    newest = np.maximum(newest, previous_update_of_learner(schedule) + 1)
   start = np.arange(num_updates, dtype=np.int64)
   end = np.minimum(start + 1, num_updates)
   active = end < num_updates
@@ -199,7 +232,12 @@ def _padded_slots(rows: int, contributions: int, num_devices: int) -> int:
 
 
 def plan_blocks(
-  schedule: Schedule, *, num_devices: int = 1, rows_per_block: int | None = None, max_slots_per_device: int | None = 32
+  schedule: Schedule,
+  *,
+  num_devices: int = 1,
+  rows_per_block: int | None = None,
+  max_slots_per_device: int | None = 32,
+  distinct_learners: bool = False,
 ) -> BlockPlan:
   """Cuts ``schedule`` into fixed-shape blocks for ``num_devices`` devices.
 
@@ -212,6 +250,9 @@ def plan_blocks(
     max_slots_per_device: upper bound on the gradient slots one device computes
       per block when ``rows_per_block`` is chosen automatically (each slot is an
       unrolled gradient call, so this bounds compile time); None for no bound.
+    distinct_learners: a block holds at most one contribution per learner
+      (the engine asks for it when learners keep an inner state between local
+      runs).
 
   Returns:
     The `BlockPlan`.
@@ -221,7 +262,7 @@ def plan_blocks(
   if schedule.num_updates == 0:
     raise ValueError("the schedule has no updates (num_updates == 0)")
   contributions = schedule.contributions_per_update
-  reach = unbounded_block_ends(schedule)
+  reach = unbounded_block_ends(schedule, distinct_learners=distinct_learners)
   if rows_per_block is None:
     rows_per_block = _best_rows_per_block(reach, contributions, num_devices, max_slots_per_device)
   elif rows_per_block < 1:

@@ -9,7 +9,9 @@ produced (docs/design.md, *Engine*):
 2. one jitted step per block computes every contribution of the block in
    parallel, each at its own past weights read from the ring buffer
    (`stalesgd.engine._ring_buffer`), with its learner's own mini-batch; the
-   slots are spread over the mesh's learner axis with `jax.shard_map`;
+   slots are spread over the mesh's learner axis with `jax.shard_map`. A
+   contribution is a local run of H inner steps (`Engine`'s ``local_steps``,
+   docs/algorithms.md §7), by default one step that yields the gradient;
 3. the same step applies the block's updates in order with a loop over
    the precomputed gradients (cheap element-wise work): for update u it calls
    the server optimizer on the stack of its c contributions,
@@ -57,6 +59,7 @@ from stalesgd.engine._blocks import Block, BlockPlan, plan_blocks
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.schedule._schedule_arrays import Schedule
+from stalesgd.transforms._local_run import init_inner_states, local_run
 
 PyTree = Any
 LossFn = Callable[[PyTree, PyTree], Any]
@@ -64,6 +67,7 @@ BatchFn = Callable[[np.ndarray, np.ndarray], PyTree]
 
 GRADIENT_STRATEGIES = ("unroll", "vmap")
 UNROLLED_SLOTS_PER_DEVICE = 4  # gradient slots one device unrolls per block (see `Engine.plan`)
+FULLY_UNROLLED_LOCAL_STEPS = 4  # a local run of at most this many steps is unrolled (see `Engine`'s local_unroll)
 
 
 class EngineState(NamedTuple):
@@ -74,12 +78,17 @@ class EngineState(NamedTuple):
     opt_state: server optimizer state.
     ring: past weights w_{t-depth+1..t} (`RingBuffer`).
     step: int32 scalar, t, the number of updates applied.
+    inner_states: every learner's inner-optimizer state, leaves ``[lambda, ...]``,
+      kept from its previous local run (`Engine`'s ``inner_optimizer``); ``()``
+      when there is none to keep (a stateless inner optimizer such as the
+      default SGD at rate 1, or ``reset_inner_state``).
   """
 
   params: PyTree
   opt_state: PyTree
   ring: ring_buffer.RingBuffer
   step: jax.Array
+  inner_states: PyTree = ()
 
 
 class BlockMetrics(NamedTuple):
@@ -135,8 +144,21 @@ class Engine:
     mesh: jax.sharding.Mesh | None = None,
     axis_name: str | None = None,
     gradient_strategy: str | None = None,
+    local_steps: int = 1,
+    inner_optimizer: optax.GradientTransformation | None = None,
+    reset_inner_state: bool = False,
+    local_unroll: int | bool | None = None,
   ):
-    """Args:
+    r"""Every contribution is a local run (`stalesgd.transforms._local_run.local_run`,
+    docs/algorithms.md §7): the learner runs H = ``local_steps`` steps of
+    ``inner_optimizer`` from the weights it pulled, step i of its r-th
+    contribution on its mini-batch r H + i, and contributes
+    :math:`\Delta = -\sum_i u_i`, minus the sum of its inner updates, which the
+    server optimizer receives as the contribution's gradient. The defaults, H = 1
+    and inner SGD at rate 1 without state, make :math:`\Delta` the gradient bit
+    for bit: today's parameter-server protocols, on the same code path.
+
+    Args:
     loss_fn: ``loss_fn(params, batch) -> loss`` (or ``(loss, aux)`` with
       ``has_aux=True``) for one contribution's mini-batch.
     optimizer: the server optimizer; receives stacks of c contributions
@@ -147,8 +169,19 @@ class Engine:
     mesh: a 1-D mesh; by default all devices of all processes.
     axis_name: the mesh axis gradients are spread over (the mesh's only axis
       by default).
-    gradient_strategy: "unroll" (one gradient call per slot) or "vmap";
+    gradient_strategy: "unroll" (one local run per slot) or "vmap";
       by default the faster one for the backend.
+    local_steps: H >= 1, inner steps per contribution.
+    inner_optimizer: the learners' inner optimizer, any optax transformation;
+      by default ``optax.sgd(1.0)`` (no state).
+    reset_inner_state: start every local run from ``inner_optimizer.init`` of
+      the pulled weights (the asynchronous DiLoCo notebook) instead of the
+      state the learner kept from its previous contribution (DiLoCo). A kept,
+      non-empty state is part of `EngineState` (``inner_states``), and then a
+      block holds at most one contribution per learner (`plan`).
+    local_unroll: ``jax.lax.scan``'s ``unroll`` for the H steps; by default all
+      of them for H <= `FULLY_UNROLLED_LOCAL_STEPS` (one program without a loop,
+      faster for convolutions on the CPU), else 1.
     """
     self.loss_fn = loss_fn
     self.optimizer = optimizer
@@ -164,6 +197,16 @@ class Engine:
     self.num_devices = int(self.mesh.shape[axis_name])
     strategy = gradient_strategy or default_gradient_strategy(self.mesh.devices.flat[0].platform)
     self.gradient_strategy = validation.check_choice("gradient_strategy", strategy, GRADIENT_STRATEGIES)
+    self.local_steps = validation.check_integer("local_steps", local_steps, low=1)
+    self.inner_optimizer = optax.sgd(1.0) if inner_optimizer is None else inner_optimizer
+    self.reset_inner_state = validation.check_bool("reset_inner_state", reset_inner_state)
+    self.local_unroll = (
+      (True if self.local_steps <= FULLY_UNROLLED_LOCAL_STEPS else 1) if local_unroll is None else local_unroll
+    )
+    # Whether learners keep an inner state between contributions: a state with arrays, not reset. The structure
+    # of optax states does not depend on the weights' shapes, so a one-element vector tells.
+    probe = jax.eval_shape(self.inner_optimizer.init, jax.ShapeDtypeStruct((1,), jnp.float32))
+    self.keeps_inner_states = not self.reset_inner_state and bool(jax.tree_util.tree_leaves(probe))
     self._replicated = NamedSharding(self.mesh, P())
     self._split = NamedSharding(self.mesh, P(axis_name))
     self._block_step = jax.jit(self._block_step_impl, donate_argnums=0)
@@ -198,6 +241,7 @@ class Engine:
       opt_state=jax.tree_util.tree_map(by_shape(0), state.opt_state),
       ring=jax.tree_util.tree_map(by_shape(1), state.ring),
       step=self._replicated,
+      inner_states=jax.tree_util.tree_map(by_shape(0), state.inner_states),
     )
 
   # ---------------------------------------------------------------- planning
@@ -213,6 +257,15 @@ class Engine:
     """
     if self.gradient_strategy == "unroll" and self.mesh.devices.flat[0].platform == "cpu":
       options.setdefault("max_slots_per_device", UNROLLED_SLOTS_PER_DEVICE)
+    # A learner's next local run starts from the inner state its previous one left: they cannot share a block.
+    options.setdefault("distinct_learners", self.keeps_inner_states)
+    if self.keeps_inner_states and schedule.dropped_learner.size:
+      raise ValueError(
+        f"the schedule drops {schedule.dropped_learner.size} contributions (protocol {schedule.protocol!r}), whose "
+        "local runs the engine does not execute, while learners keep their inner state between runs: the state "
+        "after a dropped run would be missing; reset the inner state every local run (config.inner.reset_state="
+        "True) or use a stateless inner optimizer (SGD without momentum)"
+      )
     return plan_blocks(schedule, num_devices=self.num_devices, **options)
 
   # ------------------------------------------------------------------- state
@@ -230,7 +283,12 @@ class Engine:
     self._check_history(depth, plan.schedule.max_staleness, "the schedule")
     self._check_optimizer(params, plan.contributions_per_update)
     params = self._replicate(params)
-    build = lambda p: EngineState(p, self.optimizer.init(p), ring_buffer.ring_init(p, depth), jnp.int32(0))
+    learners = plan.schedule.learners
+
+    def build(p):
+      inner = init_inner_states(self.inner_optimizer, p, learners) if self.keeps_inner_states else ()
+      return EngineState(p, self.optimizer.init(p), ring_buffer.ring_init(p, depth), jnp.int32(0), inner)
+
     shardings = self.state_shardings(jax.eval_shape(build, params))
     return jax.jit(build, out_shardings=shardings)(params)
 
@@ -282,40 +340,60 @@ class Engine:
       )
 
   # -------------------------------------------------------------------- step
-  def _gradients(self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, batch: PyTree):
-    """Loss and gradient of every slot at its own weights, spread over devices.
+  def _local_runs(self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, slot_states: PyTree, batch: PyTree):
+    """Every slot's local run from its own weights, spread over devices: (mean inner loss, Delta, inner state).
 
     The slots' weights are gathered from the (parameter-sharded) ring and
-    redistributed so that each device holds the full weights of its own slots.
+    redistributed so that each device holds the full weights, inner state and
+    H mini-batches of its own slots. The returned inner states are ``()`` when
+    the engine keeps none.
     """
-    value_and_grad = jax.value_and_grad(self.loss_fn, has_aux=self.has_aux)
-    has_aux, strategy, axis = self.has_aux, self.gradient_strategy, self.axis_name
+    keeps = self.keeps_inner_states
+    strategy, axis = self.gradient_strategy, self.axis_name
 
-    def one(weights, slot_batch):
-      value, grads = value_and_grad(weights, slot_batch)
-      return (value[0] if has_aux else value), grads
+    def one(weights, state, slot_batches):
+      run = local_run(
+        self.loss_fn,
+        self.inner_optimizer,
+        weights,
+        state,
+        slot_batches,
+        reset_inner_state=not keeps,  # without a kept state every run starts from init (empty for plain SGD)
+        has_aux=self.has_aux,
+        unroll=self.local_unroll,
+      )
+      return jnp.mean(run.losses), run.pseudo_gradient, (run.inner_state if keeps else ())
 
-    def per_device(weights, local_batch):
+    def per_device(weights, states, local_batch):
       if strategy == "vmap":
-        return jax.vmap(one)(weights, local_batch)
+        return jax.vmap(one)(weights, states, local_batch)
       slots = jax.tree_util.tree_leaves(weights)[0].shape[0]
-      results = [
-        one(
-          jax.tree_util.tree_map(lambda leaf: leaf[i], weights),
-          jax.tree_util.tree_map(lambda leaf: leaf[i], local_batch),
-        )
-        for i in range(slots)
-      ]
+      pick = lambda tree, i: jax.tree_util.tree_map(lambda leaf: leaf[i], tree)
+      results = [one(pick(weights, i), pick(states, i), pick(local_batch, i)) for i in range(slots)]
       return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *results)
 
     weights = jax.lax.with_sharding_constraint(ring_buffer.ring_read(ring, slot_timestamp), self._split)
-    return jax.shard_map(per_device, mesh=self.mesh, in_specs=(P(axis), P(axis)), out_specs=(P(axis), P(axis)))(
-      weights, batch
-    )
+    specs = (P(axis), P(axis), P(axis))
+    return jax.shard_map(per_device, mesh=self.mesh, in_specs=specs, out_specs=specs)(weights, slot_states, batch)
 
-  def _block_step_impl(self, state: EngineState, num_updates, timestamp, staleness, learner, slot_timestamp, batch):
+  def _block_step_impl(
+    self, state: EngineState, num_updates, timestamp, staleness, learner, slot_timestamp, slot_owner, batch
+  ):
     rows, contributions = timestamp.shape
-    losses, grads = self._gradients(state.ring, slot_timestamp, batch)
+    slots = slot_timestamp.shape[0]
+    # [S H, ...] rows, slot-major, to [S, H, ...]: each device keeps its own slots' H mini-batches.
+    batch = jax.tree_util.tree_map(
+      lambda leaf: jax.lax.with_sharding_constraint(leaf.reshape((slots, -1) + leaf.shape[1:]), self._split), batch
+    )
+    read_state = lambda leaf: jax.lax.with_sharding_constraint(
+      leaf[jnp.minimum(slot_owner, leaf.shape[0] - 1)], self._split
+    )
+    slot_states = jax.tree_util.tree_map(read_state, state.inner_states)
+    losses, grads, slot_states = self._local_runs(state.ring, slot_timestamp, slot_states, batch)
+    # A real slot's learner keeps its new inner state; padding slots (owner = lambda, out of range) write nothing.
+    inner_states = jax.tree_util.tree_map(
+      lambda kept, new: kept.at[slot_owner].set(new, mode="drop"), state.inner_states, slot_states
+    )
 
     def by_row(leaf):
       # From "each device holds some slots" to "each device holds a slice of
@@ -340,19 +418,28 @@ class Engine:
       params = optax.apply_updates(params, updates)
       step = step + 1
       ring = ring_buffer.ring_write(ring, step, params)
-      new = self._constrain(EngineState(params, opt_state, ring, step))
+      new = EngineState(params, opt_state, ring, step)
+      new = self._constrain(new)[:4]
       return (*new, applied.at[row].set(transforms.lr_scale(opt_state)))
 
     carry = (state.params, state.opt_state, state.ring, state.step, jnp.ones((rows,), jnp.float32))
     params, opt_state, ring, step, applied = jax.lax.fori_loop(0, num_updates, apply_update, carry)
-    return self._constrain(EngineState(params, opt_state, ring, step)), BlockMetrics(losses, applied)
+    final = EngineState(params, opt_state, ring, step, inner_states)
+    return self._constrain(final), BlockMetrics(losses, applied)
 
   def _constrain(self, state: EngineState) -> EngineState:
     return jax.lax.with_sharding_constraint(state, self.state_shardings(state))
 
   def make_batch(self, batch_fn: BatchFn, block: Block) -> PyTree:
-    """The block's mini-batches as global arrays split over the learner axis."""
-    return sharding_lib.rows_from_batch_fn(batch_fn, block.slot_learner, block.slot_batch_index, self._split)
+    """The block's mini-batches as global arrays split over the learner axis: rows [S H], slot-major.
+
+    Slot s, its learner's contribution k, reads that learner's mini-batches
+    k H, ..., k H + H - 1 (H = ``local_steps``; k with H = 1).
+    """
+    steps = self.local_steps
+    learners = np.repeat(block.slot_learner, steps)
+    indices = (block.slot_batch_index[:, None] * steps + np.arange(steps)).reshape(-1)
+    return sharding_lib.rows_from_batch_fn(batch_fn, learners, indices, self._split)
 
   def step(
     self, state: EngineState, plan: BlockPlan, block_index: int, batch_fn: BatchFn
@@ -366,7 +453,12 @@ class Engine:
       for host in (np.int32(block.num_updates), block.timestamp, block.staleness, block.learner)
     ]
     slot_timestamp = sharding_lib.global_array(block.slot_timestamp, self._split)
-    state, metrics = self._block_step(state, *block_inputs, slot_timestamp, batch)
+    # Each slot's learner, whose inner state it reads and writes; lambda (out of range) for unused slots.
+    real = block.num_updates * plan.contributions_per_update
+    owner = np.full(block.slot_learner.shape, plan.schedule.learners, np.int32)
+    owner[:real] = block.slot_learner[:real]
+    slot_owner = sharding_lib.global_array(owner, self._split)
+    state, metrics = self._block_step(state, *block_inputs, slot_timestamp, slot_owner, batch)
     self._dispatch.dispatched(metrics.lr_scale)
     return state, metrics
 

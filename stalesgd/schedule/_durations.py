@@ -22,15 +22,19 @@ BLOCK_STEPS = 1024
 
 
 class StepDurations:
-  """Compute seconds of every learner's consecutive mini-batches.
+  """Compute seconds of every learner's consecutive contributions.
 
-  ``compute_time * speed_factor[p] * jitter[p, k]`` (a per-step trace replaces
-  the speed factor by ``trace[k % steps, p]``); see `TimingModel`.
+  Step k of learner p lasts ``compute_time * speed_factor[p] * jitter[p, k]``
+  (a per-step trace replaces the speed factor by ``trace[k % steps, p]``); see
+  `TimingModel`. A contribution of H local steps (``local_steps``) lasts the
+  sum of its H consecutive step times: learner p's r-th contribution covers its
+  steps r H, ..., r H + H - 1, added left to right (with H = 1, step r itself).
   """
 
-  def __init__(self, timing: TimingModel, learners: int, seed: int):
+  def __init__(self, timing: TimingModel, learners: int, seed: int, *, local_steps: int = 1):
     self._timing = timing
     self._seed = seed
+    self._local_steps = local_steps
     self._scales = timing.compute_time * timing.speed_factors_for(learners, seed)
     self._per_step_trace = timing.per_step_trace(learners)
 
@@ -44,12 +48,22 @@ class StepDurations:
         seconds = seconds * self._per_step_trace[steps, learner]
       yield seconds
 
-  def stream(self, learner: int) -> Iterator[float]:
-    """An iterator over the learner's step times as Python floats (for event loops)."""
+  def _steps(self, learner: int) -> Iterator[float]:
     return itertools.chain.from_iterable(block.tolist() for block in self._blocks(learner))
 
+  def stream(self, learner: int) -> Iterator[float]:
+    """An iterator over the learner's contribution times as Python floats (for event loops)."""
+    steps, group = self._steps(learner), self._local_steps
+    return (_sum_left_to_right(steps, group) for _ in itertools.repeat(None))
+
   def first(self, learner: int, count: int) -> np.ndarray:
-    """The learner's first ``count`` step times, float64 [count]."""
-    blocks = self._blocks(learner)
-    needed = -(-count // BLOCK_STEPS)
-    return np.concatenate([next(blocks) for _ in range(needed)])[:count] if count else np.zeros(0)
+    """The learner's first ``count`` contribution times, float64 [count]."""
+    return np.fromiter(itertools.islice(self.stream(learner), count), np.float64, count)
+
+
+def _sum_left_to_right(steps: Iterator[float], count: int) -> float:
+  """The next ``count`` values of an endless ``steps``, added in order (one value: itself)."""
+  total = next(steps)
+  for _ in range(count - 1):
+    total += next(steps)
+  return total

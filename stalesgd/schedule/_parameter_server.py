@@ -139,6 +139,7 @@ def run_parameter_server(
   options: dict[str, Any],
   record_events: bool = False,
   progress: ProgressCallback | None = None,
+  local_steps: int = 1,
 ) -> Schedule:
   """Simulates learners and a server under ``rule`` until ``num_updates`` updates.
 
@@ -155,12 +156,14 @@ def run_parameter_server(
     options: JSON-serialisable provenance recorded in the schedule.
     record_events: attach an `EventTrace` of every start and arrival.
     progress: optional `ProgressCallback`.
+    local_steps: H, the local steps of one contribution: its compute time is
+      the sum of H step times (`StepDurations`).
 
   Returns:
     The `Schedule` of the run.
   """
   learners = rule.learners
-  durations = StepDurations(timing, learners, seed)
+  durations = StepDurations(timing, learners, seed, local_steps=local_steps)
   streams = [durations.stream(learner) for learner in range(learners)]
   push_send = FifoLink(timing).send
   pull_send = FifoLink(timing).send

@@ -223,6 +223,7 @@ def simulate(
   timing: TimingModel | None = None,
   record_events: bool = False,
   progress: ProgressCallback | None = None,
+  local_steps: int = 1,
   **protocol_options: Any,
 ) -> Schedule:
   """Simulates a synchronization protocol and returns who computed what, when.
@@ -241,6 +242,9 @@ def simulate(
       log-normal jitter and free communication.
     record_events: attach an `EventTrace` (parameter-server protocols only).
     progress: optional callback ``progress(updates_done, num_updates)``.
+    local_steps: H >= 1, the local steps of one contribution (a local run,
+      docs/algorithms.md §7): its compute time is the sum of the learner's H
+      consecutive step times. Parameter-server protocols only for now.
     **protocol_options: the protocol's options, e.g. ``n=15`` for softsync.
 
   Returns:
@@ -264,7 +268,17 @@ def simulate(
   if not isinstance(timing, TimingModel):
     raise ValueError(f"timing must be a TimingModel or None; got {type(timing).__name__}")
   timing.check_learners(learners)
-  provenance = json.loads(json.dumps({"protocol_options": options, "seed": seed, "timing": timing.to_dict()}))
+  local_steps = validation.check_integer("local_steps", local_steps, low=1)
+  recorded = {"protocol_options": options, "seed": seed, "timing": timing.to_dict()}
+  if local_steps != 1:  # recorded only where it differs, so that H = 1 schedules keep their provenance
+    recorded["local_steps"] = local_steps
+  provenance = json.loads(json.dumps(recorded))
+  if row.decentralized and local_steps != 1:
+    raise ValueError(
+      f"local_steps={local_steps} with protocol={protocol!r}: local runs of H > 1 steps are simulated for the "
+      "parameter-server protocols only; allowed: 1, or local_steps >= 1 with one of "
+      f"{', '.join(PARAMETER_SERVER_PROTOCOLS)}"
+    )
   if not row.decentralized:
     return run_parameter_server(
       row.server(learners, **options),
@@ -275,6 +289,7 @@ def simulate(
       options=provenance,
       record_events=record_events,
       progress=progress,
+      local_steps=local_steps,
     )
   if record_events:
     raise ValueError(

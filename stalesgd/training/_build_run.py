@@ -25,6 +25,7 @@ from stalesgd.training._config_readers import (
   simulate_schedule,
   updates_per_epoch,
 )
+from stalesgd.training._inner_optimizer import local_run_options
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._runners import DCS3GDConfig, Runner, Schedule, make_runner
 
@@ -130,7 +131,10 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   schedule = simulate_schedule(config, total_updates, parameter_bytes=4 * _num_parameters(params))
   settings, label = decentral_settings(config), run_label(config)
   optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
-  runner = None if mesh is None else make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings)
+  local_runs = None if settings is not None else local_run_options(config)
+  runner = None
+  if mesh is not None:
+    runner = make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings, local_runs=local_runs)
   return RunInputs(
     dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner, metric_names
   )

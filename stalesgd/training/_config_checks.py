@@ -24,6 +24,7 @@ from stalesgd.data._loading import SOURCES
 from stalesgd.data._normalization import NORMALIZATIONS
 from stalesgd.models._loss import check_loss_name
 from stalesgd.training._config_readers import is_decentralized, timing_model
+from stalesgd.training._inner_optimizer import check_local_runs
 from stalesgd.training._run_config import (
   DC_LAMBDA_DEFAULTS,
   DELAY_COMPENSATIONS,
@@ -52,7 +53,11 @@ def _field(config, field: str) -> tuple[str, Any]:
 def _default_fields() -> dict[str | None, tuple[str, ...]]:
   """The field names of `default_config` (None: top level) and of its ``timing``."""
   defaults = default_config()
-  return {None: tuple(sorted(defaults.keys())), "timing": tuple(sorted(defaults.timing.keys()))}
+  return {
+    None: tuple(sorted(defaults.keys())),
+    "timing": tuple(sorted(defaults.timing.keys())),
+    "inner": tuple(sorted(defaults.inner.keys())),
+  }
 
 
 def _require_known_fields(config) -> None:
@@ -67,7 +72,7 @@ def _require_known_fields(config) -> None:
     prefix = "" if parent is None else f"{parent}."
     if parent is not None and not isinstance(given, ml_collections.ConfigDict):
       validation.reject(
-        f"config.{parent}", given, "an ml_collections.ConfigDict with the fields of default_config().timing"
+        f"config.{parent}", given, f"an ml_collections.ConfigDict with the fields of default_config().{parent}"
       )
     missing = sorted(set(expected) - set(given.keys()))
     if missing:
@@ -216,6 +221,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   _check_optimizer(config)
 
   _check_protocol(config, num_devices)
+  check_local_runs(config)
   if config.dc_per_learner_mean_square and config.delay_compensation != "adaptive":
     validation.reject(
       "config.dc_per_learner_mean_square",

@@ -56,8 +56,9 @@ def contributions_per_update(config: ml_collections.ConfigDict) -> int:
 
 
 def examples_per_update(config: ml_collections.ConfigDict) -> int:
-  """c * mu: the examples one server update (decentralized: one step of all M learners) applies."""
-  return contributions_per_update(config) * config.batch_per_learner
+  """c * mu * H: the examples one server update (decentralized: one step of all M learners) applies, H the local
+  steps of a contribution (1 for a decentralized protocol)."""
+  return contributions_per_update(config) * config.batch_per_learner * config.local_steps
 
 
 def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:
@@ -119,6 +120,7 @@ def simulate_schedule(
     seed=config.seed,
     **protocol_options(config),
     timing=timing_model(config, parameter_bytes=parameter_bytes),
+    local_steps=config.local_steps,
   )
 
 
@@ -134,4 +136,5 @@ def run_label(config: ml_collections.ConfigDict) -> str:
   dc = "" if correction == "none" else f", DC-{correction}"
   if config.dc_mean_square_bias_correction:
     dc += " bias-corrected"
-  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{rule}{dc})"
+  local = "" if config.local_steps == 1 else f", H={config.local_steps}"
+  return f"{protocol} (lambda={config.learners}, mu={config.batch_per_learner}{local}{rule}{dc})"

@@ -110,8 +110,12 @@ class ParameterServerRunner:
     schedule: Schedule,
     batches,
     mesh: jax.sharding.Mesh,
+    local_runs: Mapping[str, Any] | None = None,
   ):
-    self.engine = engine_lib.Engine(model.loss_fn, optimizer, has_aux=True, mesh=mesh)
+    """``local_runs``: the engine's local-run options (``local_steps``, ``inner_optimizer``,
+    ``reset_inner_state``; `stalesgd.training._inner_optimizer.local_run_options`), one gradient per
+    contribution without them."""
+    self.engine = engine_lib.Engine(model.loss_fn, optimizer, has_aux=True, mesh=mesh, **(local_runs or {}))
     self.plan = self.engine.plan(schedule)
     self.batches = batches
 
@@ -217,6 +221,7 @@ def make_runner(
   mesh: jax.sharding.Mesh,
   *,
   decentral_settings: DCS3GDConfig | None = None,
+  local_runs: Mapping[str, Any] | None = None,
 ) -> Runner:
   """The runner for the run's protocol: DC-S3GD's given its settings, the engine's otherwise.
 
@@ -229,7 +234,9 @@ def make_runner(
     decentral_settings: a decentralized protocol's settings
       (`stalesgd.training._config_readers.decentral_settings`); None for a
       parameter-server protocol.
+    local_runs: a parameter-server protocol's local-run options for the engine
+      (`stalesgd.training._inner_optimizer.local_run_options`).
   """
   if decentral_settings is not None:
     return DecentralizedRunner(decentral_settings, model, optimizer, schedule.num_updates, batches, mesh)
-  return ParameterServerRunner(model, optimizer, schedule, batches, mesh)
+  return ParameterServerRunner(model, optimizer, schedule, batches, mesh, local_runs)

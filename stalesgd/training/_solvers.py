@@ -52,17 +52,19 @@ def optax_optimizers() -> tuple[str, ...]:
   return tuple(sorted(names))
 
 
-def solver_factory(name: str) -> Callable[..., optax.GradientTransformation]:
+def solver_factory(name: str, *, field: str = FIELD) -> Callable[..., optax.GradientTransformation]:
   """The factory ``config.optimizer`` names (not for ``"sgd"``, the Caffe solver, built by the optimizer module).
 
   Raises:
-    ValueError: naming ``config.optimizer`` and the allowed values.
+    ValueError: naming ``field`` (``config.optimizer``, or ``config.inner.optimizer`` where ``"sgd"`` is
+      ``optax.sgd``) and the allowed values.
   """
   if is_import_path(name):
-    return load_callable(name, field=FIELD)
+    return load_callable(name, field=field)
   if name not in optax_optimizers():
+    sgd = "the papers' Caffe solver" if field == FIELD else "optax.sgd"
     raise ValueError(
-      f"{FIELD}={name!r}; allowed: 'sgd' (the papers' Caffe solver), an optax optimizer "
+      f"{field}={name!r}; allowed: 'sgd' ({sgd}), an optax optimizer "
       f"({', '.join(optax_optimizers())}), or an import path 'package.module:factory'"
     )
   return getattr(optax, name)

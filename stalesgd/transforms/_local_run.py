@@ -13,15 +13,16 @@ and contributes the pseudo-gradient
 .. math::
   \Delta_m = \theta_j - \theta_{m,H} = -\textstyle\sum_{i=0}^{H-1} u_i,
 
-accumulated as minus the sum of its inner updates (a running sum from zero, negated at the end), never as the
+accumulated as minus the sum of its inner updates (a running sum from -0, negated at the end), never as the
 difference of two weights: with H = 1 and inner SGD at rate 1 without state, :math:`u_0 = -g` and
-:math:`\Delta = -(0 + (-g)) = g` bit for bit, so a contribution of one local step is today's gradient. The
-per-step loss is :math:`L(\theta_{m,i}; b_i)`, at the weights the gradient is taken at. The inner state
-:math:`s_0` is the state the learner kept from its previous round (DiLoCo, Douillard et al., arXiv 2311.08105:
-each worker keeps its inner AdamW; the paper's text on the inner state was not checked here) or
+:math:`\Delta = -((-0) + (-g)) = g` bit for bit (signed zeros included), so a contribution of one local step
+is today's gradient. The per-step loss is :math:`L(\theta_{m,i}; b_i)`, at the weights the gradient is taken at.
+The inner state :math:`s_0` is the state the learner kept from its previous round (DiLoCo, Douillard et al.,
+arXiv 2311.08105: each worker keeps its inner AdamW; the paper's text on the inner state was not checked here) or
 ``InnerOpt.init(theta_j)`` when ``reset_inner_state`` is set (DeepMind's asynchronous DiLoCo notebook re-creates
 the inner optimizer for every local run). The H steps are one ``jax.lax.scan`` over the leading axis of the
-batches: the code path is the same for every H, H = 1 included.
+batches, or the same step written out H times (``unroll=True``): the code path is the same for every H, H = 1
+included.
 
 **Data order.** The caller passes the round's batches, a pytree whose leaves have a leading axis of size H.
 Learner m's i-th inner step overall reads its i-th mini-batch: round r of learner m reads its batches
@@ -154,8 +155,9 @@ def local_run(
       docstring, *Data order*).
     reset_inner_state: start from ``inner_optimizer.init(params)`` instead of ``inner_state``.
     has_aux: whether ``loss_fn`` returns ``(loss, aux)``.
-    unroll: ``jax.lax.scan``'s ``unroll`` (True unrolls all H steps: the same arithmetic, one program without a
-      loop, which docs/design.md measured faster for convolutions on the CPU).
+    unroll: ``jax.lax.scan``'s ``unroll``; True runs the H steps as straight-line code, without a loop (the
+      same equations, and for H = 1 the very program of one gradient step, bit for bit; docs/design.md measured
+      unrolled code faster for convolutions on the CPU).
 
   Returns:
     A `LocalRun`: :math:`\Delta_m`, :math:`\theta_{m,H}`, the inner state after the run, the per-step losses and
@@ -181,10 +183,20 @@ def local_run(
     update_sum = jax.tree.map(lambda total, update: (total + update).astype(total.dtype), update_sum, updates)
     return (weights, state, update_sum), (loss, aux)
 
-  zeros = jax.tree.map(jnp.zeros_like, params)
-  (weights, state, update_sum), (losses, aux) = jax.lax.scan(
-    inner_step, (params, inner_state, zeros), batches, unroll=unroll
-  )
+  # -0.0 is the exact additive identity (-0 + x = x for every x, signed zeros included), so with H = 1 the sum
+  # is u_0 itself, bit for bit.
+  start = (params, inner_state, jax.tree.map(lambda leaf: jnp.full_like(leaf, -0.0), params))
+  if unroll is True:
+    # Fully unrolled as straight-line code, not as a scan with unroll=True: a scan is still a loop for XLA, which
+    # then compiles the gradient differently (other fusions, other roundings) than the same steps outside one.
+    carry, outputs = start, []
+    for step in range(local_steps(batches)):
+      carry, output = inner_step(carry, jax.tree.map(lambda leaf, i=step: leaf[i], batches))
+      outputs.append(output)
+    (weights, state, update_sum) = carry
+    losses, aux = jax.tree.map(lambda *leaves: jnp.stack(leaves), *outputs)
+  else:
+    (weights, state, update_sum), (losses, aux) = jax.lax.scan(inner_step, start, batches, unroll=unroll)
   return LocalRun(jax.tree.map(jnp.negative, update_sum), weights, state, losses, aux)
 
 

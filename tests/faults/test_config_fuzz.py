@@ -153,6 +153,10 @@ def timing_fields(value: Any) -> bool:
   return isinstance(value, ml_collections.ConfigDict) and set(value.keys()) == set(default_config().timing.keys())
 
 
+def inner_fields(value: Any) -> bool:
+  return isinstance(value, ml_collections.ConfigDict) and set(value.keys()) == set(default_config().inner.keys())
+
+
 class Case(NamedTuple):
   """Values of ``field`` that are valid in the default config updated with ``context``."""
 
@@ -218,6 +222,16 @@ CASES = [
   Case("eager_updates", exactly(False)),
   Case("eager_updates", flags, {"protocol": "s3gd"}),
   Case("num_epochs", numbers(0, strict=True)),
+  Case("local_steps", ints(1)),
+  Case("local_steps", ints(1, 1), {"protocol": "s3gd"}, extra=(2,)),
+  Case("inner", inner_fields, extra=("sgd", default_config().inner.to_dict())),
+  Case("inner.optimizer", choice(("sgd",) + optax_optimizers()), extra=("adam", "adamz", "a:b", "SGD")),
+  Case("inner.learning_rate", numbers(0, strict=True)),
+  Case("inner.momentum", numbers(0, high=1), extra=(0.999, 1.0)),
+  Case("inner.momentum", exactly(0, 0.0), {"protocol": "s3gd"}, extra=(0.5,)),
+  Case("inner.nesterov", flags),
+  Case("inner.options", empty_mapping, extra=({}, {"b1": 0.9}, "b1=0.9", {"momentum": 0.9})),
+  Case("inner.reset_state", flags),
   Case("timing", timing_fields, extra=("lognormal", default_config().timing.to_dict())),
   Case(
     "timing.compute_time_per_example",  # times batch_per_learner (16) it is the simulated compute time

@@ -100,3 +100,44 @@ def numpy_diloco(params, streams, rounds, steps, inner_eta, outer_eta, outer_bet
 def learner_batches(streams, r, steps):
   """Round r's batches of every learner, leaves [M, H, ...]: learner m's rows r H .. r H + H - 1."""
   return tuple(np.stack([stream[part][r * steps : (r + 1) * steps] for stream in streams]) for part in range(2))
+
+
+def numpy_parameter_server(params, schedule, streams, steps, inner_eta, inner_beta, server_eta, server_beta, reset):
+  """A parameter server applying local runs, in numpy, one update at a time.
+
+  Update u averages its c contributions' Delta and applies momentum SGD (optax.trace: v <- Delta_bar + beta v,
+  theta <- theta - eta v). Contribution (learner m, timestamp j, batch index k) runs momentum SGD (inner_beta
+  None: plain SGD) from theta_j on m's batches k H .. k H + H - 1 of ``streams[m]``, from the velocity m's
+  previous contribution left (zero at first, and every time with ``reset``). Returns theta after every update.
+  """
+  history = [as_float64(params)]
+  velocity_server = {k: np.zeros_like(v) for k, v in history[0].items()}
+  zeros = {k: np.zeros_like(v) for k, v in history[0].items()}
+  inner_velocity = {}
+  for update in range(schedule.num_updates):
+    deltas = []
+    for slot in range(schedule.contributions_per_update):
+      learner = int(schedule.learner[update, slot])
+      k = int(schedule.batch_index[update, slot])
+      x, y = streams[learner]
+      batches = (x[k * steps : (k + 1) * steps], y[k * steps : (k + 1) * steps])
+      start = zeros if reset or inner_beta is None else inner_velocity.get(learner, zeros)
+      theta_j = history[int(schedule.timestamp[update, slot])]
+      delta, _, velocity, _ = numpy_inner_run(theta_j, start, batches, inner_eta, inner_beta)
+      inner_velocity[learner] = velocity
+      deltas.append(delta)
+    mean = {k: np.mean([delta[k] for delta in deltas], axis=0) for k in history[0]}
+    velocity_server = {k: mean[k] + server_beta * velocity_server[k] for k in mean}
+    history.append({k: history[-1][k] - server_eta * velocity_server[k] for k in mean})
+  return history
+
+
+def stream_batch_fn(streams):
+  """The engine's ``batch_fn(learner, index)`` over per-learner streams: learner m's mini-batch i is row i."""
+
+  def batch_fn(learners, indices):
+    x = np.stack([streams[m][0][i] for m, i in zip(learners, indices)])
+    y = np.stack([streams[m][1][i] for m, i in zip(learners, indices)])
+    return x, y
+
+  return batch_fn

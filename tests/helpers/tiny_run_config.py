@@ -16,6 +16,10 @@ evaluating every quarter epoch; ``arg`` picks the protocol:
   part of the state a resume must restore;
 * ``dcs3gd``: DC-S3GD with S = 1 and the adaptive correction on the 8 devices
   (one learner each), 23 steps, so the in-flight update queue is part of it;
+* ``async_local``: async with local runs, H = 3 steps of inner momentum SGD
+  (rate 0.05, momentum 0.5) per contribution, each learner's inner state kept
+  between its contributions, 63 updates, so the learners' inner states are
+  part of the state a resume must restore;
 * ``cifar10_full``: Rudra's CIFAR-10 network (``cifar10_full``, its default
   multipliers: lr 2 on every bias, weight decay 0.004 / 1.0 on the weights) on
   64 deterministic random 32x32 colour images (`random_cifar_like`), hardsync
@@ -32,7 +36,7 @@ import numpy as np
 
 from stalesgd.training._run_config import default_config
 
-VARIANTS = ("hardsync", "async_dc", "dcs3gd", "cifar10_full")
+VARIANTS = ("hardsync", "async_dc", "dcs3gd", "async_local", "cifar10_full")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -57,6 +61,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   elif variant == "async_dc":
     config.protocol = "async"
     config.delay_compensation, config.dc_lambda, config.dc_decay = "adaptive", 2.0, 0.95
+  elif variant == "async_local":
+    config.protocol = "async"
+    config.local_steps = 3
+    config.inner.learning_rate, config.inner.momentum = 0.05, 0.5
+    config.learning_rate, config.momentum = 0.7, 0.0
   else:
     config.protocol = "dcs3gd"
     config.allreduce_staleness = 1

@@ -15,9 +15,10 @@ interruption (bit-identical weights), and ``metrics.jsonl`` must read like an
 uninterrupted run's: strictly increasing steps ending at the last update, every
 step the uninterrupted run logged, and identical evaluations.
 
-Two protocols: async with DC-ASGD-a (the state holds the ring buffer of past
-weights, DC's MeanSquare and the momentum) and DC-S3GD (the state holds the
-queue of in-flight updates and per-learner weights). The runs go through
+Three runs: async with DC-ASGD-a (the state holds the ring buffer of past
+weights, DC's MeanSquare and the momentum), DC-S3GD (the state holds the
+queue of in-flight updates and per-learner weights) and async with local runs
+of H = 3 steps (the state holds every learner's inner momentum). The runs go through
 ``paced_main.py`` (a pause before every block) so each phase is still running
 when its signal is sent.
 """
@@ -61,7 +62,7 @@ def read_event_scalars(workdir: pathlib.Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["async_dc", "dcs3gd"])
+@pytest.mark.parametrize("variant", ["async_dc", "dcs3gd", "async_local"])
 def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, tmp_path, compilation_cache):
   workdir, log = tmp_path / "interrupted", tmp_path / "interrupted.log"
   command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1", seconds_per_block=SECONDS_PER_BLOCK)

@@ -1,0 +1,86 @@
+"""``config.local_steps`` and ``config.inner``: defaults that keep today's runs, errors that name the field."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+
+from stalesgd.training import default_config, validate_config
+from stalesgd.training._config_readers import run_label, updates_per_epoch
+from stalesgd.training._inner_optimizer import build_inner_optimizer, local_run_options
+
+
+def test_the_defaults_are_one_step_of_stateless_sgd_at_rate_one():
+  config = default_config()
+  assert config.local_steps == 1
+  inner = build_inner_optimizer(config.inner)
+  gradient = jnp.array([0.5, -0.0, 3.0])
+  updates, state = inner.update(gradient, inner.init(gradient))
+  assert jnp.array_equal(-updates, gradient) and not jax.tree.leaves(state)  # u = -g, no state to keep
+  assert local_run_options(config)["reset_inner_state"] is False
+
+
+def test_h_local_steps_per_contribution_make_h_times_fewer_updates_per_epoch_and_show_in_the_label():
+  config = default_config()
+  config.protocol, config.learners, config.batch_per_learner = "async", 4, 10
+  assert updates_per_epoch(config, 1200) == 120  # c mu = 10 examples per update
+  config.local_steps = 3
+  assert updates_per_epoch(config, 1200) == 40  # c mu H = 30
+  assert run_label(config) == "async (lambda=4, mu=10, H=3)"
+
+
+def test_inner_momentum_and_nesterov_reach_optax_sgd():
+  config = default_config()
+  config.inner.learning_rate, config.inner.momentum, config.inner.nesterov = 0.5, 0.9, True
+  inner = build_inner_optimizer(config.inner)
+  g = jnp.float32(2.0)
+  state = inner.init(g)
+  first, state = inner.update(g, state)
+  second, _ = inner.update(g, state)
+  # Nesterov (optax): v <- g + beta v, u = -eta (g + beta v)
+  # v1 = 2, u1 = -0.5 (2 + 1.8) = -1.9; v2 = 3.8, u2 = -0.5 (2 + 3.42) = -2.71
+  assert float(first) == pytest.approx(-1.9) and float(second) == pytest.approx(-2.71)
+
+
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
+    ("local_steps", 0, "config.local_steps"),
+    ("inner.optimizer", "sgdd", "config.inner.optimizer='sgdd'; allowed: 'sgd' (optax.sgd)"),
+    ("inner.learning_rate", 0.0, "config.inner.learning_rate"),
+    ("inner.momentum", 1.0, "config.inner.momentum"),
+  ],
+)
+def test_a_bad_local_run_field_is_named(field, value, message):
+  config = default_config()
+  section, _, name = field.rpartition(".")
+  (config[section] if section else config)[name] = value
+  with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    validate_config(config, num_devices=8)
+
+
+def test_options_the_inner_optimizer_does_not_take_are_named():
+  config = default_config()
+  config.inner.optimizer, config.inner.momentum = "adam", 0.5
+  with pytest.raises(ValueError, match="config.inner.momentum.*'adam' takes no momentum"):
+    validate_config(config, num_devices=8)
+  config.inner.momentum = 0.0
+  config.inner.options.learning_rate = 0.1
+  with pytest.raises(ValueError, match="config.inner.options.learning_rate: set config.inner.learning_rate"):
+    validate_config(config, num_devices=8)
+  del config.inner.options["learning_rate"]
+  config.inner.options.b1 = 0.8
+  validate_config(config, num_devices=8)
+  assert isinstance(build_inner_optimizer(config.inner), optax.GradientTransformation)
+
+
+@pytest.mark.parametrize("field, value", [("local_steps", 2), ("inner.momentum", 0.5), ("inner.reset_state", True)])
+def test_a_decentralized_protocol_refuses_local_run_fields(field, value):
+  config = default_config()
+  config.protocol, config.learners = "dcs3gd", 8
+  section, _, name = field.rpartition(".")
+  (config[section] if section else config)[name] = value
+  with pytest.raises(ValueError, match=f"config.{field}"):
+    validate_config(config, num_devices=8)
