@@ -48,6 +48,7 @@ def simulate_allreduce(
   overlap: bool,
   options: dict[str, Any],
   progress: ProgressCallback | None = None,
+  local_steps: int = 1,
 ) -> Schedule:
   """Simulates ``num_updates`` steps of M learners with all-reduce staleness S.
 
@@ -61,11 +62,13 @@ def simulate_allreduce(
     overlap: whether communication overlaps the next step's computation.
     options: JSON-serialisable provenance recorded in the schedule.
     progress: optional `ProgressCallback`.
+    local_steps: H, the local steps of one learner's step (an outer round of
+      ``diloco``): its compute time is the sum of H step times.
 
   Returns:
     The `Schedule` of the run.
   """
-  durations = StepDurations(timing, learners, seed)
+  durations = StepDurations(timing, learners, seed, local_steps=local_steps)
   compute = np.stack([durations.first(learner, num_updates) for learner in range(learners)], axis=1)
   allreduce = timing.allreduce_time(learners)
   if staleness >= 1 and overlap:

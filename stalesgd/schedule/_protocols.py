@@ -28,7 +28,8 @@ drop_stale     max_staleness >= 0,         softsync that drops sigma >
 Decentralized all-reduce protocols (M = ``learners``; §3):
 ``dcs3gd`` and ``s3gd`` (``staleness`` S >= 0, default 1, config field
 ``allreduce_staleness``; ``overlap`` of communication and computation, default
-True) and ``allreduce_sync`` (S = 0).
+True) and ``allreduce_sync`` (S = 0); ``diloco`` (§7: synchronous rounds of H
+local steps per learner, then the outer step on the mean pseudo-gradient).
 
 Each parameter-server rule lives in its own module (`softsync`, `ssp`,
 `backup`), the all-reduce simulation in `decentralized`; this module holds the
@@ -104,6 +105,9 @@ class Protocol:
       fields the protocol fixes (e.g. ``dc_lambda=0`` for S3GD).
     eager: decentralized protocols: whether the protocol takes eager updates
       (``config.eager_updates``).
+    outer_loop: decentralized protocols: whether each step is an outer round of
+      H local steps per learner with an outer optimizer (DiLoCo) instead of one
+      DC-S3GD step.
   """
 
   name: str
@@ -112,6 +116,7 @@ class Protocol:
   label: str = ""
   fixed_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   eager: bool = False
+  outer_loop: bool = False
 
   @property
   def decentralized(self) -> bool:
@@ -175,6 +180,7 @@ PROTOCOL_TABLE: dict[str, Protocol] = {
     Protocol("allreduce_sync", fixed_settings={"staleness": 0, **_UNCORRECTED}),
     Protocol("s3gd", _ALLREDUCE_STALENESS, fixed_settings=_UNCORRECTED, eager=True),
     Protocol("dcs3gd", _ALLREDUCE_STALENESS, eager=True),
+    Protocol("diloco", fixed_settings={"staleness": 0, **_UNCORRECTED}, outer_loop=True),
   )
 }
 """Every protocol, by name (see the module docstring)."""
@@ -183,6 +189,8 @@ PROTOCOLS = tuple(PROTOCOL_TABLE)
 """Names `simulate` accepts."""
 PARAMETER_SERVER_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if not row.decentralized)
 DECENTRALIZED_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if row.decentralized)
+OUTER_LOOP_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if row.outer_loop)
+"""The decentralized protocols whose step is an outer round of local runs (DiLoCo)."""
 EAGER_PROTOCOLS = tuple(name for name, row in PROTOCOL_TABLE.items() if row.eager)
 """The protocols that take eager updates (``config.eager_updates``)."""
 CORRECTED_DECENTRALIZED_PROTOCOLS = tuple(name for name in DECENTRALIZED_PROTOCOLS if PROTOCOL_TABLE[name].corrects)
@@ -244,7 +252,7 @@ def simulate(
     progress: optional callback ``progress(updates_done, num_updates)``.
     local_steps: H >= 1, the local steps of one contribution (a local run,
       docs/algorithms.md §7): its compute time is the sum of the learner's H
-      consecutive step times. Parameter-server protocols only for now.
+      consecutive step times. Parameter-server protocols and ``diloco``.
     **protocol_options: the protocol's options, e.g. ``n=15`` for softsync.
 
   Returns:
@@ -273,11 +281,11 @@ def simulate(
   if local_steps != 1:  # recorded only where it differs, so that H = 1 schedules keep their provenance
     recorded["local_steps"] = local_steps
   provenance = json.loads(json.dumps(recorded))
-  if row.decentralized and local_steps != 1:
+  if row.decentralized and not row.outer_loop and local_steps != 1:
     raise ValueError(
       f"local_steps={local_steps} with protocol={protocol!r}: local runs of H > 1 steps are simulated for the "
-      "parameter-server protocols only; allowed: 1, or local_steps >= 1 with one of "
-      f"{', '.join(PARAMETER_SERVER_PROTOCOLS)}"
+      "parameter-server protocols and the outer-loop protocols only; allowed: 1, or local_steps >= 1 with one "
+      f"of {', '.join(PARAMETER_SERVER_PROTOCOLS + OUTER_LOOP_PROTOCOLS)}"
     )
   if not row.decentralized:
     return run_parameter_server(
@@ -305,4 +313,5 @@ def simulate(
     overlap=options.get("overlap", False),
     options=provenance,
     progress=progress,
+    local_steps=local_steps,
   )

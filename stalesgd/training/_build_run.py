@@ -18,6 +18,7 @@ import numpy as np
 
 from stalesgd import data as data_lib
 from stalesgd import models
+from stalesgd import schedule as schedule_lib
 from stalesgd.models._loss import is_default_loss, user_loss
 from stalesgd.training._config_readers import (
   decentral_settings,
@@ -25,7 +26,8 @@ from stalesgd.training._config_readers import (
   simulate_schedule,
   updates_per_epoch,
 )
-from stalesgd.training._inner_optimizer import local_run_options
+from stalesgd.training._diloco_runner import DiLoCoRunner
+from stalesgd.training._local_runs import build_outer_optimizer, local_run_options
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._runners import DCS3GDConfig, Runner, Schedule, make_runner
 
@@ -130,10 +132,24 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
   schedule = simulate_schedule(config, total_updates, parameter_bytes=4 * _num_parameters(params))
   settings, label = decentral_settings(config), run_label(config)
-  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=per_epoch)
-  local_runs = None if settings is not None else local_run_options(config)
+  outer_loop = schedule_lib.protocol_row(config.protocol).outer_loop
+  # The optimizer's step count: server updates, or (diloco, where it is the learners' inner optimizer) inner steps.
+  optimizer_steps_per_epoch = per_epoch * (config.local_steps if outer_loop else 1)
+  optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=optimizer_steps_per_epoch)
   runner = None
-  if mesh is not None:
+  if mesh is not None and outer_loop:
+    runner = DiLoCoRunner(
+      model,
+      optimizer,
+      build_outer_optimizer(config.outer),
+      schedule.num_updates,
+      batches,
+      mesh,
+      local_steps=config.local_steps,
+      reset_inner_state=config.outer.reset_inner_state,
+    )
+  elif mesh is not None:
+    local_runs = None if settings is not None else local_run_options(config)
     runner = make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings, local_runs=local_runs)
   return RunInputs(
     dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner, metric_names

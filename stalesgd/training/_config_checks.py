@@ -24,7 +24,7 @@ from stalesgd.data._loading import SOURCES
 from stalesgd.data._normalization import NORMALIZATIONS
 from stalesgd.models._loss import check_loss_name
 from stalesgd.training._config_readers import is_decentralized, timing_model
-from stalesgd.training._inner_optimizer import check_local_runs
+from stalesgd.training._local_runs import check_local_runs
 from stalesgd.training._run_config import (
   DC_LAMBDA_DEFAULTS,
   DELAY_COMPENSATIONS,
@@ -57,6 +57,7 @@ def _default_fields() -> dict[str | None, tuple[str, ...]]:
     None: tuple(sorted(defaults.keys())),
     "timing": tuple(sorted(defaults.timing.keys())),
     "inner": tuple(sorted(defaults.inner.keys())),
+    "outer": tuple(sorted(defaults.outer.keys())),
   }
 
 

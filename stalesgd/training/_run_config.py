@@ -24,7 +24,7 @@ from ml_collections import config_dict
 
 from stalesgd import schedule as schedule_lib
 from stalesgd import transforms
-from stalesgd.training._inner_optimizer import default_inner
+from stalesgd.training._local_runs import default_inner, default_outer
 
 # Every protocol's options, ranges and kind are its row of stalesgd.schedule.PROTOCOL_TABLE.
 PARAMETER_SERVER_PROTOCOLS = schedule_lib.PARAMETER_SERVER_PROTOCOLS
@@ -83,12 +83,14 @@ def default_config() -> ml_collections.ConfigDict:
   config.allreduce_staleness = 1  # S of s3gd / dcs3gd
   config.eager_updates = False  # dcs3gd / s3gd: Kale et al. eager updates
   config.num_epochs = 1.0
-  # Local runs (parameter-server protocols; stalesgd.training._inner_optimizer, docs/algorithms.md §7): each
-  # contribution is local_steps = H steps of the learner's inner optimizer, config.inner (optimizer, learning_rate,
-  # momentum, nesterov, options, reset_state), and the server applies minus their summed updates as a gradient.
-  # The defaults, H = 1 and inner SGD at rate 1, make a contribution one gradient, as before these fields.
+  # Local runs (stalesgd.training._local_runs, docs/algorithms.md §7): a contribution is local_steps = H steps.
+  # Parameter-server protocols: config.inner is each learner's inner optimizer (optimizer, learning_rate, momentum,
+  # nesterov, options, reset_state) and the server applies minus their summed updates as a gradient; the defaults,
+  # H = 1 and inner SGD at rate 1, make a contribution one gradient, as before these fields. diloco: the run's
+  # optimizer fields are each learner's inner optimizer and config.outer the outer step (DiLoCo's Nesterov SGD).
   config.local_steps = 1
   config.inner = default_inner()
+  config.outer = default_outer()
 
   # Timing model (stalesgd.schedule.TimingModel): simulated seconds.
   config.timing = ml_collections.ConfigDict()

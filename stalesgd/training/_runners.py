@@ -113,7 +113,7 @@ class ParameterServerRunner:
     local_runs: Mapping[str, Any] | None = None,
   ):
     """``local_runs``: the engine's local-run options (``local_steps``, ``inner_optimizer``,
-    ``reset_inner_state``; `stalesgd.training._inner_optimizer.local_run_options`), one gradient per
+    ``reset_inner_state``; `stalesgd.training._local_runs.local_run_options`), one gradient per
     contribution without them."""
     self.engine = engine_lib.Engine(model.loss_fn, optimizer, has_aux=True, mesh=mesh, **(local_runs or {}))
     self.plan = self.engine.plan(schedule)
@@ -235,7 +235,7 @@ def make_runner(
       (`stalesgd.training._config_readers.decentral_settings`); None for a
       parameter-server protocol.
     local_runs: a parameter-server protocol's local-run options for the engine
-      (`stalesgd.training._inner_optimizer.local_run_options`).
+      (`stalesgd.training._local_runs.local_run_options`).
   """
   if decentral_settings is not None:
     return DecentralizedRunner(decentral_settings, model, optimizer, schedule.num_updates, batches, mesh)

@@ -157,6 +157,13 @@ def inner_fields(value: Any) -> bool:
   return isinstance(value, ml_collections.ConfigDict) and set(value.keys()) == set(default_config().inner.keys())
 
 
+def outer_fields(value: Any) -> bool:
+  return isinstance(value, ml_collections.ConfigDict) and set(value.keys()) == set(default_config().outer.keys())
+
+
+_DILOCO_SGD = {"protocol": "diloco", "outer.momentum": 0.0, "outer.nesterov": False}  # any optimizer may follow
+
+
 class Case(NamedTuple):
   """Values of ``field`` that are valid in the default config updated with ``context``."""
 
@@ -232,6 +239,21 @@ CASES = [
   Case("inner.nesterov", flags),
   Case("inner.options", empty_mapping, extra=({}, {"b1": 0.9}, "b1=0.9", {"momentum": 0.9})),
   Case("inner.reset_state", flags),
+  Case("local_steps", ints(1), {"protocol": "diloco"}),
+  Case("outer", outer_fields, extra=("sgd", default_config().outer.to_dict())),
+  # A parameter-server protocol has no outer step: config.outer keeps its defaults.
+  Case("outer.optimizer", exactly("sgd"), extra=("adam",)),
+  Case("outer.optimizer", choice(("sgd",) + optax_optimizers()), _DILOCO_SGD, extra=("adam", "adamz", "a:b", "SGD")),
+  Case("outer.learning_rate", exactly(0.7), extra=(0.5,)),
+  Case("outer.learning_rate", numbers(0, strict=True), {"protocol": "diloco"}),
+  Case("outer.momentum", exactly(0.9), extra=(0.0,)),
+  Case("outer.momentum", numbers(0, high=1), {"protocol": "diloco"}, extra=(0.999, 1.0)),
+  Case("outer.nesterov", exactly(True), extra=(False,)),
+  Case("outer.nesterov", flags, {"protocol": "diloco"}),
+  Case("outer.options", empty_mapping, extra=({}, {"b1": 0.9})),
+  Case("outer.options", empty_mapping, {"protocol": "diloco"}, extra=({}, {"b1": 0.9}, "b1=0.9", {"momentum": 0.9})),
+  Case("outer.reset_inner_state", exactly(False), extra=(True,)),
+  Case("outer.reset_inner_state", flags, {"protocol": "diloco"}),
   Case("timing", timing_fields, extra=("lognormal", default_config().timing.to_dict())),
   Case(
     "timing.compute_time_per_example",  # times batch_per_learner (16) it is the simulated compute time

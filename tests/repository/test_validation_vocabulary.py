@@ -37,7 +37,7 @@ CONCEPT_CHECKS = {
   ("models/_loss.py", "check_loss_name"): "a loss is the default or an importable function",
   ("schedule/_timing.py", "check_learners"): "a timing model's per-learner settings fit the number of learners",
   ("studies/_tasks.py", "check_tasks"): "every run of a grid: its config and its run directory, before any starts",
-  ("training/_inner_optimizer.py", "check_local_runs"): "a run's local-run fields together with its protocol",
+  ("training/_local_runs.py", "check_local_runs"): "a run's local-run fields together with its protocol",
   ("training/_workdir.py", "check_same_run"): "a run directory holds a run of this config",
   ("training/_workdir.py", "check_same_data"): "a resumed run reads the data its run directory recorded",
   ("training/checkpoint/_integrity.py", "check_checksums"): "a restored state's CRC-32s against the saved ones",

@@ -190,6 +190,7 @@ def test_drop_stale_applies_nothing_staler_than_the_bound_and_counts_every_drop(
     ("allreduce_sync", {}),
     ("s3gd", {"staleness": 2}),
     ("dcs3gd", {"staleness": 1, "overlap": False}),
+    ("diloco", {}),
   ],
 )
 def test_decentralized_schedules_have_every_learner_every_step(protocol, options):
@@ -293,6 +294,7 @@ CONTRIBUTIONS = [
   ("allreduce_sync", 8, {}, 8),
   ("s3gd", 8, {"staleness": 2}, 8),
   ("dcs3gd", 8, {}, 8),
+  ("diloco", 8, {}, 8),
 ]
 
 

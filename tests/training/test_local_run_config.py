@@ -9,7 +9,7 @@ import pytest
 
 from stalesgd.training import default_config, validate_config
 from stalesgd.training._config_readers import run_label, updates_per_epoch
-from stalesgd.training._inner_optimizer import build_inner_optimizer, local_run_options
+from stalesgd.training._local_runs import build_inner_optimizer, local_run_options
 
 
 def test_the_defaults_are_one_step_of_stateless_sgd_at_rate_one():
@@ -84,3 +84,33 @@ def test_a_decentralized_protocol_refuses_local_run_fields(field, value):
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=f"config.{field}"):
     validate_config(config, num_devices=8)
+
+
+def test_each_protocol_family_refuses_the_section_it_does_not_use():
+  server = default_config()
+  server.outer.learning_rate = 0.5
+  with pytest.raises(
+    ValueError, match="config.outer.learning_rate=0.5; allowed: its default, 0.7: protocol 'hardsync'"
+  ):
+    validate_config(server, num_devices=8)
+  diloco = default_config()
+  diloco.protocol, diloco.local_steps, diloco.inner.learning_rate = "diloco", 4, 0.5
+  with pytest.raises(
+    ValueError, match="config.inner.learning_rate=0.5; allowed: its default, 1.0: with protocol 'diloco'"
+  ):
+    validate_config(diloco, num_devices=8)
+  diloco.inner.learning_rate = 1.0
+  diloco.outer.optimizer, diloco.outer.nesterov = "stalesgd:delayed_nesterov", False
+  diloco.outer.options.buffer_size = 4
+  validate_config(diloco, num_devices=8)  # H = 4 and any outer optimizer, e.g. delayed Nesterov
+
+
+def test_the_outer_default_is_dilocos_nesterov_sgd():
+  from stalesgd.training._local_runs import build_outer_optimizer
+
+  outer = build_outer_optimizer(default_config().outer)
+  delta = jnp.float32(1.0)
+  first, state = outer.update(delta, outer.init(delta))
+  second, _ = outer.update(delta, state)
+  # v1 = 1, u1 = -0.7 (1 + 0.9) = -1.33; v2 = 1.9, u2 = -0.7 (1 + 1.71) = -1.897
+  assert float(first) == pytest.approx(-1.33) and float(second) == pytest.approx(-1.897)

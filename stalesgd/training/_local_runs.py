@@ -1,0 +1,181 @@
+r"""Local runs in a run's config: ``config.local_steps`` (H), ``config.inner`` and ``config.outer``.
+
+With ``config.local_steps = H`` a contribution is a local run (docs/algorithms.md §7): H steps of an inner
+optimizer from the weights the learner holds, contributing :math:`\Delta = -\sum_i u_i`. Which optimizer each
+field configures depends on the protocol family; the run's optimizer fields keep the meaning they always had:
+
+===============================  ===============================  ===========================  =======================
+protocols                        the run's optimizer fields       ``config.inner``             ``config.outer``
+===============================  ===============================  ===========================  =======================
+parameter server (hardsync,      the server's optimizer, fed      each learner's inner         not used (defaults)
+softsync, async, ssp, ...)       :math:`\Delta` as a gradient     optimizer
+``diloco``                       each learner's inner optimizer   not used (defaults)          the outer step, fed
+                                                                                               :math:`\bar\Delta`
+all-reduce (allreduce_sync,      each learner's local optimizer   not used (defaults)          not used (defaults)
+s3gd, dcs3gd)                    (H = 1)
+===============================  ===============================  ===========================  =======================
+
+Both sections name an optimizer the same way: ``optimizer`` (``"sgd"``: ``optax.sgd``; another optax optimizer
+by name; or ``"package.module:factory"``, e.g. ``"stalesgd:delayed_nesterov"``), a constant ``learning_rate``,
+``momentum`` and ``nesterov`` (SGD's, or the factory's own arguments of those names) and ``options`` (further
+keyword arguments, e.g. delayed Nesterov's ``buffer_size`` and ``activation``). ``config.inner.reset_state`` and
+``config.outer.reset_inner_state`` start every local run from a fresh inner state (DeepMind's asynchronous DiLoCo
+notebook re-creates its inner AdamW per run) instead of the state the learner kept (DiLoCo keeps it).
+
+Defaults: H = 1 and inner SGD at rate 1 without momentum make a parameter-server contribution one gradient, bit
+for bit, so every run configured before these fields computes what it did; the outer step defaults to DiLoCo's,
+Nesterov SGD at rate 0.7 with momentum 0.9 (Douillard et al., arXiv 2311.08105).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+import optax
+
+from stalesgd import _validation as validation
+from stalesgd import schedule as schedule_lib
+from stalesgd.training._solvers import solver_factory
+from stalesgd.utils._import_path import accepted_options, check_options
+
+SGD = "sgd"  # a section's optimizer default: optax.sgd (no schedule: the rate is constant)
+SECTIONS = ("inner", "outer")
+
+
+def default_inner() -> ml_collections.ConfigDict:
+  """``config.inner``: the parameter-server learners' inner optimizer (module docstring)."""
+  inner = ml_collections.ConfigDict()
+  inner.optimizer = SGD
+  inner.learning_rate = 1.0
+  inner.momentum = 0.0
+  inner.nesterov = False
+  inner.options = ml_collections.ConfigDict()
+  inner.reset_state = False
+  return inner
+
+
+def default_outer() -> ml_collections.ConfigDict:
+  """``config.outer``: the outer step of ``diloco`` (module docstring); DiLoCo's Nesterov SGD by default."""
+  outer = ml_collections.ConfigDict()
+  outer.optimizer = SGD
+  outer.learning_rate = 0.7
+  outer.momentum = 0.9
+  outer.nesterov = True
+  outer.options = ml_collections.ConfigDict()
+  outer.reset_inner_state = False
+  return outer
+
+
+def _solver_call(fields: ml_collections.ConfigDict, section: str) -> tuple[Any, dict[str, Any]]:
+  """The factory ``config.<section>.optimizer`` names and its keyword arguments besides the rate.
+
+  Raises:
+    ValueError: naming the ``config.<section>`` field: an unknown optimizer, an option it does not take, a
+      momentum or nesterov it has no argument for, or a learning rate, momentum or nesterov among the options.
+  """
+  field, name = f"config.{section}.optimizer", fields.optimizer
+  factory = optax.sgd if name == SGD else solver_factory(name, field=field)
+  arguments = dict(fields.options.items())
+  check_options(factory, arguments, field=field, path=name, options_field=f"config.{section}.options")
+  names, _ = accepted_options(factory)
+  for option in ("learning_rate", "momentum", "nesterov"):
+    if option in arguments:
+      raise ValueError(f"config.{section}.options.{option}: set config.{section}.{option} instead")
+  for option, value, off in (("momentum", fields.momentum, 0), ("nesterov", fields.nesterov, False)):
+    if option in names:
+      arguments[option] = value
+    elif value != off:
+      validation.reject(f"config.{section}.{option}", value, f"{off!r}: {field}={name!r} takes no {option} argument")
+  if name == SGD and fields.momentum == 0:
+    arguments["momentum"] = None  # optax.sgd without momentum keeps no state: nothing to carry between runs
+  return factory, arguments
+
+
+def build_section_optimizer(fields: ml_collections.ConfigDict, section: str) -> optax.GradientTransformation:
+  """The optimizer ``config.<section>`` (``"inner"`` or ``"outer"``) describes, at its constant learning rate."""
+  factory, arguments = _solver_call(fields, section)
+  optimizer = factory(fields.learning_rate, **arguments)
+  if not isinstance(optimizer, optax.GradientTransformation):
+    raise ValueError(
+      f"config.{section}.optimizer={fields.optimizer!r} returned a {type(optimizer).__name__}; allowed: an optax "
+      "GradientTransformation"
+    )
+  return optimizer
+
+
+def build_inner_optimizer(inner: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """The parameter-server learners' inner optimizer (``config.inner``)."""
+  return build_section_optimizer(inner, "inner")
+
+
+def build_outer_optimizer(outer: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """``diloco``'s outer optimizer (``config.outer``), fed the mean pseudo-gradient as a gradient."""
+  return build_section_optimizer(outer, "outer")
+
+
+def local_run_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The `stalesgd.engine.Engine` keyword arguments of a parameter-server run's local runs."""
+  return {
+    "local_steps": config.local_steps,
+    "inner_optimizer": build_inner_optimizer(config.inner),
+    "reset_inner_state": config.inner.reset_state,
+  }
+
+
+def _check_section(config: ml_collections.ConfigDict, section: str, reset_field: str) -> None:
+  fields = config[section]
+  name = f"config.{section}"
+  if not isinstance(fields.optimizer, str):
+    validation.reject(
+      f"{name}.optimizer", fields.optimizer, "'sgd', an optax optimizer's name, or 'package.module:factory'"
+    )
+  validation.check_real(f"{name}.learning_rate", fields.learning_rate, low=0, low_open=True, builtin_only=True)
+  validation.check_real(f"{name}.momentum", fields.momentum, low=0, high=1, high_open=True, builtin_only=True)
+  validation.check_bool(f"{name}.nesterov", fields.nesterov)
+  validation.check_bool(f"{name}.{reset_field}", fields[reset_field])
+  if not isinstance(fields.options, (ml_collections.ConfigDict, Mapping)) or not all(
+    isinstance(key, str) for key in fields.options
+  ):
+    validation.reject(f"{name}.options", fields.options, "a mapping of option names to values (e.g. b1=0.9)")
+  _solver_call(fields, section)
+
+
+def _require_defaults(config: ml_collections.ConfigDict, section: str, why: str) -> None:
+  defaults = {"inner": default_inner, "outer": default_outer}[section]()
+  for field in sorted(defaults.keys()):
+    value = config[section][field]
+    changed = bool(value.keys()) if field == "options" else value != defaults[field]
+    if changed:
+      shown = dict(value.items()) if field == "options" else value
+      validation.reject(f"config.{section}.{field}", shown, f"its default, {defaults[field]!r}: {why}")
+
+
+def check_local_runs(config: ml_collections.ConfigDict) -> None:
+  """``config.local_steps``, ``config.inner`` and ``config.outer``, and which of them the protocol uses.
+
+  Raises:
+    ValueError: naming the field; a section a protocol does not use must keep its defaults (module docstring),
+      and the all-reduce protocols take H = 1 only.
+  """
+  validation.check_integer("config.local_steps", config.local_steps, low=1, high=2**31 - 1, builtin_only=True)
+  _check_section(config, "inner", "reset_state")
+  _check_section(config, "outer", "reset_inner_state")
+  protocol = config.protocol
+  row = schedule_lib.protocol_row(protocol)
+  if not row.decentralized:
+    _require_defaults(config, "outer", f"protocol {protocol!r} has no outer step (it is the server's optimizer)")
+    return
+  own = "a decentralized learner's optimizer is the run's own optimizer fields (learning_rate, momentum, ...)"
+  _require_defaults(config, "inner", f"with protocol {protocol!r}, {own}")
+  if row.outer_loop:
+    return
+  _require_defaults(config, "outer", f"protocol {protocol!r} has no outer step")
+  if config.local_steps != 1:
+    validation.reject(
+      "config.local_steps",
+      config.local_steps,
+      f"1 for protocol {protocol!r}: local runs of H > 1 steps run with the parameter-server protocols and "
+      f"{', '.join(name for name in schedule_lib.PROTOCOLS if schedule_lib.protocol_row(name).outer_loop)}",
+    )
