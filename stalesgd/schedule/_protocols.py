@@ -29,7 +29,9 @@ Decentralized all-reduce protocols (M = ``learners``; §3):
 ``dcs3gd`` and ``s3gd`` (``staleness`` S >= 0, default 1, config field
 ``allreduce_staleness``; ``overlap`` of communication and computation, default
 True) and ``allreduce_sync`` (S = 0); ``diloco`` (§7: synchronous rounds of H
-local steps per learner, then the outer step on the mean pseudo-gradient).
+local steps per learner, then the outer step on the mean pseudo-gradient) and
+``streaming_diloco`` (its fragments synced in turn, each mean applied tau inner
+steps later: ``config.outer.fragments``, ``delay``, ``mix``).
 
 Each parameter-server rule lives in its own module (`softsync`, `ssp`,
 `backup`), the all-reduce simulation in `decentralized`; this module holds the
@@ -108,6 +110,8 @@ class Protocol:
     outer_loop: decentralized protocols: whether each step is an outer round of
       H local steps per learner with an outer optimizer (DiLoCo) instead of one
       DC-S3GD step.
+    streaming: outer-loop protocols: whether the fragments, delay and mixing
+      of streaming DiLoCo may be set (``config.outer``).
   """
 
   name: str
@@ -117,6 +121,7 @@ class Protocol:
   fixed_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   eager: bool = False
   outer_loop: bool = False
+  streaming: bool = False
 
   @property
   def decentralized(self) -> bool:
@@ -181,6 +186,7 @@ PROTOCOL_TABLE: dict[str, Protocol] = {
     Protocol("s3gd", _ALLREDUCE_STALENESS, fixed_settings=_UNCORRECTED, eager=True),
     Protocol("dcs3gd", _ALLREDUCE_STALENESS, eager=True),
     Protocol("diloco", fixed_settings={"staleness": 0, **_UNCORRECTED}, outer_loop=True),
+    Protocol("streaming_diloco", fixed_settings={"staleness": 0, **_UNCORRECTED}, outer_loop=True, streaming=True),
   )
 }
 """Every protocol, by name (see the module docstring)."""

@@ -19,6 +19,7 @@ import numpy as np
 from stalesgd import data as data_lib
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
+from stalesgd.decentral._streaming import check_settings
 from stalesgd.models._loss import is_default_loss, user_loss
 from stalesgd.training._config_readers import (
   decentral_settings,
@@ -27,7 +28,7 @@ from stalesgd.training._config_readers import (
   updates_per_epoch,
 )
 from stalesgd.training._diloco_runner import DiLoCoRunner
-from stalesgd.training._local_runs import build_outer_optimizer, local_run_options
+from stalesgd.training._local_runs import build_outer_optimizer, local_run_options, streaming_settings
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._runners import DCS3GDConfig, Runner, Schedule, make_runner
 
@@ -137,6 +138,12 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   optimizer_steps_per_epoch = per_epoch * (config.local_steps if outer_loop else 1)
   optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=optimizer_steps_per_epoch)
   runner = None
+  if outer_loop:
+    settings_of_rounds = streaming_settings(config)
+    try:
+      check_settings(settings_of_rounds, len(jax.tree_util.tree_leaves(params)))
+    except ValueError as error:
+      raise ValueError(f"config.outer: {error} (a fragment is a set of whole weight arrays)") from error
   if mesh is not None and outer_loop:
     runner = DiLoCoRunner(
       model,
@@ -145,7 +152,7 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
       schedule.num_updates,
       batches,
       mesh,
-      local_steps=config.local_steps,
+      settings=settings_of_rounds,
       reset_inner_state=config.outer.reset_inner_state,
     )
   elif mesh is not None:

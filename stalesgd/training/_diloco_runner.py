@@ -1,19 +1,19 @@
-r"""``diloco``: synchronous DiLoCo rounds on real collectives, one learner per device (docs/algorithms.md §7).
+r"""``diloco`` and ``streaming_diloco`` on real collectives, one learner per device (docs/algorithms.md §7).
 
-A block is one outer round (one update): every learner m runs H local steps of the run's optimizer (its inner
-optimizer) from the replicated outer weights :math:`\theta` on its mini-batches r H, ..., r H + H - 1, then
-:math:`\bar\Delta = \mathrm{pmean}_m \Delta_m` and :math:`\theta \leftarrow \theta + \mathrm{OuterOpt}(\bar\Delta)`
-(`stalesgd.decentral._diloco.sharded_diloco_round`; Douillard et al., arXiv 2311.08105, Algorithm 1). The
-learners' inner states stay on their devices between rounds (or restart every round with ``reset_inner_state``)
-and are part of the checkpointed state.
+A block is one outer round (one update) of `stalesgd.decentral._streaming.sharded_streaming_round`: every learner
+runs H local steps of the run's optimizer (its inner optimizer) on its mini-batches r H, ..., r H + H - 1, and the P
+fragments of the weights are synced in turn, each all-reduce mean applied by the outer optimizer tau inner steps
+later and mixed into the local weights with alpha. ``diloco`` is the corner P = 1, tau = 0, alpha = 0 (Douillard
+et al., arXiv 2311.08105): the same program. The learners' local weights and inner states stay on their devices
+between rounds and are part of the checkpointed state.
 
 Reports per round: each learner's mean inner loss over its H steps, and ``pseudo_gradient_norm``, the mean over
-learners of :math:`\|\Delta_m\|`.
+learners of :math:`\|\Delta_m\|` (over the round's syncs).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,33 +22,15 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from stalesgd import engine as engine_lib
-from stalesgd.decentral._diloco import sharded_diloco_round
+from stalesgd.decentral._streaming import StreamingSettings, StreamingState, init_streaming, sharded_streaming_round
 from stalesgd.engine._emulator import FULLY_UNROLLED_LOCAL_STEPS
 from stalesgd.models import ModelSpec
 from stalesgd.parallel import LEARNERS_AXIS
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.training._runners import StepMetrics
-from stalesgd.transforms._local_run import init_inner_states
 
 DILOCO_DIAGNOSTICS = ("pseudo_gradient_norm",)
-
-
-class DiLoCoState(NamedTuple):
-  """A ``diloco`` run's state; a pytree, checkpointed as is.
-
-  Attributes:
-    params: :math:`\theta`, the outer weights (replicated).
-    outer_state: the outer optimizer's state (replicated).
-    inner_states: every learner's inner-optimizer state, leaves ``[M, ...]`` split over the learners (``()`` with
-      ``reset_inner_state``).
-    step: int32 scalar, the outer rounds done.
-  """
-
-  params: Any
-  outer_state: Any
-  inner_states: Any
-  step: jax.Array
 
 
 class DiLoCoRunner:
@@ -61,8 +43,8 @@ class DiLoCoRunner:
     num_updates: outer rounds in the run.
     batches: every learner's i-th mini-batch (`stalesgd.data.LearnerBatches`).
     mesh: the devices, one learner each.
-    local_steps: H.
-    reset_inner_state: start every local run from a fresh inner state.
+    settings: H, and the fragments, delay and mixing of streaming DiLoCo (P = 1, tau = 0, alpha = 0: DiLoCo).
+    reset_inner_state: start every round's local run from a fresh inner state.
   """
 
   def __init__(
@@ -74,12 +56,13 @@ class DiLoCoRunner:
     batches,
     mesh: jax.sharding.Mesh,
     *,
-    local_steps: int,
+    settings: StreamingSettings,
     reset_inner_state: bool = False,
   ):
     self.mesh = sharding_lib.learner_mesh(LEARNERS_AXIS, devices=list(mesh.devices.flat))
     self.num_learners = int(self.mesh.shape[LEARNERS_AXIS])
-    self.local_steps = local_steps
+    self.settings = settings
+    self.local_steps = local_steps = settings.local_steps
     self.reset_inner_state = reset_inner_state
     self.inner_optimizer, self.outer_optimizer = inner_optimizer, outer_optimizer
     self.batches = batches
@@ -89,38 +72,33 @@ class DiLoCoRunner:
     self._dispatch = DispatchLimiter()
     unroll = True if local_steps <= FULLY_UNROLLED_LOCAL_STEPS else 1
 
-    def round_fn(state: DiLoCoState, batch):
+    def round_fn(state: StreamingState, batch):
       batch = jax.tree.map(
         lambda leaf: jax.lax.with_sharding_constraint(
           leaf.reshape((self.num_learners, local_steps) + leaf.shape[1:]), self._split
         ),
         batch,
       )
-      out = sharded_diloco_round(
+      out = sharded_streaming_round(
         model.loss_fn,
         inner_optimizer,
         outer_optimizer,
         self.mesh,
-        state.params,
-        state.outer_state,
-        state.inner_states,
+        settings,
+        state,
         batch,
         reset_inner_state=reset_inner_state,
         has_aux=True,
         unroll=unroll,
       )
-      squares = sum(
-        jnp.sum(jnp.square(leaf.astype(jnp.float32)), axis=tuple(range(1, leaf.ndim)))
-        for leaf in jax.tree.leaves(out.pseudo_gradients)
-      )
-      metrics = {"loss": jnp.mean(out.losses, axis=1)[None], "pseudo_gradient_norm": jnp.mean(jnp.sqrt(squares))[None]}
-      inner = () if reset_inner_state else out.inner_states
-      return DiLoCoState(out.params, out.outer_state, inner, state.step + 1), metrics
+      metrics = {"loss": out.losses[None], "pseudo_gradient_norm": jnp.mean(out.pseudo_gradient_norms)[None]}
+      return out.state, metrics
 
     self._round = jax.jit(round_fn, donate_argnums=0, out_shardings=(self._state_shardings(), self._replicated))
 
-  def _state_shardings(self):
-    return DiLoCoState(self._replicated, self._replicated, self._split, self._replicated)
+  def _state_shardings(self) -> StreamingState:
+    replicated, split = self._replicated, self._split
+    return StreamingState(replicated, replicated, split, split, replicated, replicated, replicated)
 
   @property
   def block_starts(self) -> np.ndarray:
@@ -130,16 +108,22 @@ class DiLoCoRunner:
   def block_at(self, updates: int) -> int:
     return engine_lib.block_starting_at(self.block_starts, updates)
 
-  def init(self, params: Any) -> DiLoCoState:
+  def init(self, params: Any) -> StreamingState:
     params = jax.tree.map(lambda leaf: sharding_lib.global_array(jax.device_get(leaf), self._replicated), params)
 
     def build(params):
-      inner = () if self.reset_inner_state else init_inner_states(self.inner_optimizer, params, self.num_learners)
-      return DiLoCoState(params, self.outer_optimizer.init(params), inner, jnp.int32(0))
+      return init_streaming(
+        self.inner_optimizer,
+        self.outer_optimizer,
+        params,
+        self.num_learners,
+        self.settings,
+        reset_inner_state=self.reset_inner_state,
+      )
 
     return jax.jit(build, out_shardings=self._state_shardings())(params)
 
-  def step(self, state: DiLoCoState, block: int) -> tuple[DiLoCoState, StepMetrics]:
+  def step(self, state: StreamingState, block: int) -> tuple[StreamingState, StepMetrics]:
     """Outer round ``block``: learner m reads its mini-batches block H, ..., block H + H - 1."""
     learners = np.repeat(np.arange(self.num_learners), self.local_steps)
     indices = np.tile(block * self.local_steps + np.arange(self.local_steps), self.num_learners)
@@ -150,9 +134,10 @@ class DiLoCoRunner:
     return state, StepMetrics(metrics["loss"], np.ones(1, np.float32), diagnostics)
 
   @staticmethod
-  def params(state: DiLoCoState) -> Any:
-    return state.params
+  def params(state: StreamingState) -> Any:
+    """The outer weights Theta (what DiLoCo evaluates)."""
+    return state.outer_params
 
   @staticmethod
-  def updates_done(state: DiLoCoState) -> int:
+  def updates_done(state: StreamingState) -> int:
     return int(state.step)

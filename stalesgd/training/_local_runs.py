@@ -37,6 +37,7 @@ import optax
 
 from stalesgd import _validation as validation
 from stalesgd import schedule as schedule_lib
+from stalesgd.decentral._streaming import StreamingSettings
 from stalesgd.training._solvers import solver_factory
 from stalesgd.utils._import_path import accepted_options, check_options
 
@@ -65,7 +66,22 @@ def default_outer() -> ml_collections.ConfigDict:
   outer.nesterov = True
   outer.options = ml_collections.ConfigDict()
   outer.reset_inner_state = False
+  # streaming_diloco (Douillard et al., arXiv 2501.18512): P fragments synced in turn (P divides H), each mean
+  # applied `delay` = tau inner steps after its sync (0 <= tau <= H), local copies mixed with `mix` = alpha.
+  # diloco is P = 1, tau = 0, alpha = 0; P = 1, tau = H, alpha = 0 is the one-round-delayed outer step.
+  outer.fragments = 1
+  outer.delay = 0
+  outer.mix = 0.0
   return outer
+
+
+STREAMING_FIELDS = ("fragments", "delay", "mix")
+
+
+def streaming_settings(config: ml_collections.ConfigDict) -> StreamingSettings:
+  """The outer loop's `StreamingSettings` (``diloco``: its defaults, P = 1, tau = 0, alpha = 0)."""
+  outer = config.outer
+  return StreamingSettings(config.local_steps, outer.fragments, outer.delay, outer.mix)
 
 
 def _solver_call(fields: ml_collections.ConfigDict, section: str) -> tuple[Any, dict[str, Any]]:
@@ -146,10 +162,36 @@ def _require_defaults(config: ml_collections.ConfigDict, section: str, why: str)
   defaults = {"inner": default_inner, "outer": default_outer}[section]()
   for field in sorted(defaults.keys()):
     value = config[section][field]
-    changed = bool(value.keys()) if field == "options" else value != defaults[field]
+    default = defaults[field]
+    # True == 1 in Python, but a flag is not a count: a value of another kind (bool, numpy) counts as changed.
+    kind = lambda v: "number" if type(v) in (int, float) else type(v)
+    changed = bool(value.keys()) if field == "options" else value != default or kind(value) != kind(default)
     if changed:
       shown = dict(value.items()) if field == "options" else value
       validation.reject(f"config.{section}.{field}", shown, f"its default, {defaults[field]!r}: {why}")
+
+
+def _check_streaming(config: ml_collections.ConfigDict, streaming: bool) -> None:
+  """Streaming DiLoCo's fields; a protocol that does not stream keeps P = 1, tau = 0, alpha = 0."""
+  outer, steps = config.outer, config.local_steps
+  validation.check_integer("config.outer.fragments", outer.fragments, low=1, high=steps, builtin_only=True)
+  if steps % outer.fragments:
+    validation.reject("config.outer.fragments", outer.fragments, f"a divisor of config.local_steps={steps}")
+  validation.check_integer(
+    "config.outer.delay", outer.delay, low=0, high=steps, high_label="local_steps", builtin_only=True
+  )
+  validation.check_real("config.outer.mix", outer.mix, low=0, high=1, builtin_only=True)
+  if streaming:
+    return
+  defaults = default_outer()
+  for field in STREAMING_FIELDS:
+    if outer[field] != defaults[field]:
+      validation.reject(
+        f"config.outer.{field}",
+        outer[field],
+        f"its default, {defaults[field]!r}, for protocol {config.protocol!r} (synchronous DiLoCo); fragments, delay "
+        "and mix are streaming_diloco's",
+      )
 
 
 def check_local_runs(config: ml_collections.ConfigDict) -> None:
@@ -170,6 +212,7 @@ def check_local_runs(config: ml_collections.ConfigDict) -> None:
   own = "a decentralized learner's optimizer is the run's own optimizer fields (learning_rate, momentum, ...)"
   _require_defaults(config, "inner", f"with protocol {protocol!r}, {own}")
   if row.outer_loop:
+    _check_streaming(config, row.streaming)
     return
   _require_defaults(config, "outer", f"protocol {protocol!r} has no outer step")
   if config.local_steps != 1:

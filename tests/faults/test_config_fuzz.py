@@ -254,6 +254,17 @@ CASES = [
   Case("outer.options", empty_mapping, {"protocol": "diloco"}, extra=({}, {"b1": 0.9}, "b1=0.9", {"momentum": 0.9})),
   Case("outer.reset_inner_state", exactly(False), extra=(True,)),
   Case("outer.reset_inner_state", flags, {"protocol": "diloco"}),
+  Case("outer.fragments", exactly(1), extra=(2,)),
+  Case(
+    "outer.fragments",
+    lambda value: _is_int(value) and value in (1, 2, 4),  # the divisors of H = 4
+    {"protocol": "streaming_diloco", "local_steps": 4},
+    extra=(2, 3, 4, 8),
+  ),
+  Case("outer.delay", ints(0, 0), {"protocol": "diloco"}, extra=(1,)),
+  Case("outer.delay", ints(0, 4), {"protocol": "streaming_diloco", "local_steps": 4}, extra=(4, 5)),
+  Case("outer.mix", exactly(0.0), extra=(0.5,)),
+  Case("outer.mix", numbers(0, high=1, high_inclusive=True), {"protocol": "streaming_diloco"}, extra=(1.0, 1.5)),
   Case("timing", timing_fields, extra=("lognormal", default_config().timing.to_dict())),
   Case(
     "timing.compute_time_per_example",  # times batch_per_learner (16) it is the simulated compute time

@@ -141,3 +141,44 @@ def stream_batch_fn(streams):
     return x, y
 
   return batch_fn
+
+
+def numpy_streaming_diloco(params, streams, rounds, steps, fragments, delay, mix, inner_eta, outer_eta, outer_beta):
+  """Streaming DiLoCo in numpy, one inner step at a time (Douillard et al., arXiv 2501.18512).
+
+  Leaves in sorted-key order (``b`` then ``w``, as jax flattens a dict); leaf i is in fragment i mod P. Every
+  learner takes SGD(inner_eta) steps on its stream's rows 0, 1, ...; after global inner step T, fragment p is synced
+  when T = (p + 1) H / P (mod H): Delta_bar_p = mean_m (Theta_p - theta_m,p), applied ``delay`` steps later by
+  Nesterov (v <- Delta_bar + beta v, Theta -= eta (Delta_bar + beta v)) with its own velocity, and every
+  theta_m,p <- mix theta_m,p + (1 - mix) Theta_p. At one boundary: earlier syncs' applications, then syncs, then
+  delay-0 applications. Returns (Theta, [theta_m]) after ``rounds`` rounds of ``steps`` inner steps.
+  """
+  keys = sorted(params)
+  outer = as_float64(params)
+  local = [dict(outer) for _ in streams]
+  velocity = {k: np.zeros_like(v) for k, v in outer.items()}
+  members = {p: [k for i, k in enumerate(keys) if i % fragments == p] for p in range(fragments)}
+  in_flight = {}  # fragment -> (step it is applied after, {key: mean})
+
+  def apply(p):
+    _, mean = in_flight.pop(p)
+    for k in members[p]:
+      velocity[k] = mean[k] + outer_beta * velocity[k]
+      outer[k] = outer[k] - outer_eta * (mean[k] + outer_beta * velocity[k])
+      for weights in local:
+        weights[k] = mix * weights[k] + (1 - mix) * outer[k]
+
+  for t in range(rounds * steps):
+    for m, (x, y) in enumerate(streams):
+      _, grads = numpy_loss_and_gradient(local[m], (x[t], y[t]))
+      local[m] = {k: local[m][k] - inner_eta * grads[k] for k in keys}
+    boundary = t + 1
+    for p in [p for p, (due, _) in in_flight.items() if due == boundary]:
+      apply(p)
+    for p in range(fragments):
+      if boundary % steps == ((p + 1) * steps // fragments) % steps:
+        mean = {k: np.mean([outer[k] - weights[k] for weights in local], axis=0) for k in members[p]}
+        in_flight[p] = (boundary + delay, mean)
+        if delay == 0:
+          apply(p)
+  return outer, local

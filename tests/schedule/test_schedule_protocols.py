@@ -191,6 +191,7 @@ def test_drop_stale_applies_nothing_staler_than_the_bound_and_counts_every_drop(
     ("s3gd", {"staleness": 2}),
     ("dcs3gd", {"staleness": 1, "overlap": False}),
     ("diloco", {}),
+    ("streaming_diloco", {}),
   ],
 )
 def test_decentralized_schedules_have_every_learner_every_step(protocol, options):
@@ -295,6 +296,7 @@ CONTRIBUTIONS = [
   ("s3gd", 8, {"staleness": 2}, 8),
   ("dcs3gd", 8, {}, 8),
   ("diloco", 8, {}, 8),
+  ("streaming_diloco", 8, {}, 8),
 ]
 
 

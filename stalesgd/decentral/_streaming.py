@@ -1,0 +1,234 @@
+r"""Streaming DiLoCo over a mesh: fragments synced in turn, each all-reduce in flight for tau inner steps.
+
+Douillard et al., *Streaming DiLoCo with overlapping communication* (arXiv 2501.18512), on real collectives with
+one learner per device. Notation: M learners, H inner steps per round, P fragments (P divides H), tau the inner
+steps an all-reduce is in flight, alpha the mixing factor, :math:`\Theta` the outer weights, :math:`\theta_m`
+learner m's local weights.
+
+* **Fragments.** The weights' leaves in ``jax.tree`` order, strided: leaf i belongs to fragment i mod P (the
+  paper's strided pattern; a leaf is never split, so P is at most the number of leaves).
+* **Syncs.** Every learner runs inner steps without pause, keeping its local weights and inner state across
+  rounds. After inner step k H/P of a round (k = 1, ..., P), fragment k - 1 is synced:
+  :math:`\Delta_{m,p} = \Theta_p - \theta_{m,p}`, and its all-reduce mean :math:`\bar\Delta_p` is in flight.
+* **Applications.** tau inner steps after its sync (0 <= tau <= H; the next round when it passes the round's end):
+  :math:`\Theta_p \leftarrow \Theta_p + \mathrm{OuterOpt}_p(\bar\Delta_p)` with the fragment's own outer state,
+  and :math:`\theta_{m,p} \leftarrow \alpha\,\theta_{m,p} + (1 - \alpha)\,\Theta_p` at the local weights reached
+  by then (alpha = 0 replaces the local copy).
+* **Order within one inner-step boundary:** applications of fragments synced in an earlier round, then syncs, then
+  the applications of fragments synced at that boundary with tau = 0.
+
+Corners: P = 1, tau = 0, alpha = 0 is synchronous DiLoCo (Douillard et al., arXiv 2311.08105): every round ends
+with the outer step on :math:`\bar\Delta` and every learner restarting from :math:`\Theta`. P = 1, tau = H,
+alpha = 0 is the one-round-delayed outer step (as PCCL's asynchronous DiLoCo: round r's mean is applied at the end
+of round r + 1, and the learners continue meanwhile). The events of a round are the same every round (H, P, tau
+static), so a round is one compiled program; the mean is computed by ``jax.lax.pmean`` at the sync and carried, as
+received data, until its application (the program computes what the overlapped system computes; whether the
+collective overlaps the steps on a device is a property of the schedule XLA makes, not claimed here).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, PartitionSpec
+
+from stalesgd import _validation as validation
+from stalesgd.parallel import LEARNERS_AXIS
+from stalesgd.transforms._local_run import LossFn, init_inner_states, local_run
+
+
+class StreamingSettings(NamedTuple):
+  """P fragments, tau inner steps in flight, alpha the mixing factor; H inner steps per round."""
+
+  local_steps: int
+  fragments: int = 1
+  delay: int = 0
+  mix: float = 0.0
+
+
+class StreamingState(NamedTuple):
+  r"""Everything a streaming DiLoCo run carries between rounds; a pytree.
+
+  Attributes:
+    outer_params: :math:`\Theta`, replicated.
+    outer_states: one OuterOpt state per fragment (a tuple of P), replicated.
+    local_params: every learner's :math:`\theta_m`, leaves ``[M, ...]`` split over the learners.
+    inner_states: every learner's inner state, leaves ``[M, ...]`` (``()`` when reset every round).
+    in_flight: the all-reduced :math:`\bar\Delta_p` of every fragment awaiting its application (weights' shapes;
+      a leaf holds its fragment's), replicated.
+    pending: bool ``[P]``, which fragments have a mean in flight.
+    step: int32 scalar, rounds done.
+  """
+
+  outer_params: Any
+  outer_states: Any
+  local_params: Any
+  inner_states: Any
+  in_flight: Any
+  pending: jax.Array
+  step: jax.Array
+
+
+def check_settings(settings: StreamingSettings, num_leaves: int) -> StreamingSettings:
+  """The settings after checking them, each bad value named with what is allowed."""
+  steps = validation.check_integer("local_steps", settings.local_steps, low=1)
+  fragments = validation.check_integer("fragments", settings.fragments, low=1, high=num_leaves, high_label="leaves")
+  if steps % fragments:
+    validation.reject("fragments", fragments, f"a divisor of local_steps={steps} (one fragment synced every H/P steps)")
+  delay = validation.check_integer("delay", settings.delay, low=0, high=steps, high_label="local_steps")
+  mix = validation.check_real("mix", settings.mix, low=0, high=1)
+  return StreamingSettings(steps, fragments, delay, float(mix))
+
+
+def fragment_of_leaves(num_leaves: int, fragments: int) -> tuple[int, ...]:
+  """Leaf i's fragment: i mod P (strided)."""
+  return tuple(index % fragments for index in range(num_leaves))
+
+
+def round_events(settings: StreamingSettings) -> list[tuple[int, str, int]]:
+  """A round's events in order, as (inner steps done in the round, kind, fragment); kind is ``"apply"`` or
+  ``"sync"`` (module docstring: the order within one boundary)."""
+  steps, fragments, delay = settings.local_steps, settings.fragments, settings.delay
+  events = []
+  for p in range(fragments):
+    sync = (p + 1) * steps // fragments
+    events.append((sync, 1, "sync", p))
+    applied = sync + delay
+    order = 2 if delay == 0 else 0  # after its own sync; else before the syncs at the same boundary
+    events.append((applied - steps if applied > steps else applied, order, "apply", p))
+  return [(time, kind, p) for time, _, kind, p in sorted(events)]
+
+
+def init_streaming(
+  inner_optimizer: optax.GradientTransformation,
+  outer_optimizer: optax.GradientTransformation,
+  params: Any,
+  num_learners: int,
+  settings: StreamingSettings,
+  *,
+  reset_inner_state: bool = False,
+) -> StreamingState:
+  """The state before the first round: every copy of the weights is ``params``, nothing in flight."""
+  leaves, treedef = jax.tree.flatten(params)
+  settings = check_settings(settings, len(leaves))
+  owner = fragment_of_leaves(len(leaves), settings.fragments)
+  fragment = lambda p: [leaf for leaf, q in zip(leaves, owner) if q == p]
+  outer_states = tuple(outer_optimizer.init(fragment(p)) for p in range(settings.fragments))
+  local = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (num_learners,) + jnp.shape(leaf)), params)
+  inner = () if reset_inner_state else init_inner_states(inner_optimizer, params, num_learners)
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  pending = jnp.zeros((settings.fragments,), bool)
+  return StreamingState(params, outer_states, local, inner, zeros, pending, jnp.int32(0))
+
+
+class StreamingRound(NamedTuple):
+  """What one round returns besides the state: per-learner mean inner loss ``[M]`` and ``||Delta_m||`` over the
+  round's syncs ``[M]``."""
+
+  state: StreamingState
+  losses: jax.Array
+  pseudo_gradient_norms: jax.Array
+
+
+def sharded_streaming_round(
+  loss_fn: LossFn,
+  inner_optimizer: optax.GradientTransformation,
+  outer_optimizer: optax.GradientTransformation,
+  mesh: Mesh,
+  settings: StreamingSettings,
+  state: StreamingState,
+  batches: Any,
+  *,
+  axis_name: str = LEARNERS_AXIS,
+  reset_inner_state: bool = False,
+  has_aux: bool = False,
+  unroll: int | bool = True,
+) -> StreamingRound:
+  r"""One round of H inner steps of every learner, with its fragments' syncs and applications (module docstring).
+
+  ``batches``: leaves ``[M, H, ...]`` split over the learners, learner m's mini-batches r H, ..., r H + H - 1 in
+  round r. With ``reset_inner_state`` a learner's inner state restarts from ``inner_optimizer.init`` at the start
+  of every round. Pure and jit-able with the loss, optimizers, mesh, settings and options bound.
+  """
+  leaves, treedef = jax.tree.flatten(state.outer_params)
+  settings = check_settings(settings, len(leaves))
+  owner = fragment_of_leaves(len(leaves), settings.fragments)
+  events = round_events(settings)
+  mix = settings.mix
+
+  def per_learner(outer_leaves, outer_states, local, inner_state, in_flight, pending, batches):
+    unstack = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)
+    restack = lambda tree: jax.tree.map(lambda leaf: leaf[None], tree)
+    local, in_flight_leaves = jax.tree.leaves(unstack(local)), jax.tree.leaves(in_flight)
+    inner_state = inner_optimizer.init(treedef.unflatten(local)) if reset_inner_state else unstack(inner_state)
+    batches = unstack(batches)
+    outer_leaves, outer_states, pending = list(outer_leaves), list(outer_states), list(pending)
+    done, losses, squares = 0, [], jnp.float32(0)
+    for time, kind, p in events:
+      if time > done:  # the inner steps up to this boundary
+        segment = jax.tree.map(lambda leaf, a=done, b=time: leaf[a:b], batches)
+        run = local_run(
+          loss_fn,
+          inner_optimizer,
+          treedef.unflatten(local),
+          inner_state,
+          segment,
+          has_aux=has_aux,
+          unroll=unroll,
+        )
+        local, inner_state, done = jax.tree.leaves(run.params), run.inner_state, time
+        losses.append(run.losses)
+      members = [i for i, q in enumerate(owner) if q == p]
+      if kind == "sync":
+        deltas = [outer_leaves[i] - local[i] for i in members]
+        squares = squares + sum(jnp.sum(jnp.square(d.astype(jnp.float32))) for d in deltas)
+        means = jax.lax.pmean(deltas, axis_name)
+        for i, mean in zip(members, means):
+          in_flight_leaves[i] = mean
+        pending[p] = jnp.bool_(True)
+      else:
+        updates, new_state = outer_optimizer.update(
+          [in_flight_leaves[i] for i in members], outer_states[p], [outer_leaves[i] for i in members]
+        )
+        arrived = pending[p]
+        keep = lambda new, old, arrived=arrived: jax.tree.map(lambda n, o: jnp.where(arrived, n, o), new, old)
+        outer_states[p] = keep(new_state, outer_states[p])
+        for i, update in zip(members, updates):
+          theta = keep(optax.apply_updates(outer_leaves[i], update), outer_leaves[i])
+          outer_leaves[i] = theta
+          local[i] = keep((mix * local[i] + (1 - mix) * theta).astype(local[i].dtype), local[i])
+        pending[p] = jnp.bool_(False)
+    if done < settings.local_steps:  # steps after the last event of the round
+      segment = jax.tree.map(lambda leaf, a=done: leaf[a:], batches)
+      run = local_run(
+        loss_fn, inner_optimizer, treedef.unflatten(local), inner_state, segment, has_aux=has_aux, unroll=unroll
+      )
+      local, inner_state = jax.tree.leaves(run.params), run.inner_state
+      losses.append(run.losses)
+    inner_out = () if reset_inner_state else restack(inner_state)
+    return (
+      outer_leaves,
+      tuple(outer_states),
+      restack(treedef.unflatten(local)),
+      inner_out,
+      treedef.unflatten(in_flight_leaves),
+      jnp.stack(pending),
+      jnp.mean(jnp.concatenate(losses))[None],
+      jnp.sqrt(squares)[None],
+    )
+
+  replicated, split = PartitionSpec(), PartitionSpec(axis_name)
+  round_fn = jax.shard_map(
+    per_learner,
+    mesh=mesh,
+    in_specs=(replicated, replicated, split, split, replicated, replicated, split),
+    out_specs=(replicated, replicated, split, split, replicated, replicated, split, split),
+  )
+  inner_states = state.inner_states if not reset_inner_state else ()
+  out = round_fn(leaves, state.outer_states, state.local_params, inner_states, state.in_flight, state.pending, batches)
+  outer_leaves, outer_states, local, inner, in_flight, pending, losses, norms = out
+  new = StreamingState(treedef.unflatten(outer_leaves), outer_states, local, inner, in_flight, pending, state.step + 1)
+  return StreamingRound(new, losses, norms)
