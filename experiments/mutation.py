@@ -42,8 +42,9 @@ run on these cores)::
   .venv/bin/python experiments/mutation.py --report      # only read the sessions and write the summary
 
 ``--controls-only`` runs each module's unmutated tests and its controls, not its mutants (a quick check of the
-table). `--budget-minutes` stops starting new modules once it is spent (the module in progress finishes); run the same
-command again to continue.
+table). ``--rerun-survivors`` runs the chosen modules' survived mutants again with the current tests (after a
+test was added to kill them; the session records when). `--budget-minutes` stops starting new modules once it is
+spent (the module in progress finishes); run the same command again to continue.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ import pathlib
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -577,6 +579,10 @@ def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence
     run_controls(module, module_controls, meta["timeout_seconds"], digest)
   if arguments.controls_only:
     return
+  if arguments.rerun_survivors:
+    forgotten = forget_survivors(files["session"])
+    meta.setdefault("survivor_reruns", []).append({"at": _now(), "mutants": forgotten})
+    print(f"{module.path}: {len(forgotten)} survivors run again with the current tests", flush=True)
   started, load = time.monotonic(), list(os.getloadavg())
   subprocess.run(
     [str(_tool(TOOL)), "exec", str(files["config"]), str(files["session"])], cwd=TREE, env=_environment(), check=True
@@ -585,6 +591,15 @@ def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence
     {"ended": _now(), "seconds": round(time.monotonic() - started, 1), "load_average_at_start": load}
   )
   _write_json(files["meta"], meta)
+
+
+def forget_survivors(session: pathlib.Path) -> list[str]:
+  """Deletes the survived results of a cosmic-ray session, so that its ``exec`` runs those mutants again (with
+  the tests as they are now: a survivor a new test kills comes out killed). Returns their job ids."""
+  with sqlite3.connect(session) as database:
+    jobs = [row[0] for row in database.execute("SELECT job_id FROM work_results WHERE test_outcome = 'survived'")]
+    database.execute("DELETE FROM work_results WHERE test_outcome = 'survived'")
+  return jobs
 
 
 def _dump(session: pathlib.Path) -> list[list[Any]]:
@@ -660,6 +675,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--min-timeout", type=float, default=120.0)
   parser.add_argument("--no-controls", action="store_true", help="skip the hand-written controls")
   parser.add_argument("--controls-only", action="store_true", help="run the controls (and baselines), no mutants")
+  parser.add_argument(
+    "--rerun-survivors", action="store_true", help="run the chosen modules' survivors again (after adding tests)"
+  )
   parser.add_argument("--note", default=None, help="a line for the summary (e.g. the machine's load)")
   arguments = parser.parse_args(argv)
   version = tool_version()

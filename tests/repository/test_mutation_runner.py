@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import sqlite3
 
 import pytest
 
@@ -113,3 +114,14 @@ def test_a_controls_outcome_is_kept_only_while_its_tests_are_unchanged(tmp_path)
   assert mutation.tests_digest(module, tmp_path) == before
   (tmp_path / "tests" / "b.py").write_text("def test_b(): pass\n")
   assert mutation.tests_digest(module, tmp_path) != before
+
+
+def test_forgetting_survivors_leaves_the_other_results(tmp_path):
+  session = tmp_path / "session.sqlite"
+  with sqlite3.connect(session) as database:
+    database.execute("CREATE TABLE work_results (worker_outcome, output, test_outcome, diff, job_id PRIMARY KEY)")
+    for job, outcome in (("a", "killed"), ("b", "survived"), ("c", "survived")):
+      database.execute("INSERT INTO work_results VALUES ('normal', '', ?, '', ?)", (outcome, job))
+  assert sorted(mutation.forget_survivors(session)) == ["b", "c"]
+  with sqlite3.connect(session) as database:
+    assert list(database.execute("SELECT job_id, test_outcome FROM work_results")) == [("a", "killed")]

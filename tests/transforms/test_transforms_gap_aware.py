@@ -9,6 +9,7 @@ import optax
 import pytest
 
 import stalesgd
+from stalesgd.transforms import _gap_aware as gap_aware
 
 ONES = jnp.array([1.0, 1.0])
 
@@ -103,3 +104,44 @@ def test_errors():
   transform = stalesgd.scale_by_gap_aware()
   with pytest.raises(ValueError, match="params .* must be given with stale_params"):
     transform.update(ONES, transform.init(ONES), None, stale_params=ONES)
+
+
+def test_params_may_be_given_by_name_and_stale_params_only_by_name():
+  """optax's convention, update(updates, state, params=None, **extra_args): params may be named, and the extra
+  argument stale_params is keyword-only (a fourth positional argument is refused, not taken for it)."""
+  transform = stalesgd.scale_by_gap_aware(decay=0.5)
+  params = jnp.array([0.0, 0.0])
+  by_name, state = transform.update(ONES, transform.init(params), params=params, stale_params=params)
+  np.testing.assert_array_equal(by_name, ONES)
+  assert int(state.count) == 1
+  with pytest.raises(TypeError):
+    transform.update(ONES, transform.init(params), params, params)
+
+
+def test_the_update_count_saturates_so_every_reachable_count_folds_in_the_step():
+  """The count starts at 0 and goes through optax.safe_increment, which stops at int32's largest value instead
+  of wrapping to a negative count: every update after the first folds its step into C. Steps of 0.1 with decay
+  0.5: EMA 0.05, 0.075, 0.0875."""
+  transform = stalesgd.scale_by_gap_aware(decay=0.5)
+  params = jnp.array([0.0, 0.0])
+  state = transform.init(params)._replace(count=jnp.asarray(np.iinfo(np.int32).max - 1, jnp.int32))
+  for _ in range(3):
+    params = params + jnp.array([0.1, 0.0])
+    _, state = transform.update(ONES, state, params)
+  assert int(state.count) == np.iinfo(np.int32).max
+  assert int(state.observed_steps) == 3
+  np.testing.assert_allclose(state.step_size, [0.0875, 0.0], rtol=1e-6)
+
+
+def test_before_any_observed_step_c_is_infinite_whatever_the_ema_decay_and_floor():
+  """C = inf (no penalty) at observed_steps = 0 on random inputs: the bias correction's stand-in value there
+  only keeps the unused branch finite."""
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    step_size = {
+      "a": jnp.asarray(rng.uniform(0, 2, (3,)), jnp.float32),
+      "b": jnp.asarray(rng.uniform(0, 2), jnp.float32),
+    }
+    decay, floor = float(rng.uniform(0, 1)), float(rng.uniform(0, 1e-3))
+    typical = gap_aware._typical_step(step_size, jnp.asarray(0, jnp.int32), decay, floor)
+    assert all(np.all(np.isinf(np.asarray(leaf))) for leaf in jax.tree.leaves(typical))
