@@ -597,8 +597,10 @@ def forget_survivors(session: pathlib.Path) -> list[str]:
   """Deletes the survived results of a cosmic-ray session, so that its ``exec`` runs those mutants again (with
   the tests as they are now: a survivor a new test kills comes out killed). Returns their job ids."""
   with sqlite3.connect(session) as database:
-    jobs = [row[0] for row in database.execute("SELECT job_id FROM work_results WHERE test_outcome = 'survived'")]
-    database.execute("DELETE FROM work_results WHERE test_outcome = 'survived'")
+    # cosmic-ray stores its enums by name ("SURVIVED"); `cosmic-ray dump` prints their values ("survived").
+    survived = "UPPER(test_outcome) = 'SURVIVED'"
+    jobs = [row[0] for row in database.execute(f"SELECT job_id FROM work_results WHERE {survived}")]
+    database.execute(f"DELETE FROM work_results WHERE {survived}")
   return jobs
 
 

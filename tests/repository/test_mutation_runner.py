@@ -120,8 +120,8 @@ def test_forgetting_survivors_leaves_the_other_results(tmp_path):
   session = tmp_path / "session.sqlite"
   with sqlite3.connect(session) as database:
     database.execute("CREATE TABLE work_results (worker_outcome, output, test_outcome, diff, job_id PRIMARY KEY)")
-    for job, outcome in (("a", "killed"), ("b", "survived"), ("c", "survived")):
-      database.execute("INSERT INTO work_results VALUES ('normal', '', ?, '', ?)", (outcome, job))
+    for job, outcome in (("a", "KILLED"), ("b", "SURVIVED"), ("c", "SURVIVED")):  # as cosmic-ray stores them
+      database.execute("INSERT INTO work_results VALUES ('NORMAL', '', ?, '', ?)", (outcome, job))
   assert sorted(mutation.forget_survivors(session)) == ["b", "c"]
   with sqlite3.connect(session) as database:
-    assert list(database.execute("SELECT job_id, test_outcome FROM work_results")) == [("a", "killed")]
+    assert list(database.execute("SELECT job_id, test_outcome FROM work_results")) == [("a", "KILLED")]
