@@ -21,7 +21,8 @@ LAMBDA_MODES = ("constant", "adaptive", "layerwise")
 # lambda_0 of each mode where a run does not choose one, from each mode's source: DC-ASGD-c 0.04 and DC-ASGD-a 2.0
 # (Zheng et al., arXiv 1609.08326, Sec. 6), layer-wise 0.2 (the DC-S3GD release's default; docs/algorithms.md).
 DEFAULT_LAMBDA_0 = {"constant": 0.04, "adaptive": 2.0, "layerwise": 0.2}
-PROTOCOLS = schedule.DECENTRALIZED_PROTOCOLS
+# The all-reduce protocols DC-S3GD runs (not the outer-loop ones: diloco's rounds are stalesgd.decentral._streaming).
+PROTOCOLS = tuple(name for name in schedule.DECENTRALIZED_PROTOCOLS if not schedule.protocol_row(name).outer_loop)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,6 +49,9 @@ def simulate_allreduce(
   options: dict[str, Any],
   progress: ProgressCallback | None = None,
   local_steps: int = 1,
+  outer_loop: bool = False,
+  fragments: int = 1,
+  delay: int = 0,
 ) -> Schedule:
   """Simulates ``num_updates`` steps of M learners with all-reduce staleness S.
 
@@ -64,10 +67,25 @@ def simulate_allreduce(
     progress: optional `ProgressCallback`.
     local_steps: H, the local steps of one learner's step (an outer round of
       ``diloco``): its compute time is the sum of H step times.
+    outer_loop: time outer rounds step by step (`outer_round_ends`), with
+      ``fragments`` P and ``delay`` tau of streaming DiLoCo.
 
   Returns:
     The `Schedule` of the run.
   """
+  if outer_loop:
+    if local_steps % fragments or not 0 <= delay <= local_steps:
+      raise ValueError(
+        f"fragments={fragments}, delay={delay} with local_steps={local_steps}; allowed: fragments dividing "
+        "local_steps and 0 <= delay <= local_steps"
+      )
+    steps = StepDurations(timing, learners, seed)
+    step_times = np.stack([steps.first(learner, num_updates * local_steps) for learner in range(learners)], axis=1)
+    compute = step_times.reshape(num_updates, local_steps, learners).sum(axis=1)
+    update_time = outer_round_ends(step_times, timing, local_steps, fragments, delay)
+    if progress is not None:
+      progress(num_updates, num_updates)
+    return _decentralized_schedule(protocol, learners, num_updates, 0, update_time, compute, options)
   durations = StepDurations(timing, learners, seed, local_steps=local_steps)
   compute = np.stack([durations.first(learner, num_updates) for learner in range(learners)], axis=1)
   allreduce = timing.allreduce_time(learners)
@@ -79,6 +97,51 @@ def simulate_allreduce(
     update_time = allreduce_done if staleness == 0 else allreduce_done - allreduce
     if progress is not None:  # one vectorised pass: report it done
       progress(num_updates, num_updates)
+  return _decentralized_schedule(protocol, learners, num_updates, staleness, update_time, compute, options)
+
+
+def outer_round_ends(
+  step_times: np.ndarray, timing: TimingModel, local_steps: int, fragments: int, delay: int
+) -> np.ndarray:
+  """When each outer round of (streaming) DiLoCo ends, float64 [R], from every inner step's time [R H, M].
+
+  The model, step by step: learner m's clock advances by its step times without pause. Fragment p's all-reduce
+  (a ring all-reduce of model_bytes / P: ``2 (M-1)/M x model_bytes / (P bandwidth) + 2 (M-1) x latency``) starts
+  when the slowest learner reaches its sync (after step k H / P of a round, fragment k - 1) and the link is free
+  (one all-reduce at a time, in sync order); a learner that reaches the fragment's application, tau steps after
+  the sync, waits until that all-reduce is done. A round ends when its slowest learner has finished its H steps
+  and the round-end events (the last sync, and with tau = 0 its application). With P = 1 and tau = 0 this is
+  synchronous DiLoCo: each round lasts the slowest learner's H steps plus one all-reduce of the whole model.
+  """
+  num_steps, learners = step_times.shape
+  transfer = 2 * (learners - 1) / learners * timing.transfer_time / fragments
+  fragment_allreduce = transfer + 2 * (learners - 1) * timing.latency
+  clock = np.zeros(learners)
+  link_free = 0.0
+  done: dict[int, float] = {}  # fragment -> when its all-reduce in flight finishes
+  due: dict[int, int] = {}  # fragment -> the step boundary its application waits at
+  ends = np.zeros(num_steps // local_steps)
+  for step in range(num_steps):
+    clock = clock + step_times[step]
+    boundary = step + 1
+    for p in [p for p, at in due.items() if at == boundary and delay > 0]:
+      clock = np.maximum(clock, done[p])
+      del due[p]
+    position = boundary % local_steps or local_steps
+    if position % (local_steps // fragments) == 0:
+      p = position // (local_steps // fragments) - 1
+      start = max(float(clock.max()), link_free)
+      link_free = done[p] = start + fragment_allreduce
+      due[p] = boundary + delay
+      if delay == 0:
+        clock = np.maximum(clock, done[p])
+        del due[p]
+    if position == local_steps:
+      ends[boundary // local_steps - 1] = clock.max()
+  return ends
+
+
+def _decentralized_schedule(protocol, learners, num_updates, staleness, update_time, compute, options) -> Schedule:
   steps = np.arange(num_updates, dtype=np.int64)
   empty = np.zeros(0, dtype=np.int64)
   return Schedule(

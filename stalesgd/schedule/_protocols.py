@@ -186,7 +186,13 @@ PROTOCOL_TABLE: dict[str, Protocol] = {
     Protocol("s3gd", _ALLREDUCE_STALENESS, fixed_settings=_UNCORRECTED, eager=True),
     Protocol("dcs3gd", _ALLREDUCE_STALENESS, eager=True),
     Protocol("diloco", fixed_settings={"staleness": 0, **_UNCORRECTED}, outer_loop=True),
-    Protocol("streaming_diloco", fixed_settings={"staleness": 0, **_UNCORRECTED}, outer_loop=True, streaming=True),
+    Protocol(
+      "streaming_diloco",
+      {"fragments": Option("outer.fragments", low=1, default=1), "delay": Option("outer.delay", default=0)},
+      fixed_settings={"staleness": 0, **_UNCORRECTED},
+      outer_loop=True,
+      streaming=True,
+    ),
   )
 }
 """Every protocol, by name (see the module docstring)."""
@@ -320,4 +326,7 @@ def simulate(
     options=provenance,
     progress=progress,
     local_steps=local_steps,
+    outer_loop=row.outer_loop,
+    fragments=options.get("fragments", 1),
+    delay=options.get("delay", 0),
   )

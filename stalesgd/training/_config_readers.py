@@ -89,13 +89,13 @@ def is_decentralized(config: ml_collections.ConfigDict) -> bool:
 
 
 def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDConfig | None:
-  """The `stalesgd.decentral.DCS3GDConfig` of a decentralized run (None for a parameter-server protocol).
+  """The `stalesgd.decentral.DCS3GDConfig` of an all-reduce run (None for a parameter-server or outer-loop protocol).
 
   The protocol's row fixes some fields; the config sets the staleness S, eager
   updates and (where the row allows one) the correction.
   """
   row = schedule_lib.protocol_row(config.protocol)
-  if not row.decentralized:
+  if not row.decentralized or row.outer_loop:  # the outer-loop protocols have no DC-S3GD settings
     return None
   overrides = {}
   if "staleness" not in row.fixed_settings:

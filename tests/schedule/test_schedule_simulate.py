@@ -29,7 +29,7 @@ from stalesgd.utils import _schedule_plots as schedule_plots
     ("s3gd", {"overlap": 1}, r"overlap=1; allowed: True or False"),
     ("hardsync", {"n": 2}, r"protocol 'hardsync' does not take option\(s\) \['n'\]; allowed options: none"),
     ("softsync", {"n": 2, "bound": 3}, r"does not take option\(s\) \['bound'\]; allowed options: n"),
-    ("gossip", {}, r"protocol='gossip'; allowed: one of \('hardsync', .*'dcs3gd'\)"),
+    ("gossip", {}, r"protocol='gossip'; allowed: one of \('hardsync', .*'dcs3gd', 'diloco', 'streaming_diloco'\)"),
     ("async", {"learners": 0}, r"learners=0; allowed: an integer >= 1"),
     ("async", {"num_updates": 0}, r"num_updates=0; allowed: an integer >= 1"),
     ("async", {"seed": -1}, r"seed=-1; allowed: an integer >= 0"),

@@ -187,3 +187,24 @@ def test_timing_round_trips_through_a_dict(tmp_path):
   np.save(path, np.array([1.0, 2.0]))
   for timing in (TimingModel(speed_factors=(1.0, 2.0), latency=0.1, bandwidth=math.inf), TimingModel(trace=path)):
     assert TimingModel.from_dict(timing.to_dict()) == timing
+
+
+def test_outer_rounds_are_timed_step_by_step_with_each_fragments_all_reduce():
+  """2 learners at 1 s and 2 s per step (deterministic), H = 2, all-reduce of the whole model 2 s (8 bytes at
+  4 bytes/s, no latency; a fragment of P = 2 takes 1 s). By hand:
+  DiLoCo: round 1, the slower learner ends at 4 s, the all-reduce at 6; round 2 from 6: 10, then 12.
+  Streaming, P = 2, tau = 1: fragment 0's all-reduce runs 2-3 s (the slower learner's first step), applied after
+  step 2 (learner 0 waits until 3); fragment 1's runs 4-5, applied after step 3 (learner 0 at 4 waits until 5);
+  rounds end when the slower learner finishes its steps, at 4 and 8 s: the all-reduces hidden behind steps."""
+  timing = TimingModel(compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 2.0), model_bytes=8, bandwidth=4.0)
+  diloco = simulate("diloco", learners=2, num_updates=2, seed=0, timing=timing, local_steps=2)
+  np.testing.assert_allclose(diloco.update_time, [6.0, 12.0])
+  streaming = simulate(
+    "streaming_diloco", learners=2, num_updates=2, seed=0, timing=timing, local_steps=2, fragments=2, delay=1
+  )
+  np.testing.assert_allclose(streaming.update_time, [4.0, 8.0])
+  delayed = simulate("streaming_diloco", learners=2, num_updates=2, seed=0, timing=timing, local_steps=2, delay=2)
+  # One-round-delayed: the 2 s all-reduce of round 1 (4-6 s) is waited for after round 2's steps (8 s): no wait.
+  np.testing.assert_allclose(delayed.update_time, [4.0, 8.0])
+  with pytest.raises(ValueError, match="fragments=2, delay=0 with local_steps=3"):
+    simulate("streaming_diloco", learners=2, num_updates=2, seed=0, local_steps=3, fragments=2)
