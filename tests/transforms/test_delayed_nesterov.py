@@ -76,10 +76,47 @@ def test_jitted_updates_equal_eager_ones():
   [
     ({"buffer_size": 0}, r"buffer_size=0; allowed: an integer >= 1"),
     ({"buffer_size": 2.0}, r"buffer_size=2\.0; allowed: an integer >= 1"),
+    # A Python int only: N is static (a numpy integer could be an inject_hyperparams array's stand-in).
+    ({"buffer_size": np.int64(2)}, r"buffer_size=np\.int64\(2\); allowed: an integer >= 1"),
     ({"activation": 1.5}, r"activation=1\.5; allowed: a finite number >= 0 and <= 1"),
     ({"momentum": -0.1}, r"momentum=-0\.1; allowed: a finite number >= 0 and <= 1"),
+    ({"momentum": True}, r"momentum=True; allowed: a finite number >= 0 and <= 1"),  # a bool is not a number
   ],
 )
 def test_bad_arguments_are_refused_naming_them(kwargs, message):
   with pytest.raises(ValueError, match=message):
     stalesgd.scale_by_delayed_nesterov(**kwargs)
+
+
+def test_buffer_three_with_a_quarter_activation_by_hand():
+  """beta = 0.5, N = 3, c = 0.25: 1 - cN + c = 0.5, so the momentum applied over one cycle, c beta m twice and
+  0.5 beta m once, is beta m. g = 1, 2, 3, 4, 5, 6:
+  t=0, 1: d = g/3 (m = 0); t=2: Delta = 6, m = 2, d = 0.5*0.5*2 + 3/3 = 1.5;
+  t=3, 4: d = 0.25*0.5*2 + g/3 = 0.25 + 4/3, 0.25 + 5/3; t=5: Delta = 15, m = 0.5*2 + 5 = 6, d = 0.5*0.5*6 + 2 = 3.5."""
+  directions, state = _directions(
+    stalesgd.scale_by_delayed_nesterov(0.5, buffer_size=3, activation=0.25), [1, 2, 3, 4, 5, 6]
+  )
+  np.testing.assert_allclose(directions, [1 / 3, 2 / 3, 1.5, 0.25 + 4 / 3, 0.25 + 5 / 3, 3.5], rtol=1e-6)
+  np.testing.assert_allclose(float(state.momentum["w"]), 6.0, rtol=1e-6)
+
+
+def test_defaults_are_momentum_point_nine_one_buffer_and_no_activation():
+  """Defaults beta = 0.9, N = 1, c = 0. g = 1, 2: m = 1, d = 0.9 + 1 = 1.9; m = 0.9 + 2 = 2.9, d = 2.61 + 2 = 4.61.
+  With N = 2 and the default c = 0, g = 1, 2, 4: d = 1/2; Delta = 3, m = 1.5, d = 0.9*1.5 + 1 = 2.35;
+  d = 0*0.9*1.5 + 4/2 = 2. delayed_nesterov(0.5) takes the same defaults and steps -0.5 d."""
+  directions, _ = _directions(stalesgd.scale_by_delayed_nesterov(), [1, 2])
+  np.testing.assert_allclose(directions, [1.9, 4.61], rtol=1e-6)
+  directions, _ = _directions(stalesgd.scale_by_delayed_nesterov(buffer_size=2), [1, 2, 4])
+  np.testing.assert_allclose(directions, [0.5, 2.35, 2.0], rtol=1e-6)
+  steps, _ = _directions(stalesgd.delayed_nesterov(0.5), [1, 2])
+  np.testing.assert_allclose(steps, [-0.95, -2.305], rtol=1e-6)
+  steps, _ = _directions(stalesgd.delayed_nesterov(0.5, buffer_size=2), [1, 2, 4])
+  np.testing.assert_allclose(steps, [-0.25, -1.175, -1.0], rtol=1e-6)
+
+
+def test_inject_hyperparams_passes_arrays_that_are_not_checked_and_give_the_same_directions():
+  """optax.inject_hyperparams rebuilds the transform with momentum and activation as arrays (buffer_size static);
+  the directions are those of test_buffer_three_with_a_quarter_activation_by_hand."""
+  injected = optax.inject_hyperparams(stalesgd.scale_by_delayed_nesterov, static_args=("buffer_size",))
+  directions, _ = _directions(injected(momentum=0.5, buffer_size=3, activation=0.25), [1, 2, 3, 4, 5, 6])
+  np.testing.assert_allclose(directions, [1 / 3, 2 / 3, 1.5, 0.25 + 4 / 3, 0.25 + 5 / 3, 3.5], rtol=1e-6)
