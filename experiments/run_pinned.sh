@@ -16,6 +16,8 @@
 #   dcs3gd_e10       DC-S3GD on CIFAR-10 at E = 10 with warm-up: S = 0, S3GD and DC-S3GD at S = 1 and 4, seeds 0-2
 #   mu_lambda_mnist  Rudra's mu x lambda rule on MNIST: the baseline and mu lambda = 120, 480, 3840, seeds 0-2
 #   dcasgd_mnist     Zheng et al.'s ordering on MNIST: SGD, ASGD, DC-ASGD-c, DC-ASGD-a at M = 4 and 8, seeds 0-2
+#   streaming_digits streaming DiLoCo on the embedded digits: DiLoCo and 12 (P, tau, alpha), seeds 0-2
+#   delayed_digits   the one-round-delayed outer step against DiLoCo at M = 2, 4, 8 on the digits, seeds 0-2
 #
 # The code runs from a git worktree of COMMIT under $PINNED_ROOT (default runs/pinned/code-COMMIT), with the
 # repository's .venv (make test creates it); runs go to $PINNED_ROOT/<grid>. Environment:
@@ -42,6 +44,8 @@ results_dir() {  # where a grid's report and finished runs are kept in the repos
     dcs3gd_e10) echo "$repo/results/dcs3gd_cifar10_e10_3seeds" ;;
     mu_lambda_mnist) echo "$repo/results/rudra_mu_lambda_mnist_3seeds" ;;
     dcasgd_mnist) echo "$repo/results/dcasgd_mnist_3seeds" ;;
+    streaming_digits) echo "$repo/results/streaming_diloco_digits_3seeds" ;;
+    delayed_digits) echo "$repo/results/delayed_outer_step_digits_3seeds" ;;
   esac
 }
 
@@ -54,7 +58,10 @@ grid_flags() {
     mu_lambda_mnist) echo "--study=rudra_mu_lambda_mnist --data_source=npz --data_dir=$mnist --seeds=3 \
 --variants=baseline_lambda_1_mu_128,1_softsync_mu_lambda_120_mu_4,1_softsync_mu_lambda_480_mu_16,1_softsync_mu_lambda_3840_mu_128" ;;
     dcasgd_mnist) echo "--study=dcasgd_mnist --data_source=npz --data_dir=$mnist --seeds=3" ;;
-    *) echo "unknown grid '$1'; allowed: zhang_e20 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist" >&2; return 2 ;;
+    streaming_digits) echo "--study=streaming_diloco_digits --seeds=3" ;;
+    delayed_digits) echo "--study=delayed_outer_step_digits --seeds=3" ;;
+    *) echo "unknown grid '$1'; allowed: zhang_e20 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits" >&2
+      return 2 ;;
   esac
 }
 

@@ -2,7 +2,8 @@
 
 `STUDIES` maps each study's name to its `Study` (`stalesgd.studies._study`), built by one function per study in
 ``_catalogue_zhang_rudra`` (Zhang et al., Rudra), ``_catalogue_delay_compensation`` (DC-ASGD, DC-S3GD) and
-``_catalogue_digits`` (the demo, Adam's step). Published numbers
+``_catalogue_digits`` (the demo, Adam's step) and ``_catalogue_outer_loops`` (streaming DiLoCo, the delayed
+outer step). Published numbers
 (docs/algorithms.md §6) sit in each variant's ``published`` and end up in ``published_<name>`` columns beside ours
 (`stalesgd.utils._plots.table_columns`); these modules are their one place in the code (the config docstrings name
 the study instead of repeating them). The margins are fixed here before a study's runs, and never moved after.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from stalesgd.studies._catalogue_delay_compensation import dcasgd_mnist, dcasgd_table1, dcs3gd_cifar10
 from stalesgd.studies._catalogue_digits import async_adam, demo
+from stalesgd.studies._catalogue_outer_loops import delayed_outer_step_digits, streaming_diloco_digits
 from stalesgd.studies._catalogue_zhang_rudra import (
   ZHANG_MNIST_MATCH_MARGIN,
   rudra_mu_lambda,
@@ -31,5 +33,7 @@ STUDIES = {
     dcs3gd_cifar10(),
     demo(),
     async_adam(),
+    streaming_diloco_digits(),
+    delayed_outer_step_digits(),
   )
 }

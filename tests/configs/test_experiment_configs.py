@@ -36,8 +36,8 @@ def _config_modules():
 
 
 CONFIG_MODULES = _config_modules()
-# demo and async_adam are quick already and have no quick token; every other file has one.
-NO_QUICK = ("demo", "async_adam")
+# demo, async_adam and diloco_digits are quick already and have no quick token; every other file has one.
+NO_QUICK = ("demo", "async_adam", "diloco_digits")
 RUNS = [
   (name, variant, quick)
   for name, module in CONFIG_MODULES.items()

@@ -17,5 +17,6 @@ EXPECTED_CONFIGS = frozenset(
     "zhang_mnist",
     "dcasgd_mnist",
     "async_adam",
+    "diloco_digits",
   }
 )
