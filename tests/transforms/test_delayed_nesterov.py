@@ -120,3 +120,16 @@ def test_inject_hyperparams_passes_arrays_that_are_not_checked_and_give_the_same
   injected = optax.inject_hyperparams(stalesgd.scale_by_delayed_nesterov, static_args=("buffer_size",))
   directions, _ = _directions(injected(momentum=0.5, buffer_size=3, activation=0.25), [1, 2, 3, 4, 5, 6])
   np.testing.assert_allclose(directions, [1 / 3, 2 / 3, 1.5, 0.25 + 4 / 3, 0.25 + 5 / 3, 3.5], rtol=1e-6)
+
+
+@pytest.mark.parametrize("buffer_size", [1, 2, 3, 7])
+def test_the_buffer_phase_is_never_negative_for_any_int32_count(buffer_size):
+  """(count + 1) mod N, which decides a momentum update (== 0), lies in [0, N) for every int32 count, a wrapped
+  negative one included (the remainder takes the divisor's sign), so `== 0` and `<= 0` decide alike."""
+  rng = np.random.default_rng(0)
+  edges = [np.iinfo(np.int32).min, -2, -1, 0, 1, np.iinfo(np.int32).max - 1, np.iinfo(np.int32).max]
+  counts = jnp.asarray(
+    np.concatenate([edges, rng.integers(np.iinfo(np.int32).min, np.iinfo(np.int32).max, 1000)]), jnp.int32
+  )
+  phase = np.asarray((counts + 1) % buffer_size)
+  assert phase.min() >= 0 and phase.max() < buffer_size
