@@ -125,12 +125,31 @@ def init_streaming(
 
 
 class StreamingRound(NamedTuple):
-  """What one round returns besides the state: per-learner mean inner loss ``[M]`` and ``||Delta_m||`` over the
-  round's syncs ``[M]``."""
+  """What one round returns besides the state: per-learner mean inner loss ``[M]``, ``||Delta_m||`` over the
+  round's syncs ``[M]``, and the learners' `agreement` over them (a scalar)."""
 
   state: StreamingState
   losses: jax.Array
   pseudo_gradient_norms: jax.Array
+  agreement: jax.Array
+
+
+def agreement(total_squared_norm: jax.Array, squared_norm_of_mean: jax.Array, learners: int) -> jax.Array:
+  r"""How much M pseudo-gradients agree, from the sum of their squared norms and their mean's squared norm, without
+  gathering them:
+
+  .. math::
+    a = \frac{\sum_{m \ne k} \Delta_m \cdot \Delta_k}{(M - 1) \sum_m \|\Delta_m\|^2}
+      = \frac{M^2 \|\bar\Delta\|^2 - \sum_m \|\Delta_m\|^2}{(M - 1) \sum_m \|\Delta_m\|^2}
+
+  the mean pairwise dot product over the mean squared norm: 1 for identical pseudo-gradients, 0 for orthogonal
+  ones, -1/(M - 1) when they cancel (the mean pairwise cosine when all norms are equal). 1 for M = 1 or all zero.
+  """
+  total = total_squared_norm
+  if learners == 1:
+    return jnp.float32(1.0)
+  value = (learners**2 * squared_norm_of_mean - total) / ((learners - 1) * total)
+  return jnp.where(total > 0, value, 1.0)
 
 
 def sharded_streaming_round(
@@ -166,7 +185,7 @@ def sharded_streaming_round(
     inner_state = inner_optimizer.init(treedef.unflatten(local)) if reset_inner_state else unstack(inner_state)
     batches = unstack(batches)
     outer_leaves, outer_states, pending = list(outer_leaves), list(outer_states), list(pending)
-    done, losses, squares = 0, [], jnp.float32(0)
+    done, losses, squares, mean_squares = 0, [], jnp.float32(0), jnp.float32(0)
     for time, kind, p in events:
       if time > done:  # the inner steps up to this boundary
         segment = jax.tree.map(lambda leaf, a=done, b=time: leaf[a:b], batches)
@@ -186,6 +205,7 @@ def sharded_streaming_round(
         deltas = [outer_leaves[i] - local[i] for i in members]
         squares = squares + sum(jnp.sum(jnp.square(d.astype(jnp.float32))) for d in deltas)
         means = jax.lax.pmean(deltas, axis_name)
+        mean_squares = mean_squares + sum(jnp.sum(jnp.square(mean.astype(jnp.float32))) for mean in means)
         for i, mean in zip(members, means):
           in_flight_leaves[i] = mean
         pending[p] = jnp.bool_(True)
@@ -218,6 +238,7 @@ def sharded_streaming_round(
       jnp.stack(pending),
       jnp.mean(jnp.concatenate(losses))[None],
       jnp.sqrt(squares)[None],
+      agreement(jax.lax.psum(squares, axis_name), mean_squares, jax.lax.axis_size(axis_name)),
     )
 
   replicated, split = PartitionSpec(), PartitionSpec(axis_name)
@@ -225,10 +246,10 @@ def sharded_streaming_round(
     per_learner,
     mesh=mesh,
     in_specs=(replicated, replicated, split, split, replicated, replicated, split),
-    out_specs=(replicated, replicated, split, split, replicated, replicated, split, split),
+    out_specs=(replicated, replicated, split, split, replicated, replicated, split, split, replicated),
   )
   inner_states = state.inner_states if not reset_inner_state else ()
   out = round_fn(leaves, state.outer_states, state.local_params, inner_states, state.in_flight, state.pending, batches)
-  outer_leaves, outer_states, local, inner, in_flight, pending, losses, norms = out
+  outer_leaves, outer_states, local, inner, in_flight, pending, losses, norms, agreed = out
   new = StreamingState(treedef.unflatten(outer_leaves), outer_states, local, inner, in_flight, pending, state.step + 1)
-  return StreamingRound(new, losses, norms)
+  return StreamingRound(new, losses, norms, agreed)

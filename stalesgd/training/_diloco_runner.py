@@ -7,8 +7,10 @@ later and mixed into the local weights with alpha. ``diloco`` is the corner P = 
 et al., arXiv 2311.08105): the same program. The learners' local weights and inner states stay on their devices
 between rounds and are part of the checkpointed state.
 
-Reports per round: each learner's mean inner loss over its H steps, and ``pseudo_gradient_norm``, the mean over
-learners of :math:`\|\Delta_m\|` (over the round's syncs).
+Reports per round: each learner's mean inner loss over its H steps; ``pseudo_gradient_norm``, the mean over
+learners of :math:`\|\Delta_m\|` (over the round's syncs); and ``pseudo_gradient_agreement``, the learners' mean
+pairwise dot product over their mean squared norm (`stalesgd.decentral._streaming.agreement`: 1 identical, 0
+orthogonal).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.training._runners import StepMetrics
 
-DILOCO_DIAGNOSTICS = ("pseudo_gradient_norm",)
+DILOCO_DIAGNOSTICS = ("pseudo_gradient_norm", "pseudo_gradient_agreement")
 
 
 class DiLoCoRunner:
@@ -91,7 +93,11 @@ class DiLoCoRunner:
         has_aux=True,
         unroll=unroll,
       )
-      metrics = {"loss": out.losses[None], "pseudo_gradient_norm": jnp.mean(out.pseudo_gradient_norms)[None]}
+      metrics = {
+        "loss": out.losses[None],
+        "pseudo_gradient_norm": jnp.mean(out.pseudo_gradient_norms)[None],
+        "pseudo_gradient_agreement": out.agreement[None],
+      }
       return out.state, metrics
 
     self._round = jax.jit(round_fn, donate_argnums=0, out_shardings=(self._state_shardings(), self._replicated))

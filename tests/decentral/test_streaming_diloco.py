@@ -8,12 +8,14 @@ steps; measured differences are below 1e-6 relative).
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
 from stalesgd.decentral._streaming import (
   StreamingSettings,
+  agreement,
   init_streaming,
   round_events,
   sharded_streaming_round,
@@ -89,3 +91,25 @@ def test_a_round_events_are_the_syncs_in_turn_and_their_delayed_applications():
 def test_bad_settings_are_named(settings, message):
   with pytest.raises(ValueError, match=message):
     init_streaming(optax.sgd(0.1), optax.sgd(0.1), initial_params(), 2, settings)
+
+
+def test_agreement_by_hand():
+  # Delta_1 = (1, 0), Delta_2 = (0, 1): orthogonal; mean (0.5, 0.5), ||mean||^2 = 0.5: (4 * 0.5 - 2) / (1 * 2) = 0.
+  assert float(agreement(jnp.float32(2.0), jnp.float32(0.5), 2)) == 0.0
+  # Delta_2 = Delta_1 = (3, 4): (4 * 25 - 50) / 50 = 1; Delta_2 = -Delta_1: (0 - 50) / 50 = -1.
+  assert float(agreement(jnp.float32(50.0), jnp.float32(25.0), 2)) == 1.0
+  assert float(agreement(jnp.float32(50.0), jnp.float32(0.0), 2)) == -1.0
+  # Three learners, (1, 0), (1, 0), (-1, 0): the ordered pairs' dots sum to 2 (1 - 1 - 1) = -2, the squared norms
+  # to 3: -2 / (2 * 3) = -1/3; the mean (1/3, 0), so by the formula (9 * 1/9 - 3) / (2 * 3) = -1/3.
+  assert float(agreement(jnp.float32(3.0), jnp.float32(1 / 9), 3)) == pytest.approx(-1 / 3)
+
+
+def test_learners_on_the_same_batches_agree_completely():
+  mesh = learner_mesh(devices=jax.devices()[:3])
+  settings = StreamingSettings(local_steps=2, fragments=2, delay=1, mix=0.5)
+  inner, outer = optax.sgd(INNER_ETA), optax.sgd(OUTER_ETA)
+  stream = batch_stream(seed=5, steps=2)
+  batches = tuple(np.stack([part] * 3) for part in stream)
+  state = init_streaming(inner, outer, initial_params(), 3, settings)
+  out = sharded_streaming_round(least_squares, inner, outer, mesh, settings, state, batches)
+  assert float(out.agreement) == pytest.approx(1.0, abs=1e-6)
