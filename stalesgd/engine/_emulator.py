@@ -148,6 +148,7 @@ class Engine:
     inner_optimizer: optax.GradientTransformation | None = None,
     reset_inner_state: bool = False,
     local_unroll: int | bool | None = None,
+    learner_local_steps: np.ndarray | None = None,
   ):
     r"""Every contribution is a local run (`stalesgd.transforms._local_run.local_run`,
     docs/algorithms.md §7): the learner runs H = ``local_steps`` steps of
@@ -179,6 +180,10 @@ class Engine:
       state the learner kept from its previous contribution (DiLoCo). A kept,
       non-empty state is part of `EngineState` (``inner_states``), and then a
       block holds at most one contribution per learner (`plan`).
+    learner_local_steps: dynamic local updates: H_m <= H per learner
+      (`stalesgd.schedule._durations.dynamic_local_steps`); learner m's k-th
+      contribution takes H_m steps on its mini-batches k H_m, ..., k H_m + H_m - 1
+      (the program runs H, the steps past H_m masked). None: H for everyone.
     local_unroll: ``jax.lax.scan``'s ``unroll`` for the H steps; by default all
       of them for H <= `FULLY_UNROLLED_LOCAL_STEPS` (one program without a loop,
       faster for convolutions on the CPU), else 1.
@@ -200,6 +205,14 @@ class Engine:
     self.local_steps = validation.check_integer("local_steps", local_steps, low=1)
     self.inner_optimizer = optax.sgd(1.0) if inner_optimizer is None else inner_optimizer
     self.reset_inner_state = validation.check_bool("reset_inner_state", reset_inner_state)
+    self.learner_local_steps = None
+    if learner_local_steps is not None:
+      steps = np.asarray(learner_local_steps, np.int64)
+      if steps.ndim != 1 or steps.min(initial=1) < 1 or steps.max(initial=1) > self.local_steps:
+        validation.reject(
+          "learner_local_steps", steps.tolist(), f"one H_m in [1, local_steps={self.local_steps}] per learner"
+        )
+      self.learner_local_steps = steps
     self.local_unroll = (
       (True if self.local_steps <= FULLY_UNROLLED_LOCAL_STEPS else 1) if local_unroll is None else local_unroll
     )
@@ -257,6 +270,13 @@ class Engine:
     """
     if self.gradient_strategy == "unroll" and self.mesh.devices.flat[0].platform == "cpu":
       options.setdefault("max_slots_per_device", UNROLLED_SLOTS_PER_DEVICE)
+    recorded = (schedule.options.get("local_steps", 1), schedule.options.get("learner_local_steps"))
+    mine = (self.local_steps, None if self.learner_local_steps is None else self.learner_local_steps.tolist())
+    if recorded != mine:
+      raise ValueError(
+        f"the schedule was simulated with (local_steps, learner_local_steps) = {recorded} and the engine runs "
+        f"{mine}: a contribution's simulated duration and its executed steps would differ; allowed: the same"
+      )
     # A learner's next local run starts from the inner state its previous one left: they cannot share a block.
     options.setdefault("distinct_learners", self.keeps_inner_states)
     if self.keeps_inner_states and schedule.dropped_learner.size:
@@ -340,7 +360,9 @@ class Engine:
       )
 
   # -------------------------------------------------------------------- step
-  def _local_runs(self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, slot_states: PyTree, batch: PyTree):
+  def _local_runs(
+    self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, slot_states: PyTree, batch: PyTree, slot_steps
+  ):
     """Every slot's local run from its own weights, spread over devices: (mean inner loss, Delta, inner state).
 
     The slots' weights are gathered from the (parameter-sharded) ring and
@@ -351,7 +373,9 @@ class Engine:
     keeps = self.keeps_inner_states
     strategy, axis = self.gradient_strategy, self.axis_name
 
-    def one(weights, state, slot_batches):
+    dynamic = self.learner_local_steps is not None
+
+    def one(weights, state, slot_batches, steps):
       run = local_run(
         self.loss_fn,
         self.inner_optimizer,
@@ -361,23 +385,27 @@ class Engine:
         reset_inner_state=not keeps,  # without a kept state every run starts from init (empty for plain SGD)
         has_aux=self.has_aux,
         unroll=self.local_unroll,
+        active_steps=steps if dynamic else None,
       )
-      return jnp.mean(run.losses), run.pseudo_gradient, (run.inner_state if keeps else ())
+      loss = jnp.sum(run.losses) / steps if dynamic else jnp.mean(run.losses)  # over the steps taken
+      return loss, run.pseudo_gradient, (run.inner_state if keeps else ())
 
-    def per_device(weights, states, local_batch):
+    def per_device(weights, states, local_batch, steps):
       if strategy == "vmap":
-        return jax.vmap(one)(weights, states, local_batch)
+        return jax.vmap(one)(weights, states, local_batch, steps)
       slots = jax.tree_util.tree_leaves(weights)[0].shape[0]
       pick = lambda tree, i: jax.tree_util.tree_map(lambda leaf: leaf[i], tree)
-      results = [one(pick(weights, i), pick(states, i), pick(local_batch, i)) for i in range(slots)]
+      results = [one(pick(weights, i), pick(states, i), pick(local_batch, i), steps[i]) for i in range(slots)]
       return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *results)
 
     weights = jax.lax.with_sharding_constraint(ring_buffer.ring_read(ring, slot_timestamp), self._split)
     specs = (P(axis), P(axis), P(axis))
-    return jax.shard_map(per_device, mesh=self.mesh, in_specs=specs, out_specs=specs)(weights, slot_states, batch)
+    return jax.shard_map(per_device, mesh=self.mesh, in_specs=specs + (P(axis),), out_specs=specs)(
+      weights, slot_states, batch, slot_steps
+    )
 
   def _block_step_impl(
-    self, state: EngineState, num_updates, timestamp, staleness, learner, slot_timestamp, slot_owner, batch
+    self, state: EngineState, num_updates, timestamp, staleness, learner, slot_timestamp, slot_owner, slot_steps, batch
   ):
     rows, contributions = timestamp.shape
     slots = slot_timestamp.shape[0]
@@ -389,7 +417,7 @@ class Engine:
       leaf[jnp.minimum(slot_owner, leaf.shape[0] - 1)], self._split
     )
     slot_states = jax.tree_util.tree_map(read_state, state.inner_states)
-    losses, grads, slot_states = self._local_runs(state.ring, slot_timestamp, slot_states, batch)
+    losses, grads, slot_states = self._local_runs(state.ring, slot_timestamp, slot_states, batch, slot_steps)
     # A real slot's learner keeps its new inner state; padding slots (owner = lambda, out of range) write nothing.
     inner_states = jax.tree_util.tree_map(
       lambda kept, new: kept.at[slot_owner].set(new, mode="drop"), state.inner_states, slot_states
@@ -438,8 +466,15 @@ class Engine:
     """
     steps = self.local_steps
     learners = np.repeat(block.slot_learner, steps)
-    indices = (block.slot_batch_index[:, None] * steps + np.arange(steps)).reshape(-1)
+    taken = self._slot_steps(block)[:, None]  # H_m of each slot's learner; the steps past it read its last batch
+    indices = (block.slot_batch_index[:, None] * taken + np.minimum(np.arange(steps), taken - 1)).reshape(-1)
     return sharding_lib.rows_from_batch_fn(batch_fn, learners, indices, self._split)
+
+  def _slot_steps(self, block: Block) -> np.ndarray:
+    """H_m of every slot's learner (H without dynamic local updates), int64 [S]."""
+    if self.learner_local_steps is None:
+      return np.full(block.slot_learner.shape, self.local_steps, np.int64)
+    return self.learner_local_steps[block.slot_learner]
 
   def step(
     self, state: EngineState, plan: BlockPlan, block_index: int, batch_fn: BatchFn
@@ -458,7 +493,8 @@ class Engine:
     owner = np.full(block.slot_learner.shape, plan.schedule.learners, np.int32)
     owner[:real] = block.slot_learner[:real]
     slot_owner = sharding_lib.global_array(owner, self._split)
-    state, metrics = self._block_step(state, *block_inputs, slot_timestamp, slot_owner, batch)
+    slot_steps = sharding_lib.global_array(self._slot_steps(block).astype(np.int32), self._split)
+    state, metrics = self._block_step(state, *block_inputs, slot_timestamp, slot_owner, slot_steps, batch)
     self._dispatch.dispatched(metrics.lr_scale)
     return state, metrics
 

@@ -31,10 +31,11 @@ class StepDurations:
   steps r H, ..., r H + H - 1, added left to right (with H = 1, step r itself).
   """
 
-  def __init__(self, timing: TimingModel, learners: int, seed: int, *, local_steps: int = 1):
+  def __init__(self, timing: TimingModel, learners: int, seed: int, *, local_steps: int | np.ndarray = 1):
+    """``local_steps``: H for every learner, or one H_m per learner (dynamic local updates)."""
     self._timing = timing
     self._seed = seed
-    self._local_steps = local_steps
+    self._local_steps = np.broadcast_to(np.asarray(local_steps, np.int64), (learners,))
     self._scales = timing.compute_time * timing.speed_factors_for(learners, seed)
     self._per_step_trace = timing.per_step_trace(learners)
 
@@ -53,12 +54,22 @@ class StepDurations:
 
   def stream(self, learner: int) -> Iterator[float]:
     """An iterator over the learner's contribution times as Python floats (for event loops)."""
-    steps, group = self._steps(learner), self._local_steps
+    steps, group = self._steps(learner), int(self._local_steps[learner])
     return (_sum_left_to_right(steps, group) for _ in itertools.repeat(None))
 
   def first(self, learner: int, count: int) -> np.ndarray:
     """The learner's first ``count`` contribution times, float64 [count]."""
     return np.fromiter(itertools.islice(self.stream(learner), count), np.float64, count)
+
+
+def dynamic_local_steps(timing: TimingModel, learners: int, seed: int, local_steps: int, min_steps: int) -> np.ndarray:
+  """Dynamic local updates (Liu et al., arXiv 2401.09135; DeepMind's asynchronous DiLoCo notebook): learner m's
+  local run has H_m = max(floor(H v_m / v_max), H_min) steps, v_m its mean simulated speed, here the inverse of its
+  speed factor (the jitter has mean 1), so the fastest learner runs H. int64 [learners].
+  """
+  factors = timing.speed_factors_for(learners, seed)
+  speeds = 1.0 / factors
+  return np.maximum(np.floor(local_steps * speeds / speeds.max()).astype(np.int64), min_steps)
 
 
 def _sum_left_to_right(steps: Iterator[float], count: int) -> float:

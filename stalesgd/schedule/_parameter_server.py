@@ -139,7 +139,7 @@ def run_parameter_server(
   options: dict[str, Any],
   record_events: bool = False,
   progress: ProgressCallback | None = None,
-  local_steps: int = 1,
+  local_steps: Any = 1,
 ) -> Schedule:
   """Simulates learners and a server under ``rule`` until ``num_updates`` updates.
 
@@ -156,8 +156,8 @@ def run_parameter_server(
     options: JSON-serialisable provenance recorded in the schedule.
     record_events: attach an `EventTrace` of every start and arrival.
     progress: optional `ProgressCallback`.
-    local_steps: H, the local steps of one contribution: its compute time is
-      the sum of H step times (`StepDurations`).
+    local_steps: H, the local steps of one contribution, or H_m per learner:
+      its compute time is the sum of H step times (`StepDurations`).
 
   Returns:
     The `Schedule` of the run.

@@ -48,6 +48,7 @@ from typing import Any
 from stalesgd import _validation as validation
 from stalesgd.schedule._backup import BackupWorkerServer
 from stalesgd.schedule._decentralized import simulate_allreduce
+from stalesgd.schedule._durations import dynamic_local_steps
 from stalesgd.schedule._parameter_server import ProgressCallback, ServerRule, run_parameter_server
 from stalesgd.schedule._schedule_arrays import Schedule
 from stalesgd.schedule._softsync import ArrivalOrderServer
@@ -244,6 +245,7 @@ def simulate(
   record_events: bool = False,
   progress: ProgressCallback | None = None,
   local_steps: int = 1,
+  dynamic_min_steps: int = 0,
   **protocol_options: Any,
 ) -> Schedule:
   """Simulates a synchronization protocol and returns who computed what, when.
@@ -265,6 +267,9 @@ def simulate(
     local_steps: H >= 1, the local steps of one contribution (a local run,
       docs/algorithms.md §7): its compute time is the sum of the learner's H
       consecutive step times. Parameter-server protocols and ``diloco``.
+    dynamic_min_steps: H_min >= 1 turns on dynamic local updates (parameter-server
+      protocols): learner m's contributions have H_m steps
+      (`stalesgd.schedule.dynamic_local_steps`); 0 (default) keeps H for all.
     **protocol_options: the protocol's options, e.g. ``n=15`` for softsync.
 
   Returns:
@@ -292,6 +297,16 @@ def simulate(
   recorded = {"protocol_options": options, "seed": seed, "timing": timing.to_dict()}
   if local_steps != 1:  # recorded only where it differs, so that H = 1 schedules keep their provenance
     recorded["local_steps"] = local_steps
+  dynamic_min_steps = validation.check_integer("dynamic_min_steps", dynamic_min_steps, low=0, high=local_steps)
+  per_learner: int | Any = local_steps
+  if dynamic_min_steps:
+    if row.decentralized:
+      raise ValueError(
+        f"dynamic_min_steps={dynamic_min_steps} with protocol={protocol!r}; allowed: 0 (dynamic "
+        "local updates are for the parameter-server protocols)"
+      )
+    per_learner = dynamic_local_steps(timing, learners, seed, local_steps, dynamic_min_steps)
+    recorded["learner_local_steps"] = per_learner.tolist()
   provenance = json.loads(json.dumps(recorded))
   if row.decentralized and not row.outer_loop and local_steps != 1:
     raise ValueError(
@@ -309,7 +324,7 @@ def simulate(
       options=provenance,
       record_events=record_events,
       progress=progress,
-      local_steps=local_steps,
+      local_steps=per_learner,
     )
   if record_events:
     raise ValueError(

@@ -25,6 +25,7 @@ from stalesgd.training._config_readers import (
   decentral_settings,
   run_label,
   simulate_schedule,
+  timing_model,
   updates_per_epoch,
 )
 from stalesgd.training._diloco_runner import DiLoCoRunner
@@ -156,7 +157,7 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
       reset_inner_state=config.outer.reset_inner_state,
     )
   elif mesh is not None:
-    local_runs = None if settings is not None else local_run_options(config)
+    local_runs = None if settings is not None else local_run_options(config, timing_model(config))
     runner = make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings, local_runs=local_runs)
   return RunInputs(
     dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner, metric_names

@@ -121,6 +121,7 @@ def simulate_schedule(
     **protocol_options(config),
     timing=timing_model(config, parameter_bytes=parameter_bytes),
     local_steps=config.local_steps,
+    dynamic_min_steps=config.inner.dynamic_min_steps,
   )
 
 

@@ -38,6 +38,7 @@ import optax
 from stalesgd import _validation as validation
 from stalesgd import schedule as schedule_lib
 from stalesgd.decentral._streaming import StreamingSettings
+from stalesgd.schedule._durations import dynamic_local_steps
 from stalesgd.training._solvers import solver_factory
 from stalesgd.utils._import_path import accepted_options, check_options
 
@@ -54,6 +55,9 @@ def default_inner() -> ml_collections.ConfigDict:
   inner.nesterov = False
   inner.options = ml_collections.ConfigDict()
   inner.reset_state = False
+  # Dynamic local updates (Liu et al.): H_min >= 1 gives learner m H_m = max(floor(H v_m / v_max), H_min) steps, v_m
+  # its speed from the timing model's speed factors; 0 (default): H for every learner.
+  inner.dynamic_min_steps = 0
   return inner
 
 
@@ -131,12 +135,16 @@ def build_outer_optimizer(outer: ml_collections.ConfigDict) -> optax.GradientTra
   return build_section_optimizer(outer, "outer")
 
 
-def local_run_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The `stalesgd.engine.Engine` keyword arguments of a parameter-server run's local runs."""
+def local_run_options(config: ml_collections.ConfigDict, timing: schedule_lib.TimingModel) -> dict[str, Any]:
+  """The `stalesgd.engine.Engine` keyword arguments of a parameter-server run's local runs (``timing``: the run's
+  timing model, whose speed factors give dynamic local updates their H_m)."""
+  steps, minimum = config.local_steps, config.inner.dynamic_min_steps
+  per_learner = dynamic_local_steps(timing, config.learners, config.seed, steps, minimum) if minimum else None
   return {
-    "local_steps": config.local_steps,
+    "local_steps": steps,
     "inner_optimizer": build_inner_optimizer(config.inner),
     "reset_inner_state": config.inner.reset_state,
+    "learner_local_steps": per_learner,
   }
 
 
@@ -202,6 +210,14 @@ def check_local_runs(config: ml_collections.ConfigDict) -> None:
       and the all-reduce protocols take H = 1 only.
   """
   validation.check_integer("config.local_steps", config.local_steps, low=1, high=2**31 - 1, builtin_only=True)
+  validation.check_integer(
+    "config.inner.dynamic_min_steps",
+    config.inner.dynamic_min_steps,
+    low=0,
+    high=config.local_steps,
+    high_label="local_steps",
+    builtin_only=True,
+  )
   _check_section(config, "inner", "reset_state")
   _check_section(config, "outer", "reset_inner_state")
   protocol = config.protocol

@@ -124,6 +124,7 @@ def local_run(
   reset_inner_state: bool = False,
   has_aux: bool = False,
   unroll: int | bool = 1,
+  active_steps: Any = None,
 ) -> LocalRun:
   r"""One learner's local run of H inner steps from ``params`` (module docstring: the equations and sources).
 
@@ -155,6 +156,9 @@ def local_run(
       docstring, *Data order*).
     reset_inner_state: start from ``inner_optimizer.init(params)`` instead of ``inner_state``.
     has_aux: whether ``loss_fn`` returns ``(loss, aux)``.
+    active_steps: None (every step), or H_m <= H (an int or a traced int32 scalar): only steps i < H_m are taken;
+      the others leave the weights, the inner state and the sum unchanged, and ``losses`` holds 0 for them
+      (dynamic local updates: a slower learner runs fewer steps of one program's H).
     unroll: ``jax.lax.scan``'s ``unroll``; True runs the H steps as straight-line code, without a loop (the
       same equations, and for H = 1 the very program of one gradient step, bit for bit; docs/design.md measured
       unrolled code faster for convolutions on the CPU).
@@ -174,14 +178,20 @@ def local_run(
     inner_state = inner_optimizer.init(params)
   value_and_grad = jax.value_and_grad(loss_fn, has_aux=has_aux)
 
-  def inner_step(carry, batch):
+  def inner_step(carry, inputs):
+    batch, index = inputs
     weights, state, update_sum = carry
     value, grads = value_and_grad(weights, batch)
     loss, aux = value if has_aux else (value, None)
-    updates, state = inner_optimizer.update(grads, state, weights)
-    weights = optax.apply_updates(weights, updates)
-    update_sum = jax.tree.map(lambda total, update: (total + update).astype(total.dtype), update_sum, updates)
-    return (weights, state, update_sum), (loss, aux)
+    updates, new_state = inner_optimizer.update(grads, state, weights)
+    new_weights = optax.apply_updates(weights, updates)
+    new_sum = jax.tree.map(lambda total, update: (total + update).astype(total.dtype), update_sum, updates)
+    if active_steps is None:
+      return (new_weights, new_state, new_sum), (loss, aux)
+    active = index < active_steps
+    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(active, n, o), new, old)
+    carry = (keep(new_weights, weights), keep(new_state, state), keep(new_sum, update_sum))
+    return carry, (jnp.where(active, loss, 0.0), aux)
 
   # -0.0 is the exact additive identity (-0 + x = x for every x, signed zeros included), so with H = 1 the sum
   # is u_0 itself, bit for bit.
@@ -191,12 +201,13 @@ def local_run(
     # then compiles the gradient differently (other fusions, other roundings) than the same steps outside one.
     carry, outputs = start, []
     for step in range(local_steps(batches)):
-      carry, output = inner_step(carry, jax.tree.map(lambda leaf, i=step: leaf[i], batches))
+      carry, output = inner_step(carry, (jax.tree.map(lambda leaf, i=step: leaf[i], batches), step))
       outputs.append(output)
     (weights, state, update_sum) = carry
     losses, aux = jax.tree.map(lambda *leaves: jnp.stack(leaves), *outputs)
   else:
-    (weights, state, update_sum), (losses, aux) = jax.lax.scan(inner_step, start, batches, unroll=unroll)
+    indices = jnp.arange(local_steps(batches))
+    (weights, state, update_sum), (losses, aux) = jax.lax.scan(inner_step, start, (batches, indices), unroll=unroll)
   return LocalRun(jax.tree.map(jnp.negative, update_sum), weights, state, losses, aux)
 
 

@@ -172,7 +172,64 @@ def test_a_contribution_lasts_the_sum_of_its_h_step_times():
 def test_dropped_contributions_are_refused_when_learners_keep_their_inner_state():
   schedule = schedule_lib.simulate("backup", learners=4, backup=1, num_updates=20, seed=0, local_steps=2)
   assert schedule.dropped_learner.size
-  kept = engine_lib.Engine(least_squares, server_optimizer(), inner_optimizer=optax.sgd(0.1, momentum=0.5))
+  kept = engine_lib.Engine(
+    least_squares, server_optimizer(), local_steps=2, inner_optimizer=optax.sgd(0.1, momentum=0.5)
+  )
   with pytest.raises(ValueError, match="drops .* contributions"):
     kept.plan(schedule)
-  engine_lib.Engine(least_squares, server_optimizer(), inner_optimizer=optax.sgd(0.1)).plan(schedule)  # stateless
+  stateless = engine_lib.Engine(least_squares, server_optimizer(), local_steps=2, inner_optimizer=optax.sgd(0.1))
+  stateless.plan(schedule)
+
+
+def test_dynamic_local_updates_give_slower_learners_fewer_steps_and_equal_the_numpy_server():
+  """H_m = max(floor(H v_m / v_max), H_min) with speeds 1, 1/1.7, 1/2.9 and H = 6, H_min = 2: floor(6), floor(3.53),
+  floor(2.07) = 6, 3, 2 steps; contributions last H_m step times; the engine against the numpy server."""
+  steps, updates = 6, 45
+  schedule = schedule_lib.simulate(
+    "async", learners=3, num_updates=updates, seed=4, timing=UNEQUAL, local_steps=steps, dynamic_min_steps=2
+  )
+  assert schedule.options["learner_local_steps"] == [6, 3, 2]
+  streams = streams_for(3, steps, updates)
+  mesh = sharding_lib.learner_mesh()
+  engine = engine_lib.Engine(
+    least_squares,
+    server_optimizer(),
+    mesh=mesh,
+    local_steps=steps,
+    inner_optimizer=optax.sgd(INNER_ETA, momentum=INNER_BETA),
+    learner_local_steps=np.array([6, 3, 2]),
+  )
+  plan = engine.plan(schedule)
+  state = engine.run(engine.init(initial_params(), plan), plan, stream_batch_fn(streams))
+  expected = numpy_parameter_server(
+    initial_params(), schedule, streams, [6, 3, 2], INNER_ETA, INNER_BETA, SERVER_ETA, SERVER_BETA, reset=False
+  )
+  assert_tree_close(jax.device_get(state.params), expected[-1], rtol=RTOL, atol=ATOL)
+  with pytest.raises(ValueError, match="learner_local_steps"):
+    engine_lib.Engine(least_squares, server_optimizer(), local_steps=steps).plan(schedule)
+
+
+def test_dynamic_local_updates_at_equal_speeds_are_fixed_h_bit_for_bit():
+  steps, updates = 3, 30
+  equal = schedule_lib.TimingModel(jitter="lognormal", jitter_sigma=0.3)
+  fixed = schedule_lib.simulate("async", learners=3, num_updates=updates, seed=2, timing=equal, local_steps=steps)
+  dynamic = schedule_lib.simulate(
+    "async", learners=3, num_updates=updates, seed=2, timing=equal, local_steps=steps, dynamic_min_steps=1
+  )
+  np.testing.assert_array_equal(dynamic.update_time, fixed.update_time)
+  streams = streams_for(3, steps, updates)
+  results = []
+  for schedule, per_learner in ((fixed, None), (dynamic, np.array([3, 3, 3]))):
+    engine = engine_lib.Engine(
+      least_squares,
+      server_optimizer(),
+      local_steps=steps,
+      inner_optimizer=optax.sgd(INNER_ETA),
+      learner_local_steps=per_learner,
+    )
+    plan = engine.plan(schedule)
+    results.append(
+      jax.device_get(engine.run(engine.init(initial_params(), plan), plan, stream_batch_fn(streams)).params)
+    )
+  for key in results[0]:
+    np.testing.assert_array_equal(results[1][key], results[0][key])

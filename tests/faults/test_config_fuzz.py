@@ -239,6 +239,8 @@ CASES = [
   Case("inner.nesterov", flags),
   Case("inner.options", empty_mapping, extra=({}, {"b1": 0.9}, "b1=0.9", {"momentum": 0.9})),
   Case("inner.reset_state", flags),
+  Case("inner.dynamic_min_steps", ints(0, 1), extra=(1, 2)),
+  Case("inner.dynamic_min_steps", ints(0, 4), {"local_steps": 4}, extra=(4, 5)),
   Case("local_steps", ints(1), {"protocol": "diloco"}),
   Case("outer", outer_fields, extra=("sgd", default_config().outer.to_dict())),
   # A parameter-server protocol has no outer step: config.outer keeps its defaults.

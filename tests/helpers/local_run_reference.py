@@ -110,6 +110,7 @@ def numpy_parameter_server(params, schedule, streams, steps, inner_eta, inner_be
   None: plain SGD) from theta_j on m's batches k H .. k H + H - 1 of ``streams[m]``, from the velocity m's
   previous contribution left (zero at first, and every time with ``reset``). Returns theta after every update.
   """
+  per_learner = np.broadcast_to(np.asarray(steps), (len(streams),))  # H, or H_m per learner (dynamic)
   history = [as_float64(params)]
   velocity_server = {k: np.zeros_like(v) for k, v in history[0].items()}
   zeros = {k: np.zeros_like(v) for k, v in history[0].items()}
@@ -118,9 +119,9 @@ def numpy_parameter_server(params, schedule, streams, steps, inner_eta, inner_be
     deltas = []
     for slot in range(schedule.contributions_per_update):
       learner = int(schedule.learner[update, slot])
-      k = int(schedule.batch_index[update, slot])
+      k, taken = int(schedule.batch_index[update, slot]), int(per_learner[learner])
       x, y = streams[learner]
-      batches = (x[k * steps : (k + 1) * steps], y[k * steps : (k + 1) * steps])
+      batches = (x[k * taken : (k + 1) * taken], y[k * taken : (k + 1) * taken])
       start = zeros if reset or inner_beta is None else inner_velocity.get(learner, zeros)
       theta_j = history[int(schedule.timestamp[update, slot])]
       delta, _, velocity, _ = numpy_inner_run(theta_j, start, batches, inner_eta, inner_beta)

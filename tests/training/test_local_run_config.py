@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from stalesgd.training import default_config, validate_config
-from stalesgd.training._config_readers import run_label, updates_per_epoch
+from stalesgd.training._config_readers import run_label, timing_model, updates_per_epoch
 from stalesgd.training._local_runs import build_inner_optimizer, local_run_options
 
 
@@ -19,7 +19,7 @@ def test_the_defaults_are_one_step_of_stateless_sgd_at_rate_one():
   gradient = jnp.array([0.5, -0.0, 3.0])
   updates, state = inner.update(gradient, inner.init(gradient))
   assert jnp.array_equal(-updates, gradient) and not jax.tree.leaves(state)  # u = -g, no state to keep
-  assert local_run_options(config)["reset_inner_state"] is False
+  assert local_run_options(config, timing_model(config))["reset_inner_state"] is False
 
 
 def test_h_local_steps_per_contribution_make_h_times_fewer_updates_per_epoch_and_show_in_the_label():
