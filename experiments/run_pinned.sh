@@ -18,6 +18,7 @@
 #   dcasgd_mnist     Zheng et al.'s ordering on MNIST: SGD, ASGD, DC-ASGD-c, DC-ASGD-a at M = 4 and 8, seeds 0-2
 #   streaming_digits streaming DiLoCo on the embedded digits: DiLoCo and 12 (P, tau, alpha), seeds 0-2
 #   delayed_digits   the one-round-delayed outer step against DiLoCo at M = 2, 4, 8 on the digits, seeds 0-2
+#   eager_digits     eager updates on the delayed outer step against DiLoCo at M = 2, 4, 8 on the digits, seeds 0-2
 #
 # The code runs from a git worktree of COMMIT under $PINNED_ROOT (default runs/pinned/code-COMMIT), with the
 # repository's .venv (make test creates it); runs go to $PINNED_ROOT/<grid>. Environment:
@@ -46,6 +47,7 @@ results_dir() {  # where a grid's report and finished runs are kept in the repos
     dcasgd_mnist) echo "$repo/results/dcasgd_mnist_3seeds" ;;
     streaming_digits) echo "$repo/results/streaming_diloco_digits_3seeds" ;;
     delayed_digits) echo "$repo/results/delayed_outer_step_digits_3seeds" ;;
+    eager_digits) echo "$repo/results/eager_outer_step_digits_3seeds" ;;
   esac
 }
 
@@ -60,7 +62,8 @@ grid_flags() {
     dcasgd_mnist) echo "--study=dcasgd_mnist --data_source=npz --data_dir=$mnist --seeds=3" ;;
     streaming_digits) echo "--study=streaming_diloco_digits --seeds=3" ;;
     delayed_digits) echo "--study=delayed_outer_step_digits --seeds=3" ;;
-    *) echo "unknown grid '$1'; allowed: zhang_e20 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits" >&2
+    eager_digits) echo "--study=eager_outer_step_digits --seeds=3" ;;
+    *) echo "unknown grid '$1'; allowed: zhang_e20 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits" >&2
       return 2 ;;
   esac
 }

@@ -3,7 +3,8 @@ r"""DiLoCo, streaming DiLoCo and the one-round-delayed outer step on the embedde
 M = 8 learners (one per device), mu = 8, ``small_cnn``, H = 20 inner steps of SGD (0.01, momentum 0.9) per round,
 outer Nesterov SGD (0.7, momentum 0.9; Douillard et al.), 30 epochs (36 rounds). Variants (``get_config(arg)``):
 ``diloco`` (default); ``streaming_p{P}_tau{T}_alpha{A}`` for P in (1, 2, 4), tau in (1, 5), alpha in (0, 0.5)
-(Douillard et al., arXiv 2501.18512); ``delayed`` (P = 1, tau = H, alpha = 0: the one-round-delayed step). The
+(Douillard et al., arXiv 2501.18512); ``delayed`` (P = 1, tau = H, alpha = 0: the one-round-delayed step);
+``eager`` (the same with Kale et al.'s eager updates, arXiv 2502.12996). The
 simulated network: an all-reduce of the whole model takes 5 inner steps' time (``timing.bandwidth``).
 
 Commands::
@@ -11,6 +12,7 @@ Commands::
   stalesgd-train --config=diloco_digits:streaming_p2_tau5_alpha0.5 --workdir=runs/streaming1
   stalesgd-reproduce --study=streaming_diloco_digits --seeds=3
   stalesgd-reproduce --study=delayed_outer_step_digits --seeds=3
+  stalesgd-reproduce --study=eager_outer_step_digits --seeds=3
 
 Cost: 25-50 s per run on 2 CPU cores beside other work; not measured as a grid yet.
 
@@ -28,7 +30,7 @@ from stalesgd.training._run_config import default_config
 
 LOCAL_STEPS = 20
 STREAMING = tuple((fragments, delay, mix) for fragments in (1, 2, 4) for delay in (1, 5) for mix in (0.0, 0.5))
-VARIANTS = ("diloco", "delayed") + tuple(f"streaming_p{p}_tau{t}_alpha{a:g}" for p, t, a in STREAMING)
+VARIANTS = ("diloco", "delayed", "eager") + tuple(f"streaming_p{p}_tau{t}_alpha{a:g}" for p, t, a in STREAMING)
 # An all-reduce of the model costs this many inner steps of simulated time, so overlapping it matters.
 ALLREDUCE_IN_STEPS = 5
 MODEL_BYTES = 212_008  # small_cnn's 53,002 float32 parameters on 8x8x1 images
@@ -57,8 +59,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # inner steps of 8 ms (a fragment of P: 1/P of that).
   step_seconds = config.timing.compute_time_per_example * config.batch_per_learner
   config.timing.bandwidth = 2 * 7 / 8 * MODEL_BYTES / (ALLREDUCE_IN_STEPS * step_seconds)
-  if variant == "delayed":
+  if variant in ("delayed", "eager"):
     config.protocol, config.outer.delay = "streaming_diloco", LOCAL_STEPS
+    config.eager_updates = variant == "eager"
   elif variant != "diloco":
     fragments, delay, mix = next(s for s in STREAMING if f"streaming_p{s[0]}_tau{s[1]}_alpha{s[2]:g}" == variant)
     config.protocol = "streaming_diloco"

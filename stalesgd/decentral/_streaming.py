@@ -41,26 +41,31 @@ from stalesgd.transforms._local_run import LossFn, init_inner_states, local_run
 
 
 class StreamingSettings(NamedTuple):
-  """P fragments, tau inner steps in flight, alpha the mixing factor; H inner steps per round."""
+  """P fragments, tau inner steps in flight, alpha the mixing factor, eager updates; H inner steps per round."""
 
   local_steps: int
   fragments: int = 1
   delay: int = 0
   mix: float = 0.0
+  eager: bool = False
 
 
 class StreamingState(NamedTuple):
   r"""Everything a streaming DiLoCo run carries between rounds; a pytree.
 
   Attributes:
-    outer_params: :math:`\Theta`, replicated.
-    outer_states: one OuterOpt state per fragment (a tuple of P), replicated.
+    outer_params: every learner's copy of :math:`\Theta`, leaves ``[M, ...]`` split over the learners: equal
+      copies (each device computes the same outer step from the same mean), except with eager updates, where
+      each learner's outer step takes its own fresh pseudo-gradient.
+    outer_states: one OuterOpt state per fragment (a tuple of P), per learner like ``outer_params``.
     local_params: every learner's :math:`\theta_m`, leaves ``[M, ...]`` split over the learners.
     inner_states: every learner's inner state, leaves ``[M, ...]`` (``()`` when reset every round).
     in_flight: the all-reduced :math:`\bar\Delta_p` of every fragment awaiting its application (weights' shapes;
       a leaf holds its fragment's), replicated.
     pending: bool ``[P]``, which fragments have a mean in flight.
     step: int32 scalar, rounds done.
+    own_previous: eager updates: every learner's :math:`\Delta_{m,p}` of its previous sync (leaves ``[M, ...]``);
+      ``()`` without.
   """
 
   outer_params: Any
@@ -70,6 +75,7 @@ class StreamingState(NamedTuple):
   in_flight: Any
   pending: jax.Array
   step: jax.Array
+  own_previous: Any = ()
 
 
 def check_settings(settings: StreamingSettings, num_leaves: int) -> StreamingSettings:
@@ -80,7 +86,8 @@ def check_settings(settings: StreamingSettings, num_leaves: int) -> StreamingSet
     validation.reject("fragments", fragments, f"a divisor of local_steps={steps} (one fragment synced every H/P steps)")
   delay = validation.check_integer("delay", settings.delay, low=0, high=steps, high_label="local_steps")
   mix = validation.check_real("mix", settings.mix, low=0, high=1)
-  return StreamingSettings(steps, fragments, delay, float(mix))
+  eager = validation.check_bool("eager", settings.eager)
+  return StreamingSettings(steps, fragments, delay, float(mix), eager)
 
 
 def fragment_of_leaves(num_leaves: int, fragments: int) -> tuple[int, ...]:
@@ -96,6 +103,8 @@ def round_events(settings: StreamingSettings) -> list[tuple[int, str, int]]:
   for p in range(fragments):
     sync = (p + 1) * steps // fragments
     events.append((sync, 1, "sync", p))
+    if settings.eager:  # the outer step is taken at the sync itself (module docstring, *Eager updates*)
+      continue
     applied = sync + delay
     order = 2 if delay == 0 else 0  # after its own sync; else before the syncs at the same boundary
     events.append((applied - steps if applied > steps else applied, order, "apply", p))
@@ -116,12 +125,15 @@ def init_streaming(
   settings = check_settings(settings, len(leaves))
   owner = fragment_of_leaves(len(leaves), settings.fragments)
   fragment = lambda p: [leaf for leaf, q in zip(leaves, owner) if q == p]
-  outer_states = tuple(outer_optimizer.init(fragment(p)) for p in range(settings.fragments))
-  local = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (num_learners,) + jnp.shape(leaf)), params)
+  per_learner = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (num_learners,) + jnp.shape(leaf)), tree)
+  outer_states = tuple(per_learner(outer_optimizer.init(fragment(p))) for p in range(settings.fragments))
   inner = () if reset_inner_state else init_inner_states(inner_optimizer, params, num_learners)
   zeros = jax.tree.map(jnp.zeros_like, params)
   pending = jnp.zeros((settings.fragments,), bool)
-  return StreamingState(params, outer_states, local, inner, zeros, pending, jnp.int32(0))
+  own = per_learner(zeros) if settings.eager else ()
+  return StreamingState(
+    per_learner(params), outer_states, per_learner(params), inner, zeros, pending, jnp.int32(0), own
+  )
 
 
 class StreamingRound(NamedTuple):
@@ -172,20 +184,34 @@ def sharded_streaming_round(
   round r. With ``reset_inner_state`` a learner's inner state restarts from ``inner_optimizer.init`` at the start
   of every round. Pure and jit-able with the loss, optimizers, mesh, settings and options bound.
   """
-  leaves, treedef = jax.tree.flatten(state.outer_params)
+  leaves, treedef = jax.tree.flatten(jax.tree.map(lambda leaf: leaf[0], state.outer_params))
   settings = check_settings(settings, len(leaves))
   owner = fragment_of_leaves(len(leaves), settings.fragments)
   events = round_events(settings)
-  mix = settings.mix
+  mix, eager = settings.mix, settings.eager
+  learners = int(mesh.shape[axis_name])
 
-  def per_learner(outer_leaves, outer_states, local, inner_state, in_flight, pending, batches):
+  def per_learner(outer, outer_states, local, inner_state, in_flight, pending, own_previous, batches):
     unstack = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)
     restack = lambda tree: jax.tree.map(lambda leaf: leaf[None], tree)
-    local, in_flight_leaves = jax.tree.leaves(unstack(local)), jax.tree.leaves(in_flight)
+    outer_leaves, local = jax.tree.leaves(unstack(outer)), jax.tree.leaves(unstack(local))
+    in_flight_leaves = jax.tree.leaves(in_flight)
+    own_leaves = jax.tree.leaves(unstack(own_previous)) if eager else []
     inner_state = inner_optimizer.init(treedef.unflatten(local)) if reset_inner_state else unstack(inner_state)
     batches = unstack(batches)
-    outer_leaves, outer_states, pending = list(outer_leaves), list(outer_states), list(pending)
+    outer_states, pending = [unstack(fragment_state) for fragment_state in outer_states], list(pending)
     done, losses, squares, mean_squares = 0, [], jnp.float32(0), jnp.float32(0)
+
+    def outer_step(p, members, directions, taken):
+      """OuterOpt_p on the fragment's leaves, then the local copy mixed in; nothing where ``taken`` is False."""
+      updates, new_state = outer_optimizer.update(directions, outer_states[p], [outer_leaves[i] for i in members])
+      keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(taken, n, o), new, old)
+      outer_states[p] = keep(new_state, outer_states[p])
+      for i, update in zip(members, updates):
+        theta = keep(optax.apply_updates(outer_leaves[i], update), outer_leaves[i])
+        outer_leaves[i] = theta
+        local[i] = keep((mix * local[i] + (1 - mix) * theta).astype(local[i].dtype), local[i])
+
     for time, kind, p in events:
       if time > done:  # the inner steps up to this boundary
         segment = jax.tree.map(lambda leaf, a=done, b=time: leaf[a:b], batches)
@@ -206,20 +232,20 @@ def sharded_streaming_round(
         squares = squares + sum(jnp.sum(jnp.square(d.astype(jnp.float32))) for d in deltas)
         means = jax.lax.pmean(deltas, axis_name)
         mean_squares = mean_squares + sum(jnp.sum(jnp.square(mean.astype(jnp.float32))) for mean in means)
+        if eager:
+          # Kale et al.: the previous sync's mean with this learner's part replaced by its fresh pseudo-gradient.
+          directions = [
+            (in_flight_leaves[i] + (delta - own_leaves[i]) / learners).astype(delta.dtype)
+            for i, delta in zip(members, deltas)
+          ]
+          outer_step(p, members, directions, jnp.bool_(True))
+          for i, delta in zip(members, deltas):
+            own_leaves[i] = delta
         for i, mean in zip(members, means):
           in_flight_leaves[i] = mean
-        pending[p] = jnp.bool_(True)
+        pending[p] = jnp.bool_(not eager)
       else:
-        updates, new_state = outer_optimizer.update(
-          [in_flight_leaves[i] for i in members], outer_states[p], [outer_leaves[i] for i in members]
-        )
-        arrived = pending[p]
-        keep = lambda new, old, arrived=arrived: jax.tree.map(lambda n, o: jnp.where(arrived, n, o), new, old)
-        outer_states[p] = keep(new_state, outer_states[p])
-        for i, update in zip(members, updates):
-          theta = keep(optax.apply_updates(outer_leaves[i], update), outer_leaves[i])
-          outer_leaves[i] = theta
-          local[i] = keep((mix * local[i] + (1 - mix) * theta).astype(local[i].dtype), local[i])
+        outer_step(p, members, [in_flight_leaves[i] for i in members], pending[p])
         pending[p] = jnp.bool_(False)
     if done < settings.local_steps:  # steps after the last event of the round
       segment = jax.tree.map(lambda leaf, a=done: leaf[a:], batches)
@@ -230,12 +256,13 @@ def sharded_streaming_round(
       losses.append(run.losses)
     inner_out = () if reset_inner_state else restack(inner_state)
     return (
-      outer_leaves,
-      tuple(outer_states),
+      restack(treedef.unflatten(outer_leaves)),
+      tuple(restack(fragment_state) for fragment_state in outer_states),
       restack(treedef.unflatten(local)),
       inner_out,
       treedef.unflatten(in_flight_leaves),
       jnp.stack(pending),
+      restack(treedef.unflatten(own_leaves)) if eager else (),
       jnp.mean(jnp.concatenate(losses))[None],
       jnp.sqrt(squares)[None],
       agreement(jax.lax.psum(squares, axis_name), mean_squares, jax.lax.axis_size(axis_name)),
@@ -245,11 +272,20 @@ def sharded_streaming_round(
   round_fn = jax.shard_map(
     per_learner,
     mesh=mesh,
-    in_specs=(replicated, replicated, split, split, replicated, replicated, split),
-    out_specs=(replicated, replicated, split, split, replicated, replicated, split, split, replicated),
+    in_specs=(split, split, split, split, replicated, replicated, split, split),
+    out_specs=(split, split, split, split, replicated, replicated, split, split, split, replicated),
   )
   inner_states = state.inner_states if not reset_inner_state else ()
-  out = round_fn(leaves, state.outer_states, state.local_params, inner_states, state.in_flight, state.pending, batches)
-  outer_leaves, outer_states, local, inner, in_flight, pending, losses, norms, agreed = out
-  new = StreamingState(treedef.unflatten(outer_leaves), outer_states, local, inner, in_flight, pending, state.step + 1)
+  out = round_fn(
+    state.outer_params,
+    state.outer_states,
+    state.local_params,
+    inner_states,
+    state.in_flight,
+    state.pending,
+    state.own_previous,
+    batches,
+  )
+  outer, outer_states, local, inner, in_flight, pending, own, losses, norms, agreed = out
+  new = StreamingState(outer, outer_states, local, inner, in_flight, pending, state.step + 1, own)
   return StreamingRound(new, losses, norms, agreed)

@@ -191,6 +191,7 @@ PROTOCOL_TABLE: dict[str, Protocol] = {
       "streaming_diloco",
       {"fragments": Option("outer.fragments", low=1, default=1), "delay": Option("outer.delay", default=0)},
       fixed_settings={"staleness": 0, **_UNCORRECTED},
+      eager=True,
       outer_loop=True,
       streaming=True,
     ),

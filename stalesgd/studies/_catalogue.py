@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from stalesgd.studies._catalogue_delay_compensation import dcasgd_mnist, dcasgd_table1, dcs3gd_cifar10
 from stalesgd.studies._catalogue_digits import async_adam, demo
-from stalesgd.studies._catalogue_outer_loops import delayed_outer_step_digits, streaming_diloco_digits
+from stalesgd.studies._catalogue_outer_loops import (
+  delayed_outer_step_digits,
+  eager_outer_step_digits,
+  streaming_diloco_digits,
+)
 from stalesgd.studies._catalogue_zhang_rudra import (
   ZHANG_MNIST_MATCH_MARGIN,
   rudra_mu_lambda,
@@ -35,5 +39,6 @@ STUDIES = {
     async_adam(),
     streaming_diloco_digits(),
     delayed_outer_step_digits(),
+    eager_outer_step_digits(),
   )
 }

@@ -104,7 +104,7 @@ class DiLoCoRunner:
 
   def _state_shardings(self) -> StreamingState:
     replicated, split = self._replicated, self._split
-    return StreamingState(replicated, replicated, split, split, replicated, replicated, replicated)
+    return StreamingState(split, split, split, split, replicated, replicated, replicated, split)
 
   @property
   def block_starts(self) -> np.ndarray:
@@ -141,8 +141,8 @@ class DiLoCoRunner:
 
   @staticmethod
   def params(state: StreamingState) -> Any:
-    """The outer weights Theta (what DiLoCo evaluates)."""
-    return state.outer_params
+    """The outer weights Theta (what DiLoCo evaluates): learner 0's copy (with eager updates the copies differ)."""
+    return jax.tree.map(lambda leaf: leaf[0], state.outer_params)
 
   @staticmethod
   def updates_done(state: StreamingState) -> int:

@@ -85,7 +85,7 @@ STREAMING_FIELDS = ("fragments", "delay", "mix")
 def streaming_settings(config: ml_collections.ConfigDict) -> StreamingSettings:
   """The outer loop's `StreamingSettings` (``diloco``: its defaults, P = 1, tau = 0, alpha = 0)."""
   outer = config.outer
-  return StreamingSettings(config.local_steps, outer.fragments, outer.delay, outer.mix)
+  return StreamingSettings(config.local_steps, outer.fragments, outer.delay, outer.mix, config.eager_updates)
 
 
 def _solver_call(fields: ml_collections.ConfigDict, section: str) -> tuple[Any, dict[str, Any]]:
@@ -189,6 +189,13 @@ def _check_streaming(config: ml_collections.ConfigDict, streaming: bool) -> None
     "config.outer.delay", outer.delay, low=0, high=steps, high_label="local_steps", builtin_only=True
   )
   validation.check_real("config.outer.mix", outer.mix, low=0, high=1, builtin_only=True)
+  if config.eager_updates and outer.delay != steps:
+    validation.reject(
+      "config.outer.delay",
+      outer.delay,
+      f"config.local_steps={steps} with config.eager_updates: each sync's eager step uses the previous sync's mean, "
+      "whose all-reduce has one round to arrive",
+    )
   if streaming:
     return
   defaults = default_outer()

@@ -48,7 +48,7 @@ def run(learners, settings, rounds=ROUNDS):
     state = step(state, batches).state
   expected = numpy_streaming_diloco(
     initial_params(), streams, rounds, steps, settings.fragments, settings.delay, settings.mix,
-    INNER_ETA, OUTER_ETA, OUTER_BETA,
+    INNER_ETA, OUTER_ETA, OUTER_BETA, eager=settings.eager,
   )  # fmt: skip
   return jax.device_get(state), expected
 
@@ -60,12 +60,17 @@ def run(learners, settings, rounds=ROUNDS):
     (3, StreamingSettings(local_steps=3, fragments=1, delay=0, mix=0.0)),  # synchronous DiLoCo
     (2, StreamingSettings(local_steps=2, fragments=1, delay=2, mix=0.0)),  # the one-round-delayed outer step
     (8, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.25)),  # tau = H: applied at the next sync
+    (3, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.5, eager=True)),  # Kale et al., per fragment
+    (2, StreamingSettings(local_steps=3, fragments=1, delay=3, mix=0.0, eager=True)),  # eager one-round-delayed
   ],
-  ids=["P2-tau1-alpha0.5", "diloco", "one-round-delayed", "tau-equals-H-8-devices"],
+  ids=["P2-tau1-alpha0.5", "diloco", "one-round-delayed", "tau-equals-H-8-devices", "eager-P2", "eager-P1"],
 )
 def test_streaming_rounds_equal_the_numpy_reference(learners, settings):
   state, (outer, local) = run(learners, settings)
-  assert_tree_close(state.outer_params, outer, rtol=RTOL, atol=ATOL)
+  for m in range(learners):
+    assert_tree_close(jax.tree.map(lambda leaf, m=m: leaf[m], state.outer_params), outer[m], rtol=RTOL, atol=ATOL)
+  if settings.eager:  # each learner's outer step took its own fresh pseudo-gradient: the copies differ
+    assert not np.allclose(state.outer_params["w"][0], state.outer_params["w"][1], rtol=1e-4)
   for m in range(learners):
     assert_tree_close(jax.tree.map(lambda leaf, m=m: leaf[m], state.local_params), local[m], rtol=RTOL, atol=ATOL)
 
@@ -113,3 +118,12 @@ def test_learners_on_the_same_batches_agree_completely():
   state = init_streaming(inner, outer, initial_params(), 3, settings)
   out = sharded_streaming_round(least_squares, inner, outer, mesh, settings, state, batches)
   assert float(out.agreement) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_eager_updates_with_one_learner_are_the_fresh_update():
+  """M = 1: Delta~ = Delta_bar(prev) + (Delta - Delta(prev)) / 1 = Delta, so eager is DiLoCo; within float32
+  rounding (the eager direction is computed as (prev + (Delta - prev)), not as Delta)."""
+  eager, _ = run(1, StreamingSettings(local_steps=3, fragments=1, delay=3, eager=True))
+  plain, _ = run(1, StreamingSettings(local_steps=3, fragments=1, delay=0))
+  for a, b in zip(jax.tree.leaves(eager.outer_params), jax.tree.leaves(plain.outer_params), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

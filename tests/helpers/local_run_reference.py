@@ -144,7 +144,9 @@ def stream_batch_fn(streams):
   return batch_fn
 
 
-def numpy_streaming_diloco(params, streams, rounds, steps, fragments, delay, mix, inner_eta, outer_eta, outer_beta):
+def numpy_streaming_diloco(
+  params, streams, rounds, steps, fragments, delay, mix, inner_eta, outer_eta, outer_beta, eager=False
+):
   """Streaming DiLoCo in numpy, one inner step at a time (Douillard et al., arXiv 2501.18512).
 
   Leaves in sorted-key order (``b`` then ``w``, as jax flattens a dict); leaf i is in fragment i mod P. Every
@@ -152,22 +154,31 @@ def numpy_streaming_diloco(params, streams, rounds, steps, fragments, delay, mix
   when T = (p + 1) H / P (mod H): Delta_bar_p = mean_m (Theta_p - theta_m,p), applied ``delay`` steps later by
   Nesterov (v <- Delta_bar + beta v, Theta -= eta (Delta_bar + beta v)) with its own velocity, and every
   theta_m,p <- mix theta_m,p + (1 - mix) Theta_p. At one boundary: earlier syncs' applications, then syncs, then
-  delay-0 applications. Returns (Theta, [theta_m]) after ``rounds`` rounds of ``steps`` inner steps.
+  delay-0 applications. With ``eager`` (Kale et al.) every learner keeps its own Theta_m and velocity and, at each
+  sync, steps Theta_m,p by Delta~ = Delta_bar_p(previous sync) + (Delta_m,p - Delta_m,p(previous sync)) / M (zeros
+  before the first), Delta_m,p = Theta_m,p - theta_m,p. Returns ([Theta_m], [theta_m]) after ``rounds`` rounds of
+  ``steps`` inner steps (the M copies of Theta are equal without ``eager``).
   """
   keys = sorted(params)
-  outer = as_float64(params)
-  local = [dict(outer) for _ in streams]
-  velocity = {k: np.zeros_like(v) for k, v in outer.items()}
+  learners = len(streams)
+  outer = [as_float64(params) for _ in streams]  # Theta_m: equal copies unless eager
+  local = [dict(outer[0]) for _ in streams]
+  velocity = [{k: np.zeros_like(v) for k, v in outer[0].items()} for _ in streams]
   members = {p: [k for i, k in enumerate(keys) if i % fragments == p] for p in range(fragments)}
   in_flight = {}  # fragment -> (step it is applied after, {key: mean})
+  previous_mean = {k: np.zeros_like(v) for k, v in outer[0].items()}
+  previous_own = [{k: np.zeros_like(v) for k, v in outer[0].items()} for _ in streams]
+
+  def step(m, p, direction):
+    for k in members[p]:
+      velocity[m][k] = direction[k] + outer_beta * velocity[m][k]
+      outer[m][k] = outer[m][k] - outer_eta * (direction[k] + outer_beta * velocity[m][k])
+      local[m][k] = mix * local[m][k] + (1 - mix) * outer[m][k]
 
   def apply(p):
     _, mean = in_flight.pop(p)
-    for k in members[p]:
-      velocity[k] = mean[k] + outer_beta * velocity[k]
-      outer[k] = outer[k] - outer_eta * (mean[k] + outer_beta * velocity[k])
-      for weights in local:
-        weights[k] = mix * weights[k] + (1 - mix) * outer[k]
+    for m in range(learners):
+      step(m, p, mean)
 
   for t in range(rounds * steps):
     for m, (x, y) in enumerate(streams):
@@ -178,7 +189,14 @@ def numpy_streaming_diloco(params, streams, rounds, steps, fragments, delay, mix
       apply(p)
     for p in range(fragments):
       if boundary % steps == ((p + 1) * steps // fragments) % steps:
-        mean = {k: np.mean([outer[k] - weights[k] for weights in local], axis=0) for k in members[p]}
+        deltas = [{k: outer[m][k] - local[m][k] for k in members[p]} for m in range(learners)]
+        mean = {k: np.mean([delta[k] for delta in deltas], axis=0) for k in members[p]}
+        if eager:
+          for m in range(learners):
+            step(m, p, {k: previous_mean[k] + (deltas[m][k] - previous_own[m][k]) / learners for k in members[p]})
+            previous_own[m].update(deltas[m])
+          previous_mean.update(mean)
+          continue
         in_flight[p] = (boundary + delay, mean)
         if delay == 0:
           apply(p)

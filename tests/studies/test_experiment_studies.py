@@ -36,6 +36,7 @@ def test_the_studies_exist():
     "dcs3gd_cifar10",
     "streaming_diloco_digits",
     "delayed_outer_step_digits",
+    "eager_outer_step_digits",
     "demo",
     "async_adam",
   }
