@@ -39,6 +39,8 @@ from stalesgd.schedule._durations import StepDurations
 from stalesgd.schedule._schedule_arrays import Schedule
 from stalesgd.schedule._timing import TimingModel
 
+_WINDOW_CLOSES = -1  # the heap entry of a grace window's end (learners are >= 0)
+
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(updates_done, num_updates)`` as a run advances, last with
 ``updates_done == num_updates``: about 100 times by event loops, once by a vectorised pass."""
@@ -140,6 +142,7 @@ def run_parameter_server(
   record_events: bool = False,
   progress: ProgressCallback | None = None,
   local_steps: Any = 1,
+  grace_window: float = 0.0,
 ) -> Schedule:
   """Simulates learners and a server under ``rule`` until ``num_updates`` updates.
 
@@ -158,6 +161,12 @@ def run_parameter_server(
     progress: optional `ProgressCallback`.
     local_steps: H, the local steps of one contribution, or H_m per learner:
       its compute time is the sum of H step times (`StepDurations`).
+    grace_window: T_g > 0 holds the learners whose gradients arrive within
+      T_g seconds of the first arrival after a release (the rule still
+      applies each on arrival), then answers all their pulls together at the
+      window's end, so they restart from the same version (the asynchronous
+      DiLoCo notebook's grace window; Liu et al.). 0: every pull is answered
+      as the rule says.
 
   Returns:
     The `Schedule` of the run.
@@ -199,10 +208,19 @@ def run_parameter_server(
   # forever; past the rule's own bound on arrivals between updates it is stopped.
   most_idle_arrivals = rule.arrivals_between_updates()
   idle_arrivals = 0
+  held: list[int] = []  # learners waiting for the grace window to close
+  window_open = False
   while rule.updates < num_updates:
     if not heap:
       raise RuntimeError(f"{protocol}: every learner is waiting after {rule.updates} updates (protocol deadlock)")
     end, _, learner = heapq.heappop(heap)
+    if learner == _WINDOW_CLOSES:  # every learner that arrived in the window restarts from the current version
+      now = end if end > server_free else server_free
+      released, held, window_open = held, [], False
+      server_free = now
+      for other in released:
+        start(other, now)
+      continue
     now = push_send(end)
     if now < server_free:
       now = server_free
@@ -226,6 +244,12 @@ def run_parameter_server(
           f"than {type(rule).__name__} allows ({most_idle_arrivals}); the server makes no progress"
         )
     server_free = now
+    if grace_window > 0:
+      if not window_open:
+        window_open = True
+        heapq.heappush(heap, (now + grace_window, next(sequence), _WINDOW_CLOSES))
+      held.extend(released)
+      released = ()
     for other in released:
       start(other, now)
 

@@ -247,6 +247,7 @@ def simulate(
   progress: ProgressCallback | None = None,
   local_steps: int = 1,
   dynamic_min_steps: int = 0,
+  grace_window: float = 0.0,
   **protocol_options: Any,
 ) -> Schedule:
   """Simulates a synchronization protocol and returns who computed what, when.
@@ -271,6 +272,10 @@ def simulate(
     dynamic_min_steps: H_min >= 1 turns on dynamic local updates (parameter-server
       protocols): learner m's contributions have H_m steps
       (`stalesgd.schedule.dynamic_local_steps`); 0 (default) keeps H for all.
+    grace_window: T_g >= 0 simulated seconds, ``async`` only: the learners whose
+      contributions arrive within T_g of the first are answered together when
+      it ends, so they restart from the same version (each contribution is
+      still applied on arrival); 0 (default): none.
     **protocol_options: the protocol's options, e.g. ``n=15`` for softsync.
 
   Returns:
@@ -299,6 +304,11 @@ def simulate(
   if local_steps != 1:  # recorded only where it differs, so that H = 1 schedules keep their provenance
     recorded["local_steps"] = local_steps
   dynamic_min_steps = validation.check_integer("dynamic_min_steps", dynamic_min_steps, low=0, high=local_steps)
+  grace_window = float(validation.check_real("grace_window", grace_window, low=0))
+  if grace_window > 0:
+    if protocol != "async":
+      raise ValueError(f"grace_window={grace_window} with protocol={protocol!r}; allowed: 0, or a window with 'async'")
+    recorded["grace_window"] = grace_window
   per_learner: int | Any = local_steps
   if dynamic_min_steps:
     if row.decentralized:
@@ -326,6 +336,7 @@ def simulate(
       record_events=record_events,
       progress=progress,
       local_steps=per_learner,
+      grace_window=grace_window,
     )
   if record_events:
     raise ValueError(

@@ -122,6 +122,7 @@ def simulate_schedule(
     timing=timing_model(config, parameter_bytes=parameter_bytes),
     local_steps=config.local_steps,
     dynamic_min_steps=config.inner.dynamic_min_steps,
+    grace_window=config.grace_window,
   )
 
 

@@ -225,6 +225,11 @@ def check_local_runs(config: ml_collections.ConfigDict) -> None:
     high_label="local_steps",
     builtin_only=True,
   )
+  validation.check_real("config.grace_window", config.grace_window, low=0, builtin_only=True)
+  if config.grace_window and config.protocol != "async":
+    validation.reject(
+      "config.grace_window", config.grace_window, f"0.0 for protocol {config.protocol!r} (a window is async's)"
+    )
   _check_section(config, "inner", "reset_state")
   _check_section(config, "outer", "reset_inner_state")
   protocol = config.protocol

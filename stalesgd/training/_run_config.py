@@ -91,6 +91,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.local_steps = 1
   config.inner = default_inner()
   config.outer = default_outer()
+  # async only: contributions arriving within this many simulated seconds of the first are answered together, so
+  # their learners restart from the same version (the asynchronous DiLoCo notebook's grace window); 0: none.
+  config.grace_window = 0.0
 
   # Timing model (stalesgd.schedule.TimingModel): simulated seconds.
   config.timing = ml_collections.ConfigDict()

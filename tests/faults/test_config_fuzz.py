@@ -242,6 +242,8 @@ CASES = [
   Case("inner.dynamic_min_steps", ints(0, 1), extra=(1, 2)),
   Case("inner.dynamic_min_steps", ints(0, 4), {"local_steps": 4}, extra=(4, 5)),
   Case("local_steps", ints(1), {"protocol": "diloco"}),
+  Case("grace_window", exactly(0.0), extra=(0.5,)),
+  Case("grace_window", numbers(0), {"protocol": "async"}, extra=(0.5, 1e9)),
   Case("outer", outer_fields, extra=("sgd", default_config().outer.to_dict())),
   # A parameter-server protocol has no outer step: config.outer keeps its defaults.
   Case("outer.optimizer", exactly("sgd"), extra=("adam",)),

@@ -162,3 +162,19 @@ def test_a_straggler_stays_within_the_bound_on_arrivals_between_updates(protocol
   timing = TimingModel(speed_factors=(1.0,) * 5 + (10.0,), jitter="straggler", straggler_prob=0.2, straggler_factor=8.0)
   schedule = simulate(protocol, learners=6, num_updates=200, seed=1, timing=timing, **options)
   assert schedule.update_time.shape == (200,)
+
+
+def test_a_grace_window_answers_the_learners_that_arrive_in_it_together():
+  """2 learners at 1 s and 1.5 s per contribution (deterministic, free communication), T_g = 0.6 s, by hand:
+  learner 0 arrives at 1.0 (version 0: update 1) and opens the window until 1.6; learner 1 arrives at 1.5
+  (version 0: update 2); at 1.6 both restart from version 2: arrivals at 2.6 (update 3) and 3.1 (update 4), both
+  computed at version 2; the window of 2.6 closes at 3.2 and both restart from version 4."""
+  timing = TimingModel(compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 1.5))
+  schedule = simulate("async", learners=2, num_updates=5, seed=0, timing=timing, grace_window=0.6)
+  np.testing.assert_array_equal(schedule.learner[:, 0], [0, 1, 0, 1, 0])
+  np.testing.assert_array_equal(schedule.timestamp[:, 0], [0, 0, 2, 2, 4])
+  np.testing.assert_allclose(schedule.update_time, [1.0, 1.5, 2.6, 3.1, 4.2])
+  plain = simulate("async", learners=2, num_updates=5, seed=0, timing=timing)
+  np.testing.assert_array_equal(plain.timestamp[:, 0], [0, 0, 1, 2, 3])  # without it: each restarts at once
+  with pytest.raises(ValueError, match="grace_window=0.5 with protocol='softsync'"):
+    simulate("softsync", learners=2, n=1, num_updates=5, seed=0, grace_window=0.5)
