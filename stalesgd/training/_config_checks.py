@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import ml_collections
 
 from stalesgd import _validation as validation
@@ -274,11 +275,13 @@ def _check_protocol(config, num_devices: int) -> None:
     )
   if not row.decentralized:
     return
-  if config.learners != num_devices:
+  # One learner per device; a one-process run with more devices uses the first M (`_device_layout.runner_mesh`).
+  if config.learners > num_devices or (config.learners < num_devices and jax.process_count() > 1):
     validation.reject(
       "config.learners",
       config.learners,
-      f"protocol {protocol!r} runs one learner per device: set it to the number of devices, {num_devices}",
+      f"protocol {protocol!r} runs one learner per device: set it to the number of devices, {num_devices} (or "
+      "fewer in a one-process run, which then uses the first ones)",
     )
   if config.staleness_rule != "none" or config.gap_aware:
     validation.reject(

@@ -11,8 +11,11 @@ count: `results/layout_benchmark.json`). Fewer learners than that per device
 leave devices idle in every collective; more make each device's program
 slower per gradient.
 
-Decentralized protocols (all-reduce SGD, S3GD, DC-S3GD) need one device per
-learner, so they get ``learners`` devices.
+Decentralized protocols (all-reduce SGD, S3GD, DC-S3GD, DiLoCo) need one device
+per learner, so they get ``learners`` devices; in a one-process run with more
+devices (a study's 8) they use the first M (`runner_mesh`): each learner's
+program runs on its own device, so the bits do not depend on the devices left
+idle.
 
 A single learner (lambda = 1) in a process with more devices
 (``stalesgd-reproduce`` gives every run of a study 8) trains and evaluates on
@@ -53,6 +56,8 @@ def runner_mesh(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> j
   """The devices a run trains and evaluates on: the first device of ``mesh`` for a single learner on a one-process
   CPU run (the same weights as on all of them, see the module docstring), else ``mesh``."""
   devices = list(mesh.devices.flat)
+  if is_decentralized(config) and jax.process_count() == 1 and config.learners < len(devices):
+    return sharding_lib.learner_mesh(mesh.axis_names[0], devices[: config.learners])
   single = not is_decentralized(config) and config.learners == 1
   if not single or jax.process_count() > 1 or devices[0].platform != "cpu" or len(devices) == 1:
     return mesh

@@ -9,6 +9,7 @@ import pytest
 
 from stalesgd.parallel._sharding import learner_mesh
 from stalesgd.training._build_run import build_run
+from stalesgd.training._config_checks import validate_config
 from stalesgd.training._device_layout import cpu_device_count, runner_mesh
 from stalesgd.training._run_config import default_config
 from tests.helpers.train_helpers import tiny_config
@@ -37,6 +38,26 @@ def test_a_single_learner_runs_on_one_device_of_the_studys_eight():
   assert runner_mesh(single, mesh).devices.tolist() == [jax.devices()[0]]
   assert runner_mesh(tiny_config("hardsync"), mesh) is mesh  # lambda >= 2 keeps every device: its bits use them
   assert runner_mesh(tiny_config("dcs3gd"), mesh) is mesh
+
+
+def test_fewer_decentralized_learners_than_devices_use_the_first_devices():
+  """A one-process run of M = 2 all-reduce or DiLoCo learners among a study's 8 devices trains on 2 of them."""
+  mesh = learner_mesh()
+  for protocol in ("allreduce_sync", "diloco"):
+    config = tiny_config("hardsync", protocol=protocol, learners=2)
+    validate_config(config, num_devices=8)
+    assert runner_mesh(config, mesh).devices.tolist() == jax.devices()[:2]
+  with pytest.raises(ValueError, match="config.learners=9; allowed: protocol 'diloco' runs one learner per device"):
+    validate_config(tiny_config("hardsync", protocol="diloco", learners=9), num_devices=8)
+
+
+def test_two_diloco_learners_among_eight_devices_compute_what_they_do_on_two():
+  """Each learner's program runs on its own device: the bits do not depend on the idle devices."""
+  config = tiny_config("hardsync", protocol="diloco", learners=2, local_steps=2, num_epochs=0.1)
+  among_eight = _final_params(config, runner_mesh(config, learner_mesh()))
+  on_two = _final_params(config, learner_mesh(devices=jax.devices()[:2]))
+  for a, b in zip(jax.tree.leaves(among_eight), jax.tree.leaves(on_two), strict=True):
+    np.testing.assert_array_equal(a, b)
 
 
 def _final_params(config, mesh):

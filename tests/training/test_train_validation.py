@@ -56,9 +56,9 @@ BAD_CONFIGS = {
     dict(protocol="backup", backup_workers=8),
     r"config\.backup_workers=8; allowed: an integer >= 0 and <= 7",
   ),
-  "decentral_learners_not_devices": (
-    dict(protocol="dcs3gd", learners=4),
-    r"config\.learners=4; allowed: .*one learner per device.* 8",
+  "decentral_learners_more_than_devices": (
+    dict(protocol="dcs3gd", learners=16),
+    r"config\.learners=16; allowed: .*one learner per device.* 8",
   ),
   "decentral_staleness_rule": (
     dict(protocol="s3gd", staleness_rule="inverse"),
