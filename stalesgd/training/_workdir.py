@@ -67,11 +67,16 @@ RESUME_HINTS = {
 }
 
 
+# Sections whose keys are a factory's keyword options, not fields with defaults: a missing key is not a default.
+FREE_FORM_SECTIONS = ("model_options", "optimizer_options")
+
+
 def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
   """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_CHANGES`.
 
-  A field that ``saved`` lacks but `default_config` has was added after the run
-  was saved; it counts as its default there (a new field's default keeps the
+  A field that ``saved`` lacks but `default_config` has (at the top level or in
+  a section such as ``inner``) was added after the run was saved; it counts as
+  its default there (a new field's default keeps the
   behaviour from before it existed), so the run resumes unless it is set
   otherwise. The fields of `BEHAVIOUR_BEFORE_FIELD` are the exception: their
   default changed what an earlier run computes, so a saved config without them
@@ -84,6 +89,10 @@ def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
   defaults = json.loads(default_config().to_json())
   earlier = {field: before(saved) for field, before in BEHAVIOUR_BEFORE_FIELD.items() if field not in saved}
   saved = {**{field: defaults[field] for field in defaults.keys() - saved.keys()}, **earlier, **saved}
+  # A field added later to a section (config.inner, config.timing, ...) counts as its default there too.
+  for section, fields in defaults.items():
+    if isinstance(fields, dict) and isinstance(saved.get(section), dict) and section not in FREE_FORM_SECTIONS:
+      saved[section] = {**{field: fields[field] for field in fields.keys() - saved[section].keys()}, **saved[section]}
   return [
     f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
     for field in sorted(saved.keys() | current.keys())

@@ -114,3 +114,20 @@ def test_the_outer_default_is_dilocos_nesterov_sgd():
   second, _ = outer.update(delta, state)
   # v1 = 1, u1 = -0.7 (1 + 0.9) = -1.33; v2 = 1.9, u2 = -0.7 (1 + 1.71) = -1.897
   assert float(first) == pytest.approx(-1.33) and float(second) == pytest.approx(-1.897)
+
+
+def test_a_run_saved_before_a_section_gained_a_field_resumes(tmp_path):
+  """config.json of a run saved when config.inner had no dynamic_min_steps: the field counts as its default."""
+  import json
+
+  from stalesgd.training._workdir import check_same_run, config_changes
+
+  saved = json.loads(default_config().to_json())
+  del saved["inner"]["dynamic_min_steps"]
+  assert config_changes(saved, default_config()) == []
+  changed = default_config()
+  changed.inner.dynamic_min_steps = 1
+  (change,) = config_changes(saved, changed)  # set otherwise, it is a change from the default
+  assert change.startswith("inner: ") and "'dynamic_min_steps': 0" in change and "'dynamic_min_steps': 1" in change
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  check_same_run(default_config(), tmp_path)
