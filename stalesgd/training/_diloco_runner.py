@@ -36,7 +36,7 @@ DILOCO_DIAGNOSTICS = ("pseudo_gradient_norm", "pseudo_gradient_agreement")
 
 
 class DiLoCoRunner:
-  """``diloco`` on a learners mesh: the `stalesgd.training._runners.Runner` interface.
+  """``diloco`` and ``streaming_diloco`` on a learners mesh: the `stalesgd.training._runners.Runner` interface.
 
   Args:
     model: the network (its loss returns ``(loss, aux)``).
