@@ -343,10 +343,9 @@ class Checkpointer:
   ) -> tuple[PyTree, Any]:
     """The restore target in the saved layout, and the function that turns what it reads into today's layout.
 
-    The saved state's key paths are compared with ``abstract_state``'s: equal, the target is
-    ``abstract_state`` itself; equal after the migrations from the saved format (renames), the target is
-    the saved tree with today's leaves (shapes, dtypes, shardings) put at the renamed places, and the
-    restored values are put back into today's structure by path.
+    The saved state's key paths, after the migrations from the saved format (renames), must be
+    ``abstract_state``'s; the target is the saved tree with today's leaves (shapes, dtypes, shardings) put at
+    the (renamed) places, and the restored values are put back into today's structure by path.
     """
     where = f"checkpoint {step} in {self.directory}, written by {_format.writer(metadata)},"
     try:
@@ -357,8 +356,9 @@ class Checkpointer:
         "wrote it or a later one, or start this version in another workdir"
       ) from error
     saved, wanted = _leaves_by_path(saved_layout), _leaves_by_path(abstract_state)
-    if saved.keys() == wanted.keys():
-      return abstract_state, lambda restored: restored
+    # Always through the saved layout, even when every leaf's path is today's: a state may have gained a
+    # field without leaves (EngineState.inner_states is () without kept inner states), which changes the tree's
+    # structure but no leaf, and orbax refuses a target whose structure differs from the saved one.
     renamed = {_format.migrated_path(path, migrations): path for path in saved}
     if renamed.keys() != wanted.keys():
       only_saved = sorted("/".join(path) for path in renamed.keys() - wanted.keys())
