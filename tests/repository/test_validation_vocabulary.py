@@ -32,7 +32,7 @@ VOCABULARY = PACKAGE_ROOT / "_validation.py"
 CONCEPT_CHECKS = {
   ("_extras.py", "require_training_stack"): "a program refuses to start without the training stack installed",
   ("data/preparation/_layouts.py", "check_directory"): "a source directory's layout of class folders and images",
-  ("decentral/_streaming.py", "check_settings"): "streaming DiLoCo's P, tau, alpha together with H and the weights' arrays",
+  ("decentral/_streaming.py", "check_settings"): "streaming DiLoCo's P, tau and alpha against H and the arrays",
   ("data/preparation/_tfds_writer.py", "check_array_split"): "a split's arrays against the tfds builder's features",
   ("data/preparation/_tfds_writer.py", "check_not_prepared"): "a prepared data set is not overwritten by accident",
   ("models/_loss.py", "check_loss_name"): "a loss is the default or an importable function",
