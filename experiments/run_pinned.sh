@@ -89,6 +89,8 @@ if [ "$action" = save ]; then
       fi
     done < <(find "$root/$grid" -mindepth 2 -maxdepth 2 -type d -name 'seed_*' | sort)
     if [ "$complete" = 1 ]; then
+      # The report keeps its README's hand-kept Notes: give it the repository's, where they are written.
+      [ -f "$kept/README.md" ] && cp "$kept/README.md" "$root/$grid/README.md"
       # shellcheck disable=SC2086  # the flags are words
       (cd "$repo" && "$python" -m stalesgd.cli.reproduce $flags --workdir="$root/$grid" --gather)
       find "$root/$grid" -maxdepth 1 -type f ! -name sessions.log -exec cp {} "$kept/" \;
