@@ -14,11 +14,12 @@ Commands::
   stalesgd-reproduce --study=delayed_outer_step_digits --seeds=3
   stalesgd-reproduce --study=eager_outer_step_digits --seeds=3
 
-Cost: 25-50 s per run on 2 CPU cores beside other work; not measured as a grid yet.
+Cost: 15-60 s per run on 2 CPU cores beside other work; the 39 runs of the streaming grid took 18 min
+(results/streaming_diloco_digits_3seeds).
 
-Result: not measured (the grids' results/ directories appear when they finish). The inner rate 0.01 was chosen on
-one DiLoCo run before the grids (0.03, the demo's, made DiLoCo diverge after 12 rounds); no streaming variant
-was run before its claims were fixed.
+Result (3 seeds): DiLoCo 2.2 %, streaming 1.2-2.0 % (results/streaming_diloco_digits_3seeds); the delayed step
+76-82 % and eager 33-91 % (results/delayed_outer_step_digits_3seeds, results/eager_outer_step_digits_3seeds).
+The inner rate 0.01 was chosen on one DiLoCo run before the grids (0.03 made DiLoCo diverge).
 """
 
 from __future__ import annotations

@@ -58,8 +58,16 @@ class StepDurations:
     return (_sum_left_to_right(steps, group) for _ in itertools.repeat(None))
 
   def first(self, learner: int, count: int) -> np.ndarray:
-    """The learner's first ``count`` contribution times, float64 [count]."""
-    return np.fromiter(itertools.islice(self.stream(learner), count), np.float64, count)
+    """The learner's first ``count`` contribution times, float64 [count] (vectorised; the same sums as `stream`)."""
+    group = int(self._local_steps[learner])
+    needed = -(-count * group // BLOCK_STEPS)
+    blocks = self._blocks(learner)
+    steps = np.concatenate([next(blocks) for _ in range(needed)])[: count * group] if count else np.zeros(0)
+    steps = steps.reshape(count, group)
+    total = steps[:, 0].copy()
+    for column in range(1, group):  # left to right, as `stream` adds them
+      total += steps[:, column]
+    return total
 
 
 def dynamic_local_steps(timing: TimingModel, learners: int, seed: int, local_steps: int, min_steps: int) -> np.ndarray:
