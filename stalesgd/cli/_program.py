@@ -1,4 +1,4 @@
-"""What the programs share: absl's ``app.run`` with one-line flag errors (`run_main`, `flag_error_line`)."""
+"""What the programs share: absl's ``app.run`` with one-line flag and usage errors (`run_main`, `flag_error_line`)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,26 @@ def _parse_flags(argv: list[str]) -> list[str]:
     sys.exit(1)
 
 
+def _one_line_usage_errors(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
+  """``main``, printing an ``app.UsageError`` (a bad value, refused before anything expensive starts) as one line.
+
+  absl would print the program's whole short help above the message; the line and the hint to ``--helpshort``
+  say the same, and the exit status stays the error's (absl's usage status, 1).
+  """
+  from absl import app
+
+  def wrapped(argv: list[str]) -> None:
+    try:
+      main(argv)
+    except app.UsageError as error:
+      sys.stderr.write(f"FATAL {error}\n{HELP_HINT}\n")
+      sys.exit(error.exitcode)
+
+  return wrapped
+
+
 def run_main(main: Callable[[list[str]], None], module: ModuleType) -> None:
-  """``absl.app.run(main)``, with ``module``'s flags listed by ``--helpshort`` and one-line flag errors.
+  """``absl.app.run(main)``, with ``module``'s flags listed by ``--helpshort`` and one-line flag and usage errors.
 
   absl's short help lists the flags of the module ``sys.argv[0]`` names: the
   console script or a wrapper (tests/helpers/workers/paced_main.py) rather
@@ -57,4 +75,4 @@ def run_main(main: Callable[[list[str]], None], module: ModuleType) -> None:
 
   for flag in flags.FLAGS.get_key_flags_for_module(module):
     flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-  app.run(main, flags_parser=_parse_flags)
+  app.run(_one_line_usage_errors(main), flags_parser=_parse_flags)

@@ -50,6 +50,7 @@ from stalesgd import configs
 from stalesgd.cli import _program as program
 from stalesgd.cli import config_flag
 from stalesgd.training import _device_layout as device_layout
+from stalesgd.training._config_checks import validate_config
 from stalesgd.utils import _compilation_cache as compilation_cache
 from stalesgd.utils import _distributed as distributed
 from stalesgd.utils import _paths as paths
@@ -94,8 +95,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
-    paths.check_workdir(_WORKDIR.value)  # before JAX starts, the data loads or the step compiles
+  try:  # before JAX starts, the data loads or the step compiles
+    paths.check_workdir(_WORKDIR.value)
+    validate_config(_CONFIG.value, num_devices=None)
   except ValueError as error:
     raise app.UsageError(str(error)) from error
   if not flags.FLAGS["verbosity"].present:

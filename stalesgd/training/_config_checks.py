@@ -139,7 +139,7 @@ def _check_timing(config) -> None:
   validation.check_real(*_field(config, "timing.apply_time"), low=0, builtin_only=True)
 
 
-def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> None:
+def validate_config(config: ml_collections.ConfigDict, *, num_devices: int | None) -> None:
   """Checks a run's config before anything expensive happens.
 
   Every field of `default_config` is checked for its type and range (an int
@@ -149,7 +149,9 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   Args:
     config: the run's config (see `default_config`).
     num_devices: devices in the mesh (all processes); decentralized protocols
-      run one learner per device.
+      run one learner per device. None before JAX has started (a program's
+      check of its flags): every check but the learner count against the
+      devices, which the run repeats once the devices are known.
 
   Raises:
     ValueError: naming the first bad field (``config.<field>=<value>``, or
@@ -259,7 +261,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int) -> N
   timing_model(config)  # TimingModel checks the combination of its fields
 
 
-def _check_protocol(config, num_devices: int) -> None:
+def _check_protocol(config, num_devices: int | None) -> None:
   """The protocol's options and combinations, as its row of `stalesgd.schedule.PROTOCOL_TABLE` says."""
   protocol = config.protocol
   row = schedule_lib.protocol_row(protocol)
@@ -276,7 +278,10 @@ def _check_protocol(config, num_devices: int) -> None:
   if not row.decentralized:
     return
   # One learner per device; a one-process run with more devices uses the first M (`_device_layout.runner_mesh`).
-  if config.learners > num_devices or (config.learners < num_devices and jax.process_count() > 1):
+  # Before JAX starts (num_devices None) the count is unknown: `train_and_evaluate` checks it.
+  if num_devices is not None and (
+    config.learners > num_devices or (config.learners < num_devices and jax.process_count() > 1)
+  ):
     validation.reject(
       "config.learners",
       config.learners,

@@ -69,8 +69,8 @@ def test_overrides_reach_the_run(tmp_path, compilation_cache):
       r"--config\.learners\?$",
     ),
     ("--config.learners=four", r"--config\.learners=four: invalid literal for int"),
-    ("--config.protocol=gossip", r"config\.protocol='gossip'; allowed: one of \(.*'hardsync'"),
-    ("--config.n=9", r"config\.n=9; allowed: an integer >= 1 and <= 8"),
+    ("--config.protocol=gossip", r"^FATAL config\.protocol='gossip'; allowed: one of \(.*'hardsync'"),
+    ("--config.n=9", r"^FATAL config\.n=9; allowed: an integer >= 1 and <= 8$"),
   ],
   ids=["misspelt_field", "wrong_type", "unknown_protocol", "n_above_learners"],
 )
@@ -83,11 +83,10 @@ def test_bad_override_fails_naming_the_field(override, message, tmp_path, compil
   assert completed.returncode != 0
   assert re.search(message, completed.stderr, re.MULTILINE), completed.stderr[-3000:]
   assert not (workdir / "checkpoints").exists()
-  if override in (
-    "--config.learnrs=4",
-    "--config.learners=four",
-  ):  # refused while parsing flags: one line, no traceback
-    assert "Traceback" not in completed.stderr and len(completed.stderr.strip().splitlines()) == 2, completed.stderr
+  # Refused while parsing flags, or by the config's checks before JAX starts: one line and the hint to --helpshort,
+  # absl's usage status, no traceback and no help text.
+  assert completed.returncode == 1
+  assert "Traceback" not in completed.stderr and len(completed.stderr.strip().splitlines()) == 2, completed.stderr
 
 
 def test_an_unknown_config_argument_is_one_line_not_a_traceback(tmp_path, compilation_cache):

@@ -49,6 +49,10 @@ def test_fewer_decentralized_learners_than_devices_use_the_first_devices():
     assert runner_mesh(config, mesh).devices.tolist() == jax.devices()[:2]
   with pytest.raises(ValueError, match="config.learners=9; allowed: protocol 'diloco' runs one learner per device"):
     validate_config(tiny_config("hardsync", protocol="diloco", learners=9), num_devices=8)
+  # Before JAX starts (stalesgd-train's check of its flags) the count is unknown and only that check waits.
+  validate_config(tiny_config("hardsync", protocol="diloco", learners=9), num_devices=None)
+  with pytest.raises(ValueError, match="config.staleness_rule='inverse'; allowed: 'none'/False: protocol 'diloco'"):
+    validate_config(tiny_config("hardsync", protocol="diloco", learners=9, staleness_rule="inverse"), num_devices=None)
 
 
 def test_two_diloco_learners_among_eight_devices_compute_what_they_do_on_two():
