@@ -92,8 +92,10 @@ def compilations():
 # The files that take longest (seconds of `--durations=0` in a full `make test` on the 2-core development machine
 # at load average 17-24; *: a file that did not run whole there, with its figure from the run before times 1.3,
 # what the files that ran whole in both grew by), longest first.
-# pytest-xdist (`make test`: `-n 2 --dist loadfile`) hands out whole files in collection order, so these start
-# first and the workers finish together, instead of one long file running alone at the end. A file missing
+# pytest-xdist (`make test`: `-n 2 --dist loadfile --no-loadscope-reorder`) hands out whole files in collection
+# order, so these start first and the workers finish together, instead of one long file running alone at the end.
+# (Without --no-loadscope-reorder, xdist >= 3.6 queues files by their number of tests, most first, which put the
+# one-test demo robustness file, 5 minutes, last.) A file missing
 # here only runs in its usual place.
 LONG_FILES = (
   "tests/engine/test_engine_exactness.py",  # 413
