@@ -40,6 +40,7 @@ _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(.*)$")
 _OPERAND_NAME = re.compile(r"%([\w.\-]+)")
 _PARAMETER_NUMBER = re.compile(r"^parameter\((\d+)\)")
 _CALLS = re.compile(r"\bcalls=%([\w.\-]+)")
+_MATRIX_LIBRARY_CALL = re.compile(r'custom_call_target="[^"]*(gemm|matmul|conv)', re.IGNORECASE)
 _COMPUTATION_HEADER = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
 
 ALL_REDUCE_OPCODES = ("all-reduce", "all-reduce-start")
@@ -188,6 +189,66 @@ def ancestors(instructions: list[Instruction], name: str) -> set[str]:
     seen.add(current)
     pending.extend(by_name[current].operands)
   return seen
+
+
+def descendants(instructions: list[Instruction], name: str) -> set[str]:
+  """Every instruction that transitively reads ``name`` (excluding itself)."""
+  readers: dict[str, list[str]] = {}
+  for instruction in instructions:
+    for operand in instruction.operands:
+      readers.setdefault(operand, []).append(instruction.name)
+  seen: set[str] = set()
+  pending = list(readers.get(name, ()))
+  while pending:
+    current = pending.pop()
+    if current in seen:
+      continue
+    seen.add(current)
+    pending.extend(readers.get(current, ()))
+  return seen
+
+
+def matrix_work(hlo_text: str) -> list[str]:
+  """The entry instructions that multiply matrices: ``dot``, ``convolution``, a library call for one (a
+  ``custom-call`` whose target names a gemm, matmul or convolution: cuBLAS, cuDNN, oneDNN), or a fusion or call
+  whose computation holds a ``dot`` or ``convolution``. They are a step's forward and backward passes; the
+  elementwise work around them is left out."""
+  called_opcodes = computation_opcodes(hlo_text)
+  matrix = {"dot", "convolution"}
+  return [
+    instruction.name
+    for instruction in entry_computation(hlo_text)
+    if instruction.opcode in matrix
+    or matrix & called_opcodes.get(instruction.called or "", set())
+    or (instruction.opcode == "custom-call" and _MATRIX_LIBRARY_CALL.search(instruction.text))
+  ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Independence:
+  """How an instruction sits among the program's matrix work (`matrix_work`), as counts.
+
+  Attributes:
+    before: matrix work it transitively reads (it cannot start before these end).
+    independent: matrix work that neither feeds it nor reads it: what a scheduler may run while it is in flight.
+    after: matrix work that reads it.
+  """
+
+  before: int
+  independent: int
+  after: int
+
+
+def independence(hlo_text: str, name: str) -> Independence:
+  """`Independence` of entry instruction ``name`` (e.g. an all-reduce from `all_reduces`)."""
+  instructions = entry_computation(hlo_text)
+  feeds, reads = ancestors(instructions, name), descendants(instructions, name)
+  work = matrix_work(hlo_text)
+  return Independence(
+    before=sum(item in feeds for item in work),
+    independent=sum(item not in feeds and item not in reads and item != name for item in work),
+    after=sum(item in reads for item in work),
+  )
 
 
 def parameter_dependencies(instructions: list[Instruction], name: str) -> set[int]:

@@ -28,6 +28,7 @@ collective overlaps the steps on a device is a property of the schedule XLA make
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
@@ -36,6 +37,7 @@ import optax
 from jax.sharding import Mesh, PartitionSpec
 
 from stalesgd import _validation as validation
+from stalesgd.decentral import _hlo as hlo
 from stalesgd.parallel import LEARNERS_AXIS
 from stalesgd.transforms._local_run import LossFn, init_inner_states, local_run
 
@@ -289,3 +291,51 @@ def sharded_streaming_round(
   outer, outer_states, local, inner, in_flight, pending, own, losses, norms, agreed = out
   new = StreamingState(outer, outer_states, local, inner, in_flight, pending, state.step + 1, own)
   return StreamingRound(new, losses, norms, agreed)
+
+
+def overlap_windows(settings: StreamingSettings) -> list[tuple[int, int, int]]:
+  """Each sync of a round as (inner steps done, fragment, window): the inner steps of the same round that run
+  between the sync and the use of its mean, which a compiled round may overlap with its all-reduce. A sync at the
+  round's end has window 0: the steps it overlaps in the paper belong to the next round's program."""
+  settings = check_settings(settings, settings.fragments)
+  steps, fragments, delay = settings.local_steps, settings.fragments, settings.delay
+  windows = []
+  for p in range(fragments):
+    sync = (p + 1) * steps // fragments
+    used = steps if settings.eager else min(sync + delay, steps)  # eager: at the fragment's next sync
+    windows.append((sync, p, used - sync))
+  return windows
+
+
+def overlap_report(text: str, settings: StreamingSettings) -> dict[str, Any]:
+  """Whether each fragment's all-reduce in a compiled round leaves its window's inner steps independent of it
+  (`overlap_windows`; `stalesgd.decentral._hlo.independence`).
+
+  Args:
+    text: the compiled round, ``jax.jit(round).lower(state, batches).compile().as_text()`` of a
+      `sharded_streaming_round` with ``settings`` bound.
+    settings: its settings.
+
+  Returns:
+    A dict: ``all_reduces`` (each one's `hlo.Independence` as a dict, in program order),
+    ``matrix_work_per_step`` (the round's matrix work over H), ``windows`` (`overlap_windows`), and
+    ``overlap_ready``: the P fragments' all-reduces are separate (the first P in program order, the syncs' order;
+    a round-end metric may share the last) and the one of each sync with a window of w steps has at least w
+    steps' matrix work independent of it, w > 0 for at least one. What the compiled program allows, not a
+    measured overlap: that needs a device trace.
+  """
+  found = [hlo.independence(text, reduce.name) for reduce in hlo.all_reduces(text)]
+  per_step = len(hlo.matrix_work(text)) / settings.local_steps
+  windows = overlap_windows(settings)
+  separate = len(found) >= len(windows)
+  ready = (
+    separate
+    and any(window > 0 for _, _, window in windows)
+    and all(reduce.independent >= window * per_step for reduce, (_, _, window) in zip(found, windows))
+  )
+  return {
+    "all_reduces": [dataclasses.asdict(reduce) for reduce in found],
+    "matrix_work_per_step": per_step,
+    "windows": windows,
+    "overlap_ready": ready,
+  }

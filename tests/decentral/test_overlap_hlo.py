@@ -1,4 +1,4 @@
-"""Overlap-readiness of the compiled DC-S3GD step, and the HLO dependency walker behind it."""
+"""Overlap-readiness of the compiled DC-S3GD step and streaming DiLoCo round, and the HLO dependency walker behind them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ import pytest
 
 from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
 from stalesgd.decentral import _hlo as hlo
+from stalesgd.decentral._streaming import (
+  StreamingSettings,
+  init_streaming,
+  overlap_report,
+  overlap_windows,
+  sharded_streaming_round,
+)
 from stalesgd.parallel import _sharding as sharding_lib
 
 
@@ -175,6 +182,21 @@ def test_walker_recognises_an_all_reduce_wrapped_in_async_start():
   assert reduce.compute_while_in_flight == ("conv",)
 
 
+def test_independence_counts_the_matrix_work_on_each_side_of_an_all_reduce():
+  # SCHEDULED_GPU_LIKE: the cuBLAS gemm reads the backward fusion and the weights, never the all-reduce; only `new`
+  # (an add, not matrix work) reads the all-reduce's result.
+  instructions = hlo.entry_computation(SCHEDULED_GPU_LIKE)
+  assert hlo.descendants(instructions, "all-reduce-start") == {"all-reduce-done", "new"}
+  assert hlo.descendants(instructions, "backward") == {"gemm", "update", "new"}
+  assert hlo.matrix_work(SCHEDULED_GPU_LIKE) == ["gemm"]  # the fusion holds a reduce, not a dot
+  assert hlo.independence(SCHEDULED_GPU_LIKE, "all-reduce-start") == hlo.Independence(before=0, independent=1, after=0)
+  assert hlo.independence(SCHEDULED_GPU_LIKE, "new") == hlo.Independence(before=1, independent=0, after=0)
+  # ASYNC_WRAPPED: the convolution runs beside the wrapped all-reduce; `out` reads both.
+  assert hlo.matrix_work(ASYNC_WRAPPED) == ["conv"]
+  assert hlo.independence(ASYNC_WRAPPED, "start") == hlo.Independence(before=0, independent=1, after=0)
+  assert hlo.independence(ASYNC_WRAPPED, "batch") == hlo.Independence(before=0, independent=0, after=1)
+
+
 def test_walker_parses_tuple_shapes_and_rejects_text_without_entry():
   instruction = hlo.parse_instruction(
     "  %ar = (f32[4,5]{1,0}, f32[5,3]{1,0}) all-reduce(%a.1, %b-2), channel_id=1, to_apply=%region_0.0"
@@ -183,3 +205,62 @@ def test_walker_parses_tuple_shapes_and_rejects_text_without_entry():
   assert hlo.parse_instruction("HloModule m") is None
   with pytest.raises(ValueError, match="no ENTRY"):
     hlo.entry_computation("HloModule m\n")
+
+
+def mlp_loss(params, batch):
+  hidden = jnp.tanh(batch["x"] @ params["w1"])
+  return jnp.mean(jnp.square(hidden @ params["w2"] - batch["y"]))
+
+
+def streaming_report(settings, learners=4):
+  """`overlap_report` of one streaming DiLoCo round: a 64-64-64 MLP, fragment 0 = w1, fragment 1 = w2 (strided)."""
+  rng = np.random.default_rng(0)
+  params = {name: rng.normal(size=(64, 64)).astype(np.float32) * 0.1 for name in ("w1", "w2")}
+  inner, outer = optax.sgd(0.1), optax.sgd(0.7, momentum=0.9, nesterov=True)
+  mesh = sharding_lib.learner_mesh(devices=jax.devices()[:learners])
+  state = init_streaming(inner, outer, params, learners, settings)
+  steps = settings.local_steps
+  batches = {part: rng.normal(size=(learners, steps, 32, 64)).astype(np.float32) for part in ("x", "y")}
+  round_fn = jax.jit(
+    lambda state, batches: sharded_streaming_round(mlp_loss, inner, outer, mesh, settings, state, batches)
+  )
+  return overlap_report(round_fn.lower(state, batches).compile().as_text(), settings)
+
+
+def test_a_mid_round_fragment_all_reduce_leaves_its_overlapped_step_independent(devices):
+  # H = 4, P = 2, tau = 1: w1 is synced after step 2 and its mean applied after step 3, so step 3's matrix work
+  # (x @ w1, h @ w2, and the backward's three products) must neither feed nor read w1's all-reduce.
+  report = streaming_report(StreamingSettings(local_steps=4, fragments=2, delay=1, mix=0.5))
+  assert report["windows"] == [(2, 0, 1), (4, 1, 0)]
+  assert report["matrix_work_per_step"] == 5
+  first = report["all_reduces"][0]
+  assert first["before"] <= 2 * 5 and first["independent"] >= 1 * 5, report
+  assert report["overlap_ready"], report
+
+
+def test_synchronous_diloco_leaves_nothing_to_overlap(devices):
+  # Negative control: P = 1, tau = 0: the round's one sync is at its end and the mean is applied at once.
+  report = streaming_report(StreamingSettings(local_steps=4, fragments=1, delay=0))
+  assert report["windows"] == [(4, 0, 0)]
+  assert report["all_reduces"][0] == {"before": 4 * 5, "independent": 0, "after": 0}, report
+  assert not report["overlap_ready"]
+
+
+@pytest.mark.xfail(
+  strict=True,
+  reason="XLA:CPU's all-reduce combiner merges the first fragment's all-reduce into the round-end one when its mean "
+  "is used only at the round's end (docs/algorithms.md, overlap-readiness)",
+)
+def test_a_fragment_whose_mean_is_used_at_the_round_end_keeps_its_own_all_reduce(devices):
+  report = streaming_report(StreamingSettings(local_steps=4, fragments=2, delay=2))
+  assert report["windows"] == [(2, 0, 2), (4, 1, 0)]
+  assert report["overlap_ready"], report
+
+
+def test_overlap_windows_count_the_steps_between_a_sync_and_the_use_of_its_mean():
+  assert overlap_windows(StreamingSettings(local_steps=4, fragments=2, delay=1)) == [(2, 0, 1), (4, 1, 0)]
+  assert overlap_windows(StreamingSettings(local_steps=6, fragments=3, delay=5)) == [(2, 0, 4), (4, 1, 2), (6, 2, 0)]
+  # Eager updates use a mean at the fragment's next sync, a round later: the rest of the round.
+  assert overlap_windows(StreamingSettings(local_steps=4, fragments=2, delay=1, eager=True)) == [(2, 0, 2), (4, 1, 0)]
+  # The one-round-delayed step: its sync is at the round's end, its steps in the next program.
+  assert overlap_windows(StreamingSettings(local_steps=4, fragments=1, delay=4)) == [(4, 0, 0)]
