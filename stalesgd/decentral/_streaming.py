@@ -24,6 +24,11 @@ of round r + 1, and the learners continue meanwhile). The events of a round are 
 static), so a round is one compiled program; the mean is computed by ``jax.lax.pmean`` at the sync and carried, as
 received data, until its application (the program computes what the overlapped system computes; whether the
 collective overlaps the steps on a device is a property of the schedule XLA makes, not claimed here).
+
+**A sync at the round's end whose mean is used later** (the last fragment with tau > 0 or eager updates; the
+one-round-delayed step) overlaps the next round's steps, which are in the next program: its pseudo-gradients are
+carried to the next round (`StreamingState.unreduced`) and all-reduced at its start, reading carried state only
+(as DC-S3GD's step does), so the collective can overlap that round's steps. The same values, the same mean.
 """
 
 from __future__ import annotations
@@ -68,6 +73,9 @@ class StreamingState(NamedTuple):
     step: int32 scalar, rounds done.
     own_previous: eager updates: every learner's :math:`\Delta_{m,p}` of its previous sync (leaves ``[M, ...]``);
       ``()`` without.
+    unreduced: where the round-end sync is carried (`carries_round_end`): every learner's pseudo-gradient of the
+      last fragment at the previous round's end, to be all-reduced at the next round's start (leaves ``[M, ...]``,
+      zero outside the fragment; zero before the first round); ``()`` otherwise.
   """
 
   outer_params: Any
@@ -78,6 +86,7 @@ class StreamingState(NamedTuple):
   pending: jax.Array
   step: jax.Array
   own_previous: Any = ()
+  unreduced: Any = ()
 
 
 def check_settings(settings: StreamingSettings, num_leaves: int) -> StreamingSettings:
@@ -90,6 +99,12 @@ def check_settings(settings: StreamingSettings, num_leaves: int) -> StreamingSet
   mix = validation.check_real("mix", settings.mix, low=0, high=1)
   eager = validation.check_bool("eager", settings.eager)
   return StreamingSettings(steps, fragments, delay, float(mix), eager)
+
+
+def carries_round_end(settings: StreamingSettings) -> bool:
+  """Whether the last fragment's sync, at the round's end, is all-reduced at the next round's start: where its
+  mean is used later than that sync (tau > 0, or eager updates, which use it at the fragment's next sync)."""
+  return settings.eager or settings.delay > 0
 
 
 def fragment_of_leaves(num_leaves: int, fragments: int) -> tuple[int, ...]:
@@ -133,14 +148,16 @@ def init_streaming(
   zeros = jax.tree.map(jnp.zeros_like, params)
   pending = jnp.zeros((settings.fragments,), bool)
   own = per_learner(zeros) if settings.eager else ()
+  unreduced = per_learner(zeros) if carries_round_end(settings) else ()
   return StreamingState(
-    per_learner(params), outer_states, per_learner(params), inner, zeros, pending, jnp.int32(0), own
+    per_learner(params), outer_states, per_learner(params), inner, zeros, pending, jnp.int32(0), own, unreduced
   )
 
 
 class StreamingRound(NamedTuple):
   """What one round returns besides the state: per-learner mean inner loss ``[M]``, ``||Delta_m||`` over the
-  round's syncs ``[M]``, and the learners' `agreement` over them (a scalar)."""
+  round's syncs ``[M]``, and the learners' `agreement` over the pseudo-gradients all-reduced in the round's program
+  (a scalar; a carried round-end sync counts in the next round, where its mean is computed)."""
 
   state: StreamingState
   losses: jax.Array
@@ -190,10 +207,12 @@ def sharded_streaming_round(
   settings = check_settings(settings, len(leaves))
   owner = fragment_of_leaves(len(leaves), settings.fragments)
   events = round_events(settings)
-  mix, eager = settings.mix, settings.eager
+  mix, eager, carry = settings.mix, settings.eager, carries_round_end(settings)
+  last = settings.fragments - 1
   learners = int(mesh.shape[axis_name])
+  square_sum = lambda arrays: sum(jnp.sum(jnp.square(array.astype(jnp.float32))) for array in arrays)
 
-  def per_learner(outer, outer_states, local, inner_state, in_flight, pending, own_previous, batches):
+  def per_learner(outer, outer_states, local, inner_state, in_flight, pending, own_previous, unreduced, batches):
     unstack = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)
     restack = lambda tree: jax.tree.map(lambda leaf: leaf[None], tree)
     outer_leaves, local = jax.tree.leaves(unstack(outer)), jax.tree.leaves(unstack(local))
@@ -202,7 +221,18 @@ def sharded_streaming_round(
     inner_state = inner_optimizer.init(treedef.unflatten(local)) if reset_inner_state else unstack(inner_state)
     batches = unstack(batches)
     outer_states, pending = [unstack(fragment_state) for fragment_state in outer_states], list(pending)
-    done, losses, squares, mean_squares = 0, [], jnp.float32(0), jnp.float32(0)
+    unreduced_leaves = jax.tree.leaves(unstack(unreduced)) if carry else []
+    # squares: sum_p ||Delta_m,p||^2 of this round's syncs (the norm metric); reduced_squares and mean_squares:
+    # sum ||Delta_m,p||^2 and ||mean||^2 of the pseudo-gradients all-reduced in this program (the agreement metric).
+    done, losses, squares = 0, [], jnp.float32(0)
+    reduced_squares, mean_squares = jnp.float32(0), jnp.float32(0)
+    if carry:  # the previous round's last sync, first: it reads carried state only
+      members = [i for i, q in enumerate(owner) if q == last]
+      carried = [unreduced_leaves[i] for i in members]
+      means = jax.lax.pmean(carried, axis_name)
+      reduced_squares, mean_squares = square_sum(carried), square_sum(means)
+      for i, mean in zip(members, means):
+        in_flight_leaves[i] = mean
 
     def outer_step(p, members, directions, taken):
       """OuterOpt_p on the fragment's leaves, then the local copy mixed in; nothing where ``taken`` is False."""
@@ -231,9 +261,11 @@ def sharded_streaming_round(
       members = [i for i, q in enumerate(owner) if q == p]
       if kind == "sync":
         deltas = [outer_leaves[i] - local[i] for i in members]
-        squares = squares + sum(jnp.sum(jnp.square(d.astype(jnp.float32))) for d in deltas)
-        means = jax.lax.pmean(deltas, axis_name)
-        mean_squares = mean_squares + sum(jnp.sum(jnp.square(mean.astype(jnp.float32))) for mean in means)
+        squares = squares + square_sum(deltas)
+        carried_on = carry and p == last  # all-reduced at the next round's start
+        if not carried_on:
+          means = jax.lax.pmean(deltas, axis_name)
+          reduced_squares, mean_squares = reduced_squares + square_sum(deltas), mean_squares + square_sum(means)
         if eager:
           # Kale et al.: the previous sync's mean with this learner's part replaced by its fresh pseudo-gradient.
           directions = [
@@ -243,8 +275,12 @@ def sharded_streaming_round(
           outer_step(p, members, directions, jnp.bool_(True))
           for i, delta in zip(members, deltas):
             own_leaves[i] = delta
-        for i, mean in zip(members, means):
-          in_flight_leaves[i] = mean
+        if carried_on:
+          for i, delta in zip(members, deltas):
+            unreduced_leaves[i] = delta
+        else:
+          for i, mean in zip(members, means):
+            in_flight_leaves[i] = mean
         pending[p] = jnp.bool_(not eager)
       else:
         outer_step(p, members, [in_flight_leaves[i] for i in members], pending[p])
@@ -265,17 +301,18 @@ def sharded_streaming_round(
       treedef.unflatten(in_flight_leaves),
       jnp.stack(pending),
       restack(treedef.unflatten(own_leaves)) if eager else (),
+      restack(treedef.unflatten(unreduced_leaves)) if carry else (),
       jnp.mean(jnp.concatenate(losses))[None],
       jnp.sqrt(squares)[None],
-      agreement(jax.lax.psum(squares, axis_name), mean_squares, jax.lax.axis_size(axis_name)),
+      agreement(jax.lax.psum(reduced_squares, axis_name), mean_squares, jax.lax.axis_size(axis_name)),
     )
 
   replicated, split = PartitionSpec(), PartitionSpec(axis_name)
   round_fn = jax.shard_map(
     per_learner,
     mesh=mesh,
-    in_specs=(split, split, split, split, replicated, replicated, split, split),
-    out_specs=(split, split, split, split, replicated, replicated, split, split, split, replicated),
+    in_specs=(split, split, split, split, replicated, replicated, split, split, split),
+    out_specs=(split, split, split, split, replicated, replicated, split, split, split, split, replicated),
   )
   inner_states = state.inner_states if not reset_inner_state else ()
   out = round_fn(
@@ -286,25 +323,34 @@ def sharded_streaming_round(
     state.in_flight,
     state.pending,
     state.own_previous,
+    state.unreduced,
     batches,
   )
-  outer, outer_states, local, inner, in_flight, pending, own, losses, norms, agreed = out
-  new = StreamingState(outer, outer_states, local, inner, in_flight, pending, state.step + 1, own)
+  outer, outer_states, local, inner, in_flight, pending, own, unreduced, losses, norms, agreed = out
+  new = StreamingState(outer, outer_states, local, inner, in_flight, pending, state.step + 1, own, unreduced)
   return StreamingRound(new, losses, norms, agreed)
 
 
 def overlap_windows(settings: StreamingSettings) -> list[tuple[int, int, int]]:
-  """Each sync of a round as (inner steps done, fragment, window): the inner steps of the same round that run
-  between the sync and the use of its mean, which a compiled round may overlap with its all-reduce. A sync at the
-  round's end has window 0: the steps it overlaps in the paper belong to the next round's program."""
+  """A round program's all-reduces of pseudo-gradients in program order, as (inner steps done when it is issued,
+  fragment, window): the inner steps of the program between it and the use of its mean, which it may overlap.
+
+  A sync before the round's end is all-reduced where it happens; its mean is used tau steps later (eager updates:
+  at the fragment's next sync), within the round. A sync at the round's end is all-reduced at the next round's
+  start where it is carried (`carries_round_end`), with the next round's steps up to its use as its window;
+  otherwise at the end, with window 0 (synchronous DiLoCo: nothing to overlap).
+  """
   settings = check_settings(settings, settings.fragments)
   steps, fragments, delay = settings.local_steps, settings.fragments, settings.delay
   windows = []
   for p in range(fragments):
     sync = (p + 1) * steps // fragments
-    used = steps if settings.eager else min(sync + delay, steps)  # eager: at the fragment's next sync
-    windows.append((sync, p, used - sync))
-  return windows
+    if sync == steps and carries_round_end(settings):
+      windows.append((0, p, steps if settings.eager else delay))
+    else:
+      used = steps if settings.eager else min(sync + delay, steps)
+      windows.append((sync, p, used - sync))
+  return sorted(windows)
 
 
 def overlap_report(text: str, settings: StreamingSettings) -> dict[str, Any]:
@@ -317,14 +363,17 @@ def overlap_report(text: str, settings: StreamingSettings) -> dict[str, Any]:
     settings: its settings.
 
   Returns:
-    A dict: ``all_reduces`` (each one's `hlo.Independence` as a dict, in program order),
+    A dict: ``all_reduces`` (each one's `hlo.Independence` as a dict, and ``reads``, the numbers of the entry
+    parameters it transitively reads: the flattened ``(state, batches)`` when compiled with ``keep_unused=True``),
+    in program order,
     ``matrix_work_per_step`` (the round's matrix work over H), ``windows`` (`overlap_windows`), and
     ``overlap_ready``: the P fragments' all-reduces are separate (the first P in program order, the syncs' order;
     a round-end metric may share the last) and the one of each sync with a window of w steps has at least w
     steps' matrix work independent of it, w > 0 for at least one. What the compiled program allows, not a
     measured overlap: that needs a device trace.
   """
-  found = [hlo.independence(text, reduce.name) for reduce in hlo.all_reduces(text)]
+  reduces = hlo.all_reduces(text)
+  found = [hlo.independence(text, reduce.name) for reduce in reduces]
   per_step = len(hlo.matrix_work(text)) / settings.local_steps
   windows = overlap_windows(settings)
   separate = len(found) >= len(windows)
@@ -334,7 +383,9 @@ def overlap_report(text: str, settings: StreamingSettings) -> dict[str, Any]:
     and all(reduce.independent >= window * per_step for reduce, (_, _, window) in zip(found, windows))
   )
   return {
-    "all_reduces": [dataclasses.asdict(reduce) for reduce in found],
+    "all_reduces": [
+      {**dataclasses.asdict(counts), "reads": sorted(reduce.parameters)} for reduce, counts in zip(reduces, found)
+    ],
     "matrix_work_per_step": per_step,
     "windows": windows,
     "overlap_ready": ready,

@@ -104,7 +104,7 @@ class DiLoCoRunner:
 
   def _state_shardings(self) -> StreamingState:
     replicated, split = self._replicated, self._split
-    return StreamingState(split, split, split, split, replicated, replicated, replicated, split)
+    return StreamingState(split, split, split, split, replicated, replicated, replicated, split, split)
 
   @property
   def block_starts(self) -> np.ndarray:

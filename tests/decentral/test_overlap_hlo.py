@@ -222,45 +222,68 @@ def streaming_report(settings, learners=4):
   steps = settings.local_steps
   batches = {part: rng.normal(size=(learners, steps, 32, 64)).astype(np.float32) for part in ("x", "y")}
   round_fn = jax.jit(
-    lambda state, batches: sharded_streaming_round(mlp_loss, inner, outer, mesh, settings, state, batches)
+    lambda state, batches: sharded_streaming_round(mlp_loss, inner, outer, mesh, settings, state, batches),
+    keep_unused=True,  # the entry parameters are the flattened (state, batches), numbered as `reads` says
   )
-  return overlap_report(round_fn.lower(state, batches).compile().as_text(), settings)
+  report = overlap_report(round_fn.lower(state, batches).compile().as_text(), settings)
+  paths = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path((state, batches))[0]]
+  for reduce in report["all_reduces"]:
+    reduce["reads"] = [paths[number] for number in reduce["reads"]]
+  return report
 
 
 def test_a_mid_round_fragment_all_reduce_leaves_its_overlapped_step_independent(devices):
   # H = 4, P = 2, tau = 1: w1 is synced after step 2 and its mean applied after step 3, so step 3's matrix work
-  # (x @ w1, h @ w2, and the backward's three products) must neither feed nor read w1's all-reduce.
+  # (x @ w1, h @ w2, and the backward's three products) must neither feed nor read w1's all-reduce. w2, synced at
+  # the round's end, is all-reduced at the next round's start from the carried pseudo-gradients, overlapping step 1.
   report = streaming_report(StreamingSettings(local_steps=4, fragments=2, delay=1, mix=0.5))
-  assert report["windows"] == [(2, 0, 1), (4, 1, 0)]
+  assert report["windows"] == [(0, 1, 1), (2, 0, 1)]
   assert report["matrix_work_per_step"] == 5
-  first = report["all_reduces"][0]
-  assert first["before"] <= 2 * 5 and first["independent"] >= 1 * 5, report
+  carried, mid_round = report["all_reduces"][:2]
+  assert carried["before"] == 0 and carried["independent"] >= 5, report
+  assert "[0].unreduced['w2']" in carried["reads"] and all(".unreduced[" in path for path in carried["reads"])
+  assert mid_round["before"] <= 2 * 5 and mid_round["independent"] >= 1 * 5, report
   assert report["overlap_ready"], report
+
+
+def test_the_one_round_delayed_step_all_reduces_carried_state_beside_the_whole_round(devices):
+  # P = 1, tau = H (PCCL's asynchronous DiLoCo): the previous round's pseudo-gradients are all-reduced at the start,
+  # reading nothing but them, and their mean is applied at the end: all 4 steps' products are independent.
+  report = streaming_report(StreamingSettings(local_steps=4, fragments=1, delay=4))
+  assert report["windows"] == [(0, 0, 4)]
+  [carried] = report["all_reduces"]
+  assert (carried["before"], carried["independent"], carried["after"]) == (0, 4 * 5, 0), report
+  assert sorted(carried["reads"]) == ["[0].unreduced['w1']", "[0].unreduced['w2']"], report
+  assert report["overlap_ready"]
 
 
 def test_synchronous_diloco_leaves_nothing_to_overlap(devices):
   # Negative control: P = 1, tau = 0: the round's one sync is at its end and the mean is applied at once.
   report = streaming_report(StreamingSettings(local_steps=4, fragments=1, delay=0))
   assert report["windows"] == [(4, 0, 0)]
-  assert report["all_reduces"][0] == {"before": 4 * 5, "independent": 0, "after": 0}, report
+  first = report["all_reduces"][0]
+  assert (first["before"], first["independent"], first["after"]) == (4 * 5, 0, 0), report
+  assert "[1]['x']" in first["reads"]
   assert not report["overlap_ready"]
 
 
 @pytest.mark.xfail(
   strict=True,
-  reason="XLA:CPU's all-reduce combiner merges the first fragment's all-reduce into the round-end one when its mean "
-  "is used only at the round's end (docs/algorithms.md, overlap-readiness)",
+  reason="XLA:CPU's all-reduce combiner merges the carried all-reduce into the mid-round one at step 2, where the "
+  "first is needed: both lose their overlap (docs/algorithms.md, overlap-readiness)",
 )
-def test_a_fragment_whose_mean_is_used_at_the_round_end_keeps_its_own_all_reduce(devices):
+def test_two_all_reduces_needed_at_one_boundary_stay_apart(devices):
   report = streaming_report(StreamingSettings(local_steps=4, fragments=2, delay=2))
-  assert report["windows"] == [(2, 0, 2), (4, 1, 0)]
+  assert report["windows"] == [(0, 1, 2), (2, 0, 2)]
   assert report["overlap_ready"], report
 
 
 def test_overlap_windows_count_the_steps_between_a_sync_and_the_use_of_its_mean():
-  assert overlap_windows(StreamingSettings(local_steps=4, fragments=2, delay=1)) == [(2, 0, 1), (4, 1, 0)]
-  assert overlap_windows(StreamingSettings(local_steps=6, fragments=3, delay=5)) == [(2, 0, 4), (4, 1, 2), (6, 2, 0)]
-  # Eager updates use a mean at the fragment's next sync, a round later: the rest of the round.
-  assert overlap_windows(StreamingSettings(local_steps=4, fragments=2, delay=1, eager=True)) == [(2, 0, 2), (4, 1, 0)]
-  # The one-round-delayed step: its sync is at the round's end, its steps in the next program.
-  assert overlap_windows(StreamingSettings(local_steps=4, fragments=1, delay=4)) == [(4, 0, 0)]
+  # A round-end sync with tau > 0 is all-reduced at the next round's start, its window tau steps of that round.
+  assert overlap_windows(StreamingSettings(local_steps=4, fragments=2, delay=1)) == [(0, 1, 1), (2, 0, 1)]
+  assert overlap_windows(StreamingSettings(local_steps=6, fragments=3, delay=5)) == [(0, 2, 5), (2, 0, 4), (4, 1, 2)]
+  # Eager updates use a mean at the fragment's next sync: the rest of the round, or a whole round when carried.
+  assert overlap_windows(StreamingSettings(local_steps=4, fragments=2, delay=1, eager=True)) == [(0, 1, 4), (2, 0, 2)]
+  # The one-round-delayed step: all H steps; synchronous DiLoCo: none.
+  assert overlap_windows(StreamingSettings(local_steps=4, fragments=1, delay=4)) == [(0, 0, 4)]
+  assert overlap_windows(StreamingSettings(local_steps=4, fragments=1, delay=0)) == [(4, 0, 0)]

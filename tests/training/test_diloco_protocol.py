@@ -78,10 +78,16 @@ def test_the_outer_step_is_applied_to_the_mean_pseudo_gradient():
   assert_close(moved_twice, jax.tree.map(lambda d: 2 * d, moved_once))
 
 
-@pytest.mark.parametrize("reset", [False, True], ids=["kept-inner-state", "reset-inner-state"])
-def test_a_diloco_run_restored_from_a_checkpoint_continues_with_the_same_bits(reset, tmp_path):
+@pytest.mark.parametrize(
+  "reset, streaming",
+  [(False, False), (True, False), (False, True)],
+  ids=["kept-inner-state", "reset-inner-state", "streaming-carried-sync"],
+)
+def test_a_diloco_run_restored_from_a_checkpoint_continues_with_the_same_bits(reset, streaming, tmp_path):
   config = diloco_config(2)
   config.momentum, config.outer.reset_inner_state = 0.9, reset  # inner momentum: a state worth keeping
+  if streaming:  # P = 2, tau = 1: the round-end sync's pseudo-gradients are carried, unreduced, into the checkpoint
+    config.protocol, config.outer.fragments, config.outer.delay = "streaming_diloco", 2, 1
   inputs, whole = train(config)
   _, half = train(config, stop=3, inputs=inputs)
   with Checkpointer(tmp_path / "checkpoints") as checkpointer:
@@ -89,6 +95,7 @@ def test_a_diloco_run_restored_from_a_checkpoint_continues_with_the_same_bits(re
     checkpointer.wait()
     restored, _ = checkpointer.restore(jax.tree.map(lambda leaf: leaf, inputs.runner.init(inputs.params)))
   assert int(restored.step) == 3
+  assert bool(jax.tree.leaves(restored.unreduced)) == streaming
   _, resumed = train(config, state=restored, inputs=inputs)
   for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(whole), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
