@@ -12,6 +12,12 @@ without being sent. The learners' inner states, pseudo-gradients and losses stay
 the same function as the one-device round's (the transforms layer), so the two differ only in how the mean is
 reduced (an all-reduce here, ``jnp.mean`` over a vmapped axis there) and in how XLA compiles one learner's program
 against a vmapped one.
+
+The training stack runs ``protocol='diloco'`` as the corner P = 1, tau = 0, alpha = 0 of
+`stalesgd.decentral._streaming.sharded_streaming_round`, one code path for every outer loop; this round is the
+same computation written plainly (one replicated theta, no fragments, pseudo-gradients and per-step losses
+returned), for a loop of one's own, and the reference that tests/decentral/test_diloco_shard_map.py holds the
+streaming round's corner to.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import optax
 import pytest
 
 from stalesgd.decentral._diloco import sharded_diloco_round
+from stalesgd.decentral._streaming import StreamingSettings, init_streaming, sharded_streaming_round
 from stalesgd.parallel import LEARNERS_AXIS, learner_mesh
 from stalesgd.transforms._local_run import diloco_round, init_inner_states, local_run, outer_step
 from tests.helpers.local_run_reference import (
@@ -121,3 +122,32 @@ def test_a_learners_axis_that_is_not_one_per_device_is_refused(devices):
     sharded_diloco_round(
       least_squares, INNER, OUTER, mesh, params, OUTER.init(params), states, batches, axis_name="peers"
     )
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["kept", "reset"])
+def test_the_streaming_round_at_one_fragment_without_delay_is_this_round(devices, reset):
+  """The training stack runs `diloco` as streaming DiLoCo's corner (P = 1, tau = 0, alpha = 0,
+  `stalesgd.training._diloco_runner`); this round, written without fragments or copies of theta per learner, must
+  give its weights and states: to rtol 1e-6 (atol 1e-7), the two programs fuse the outer step differently."""
+  mesh = learner_mesh()
+  learners = len(devices)
+  params = initial_params()
+  settings = StreamingSettings(local_steps=STEPS)
+  streams = [batch_stream(70 + m, ROUNDS * STEPS) for m in range(learners)]
+  plain = jax.jit(functools.partial(sharded_diloco_round, least_squares, INNER, OUTER, mesh, reset_inner_state=reset))
+  streaming = jax.jit(
+    functools.partial(sharded_streaming_round, least_squares, INNER, OUTER, mesh, settings, reset_inner_state=reset)
+  )
+  state = (params, OUTER.init(params), init_inner_states(INNER, params, learners))
+  fragments = init_streaming(INNER, OUTER, params, learners, settings, reset_inner_state=reset)
+  for r in range(ROUNDS):
+    batches = learner_batches(streams, r, STEPS)
+    out, fragments = plain(*state, batches), streaming(fragments, batches).state
+    state = out[:3]
+    for m in range(learners):
+      row = lambda tree, m=m: jax.tree.map(lambda leaf: leaf[m], tree)
+      assert_trees_close_everywhere(row(fragments.outer_params), out.params)
+      assert_trees_close_everywhere(row(fragments.local_params), out.params)  # alpha = 0: every copy restarts
+      assert_trees_close_everywhere(row(fragments.outer_states[0]), out.outer_state)
+    if not reset:
+      assert_trees_close_everywhere(fragments.inner_states, out.inner_states)
