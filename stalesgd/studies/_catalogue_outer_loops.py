@@ -55,59 +55,56 @@ def streaming_diloco_digits() -> Study:
 
 def delayed_outer_step_digits() -> Study:
   """Kale et al. (arXiv 2502.12996): the naive one-round-delayed outer step is worse than DiLoCo, at M = 2, 4, 8."""
-  variants = []
-  for learners in (2, 4, 8):
-    overrides = {"learners": learners}
-    variants.append(Variant(f"DiLoCo M={learners}", "diloco_digits", "diloco", overrides))
-    variants.append(Variant(f"one-round-delayed M={learners}", "diloco_digits", "delayed", overrides))
-  claims = tuple(
-    Claim(
-      f"the one-round-delayed outer step is worse than DiLoCo at M={learners} (Kale et al.; their eager updates "
-      "are the study eager_outer_step_digits)",
-      slug_of(f"one-round-delayed M={learners}"),
-      slug_of(f"DiLoCo M={learners}"),
-      "worse",
-      DELAYED_WORSE_MARGIN,
-    )
-    for learners in (2, 4, 8)
-  )
-  return Study(
+  return _against_diloco(
     name="delayed_outer_step_digits",
     title="one-round-delayed outer step vs DiLoCo, M in {2, 4, 8}, on the embedded digits",
     finding="Kale et al. (eager updates): applying each round's mean pseudo-gradient one round late, so that the "
     "all-reduce overlaps the next round, costs accuracy against DiLoCo; eager updates recover it",
-    variants=tuple(variants),
-    paper_data=False,
-    has_quick=False,
-    claims=claims,
+    variant="delayed",
+    label="one-round-delayed",
+    claim="the one-round-delayed outer step is worse than DiLoCo at M={learners} (Kale et al.; their eager updates "
+    "are the study eager_outer_step_digits)",
+    relation="worse",
+    margin=DELAYED_WORSE_MARGIN,
   )
 
 
 def eager_outer_step_digits() -> Study:
   """Kale et al. (arXiv 2502.12996): eager updates on the one-round-delayed outer step match DiLoCo, M = 2, 4, 8."""
-  variants = []
-  for learners in (2, 4, 8):
-    overrides = {"learners": learners}
-    variants.append(Variant(f"DiLoCo M={learners}", "diloco_digits", "diloco", overrides))
-    variants.append(Variant(f"eager M={learners}", "diloco_digits", "eager", overrides))
-  claims = tuple(
-    Claim(
-      f"eager updates on the one-round-delayed outer step match DiLoCo at M={learners} (Kale et al.)",
-      slug_of(f"eager M={learners}"),
-      slug_of(f"DiLoCo M={learners}"),
-      "matches",
-      EAGER_MATCH_MARGIN,
-    )
-    for learners in (2, 4, 8)
-  )
-  return Study(
+  return _against_diloco(
     name="eager_outer_step_digits",
     title="eager updates vs DiLoCo, M in {2, 4, 8}, on the embedded digits",
     finding="Kale et al. (eager updates): while round t's all-reduce is in flight, each learner steps with the "
     "previous round's mean in which its own part is replaced by its fresh pseudo-gradient, and so matches DiLoCo "
     "while the communication overlaps a whole round",
-    variants=tuple(variants),
-    paper_data=False,
-    has_quick=False,
-    claims=claims,
+    variant="eager",
+    label="eager",
+    claim="eager updates on the one-round-delayed outer step match DiLoCo at M={learners} (Kale et al.)",
+    relation="matches",
+    margin=EAGER_MATCH_MARGIN,
+  )
+
+
+def _against_diloco(
+  *, name: str, title: str, finding: str, variant: str, label: str, claim: str, relation: str, margin: float
+) -> Study:
+  """``diloco_digits:<variant>`` against DiLoCo at M = 2, 4 and 8, each pair with its claim (``claim`` formatted
+  with ``learners``): the grid of Kale et al.'s two studies."""
+  variants = []
+  for learners in (2, 4, 8):
+    overrides = {"learners": learners}
+    variants.append(Variant(f"DiLoCo M={learners}", "diloco_digits", "diloco", overrides))
+    variants.append(Variant(f"{label} M={learners}", "diloco_digits", variant, overrides))
+  claims = tuple(
+    Claim(
+      claim.format(learners=learners),
+      slug_of(f"{label} M={learners}"),
+      slug_of(f"DiLoCo M={learners}"),
+      relation,
+      margin,
+    )
+    for learners in (2, 4, 8)
+  )
+  return Study(
+    name=name, title=title, finding=finding, variants=tuple(variants), paper_data=False, has_quick=False, claims=claims
   )
