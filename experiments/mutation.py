@@ -22,7 +22,10 @@ is applied to the copy and its module's test command is run by cosmic-ray's own 
 (``cosmic_ray.testing.run_tests``) with the same command and timeout as the module's mutants; every control must
 come out killed. A control's outcome is kept while its module's source and test files are unchanged (a control
 that survived runs again once a test is added). Equivalent mutants, with the reason and the evidence, are kept by
-hand in `EQUIVALENTS_FILE`.
+hand in `EQUIVALENTS_FILE`; one kind is recognised here instead (`annotation_spans`): a mutant that changes only a
+function's annotation in a module with ``from __future__ import annotations``, where Python keeps annotations as
+strings and never evaluates them. Such mutants are marked skipped before a session runs (not run), and listed
+as equivalent with that reason.
 
 ``results/mutation/summary.json``: the tool and its version, the configuration, per module the mutants, killed,
 survived, timed out and incompetent (and the killed share of the non-equivalent mutants, timeouts counted as not
@@ -50,6 +53,7 @@ spent (the module in progress finishes); run the same command again to continue.
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import hashlib
 import json
@@ -288,18 +292,93 @@ def _diff_lines(diff: str | None) -> list[str]:
   return [line for line in (diff or "").splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
+ANNOTATION_ONLY = (
+  "equivalent: changes only a function's annotation (a parameter's, the return's or a local variable's) in a "
+  "module with `from __future__ import annotations` (PEP 563): Python stores it as a string and never evaluates "
+  "it, and stalesgd never reads it back (no typing.get_type_hints)"
+)
+
+Position = tuple[int, int]  # (line from 1, column from 0), as cosmic-ray's work items and Python's ast count
+
+
+def annotation_spans(source: str) -> list[tuple[Position, Position]]:
+  """The (start, end) of every annotation that ``source`` never evaluates: with ``from __future__ import
+  annotations``, each function's parameter and return annotations and its local variables' annotations (empty
+  without that import, where a function's annotations are evaluated when it is defined).
+
+  Class-level and module-level annotations are left out: they are kept in ``__annotations__``, which NamedTuple and
+  dataclass machinery read.
+  """
+  tree = ast.parse(source)
+  deferred = any(
+    isinstance(node, ast.ImportFrom)
+    and node.module == "__future__"
+    and any(a.name == "annotations" for a in node.names)
+    for node in tree.body
+  )
+  if not deferred:
+    return []
+  annotations: list[ast.expr] = []
+  for function in ast.walk(tree):
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+      continue
+    arguments = function.args
+    for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg):
+      if argument is not None and argument.annotation is not None:
+        annotations.append(argument.annotation)
+    if isinstance(function, ast.Lambda):
+      continue
+    if function.returns is not None:
+      annotations.append(function.returns)
+    for statement in function.body:
+      for node in ast.walk(statement):
+        if isinstance(node, ast.AnnAssign):
+          annotations.append(node.annotation)
+  return [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)) for a in annotations]
+
+
+def in_annotation(spans: Sequence[tuple[Position, Position]], start: Sequence[int], end: Sequence[int]) -> bool:
+  """Whether the source range ``start``-``end`` lies inside one of ``spans``."""
+  first, last = tuple(start), tuple(end)
+  return any(span_start <= first and last <= span_end for span_start, span_end in spans)
+
+
+def skip_annotation_mutants(session: pathlib.Path, source: str) -> int:
+  """Marks the session's mutants that change only an unevaluated annotation (`annotation_spans`) as skipped, with
+  `ANNOTATION_ONLY` as their output, so that ``cosmic-ray exec`` does not run them. Returns how many."""
+  spans = annotation_spans(source)
+  if not spans:
+    return 0
+  with sqlite3.connect(session) as database:
+    rows = database.execute(
+      "SELECT m.job_id, m.start_pos_row, m.start_pos_col, m.end_pos_row, m.end_pos_col FROM mutation_specs m "
+      "WHERE m.job_id NOT IN (SELECT job_id FROM work_results)"
+    ).fetchall()
+    skipped = [job for job, *position in rows if in_annotation(spans, position[:2], position[2:])]
+    database.executemany(
+      "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) VALUES (?, ?, NULL, NULL, ?)",
+      [("SKIPPED", ANNOTATION_ONLY, job) for job in skipped],
+    )
+  return len(skipped)
+
+
 def equivalent_key(module: str, operator: str, occurrence: int) -> tuple[str, str, int]:
   return (module, operator, int(occurrence))
 
 
 def module_summary(
-  module: str, records: Iterable[Sequence[Any]], equivalents: Iterable[Mapping[str, Any]] = ()
+  module: str,
+  records: Iterable[Sequence[Any]],
+  equivalents: Iterable[Mapping[str, Any]] = (),
+  source: str | None = None,
 ) -> dict[str, Any]:
   """Counts and per-mutant rows of one module from ``cosmic-ray dump`` records ``[work_item, result]``.
 
   ``killed_percent`` is the killed share of the decided, non-equivalent mutants: timeouts count as not killed
-  (undecided), incompetent mutants and pending ones are left out of the denominator.
+  (undecided), incompetent mutants and pending ones are left out of the denominator. With the module's
+  ``source``, a mutant inside an unevaluated annotation (`annotation_spans`) is equivalent, run or skipped.
   """
+  spans = annotation_spans(source) if source is not None else []
   known = {
     equivalent_key(entry["module"], entry["operator"], entry["occurrence"]): entry
     for entry in equivalents
@@ -309,8 +388,11 @@ def module_summary(
   for work_item, result in records:
     (mutation,) = work_item["mutations"]
     outcome = outcome_of(result)
-    if outcome == "no mutation":
+    annotation_only = in_annotation(spans, mutation["start_pos"], mutation["end_pos"])
+    if outcome == "no mutation" and not annotation_only:
       continue
+    if outcome == "no mutation":
+      outcome = "skipped"
     key = equivalent_key(module, mutation["operator_name"], mutation["occurrence"])
     row = {
       "job_id": work_item["job_id"],
@@ -321,8 +403,10 @@ def module_summary(
       "outcome": outcome,
       "killed_by": killing_test(result.get("output")) if outcome == "killed" else None,
       "diff": _diff_lines(result.get("diff")) if result else [],
-      "equivalent": key in known,
+      "equivalent": key in known or annotation_only,
     }
+    if annotation_only:
+      row["equivalent_reason"] = ANNOTATION_ONLY
     if outcome == "killed" and row["killed_by"] is None:
       tail = (result.get("output") or "").strip().splitlines()
       row["output_tail"] = tail[-1][:200] if tail else ""
@@ -336,10 +420,14 @@ def module_summary(
       ("timed_out", "timed out"),
       ("incompetent", "incompetent"),
       ("pending", "pending"),
+      ("skipped_annotation_only", "skipped"),
     )
   }
   equivalent = sum(row["equivalent"] and row["outcome"] != "killed" for row in mutants)
-  decided = counts["killed"] + counts["survived"] + counts["timed_out"] - equivalent
+  # The denominator: killed, survived and timed out, less the equivalent ones among the last two (a skipped or a
+  # pending equivalent was never in it).
+  undecidable = sum(row["equivalent"] and row["outcome"] in ("survived", "timed out") for row in mutants)
+  decided = counts["killed"] + counts["survived"] + counts["timed_out"] - undecidable
   return {
     "mutants": len(mutants),
     **counts,
@@ -583,6 +671,9 @@ def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence
     forgotten = forget_survivors(files["session"])
     meta.setdefault("survivor_reruns", []).append({"at": _now(), "mutants": forgotten})
     print(f"{module.path}: {len(forgotten)} survivors run again with the current tests", flush=True)
+  skipped = skip_annotation_mutants(files["session"], (ROOT / module.path).read_text(encoding="utf-8"))
+  if skipped:
+    print(f"{module.path}: {skipped} mutants inside unevaluated annotations skipped (equivalent)", flush=True)
   started, load = time.monotonic(), list(os.getloadavg())
   subprocess.run(
     [str(_tool(TOOL)), "exec", str(files["config"]), str(files["session"])], cwd=TREE, env=_environment(), check=True
@@ -625,7 +716,12 @@ def write_summary(controls: Sequence[Mapping[str, Any]], note: str | None = None
     elif not meta["baseline_passed"]:
       entry.update(status="tests fail unmutated", meta=meta)
     else:
-      summary = module_summary(module.path, _dump(files["session"]) if files["session"].exists() else [], equivalents)
+      summary = module_summary(
+        module.path,
+        _dump(files["session"]) if files["session"].exists() else [],
+        equivalents,
+        (ROOT / module.path).read_text(encoding="utf-8"),
+      )
       entry["status"] = "in progress" if summary["pending"] else "done"
       entry.update(
         {key: meta[key] for key in ("source_sha256", "baseline_seconds", "timeout_seconds", "created", "exec_runs")}

@@ -125,3 +125,92 @@ def test_forgetting_survivors_leaves_the_other_results(tmp_path):
   assert sorted(mutation.forget_survivors(session)) == ["b", "c"]
   with sqlite3.connect(session) as database:
     assert list(database.execute("SELECT job_id, test_outcome FROM work_results")) == [("a", "KILLED")]
+
+
+ANNOTATED = """\
+from __future__ import annotations
+
+
+def rule(a: int | None, *rest: str, b: float = 1.0, **options: dict) -> list[int] | None:
+  total: int | None = a
+  return [total]
+
+
+class Row:
+  field: int | None = None
+"""
+
+
+def test_annotation_spans_are_the_unevaluated_function_annotations_only():
+  spans = sorted(mutation.annotation_spans(ANNOTATED))
+  lines = ANNOTATED.splitlines()
+  assert all(start[0] == end[0] for start, end in spans)
+  # The parameters', the return's and the local variable's annotations; Row.field's (line 10) is kept in
+  # __annotations__, so it is not among them.
+  assert [(start[0], lines[start[0] - 1][start[1] : end[1]]) for start, end in spans] == [
+    (4, "int | None"),
+    (4, "str"),
+    (4, "float"),
+    (4, "dict"),
+    (4, "list[int] | None"),
+    (5, "int | None"),
+  ]
+  assert spans[0] == ((4, 12), (4, 22))
+  assert mutation.in_annotation(spans, [4, 16], [4, 17])  # the `|` of `int | None`
+  assert not mutation.in_annotation(spans, [4, 47], [4, 50])  # the default 1.0
+  assert not mutation.in_annotation(spans, [10, 13], [10, 14])  # the class field's `|`
+  # Without the __future__ import a function's annotations are evaluated when it is defined: none is skipped.
+  assert mutation.annotation_spans(ANNOTATED.replace("from __future__ import annotations\n", "")) == []
+
+
+def test_an_annotation_only_mutant_is_equivalent_whether_it_ran_or_was_skipped():
+  def at(job, line, column, result):
+    record = _record(job, "ReplaceBinaryOperator_BitOr_BitAnd", 0, line, result)
+    record[0]["mutations"][0]["start_pos"], record[0]["mutations"][0]["end_pos"] = [line, column], [line, column + 1]
+    return record
+
+  records = [
+    at("ran", 4, 16, _result("survived", "5 passed")),
+    at("skipped", 4, 84, _result(None, mutation.ANNOTATION_ONLY, worker="skipped")),
+    at("local", 5, 13, None),
+    at("code", 6, 2, _result("killed", FAILED)),
+  ]
+  summary = mutation.module_summary("stalesgd/transforms/_x.py", records, source=ANNOTATED)
+  rows = {row["job_id"]: row for row in summary["mutant_list"]}
+  assert [rows[job]["outcome"] for job in ("ran", "skipped", "local", "code")] == [
+    "survived",
+    "skipped",
+    "pending",
+    "killed",
+  ]
+  assert all(rows[job]["equivalent"] for job in ("ran", "skipped", "local")) and not rows["code"]["equivalent"]
+  assert rows["skipped"]["equivalent_reason"] == mutation.ANNOTATION_ONLY
+  assert summary["survivors"] == [] and summary["skipped_annotation_only"] == 1 and summary["equivalent"] == 3
+  assert summary["killed_percent_of_non_equivalent"] == 100.0  # 1 killed of 1 decided: the rest never counted
+  # Without the source, the same records are what they were: a survivor and an unlisted skip.
+  plain = mutation.module_summary("stalesgd/transforms/_x.py", records)
+  assert [row["job_id"] for row in plain["survivors"]] == ["ran"] and plain["killed_percent_of_non_equivalent"] == 50.0
+
+
+def test_skipping_marks_only_pending_annotation_mutants(tmp_path):
+  session = tmp_path / "session.sqlite"
+  with sqlite3.connect(session) as database:
+    database.execute(
+      "CREATE TABLE mutation_specs (module_path VARCHAR, operator_name VARCHAR, operator_args JSON, occurrence "
+      "INTEGER, start_pos_row INTEGER, start_pos_col INTEGER, end_pos_row INTEGER, end_pos_col INTEGER, "
+      "definition_name VARCHAR, job_id VARCHAR NOT NULL)"
+    )
+    database.execute(
+      "CREATE TABLE work_results (worker_outcome VARCHAR(9), output TEXT, test_outcome VARCHAR(11), diff TEXT, "
+      "job_id VARCHAR NOT NULL)"
+    )
+    for job, line, column in (("annotation", 4, 16), ("done", 4, 20), ("code", 6, 2)):
+      database.execute(
+        "INSERT INTO mutation_specs VALUES ('m', 'op', '{}', 0, ?, ?, ?, ?, 'rule', ?)",
+        (line, column, line, column + 1, job),
+      )
+    database.execute("INSERT INTO work_results VALUES ('NORMAL', '', 'SURVIVED', '', 'done')")
+  assert mutation.skip_annotation_mutants(session, ANNOTATED) == 1
+  with sqlite3.connect(session) as database:
+    results = dict(database.execute("SELECT job_id, worker_outcome FROM work_results"))
+  assert results == {"done": "NORMAL", "annotation": "SKIPPED"}

@@ -44,6 +44,14 @@ def test_hardsync_rounds_match_the_closed_form():
   np.testing.assert_array_equal(schedule.timestamp, np.broadcast_to(np.arange(rounds)[:, None], (rounds, learners)))
 
 
+def test_softsync_with_hundreds_of_contributions_per_update_applies_each_when_it_fills():
+  # c = 600 // 2 = 300 gradients per update: more than CPython caches as shared int objects (-5 to 256), so the
+  # server must compare the count of pending gradients with c by value.
+  schedule = simulate("softsync", learners=600, n=2, num_updates=3, seed=0)
+  assert schedule.contributions_per_update == 300 and schedule.learner.shape == (3, 300)
+  assert all(len(set(row)) == 300 for row in schedule.learner.tolist())  # 300 learners, none twice
+
+
 @pytest.mark.parametrize("n", [2, 4, 10, 15, 30])
 def test_softsync_staleness_matches_zhang_et_al(n):
   contributions = ZHANG_LEARNERS // n
@@ -132,6 +140,14 @@ def test_backup_workers_apply_exactly_learners_minus_b_and_drop_the_latest_arriv
     schedule.dropped_learner, schedule.dropped_batch_index, schedule.dropped_timestamp
   ):
     assert arrived_at[(int(learner), int(batch))] >= last_accepted[timestamp]
+
+
+def test_backup_workers_with_hundreds_of_gradients_per_round_close_it_when_it_fills():
+  # c = 300 - 1 = 299 gradients per round: more than CPython caches as shared int objects (-5 to 256), so the
+  # server must compare the round's count with c by value.
+  schedule = simulate("backup", learners=300, backup=1, num_updates=2, seed=0)
+  assert schedule.learner.shape == (2, 299) and all(len(set(row)) == 299 for row in schedule.learner.tolist())
+  assert np.all(schedule.timestamp == np.arange(2)[:, None])
 
 
 def test_backup_workers_drop_the_persistently_slow_learners():
