@@ -59,7 +59,7 @@ from stalesgd.engine._blocks import Block, BlockPlan, plan_blocks
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.schedule._schedule_arrays import Schedule
-from stalesgd.transforms._local_run import init_inner_states, local_run
+from stalesgd.transforms._local_run import agreement, init_inner_states, local_run
 
 PyTree = Any
 LossFn = Callable[[PyTree, PyTree], Any]
@@ -91,6 +91,12 @@ class EngineState(NamedTuple):
   inner_states: PyTree = ()
 
 
+LOCAL_RUN_DIAGNOSTICS = ("pseudo_gradient_norm", "pseudo_gradient_agreement")
+"""What the engine measures per update when contributions are local runs (H > 1): the mean over the update's c
+contributions of ||Delta||, and their `stalesgd.transforms._local_run.agreement` (1 when c = 1), as DiLoCo's
+rounds report them. Not measured for H = 1, whose compiled block stays as it was."""
+
+
 class BlockMetrics(NamedTuple):
   """Per-update measurements of one block (device arrays; rows past the block's
   ``num_updates`` are padding).
@@ -101,7 +107,9 @@ class BlockMetrics(NamedTuple):
       applied to the update (`stalesgd.transforms.lr_scale`; 1 without one).
     diagnostics: more float32 [R] per-update measurements, by name, that the
       log records carry as their mean over the records' updates (DC-S3GD's
-      ``correction_ratio`` and ``displacement_norm``); None for the engine.
+      ``correction_ratio`` and ``displacement_norm``; the engine's
+      `LOCAL_RUN_DIAGNOSTICS` when contributions are local runs of H > 1
+      steps), or None.
   """
 
   loss: jax.Array
@@ -222,6 +230,7 @@ class Engine:
     self.keeps_inner_states = not self.reset_inner_state and bool(jax.tree_util.tree_leaves(probe))
     self._replicated = NamedSharding(self.mesh, P())
     self._split = NamedSharding(self.mesh, P(axis_name))
+    self.diagnose = self.local_steps > 1  # `LOCAL_RUN_DIAGNOSTICS`
     self._block_step = jax.jit(self._block_step_impl, donate_argnums=0)
     self._dispatch = DispatchLimiter()
 
@@ -433,6 +442,21 @@ class Engine:
     grads = jax.tree_util.tree_map(by_row, grads)
     losses = jax.lax.with_sharding_constraint(losses, self._replicated)[: rows * contributions]
     losses = losses.reshape(rows, contributions)
+    diagnostics = None
+    if self.diagnose:
+      # From the pseudo-gradients as the server receives them (after the all-to-all), so that the local runs'
+      # program is the one without diagnostics.
+      leaves = [leaf.astype(jnp.float32) for leaf in jax.tree_util.tree_leaves(grads)]
+      squared = sum(jnp.sum(jnp.square(leaf), axis=tuple(range(2, leaf.ndim))) for leaf in leaves)  # [R, c]
+      mean_squared = sum(  # ||mean_c Delta||^2 of every row, [R]
+        jnp.sum(jnp.square(jnp.mean(leaf, axis=1)), axis=tuple(range(1, leaf.ndim - 1))) for leaf in leaves
+      )
+      diagnostics = {
+        "pseudo_gradient_norm": jnp.mean(jnp.sqrt(squared), axis=1),
+        "pseudo_gradient_agreement": jnp.broadcast_to(
+          agreement(jnp.sum(squared, axis=1), mean_squared, contributions), (rows,)
+        ),
+      }
 
     def apply_update(row, carry):
       # Only the block's real updates run (a dynamic trip count), so padding rows
@@ -453,7 +477,7 @@ class Engine:
     carry = (state.params, state.opt_state, state.ring, state.step, jnp.ones((rows,), jnp.float32))
     params, opt_state, ring, step, applied = jax.lax.fori_loop(0, num_updates, apply_update, carry)
     final = EngineState(params, opt_state, ring, step, inner_states)
-    return self._constrain(final), BlockMetrics(losses, applied)
+    return self._constrain(final), BlockMetrics(losses, applied, diagnostics)
 
   def _constrain(self, state: EngineState) -> EngineState:
     return jax.lax.with_sharding_constraint(state, self.state_shardings(state))

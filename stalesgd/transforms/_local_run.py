@@ -211,6 +211,24 @@ def local_run(
   return LocalRun(jax.tree.map(jnp.negative, update_sum), weights, state, losses, aux)
 
 
+def agreement(total_squared_norm: jax.Array, squared_norm_of_mean: jax.Array, learners: int) -> jax.Array:
+  r"""How much M pseudo-gradients agree, from the sum of their squared norms and their mean's squared norm, without
+  gathering them:
+
+  .. math::
+    a = \frac{\sum_{m \ne k} \Delta_m \cdot \Delta_k}{(M - 1) \sum_m \|\Delta_m\|^2}
+      = \frac{M^2 \|\bar\Delta\|^2 - \sum_m \|\Delta_m\|^2}{(M - 1) \sum_m \|\Delta_m\|^2}
+
+  the mean pairwise dot product over the mean squared norm: 1 for identical pseudo-gradients, 0 for orthogonal
+  ones, -1/(M - 1) when they cancel (the mean pairwise cosine when all norms are equal). 1 for M = 1 or all zero.
+  """
+  total = total_squared_norm
+  if learners == 1:
+    return jnp.float32(1.0)
+  value = (learners**2 * squared_norm_of_mean - total) / ((learners - 1) * total)
+  return jnp.where(total > 0, value, 1.0)
+
+
 def init_inner_states(inner_optimizer: optax.GradientTransformation, params: Any, num_learners: int) -> Any:
   """Every learner's first inner state, ``inner_optimizer.init(params)`` stacked on a leading axis of M.
 

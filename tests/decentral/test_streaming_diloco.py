@@ -15,12 +15,12 @@ import pytest
 
 from stalesgd.decentral._streaming import (
   StreamingSettings,
-  agreement,
   init_streaming,
   round_events,
   sharded_streaming_round,
 )
 from stalesgd.parallel import learner_mesh
+from stalesgd.transforms._local_run import agreement
 from tests.helpers.local_run_reference import (
   assert_tree_close,
   batch_stream,

@@ -233,3 +233,40 @@ def test_dynamic_local_updates_at_equal_speeds_are_fixed_h_bit_for_bit():
     )
   for key in results[0]:
     np.testing.assert_array_equal(results[1][key], results[0][key])
+
+
+def test_local_run_diagnostics_are_the_pseudo_gradients_norms_and_agreement():
+  """hardsync, H = 3, M = 3: per update, the mean of ||Delta_m|| and (M^2 ||mean Delta||^2 - sum ||Delta_m||^2) /
+  ((M - 1) sum ||Delta_m||^2), against numpy DiLoCo's pseudo-gradients (outer SGD(1) = the server's SGD(1))."""
+  steps, rounds, learners = 3, 6, 3
+  schedule = schedule_lib.simulate("hardsync", learners=learners, num_updates=rounds, seed=0, local_steps=steps)
+  streams = streams_for(learners, steps, rounds)
+  engine = engine_lib.Engine(
+    least_squares,
+    optax.chain(stalesgd.average_contributions(), optax.sgd(1.0)),
+    mesh=sharding_lib.learner_mesh(),
+    local_steps=steps,
+    inner_optimizer=optax.sgd(INNER_ETA),
+  )
+  plan = engine.plan(schedule)
+  state = engine.init(initial_params(), plan)
+  norms, agreements = [], []
+  for _, state, metrics in engine.iterate(state, plan, stream_batch_fn(streams)):
+    assert metrics.diagnostics is not None, "H = 3 reports diagnostics"
+    norms.append(np.asarray(metrics.diagnostics["pseudo_gradient_norm"]))
+    agreements.append(np.asarray(metrics.diagnostics["pseudo_gradient_agreement"]))
+  norms, agreements = np.concatenate(norms)[:rounds], np.concatenate(agreements)[:rounds]
+  history = numpy_diloco(initial_params(), streams, rounds, steps, INNER_ETA, 1.0, 0.0)
+  for r, (_, deltas, _) in enumerate(history):
+    squares = [sum(float(np.sum(delta[k] ** 2)) for k in delta) for delta in deltas]
+    mean = {k: np.mean([delta[k] for delta in deltas], axis=0) for k in deltas[0]}
+    mean_square = sum(float(np.sum(mean[k] ** 2)) for k in mean)
+    np.testing.assert_allclose(norms[r], np.mean(np.sqrt(squares)), rtol=1e-5)
+    expected = (learners**2 * mean_square - sum(squares)) / ((learners - 1) * sum(squares))
+    np.testing.assert_allclose(agreements[r], expected, rtol=1e-4, atol=1e-6)
+  # One local step: the block is today's, without diagnostics.
+  single = engine_lib.Engine(least_squares, server_optimizer(), mesh=sharding_lib.learner_mesh())
+  single_schedule = schedule_lib.simulate("hardsync", learners=learners, num_updates=2, seed=0)
+  single_plan = single.plan(single_schedule)
+  _, metrics = single.step(single.init(initial_params(), single_plan), single_plan, 0, stream_batch_fn(streams))
+  assert metrics.diagnostics is None
