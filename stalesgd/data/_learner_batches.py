@@ -100,6 +100,10 @@ class LearnerBatches:
     self.dataset, self.seed = dataset, int(seed)
     self.augment, self.crop_padding = bool(augment), int(crop_padding)
     lazy = isinstance(dataset.train, LazyImageSource)
+    if self.augment and getattr(dataset.train, "float_inputs", False):
+      raise ValueError(
+        f"augment=True for dataset {dataset.name!r}, whose inputs are float32 values, not pixels; allowed: False"
+      )
     self.augmentation = NO_AUGMENTATION if not self.augment else INCEPTION_CROP if lazy else PAD_CROP
     self.dropout_seeds = bool(dropout_seeds)
     self._permutations: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()

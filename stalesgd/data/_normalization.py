@@ -92,6 +92,11 @@ def fit_normalization(kind: str, train: ImageSource) -> Normalization:
   """
   if kind not in NORMALIZATIONS:
     raise ValueError(f"normalization must be one of {NORMALIZATIONS}; got {kind!r}")
+  if isinstance(train, ArraySource) and train.float_inputs and kind != "raw":
+    raise ValueError(
+      f"normalization={kind!r} for float32 inputs; allowed: 'raw' (the others are of 0..255 pixels; inputs that "
+      "are not pixels are taken as they are)"
+    )
   if kind == "raw":
     return Normalization(kind, np.float32(0.0), np.float32(1.0))
   if kind == "unit":

@@ -6,7 +6,9 @@ The function is called without arguments and returns in-memory arrays, like ``ke
 * a mapping ``{"train": (images, labels), "test": (images, labels)}``, optionally with ``"num_classes"``
   (otherwise the largest label + 1).
 
-Images are uint8 [N, H, W] or [N, H, W, C] and labels integers in [0, num_classes), or float targets [N] for
+Images are uint8 [N, H, W] or [N, H, W, C] (float32 for inputs that are not pixels, e.g. feature vectors [N, 1, D],
+taken as they are: ``config.normalization = "raw"``, no augmentation) and labels integers in [0, num_classes), or
+float targets [N] for
 another task (a regression) trained with a loss function of the user's (``config.loss``; `ArraySource` checks
 them). Errors name ``config.dataset`` and what is wrong, at load time, before anything is compiled.
 """
@@ -63,6 +65,10 @@ def load_python_splits(path: str) -> tuple[ArraySource, ArraySource, int | None]
       splits.append(ArraySource(np.asarray(images), np.asarray(labels)))
     except ValueError as error:
       raise ValueError(f"{FIELD}={path!r}, {split} split: {error}") from error
+  if splits[0].float_inputs != splits[1].float_inputs:
+    raise ValueError(
+      f"{FIELD}={path!r}: one split's inputs are float32 values and the other's uint8 pixels; allowed: both alike"
+    )
   kinds = {np.issubdtype(source.labels.dtype, np.floating) for source in splits}
   if kinds == {True}:  # float targets: no classes (a regression, with a loss function of the user's)
     if num_classes is not None:

@@ -43,8 +43,11 @@ def _check_indices(indices: np.ndarray, size: int) -> np.ndarray:
 class ArraySource:
   """A split held in memory as uint8 images [N, H, W, C] and integer labels [N] (or float targets [N]).
 
+  Inputs that are not pixels (e.g. feature vectors: shape [N, 1, D]) are float32 instead of uint8; they are taken
+  as they are (``normalization="raw"``, no augmentation: `float_inputs`).
+
   Attributes:
-    images: uint8 [N, H, W, C] (a [N, H, W] input gains a channel axis).
+    images: uint8 (or float32, finite) [N, H, W, C] (a [N, H, W] input gains a channel axis).
     labels: int32 [N] class indices; float32 [N] targets where a split holds float labels (a regression
       with a user's loss function, `stalesgd.models.ModelSpec.loss`).
     image_shape: (H, W, C).
@@ -54,10 +57,13 @@ class ArraySource:
     images, labels = np.asarray(images), np.asarray(labels)
     if images.ndim == 3:
       images = images[..., None]
-    if images.dtype != np.uint8 or images.ndim != 4:
+    if images.dtype not in (np.uint8, np.float32) or images.ndim != 4:
       raise ValueError(
-        f"images must be uint8 [N, H, W] or [N, H, W, C]; got dtype {images.dtype}, shape {images.shape}"
+        "images must be uint8 [N, H, W] or [N, H, W, C] (float32 for inputs that are not pixels); got dtype "
+        f"{images.dtype}, shape {images.shape}"
       )
+    if images.dtype == np.float32 and not np.all(np.isfinite(images)):
+      raise ValueError("float32 inputs must be finite")
     if labels.ndim != 1 or labels.shape[0] != images.shape[0] or not np.issubdtype(labels.dtype, np.number):
       raise ValueError(
         f"labels must be integers [N] (or float targets [N]) with N = {images.shape[0]} images; got dtype "
@@ -77,6 +83,11 @@ class ArraySource:
 
   def __len__(self) -> int:
     return self.images.shape[0]
+
+  @property
+  def float_inputs(self) -> bool:
+    """Whether the inputs are float32 values rather than uint8 pixels."""
+    return self.images.dtype == np.float32
 
   def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     indices = _check_indices(indices, len(self))

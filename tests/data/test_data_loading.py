@@ -209,7 +209,20 @@ def user_mapping_data():
 
 def user_float_images():
   (train_images, train_labels), test = _user_arrays()
+  return (train_images.astype(np.float64), train_labels), test
+
+
+def user_float_train_uint8_test():
+  (train_images, train_labels), test = _user_arrays()
   return (train_images.astype(np.float32), train_labels), test
+
+
+def user_features():
+  """Feature vectors [N, 1, 4] in float32, two classes by the sign of their sum."""
+  rng = np.random.default_rng(1)
+  features = lambda count: rng.normal(size=(count, 1, 4)).astype(np.float32)
+  train, test = features(16), features(8)
+  return (train, (train.sum(axis=(1, 2)) > 0).astype(int)), (test, (test.sum(axis=(1, 2)) > 0).astype(int))
 
 
 def user_wrong_form():
@@ -228,6 +241,7 @@ def test_a_python_data_source_by_import_path():
   "function, match",
   [
     ("user_float_images", r"config.dataset='.*:user_float_images', train split: images must be uint8"),
+    ("user_float_train_uint8_test", r"one split's inputs are float32 values and the other's uint8 pixels"),
     ("user_wrong_form", r"returned a list; allowed: \(\(train_images, train_labels\), "),
     ("missing_function", r"has no attribute 'missing_function'"),
   ],
@@ -235,3 +249,18 @@ def test_a_python_data_source_by_import_path():
 def test_a_bad_python_data_source_is_refused_naming_the_field(function, match):
   with pytest.raises(ValueError, match=match):
     load_dataset(f"{__name__}:{function}", source="python")
+
+
+def test_float_features_are_taken_as_they_are_and_only_so():
+  dataset = load_dataset(f"{__name__}:user_features", source="python", normalization="raw")
+  (train, train_labels), _ = user_features()
+  assert dataset.image_shape == (1, 4, 1) and dataset.num_classes == 2
+  batches = LearnerBatches(dataset, batch_per_learner=4, learners=2, seed=0)
+  batch = batches(learner=np.array([0]), k=np.array([0]))
+  rows = batches.epoch_permutation(0)[:4]  # learner 0's first batch: global batch 0
+  np.testing.assert_array_equal(batch["image"][0, ..., 0], train[rows])
+  np.testing.assert_array_equal(batch["label"][0], train_labels[rows])
+  with pytest.raises(ValueError, match=r"normalization='per_channel' for float32 inputs; allowed: 'raw'"):
+    load_dataset(f"{__name__}:user_features", source="python", normalization="per_channel")
+  with pytest.raises(ValueError, match=r"augment=True for dataset .*user_features.*float32 values, not pixels"):
+    LearnerBatches(dataset, batch_per_learner=4, learners=2, seed=0, augment=True)

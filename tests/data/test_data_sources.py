@@ -27,8 +27,15 @@ def test_array_source_reads_by_fancy_index_and_validates():
   np.testing.assert_array_equal(labels, [0, 4, 0])
   with pytest.raises(ValueError, match=r"indices must lie in \[0, 5\)"):
     source.read(np.array([5]))
-  with pytest.raises(ValueError, match="images must be uint8"):
-    ArraySource(images.astype(np.float32), np.zeros(5, int))
+  with pytest.raises(ValueError, match=r"images must be uint8 .* \(float32 for inputs that are not pixels\)"):
+    ArraySource(images.astype(np.float64), np.zeros(5, int))
+  features = ArraySource(np.linspace(-1, 1, 5 * 3, dtype=np.float32).reshape(5, 1, 3), np.zeros(5, int))
+  assert features.float_inputs and not source.float_inputs and features.image_shape == (1, 3, 1)
+  np.testing.assert_array_equal(
+    features.read(np.array([1]))[0][0, 0, :, 0], np.linspace(-1, 1, 15, dtype=np.float32)[3:6]
+  )
+  with pytest.raises(ValueError, match="float32 inputs must be finite"):
+    ArraySource(np.full((5, 1, 3), np.nan, np.float32), np.zeros(5, int))
   with pytest.raises(ValueError, match="labels must be integers"):
     ArraySource(images, np.zeros(4, int))
   with pytest.raises(ValueError, match="labels must be >= 0"):
