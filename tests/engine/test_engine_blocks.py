@@ -72,6 +72,25 @@ def test_ring_buffer_reads_what_was_written():
   assert ring_buffer.ring_bytes(ring) == 4 * 5 * 4
 
 
+def test_ring_buffer_keeps_the_last_depth_versions_over_many_wraps():
+  # depth 3, not a power of two, written 10 times (more than 2 depth): slot t mod 3 holds w_t.
+  params = {"a": jnp.zeros((2,)), "b": jnp.zeros((3, 1))}
+  ring = ring_buffer.ring_init(params, depth=3)
+  for timestamp in range(1, 11):
+    ring = ring_buffer.ring_write(ring, timestamp, jax.tree_util.tree_map(lambda p: p + timestamp, params))
+    read = ring_buffer.ring_read(ring, jnp.asarray([timestamp, max(timestamp - 2, 0), max(timestamp - 1, 0)]))
+    expected = [timestamp, max(timestamp - 2, 0), max(timestamp - 1, 0)]
+    np.testing.assert_array_equal(read["a"][:, 0], expected)
+    np.testing.assert_array_equal(read["b"][:, 2, 0], expected)
+  np.testing.assert_array_equal(ring.weights["a"][:, 0], [9.0, 10.0, 8.0])  # slots 0, 1, 2: w_9, w_10, w_8
+  # A ring of depth 1 (hardsync) holds the newest version only; depth 0 holds none and is refused.
+  single = ring_buffer.ring_write(ring_buffer.ring_init(params, depth=1), 5, {"a": jnp.ones((2,)), "b": params["b"]})
+  assert ring_buffer.ring_depth(single) == 1
+  np.testing.assert_array_equal(ring_buffer.ring_read(single, jnp.asarray([5]))["a"], [[1.0, 1.0]])
+  with pytest.raises(ValueError, match="ring depth must be >= 1, got 0"):
+    ring_buffer.ring_init(params, depth=0)
+
+
 def _engine(optimizer=None):
   loss_fn, _, _ = MODELS["mlp"]
   optimizer = optimizer or optax.chain(stalesgd.average_contributions(), optax.sgd(0.1))

@@ -8,6 +8,7 @@ import pytest
 from stalesgd.schedule import PROTOCOLS, TimingModel, contributions_per_update, simulate
 from stalesgd.schedule import _events as events_lib
 from stalesgd.schedule._durations import StepDurations
+from stalesgd.schedule._ssp import StaleSynchronousServer
 
 DETERMINISTIC = TimingModel(jitter="deterministic")
 ZHANG_LEARNERS = 30
@@ -100,6 +101,48 @@ def test_ssp_keeps_every_clock_within_the_bound_at_every_event(bound):
   assert np.all(lead[everyone_started] <= bound)
   assert lead[everyone_started].max() == bound  # the bound is reached, so it is what stops the fast learners
   assert schedule.max_staleness <= bound  # reads include every update older than clock - s
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3, 5])
+def test_ssp_clocks_match_the_closed_form(bound):
+  # With free communication, learner l starts clock k as soon as it has pushed clock k - 1 and the slowest clock
+  # allows it (k - s updates applied); update k is applied when the last gradient of clock k arrives:
+  #   start(l, k) = max(finish(l, k - 1), U[k - s - 1] (0 before any)),  finish(l, k) = start(l, k) + d(l, k),
+  #   U[k] = max_l finish(l, k),  and the gradient's timestamp is the count of updates applied before its start.
+  learners, clocks = 4, 60
+  timing = TimingModel(speed_factors=(1.0, 1.4, 2.5, 0.6), jitter="lognormal", jitter_sigma=0.4)
+  schedule = simulate("ssp", learners=learners, s=bound, num_updates=clocks, seed=7, timing=timing)
+  durations = np.stack([StepDurations(timing, learners, 7).first(learner, clocks) for learner in range(learners)])
+  finish = np.zeros((learners, clocks))
+  start = np.zeros((learners, clocks))
+  applied = np.zeros(clocks)
+  for k in range(clocks):
+    allowed = applied[k - bound - 1] if k - bound - 1 >= 0 else 0.0
+    for learner in range(learners):
+      start[learner, k] = max(finish[learner, k - 1] if k else 0.0, allowed)
+      finish[learner, k] = start[learner, k] + durations[learner, k]
+    applied[k] = finish[:, k].max()
+  np.testing.assert_allclose(schedule.update_time, applied, rtol=1e-12)
+  np.testing.assert_array_equal(schedule.learner, np.argsort(finish, axis=0, kind="stable").T)
+  # Clock k's gradient from learner l read the weights of every update applied by its start (one released by an
+  # update starts after it).
+  timestamps = np.searchsorted(applied, start, side="right")  # [learner, clock]
+  np.testing.assert_array_equal(schedule.timestamp, timestamps[schedule.learner, np.arange(clocks)[:, None]])
+  assert schedule.max_staleness == bound  # the bound binds
+
+
+def test_ssp_with_hundreds_of_learners_applies_each_clock_when_it_completes():
+  # 300 gradients per clock: more than CPython caches as shared int objects (-5 to 256), so the server must
+  # compare a clock's count with lambda by value.
+  schedule = simulate("ssp", learners=300, s=1, num_updates=3, seed=0)
+  assert schedule.learner.shape == (3, 300) and all(len(set(row)) == 300 for row in schedule.learner.tolist())
+
+
+def test_ssp_bounds_the_arrivals_between_updates_by_lambda_times_s_plus_one():
+  # Between two updates every learner may push clocks u .. u + s: the event loop's guard against a rule that never
+  # updates stops SSP past lambda (s + 1) arrivals, and not before.
+  assert StaleSynchronousServer(learners=4, s=2).arrivals_between_updates() == 12
+  assert StaleSynchronousServer(learners=7, s=0).arrivals_between_updates() == 7
 
 
 def test_ssp_with_bound_zero_equals_hardsync():
