@@ -214,12 +214,13 @@ def run_parameter_server(
     if not heap:
       raise RuntimeError(f"{protocol}: every learner is waiting after {rule.updates} updates (protocol deadlock)")
     end, _, learner = heapq.heappop(heap)
-    if learner == _WINDOW_CLOSES:  # every learner that arrived in the window restarts from the current version
-      now = end if end > server_free else server_free
+    if learner == _WINDOW_CLOSES:
+      # Every learner that arrived in the window restarts from the current version, at the time the window's last
+      # arrival was applied (the asynchronous DiLoCo notebook's simulation, which restarts them once it sees that
+      # no other arrival falls in the window; nothing was processed between that arrival and this timer).
       released, held, window_open = held, [], False
-      server_free = now
       for other in released:
-        start(other, now)
+        start(other, server_free)
       continue
     now = push_send(end)
     if now < server_free:

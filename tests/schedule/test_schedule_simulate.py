@@ -165,15 +165,24 @@ def test_a_straggler_stays_within_the_bound_on_arrivals_between_updates(protocol
 
 
 def test_a_grace_window_answers_the_learners_that_arrive_in_it_together():
-  """2 learners at 1 s and 1.5 s per contribution (deterministic, free communication), T_g = 0.6 s, by hand:
-  learner 0 arrives at 1.0 (version 0: update 1) and opens the window until 1.6; learner 1 arrives at 1.5
-  (version 0: update 2); at 1.6 both restart from version 2: arrivals at 2.6 (update 3) and 3.1 (update 4), both
-  computed at version 2; the window of 2.6 closes at 3.2 and both restart from version 4."""
+  """2 learners at 1 s and 1.5 s per contribution (deterministic, free communication), T_g = 0.6 s, by hand, as the
+  asynchronous DiLoCo notebook's loop runs it: learner 0 arrives at 1.0 (version 0: update 1) and opens the window
+  until 1.6; learner 1 arrives at 1.5 (version 0: update 2), the window's last arrival, so both restart at 1.5
+  from version 2: arrivals at 2.5 (update 3) and 3.0 (update 4, within 2.5 + 0.6), both computed at version 2;
+  both restart at 3.0 from version 4, and learner 0 arrives at 4.0 (update 5)."""
   timing = TimingModel(compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 1.5))
   schedule = simulate("async", learners=2, num_updates=5, seed=0, timing=timing, grace_window=0.6)
   np.testing.assert_array_equal(schedule.learner[:, 0], [0, 1, 0, 1, 0])
   np.testing.assert_array_equal(schedule.timestamp[:, 0], [0, 0, 2, 2, 4])
-  np.testing.assert_allclose(schedule.update_time, [1.0, 1.5, 2.6, 3.1, 4.2])
+  np.testing.assert_allclose(schedule.update_time, [1.0, 1.5, 2.5, 3.0, 4.0])
+  # A learner still computing when the window closes keeps computing; the others restart at the last arrival:
+  # 3 learners at 1, 1.2 and 3 s, T_g = 0.5: learners 0 and 1 arrive at 1.0 and 1.2 and restart at 1.2 (arrivals
+  # 2.2 and 2.4, window 2.2-2.7), learner 2 arrives at 3.0 (a window of its own) computed at version 0.
+  three = TimingModel(compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 1.2, 3.0))
+  schedule = simulate("async", learners=3, num_updates=5, seed=0, timing=three, grace_window=0.5)
+  np.testing.assert_array_equal(schedule.learner[:, 0], [0, 1, 0, 1, 2])
+  np.testing.assert_array_equal(schedule.timestamp[:, 0], [0, 0, 2, 2, 0])
+  np.testing.assert_allclose(schedule.update_time, [1.0, 1.2, 2.2, 2.4, 3.0])
   plain = simulate("async", learners=2, num_updates=5, seed=0, timing=timing)
   np.testing.assert_array_equal(plain.timestamp[:, 0], [0, 0, 1, 2, 3])  # without it: each restarts at once
   with pytest.raises(ValueError, match="grace_window=0.5 with protocol='softsync'"):
