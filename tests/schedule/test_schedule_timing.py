@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from stalesgd.schedule import TimingModel, simulate
-from stalesgd.schedule._durations import BLOCK_STEPS, StepDurations
+from stalesgd.schedule._durations import BLOCK_STEPS, StepDurations, dynamic_local_steps
 
 
 @pytest.mark.parametrize("field", ["compute_time", "latency", "apply_time", "jitter_sigma", "speed_factor_sigma"])
@@ -208,3 +208,52 @@ def test_outer_rounds_are_timed_step_by_step_with_each_fragments_all_reduce():
   np.testing.assert_allclose(delayed.update_time, [4.0, 8.0])
   with pytest.raises(ValueError, match="fragments=2, delay=0 with local_steps=3"):
     simulate("streaming_diloco", learners=2, num_updates=2, seed=0, local_steps=3, fragments=2)
+
+
+STRAGGLER = TimingModel(
+  compute_time=0.5, jitter="straggler", jitter_sigma=0.3, straggler_prob=0.2, straggler_factor=4.0
+)
+
+
+def test_a_learners_step_times_are_drawn_in_blocks_of_normals_then_uniforms():
+  # The stream's definition, across a block boundary: each block of BLOCK_STEPS (1024) steps draws 1024 standard
+  # normals, then 1024 uniforms (a straggle where below p), from the learner's own generator. Changing the block
+  # size would move every straggler run's schedule past step 1024.
+  generator = STRAGGLER.step_generator(1, 3)
+  expected = []
+  for _ in range(2):
+    normals, uniforms = generator.standard_normal(1024), generator.random(1024)
+    multipliers = np.exp(0.3 * normals - 0.3**2 / 2) * np.where(uniforms < 0.2, 4.0, 1.0)
+    expected.extend((0.5 * multipliers).tolist())
+  assert BLOCK_STEPS == 1024
+  np.testing.assert_array_equal(StepDurations(STRAGGLER, 2, 3).first(1, 2048), expected)
+
+
+@pytest.mark.parametrize("local_steps, count", [(1, 3000), (3, 700)], ids=["H=1", "H=3"])
+def test_local_runs_last_the_left_to_right_sums_of_consecutive_steps(local_steps, count):
+  # first() (vectorised) and stream() (one at a time) against the H = 1 step times added in order by hand, over
+  # more than two blocks of steps.
+  steps = StepDurations(STRAGGLER, 2, 5).first(0, count * local_steps).tolist()
+  expected = []
+  for r in range(count):
+    total = steps[r * local_steps]
+    for i in range(1, local_steps):
+      total += steps[r * local_steps + i]
+    expected.append(total)
+  durations = StepDurations(STRAGGLER, 2, 5, local_steps=local_steps)
+  np.testing.assert_array_equal(durations.first(0, count), expected)
+  stream = durations.stream(0)
+  np.testing.assert_array_equal([next(stream) for _ in range(count)], expected)
+
+
+def test_dynamic_local_steps_by_hand():
+  # The asynchronous DiLoCo notebook's workers (0.58, 0.75, 1.51 and 3.33 s per step), H = 20, H_min = 5:
+  # H_m = max(int(H * min_sec / sec_m), 5): 20, int(15.47) = 15, int(7.68) = 7, max(int(3.48), 5) = 5.
+  timing = TimingModel(speed_factors=(0.58, 0.75, 1.51, 3.33), jitter="deterministic")
+  np.testing.assert_array_equal(dynamic_local_steps(timing, 4, 0, 20, 5), [20, 15, 7, 5])
+  three = TimingModel(speed_factors=(1.0, 1.5, 3.0), jitter="deterministic")
+  np.testing.assert_array_equal(dynamic_local_steps(three, 3, 0, 6, 1), [6, 4, 2])
+  np.testing.assert_array_equal(dynamic_local_steps(three, 3, 0, 6, 5), [6, 5, 5])
+  # In floats, as the notebook computes it: 48 * (0.3 / 0.8) = 17.999999999999996, so 17 steps.
+  two = TimingModel(speed_factors=(0.3, 0.8), jitter="deterministic")
+  np.testing.assert_array_equal(dynamic_local_steps(two, 2, 0, 48, 1), [48, 17])
