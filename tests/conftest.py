@@ -89,33 +89,30 @@ def compilations():
   jax.monitoring.unregister_event_duration_listener(listener)
 
 
-# The files that take longest (seconds of `--durations=0` in a full `make test` on the 2-core development machine
-# at load average 17-24; *: a file that did not run whole there, with its figure from the run before times 1.3,
-# what the files that ran whole in both grew by), longest first.
-# pytest-xdist (`make test`: `-n 2 --dist loadfile --no-loadscope-reorder`) hands out whole files in collection
-# order, so these start first and the workers finish together, instead of one long file running alone at the end.
-# (Without --no-loadscope-reorder, xdist >= 3.6 queues files by their number of tests, most first, which put the
-# one-test demo robustness file, 5 minutes, last.) A file missing
-# here only runs in its usual place.
+# The files that take longest (seconds of `--durations=0` in a full `make test` on the quiet 2-core development
+# machine, 2026-12-03: 14:26 wall, 1,580 s of tests), longest first.
+# pytest-xdist (`make test`: `-n 2 --dist loadfile`) hands out whole files; xdist >= 3.6 first orders them by their
+# number of tests, most first (a stable sort, so among files with as many tests these come first). Forcing this
+# order instead (--no-loadscope-reorder) measured slower on the same machine and tree: 15:00 against 14:26.
 LONG_FILES = (
-  "tests/engine/test_engine_exactness.py",  # 413
-  "tests/benchmarks/test_training_benchmark.py",  # 352
-  "tests/studies/test_demo_robustness.py",  # 310 *
-  "tests/training/test_train_protocols.py",  # 226
-  "tests/cli/test_experiment_reproduce.py",  # 220 *
-  "tests/training/test_checkpoint.py",  # 193
-  "tests/training/test_train_multiprocess.py",  # 170 *
-  "tests/studies/test_study_parallel.py",  # 167
-  "tests/training/test_own_experiment.py",  # 152
-  "tests/models/test_models_zoo.py",  # 130
-  "tests/training/test_train_outputs.py",  # 124
-  "tests/cli/test_train_command_line.py",  # 113 *
-  "tests/transforms/test_transforms_contract.py",  # 108
-  "tests/faults/test_kill_two_processes.py",  # 108 *
-  "tests/training/test_device_layout.py",  # 106
-  "tests/models/test_models_imagenet_step.py",  # 100
-  "tests/decentral/test_dcs3gd.py",  # 94
-  "tests/faults/test_kill_resume.py",  # 82
+  "tests/studies/test_demo_robustness.py",  # 145
+  "tests/engine/test_engine_exactness.py",  # 131
+  "tests/training/test_train_multiprocess.py",  # 114
+  "tests/benchmarks/test_training_benchmark.py",  # 105
+  "tests/training/test_train_resume.py",  # 89
+  "tests/faults/test_kill_two_processes.py",  # 82
+  "tests/cli/test_experiment_reproduce.py",  # 76
+  "tests/models/test_models_imagenet_step.py",  # 72
+  "tests/faults/test_kill_resume.py",  # 61
+  "tests/studies/test_study_parallel.py",  # 58
+  "tests/training/test_checkpoint.py",  # 39
+  "tests/cli/test_train_command_line.py",  # 38
+  "tests/models/test_models_zoo.py",  # 37
+  "tests/transforms/test_transforms_contract.py",  # 31
+  "tests/training/test_train_protocols.py",  # 30
+  "tests/repository/test_doc_examples.py",  # 30
+  "tests/training/test_own_experiment.py",  # 29
+  "tests/repository/test_packaging.py",  # 28
 )
 
 
