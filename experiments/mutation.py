@@ -574,9 +574,14 @@ def _baseline(module: Module) -> tuple[bool, float, str]:
   return finished.returncode == 0, time.monotonic() - start, (finished.stdout + finished.stderr)[-2000:]
 
 
-def _set_aside_if_stale(module: Module, files: Mapping[str, pathlib.Path], digest: str) -> None:
+def _is_stale(meta: Mapping[str, Any], module: Module) -> bool:
+  """Whether a session was made for another source or test command of ``module`` than today's."""
+  return (meta.get("source_sha256"), meta.get("test_command")) != (_sha256(ROOT / module.path), test_command(module))
+
+
+def _set_aside_if_stale(module: Module, files: Mapping[str, pathlib.Path]) -> None:
   meta = _read_json(files["meta"], None)
-  if meta is None or (meta.get("source_sha256"), meta.get("test_command")) == (digest, test_command(module)):
+  if meta is None or not _is_stale(meta, module):
     return
   stamp = meta.get("source_sha256", "unknown")[:8]
   slug = slug_of(module.path)
@@ -629,7 +634,7 @@ def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence
   files = _module_files(module)
   SESSIONS.mkdir(parents=True, exist_ok=True)
   digest = _sha256(ROOT / module.path)
-  _set_aside_if_stale(module, files, digest)
+  _set_aside_if_stale(module, files)
   meta = _read_json(files["meta"], None)
   if meta is None:
     passed, seconds, tail = _baseline(module)
@@ -715,6 +720,12 @@ def write_summary(controls: Sequence[Mapping[str, Any]], note: str | None = None
       entry["status"] = "not run"
     elif not meta["baseline_passed"]:
       entry.update(status="tests fail unmutated", meta=meta)
+    elif _is_stale(meta, module):
+      # The module or its tests changed since the session was made: its outcomes are of other code (the next run
+      # sets the session aside and makes it again).
+      entry.update(
+        status="stale: changed since its session was made; run it again", source_sha256=meta["source_sha256"]
+      )
     else:
       summary = module_summary(
         module.path,
