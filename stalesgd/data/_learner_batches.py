@@ -100,7 +100,7 @@ class LearnerBatches:
     self.dataset, self.seed = dataset, int(seed)
     self.augment, self.crop_padding = bool(augment), int(crop_padding)
     lazy = isinstance(dataset.train, LazyImageSource)
-    if self.augment and getattr(dataset.train, "float_inputs", False):
+    if self.augment and dataset.train.float_inputs:
       raise ValueError(
         f"augment=True for dataset {dataset.name!r}, whose inputs are float32 values, not pixels; allowed: False"
       )

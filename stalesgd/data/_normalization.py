@@ -92,7 +92,7 @@ def fit_normalization(kind: str, train: ImageSource) -> Normalization:
   """
   if kind not in NORMALIZATIONS:
     raise ValueError(f"normalization must be one of {NORMALIZATIONS}; got {kind!r}")
-  if isinstance(train, ArraySource) and train.float_inputs and kind != "raw":
+  if train.float_inputs and kind != "raw":
     raise ValueError(
       f"normalization={kind!r} for float32 inputs; allowed: 'raw' (the others are of 0..255 pixels; inputs that "
       "are not pixels are taken as they are)"

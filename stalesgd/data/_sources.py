@@ -23,6 +23,8 @@ class ImageSource(Protocol):
   """One split of an image classification data set, with random access."""
 
   image_shape: tuple[int, int, int]
+  float_inputs: bool
+  """Whether the inputs are float32 values rather than uint8 pixels (only `ArraySource` holds such)."""
 
   def __len__(self) -> int: ...
 
@@ -111,6 +113,8 @@ class LazyImageSource:
     image_shape: (image_size, image_size, 3).
     workers: decoding threads (1: the calling thread decodes).
   """
+
+  float_inputs = False  # decoded JPEG pixels
 
   def __init__(
     self,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(.*)$")
 _OPERAND_NAME = re.compile(r"%([\w.\-]+)")
@@ -241,14 +242,24 @@ class Independence:
 
 def independence(hlo_text: str, name: str) -> Independence:
   """`Independence` of entry instruction ``name`` (e.g. an all-reduce from `all_reduces`)."""
+  return independences(hlo_text, [name])[0]
+
+
+def independences(hlo_text: str, names: Sequence[str]) -> list[Independence]:
+  """`independence` of each of ``names``, the text parsed once."""
   instructions = entry_computation(hlo_text)
-  feeds, reads = ancestors(instructions, name), descendants(instructions, name)
   work = matrix_work(hlo_text)
-  return Independence(
-    before=sum(item in feeds for item in work),
-    independent=sum(item not in feeds and item not in reads and item != name for item in work),
-    after=sum(item in reads for item in work),
-  )
+  found = []
+  for name in names:
+    feeds, reads = ancestors(instructions, name), descendants(instructions, name)
+    found.append(
+      Independence(
+        before=sum(item in feeds for item in work),
+        independent=sum(item not in feeds and item not in reads and item != name for item in work),
+        after=sum(item in reads for item in work),
+      )
+    )
+  return found
 
 
 def parameter_dependencies(instructions: list[Instruction], name: str) -> set[int]:

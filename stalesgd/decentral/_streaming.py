@@ -355,7 +355,7 @@ def overlap_report(text: str, settings: StreamingSettings) -> dict[str, Any]:
     measured overlap: that needs a device trace.
   """
   reduces = hlo.all_reduces(text)
-  found = [hlo.independence(text, reduce.name) for reduce in reduces]
+  found = hlo.independences(text, [reduce.name for reduce in reduces])
   per_step = len(hlo.matrix_work(text)) / settings.local_steps
   windows = overlap_windows(settings)
   separate = len(found) >= len(windows)
