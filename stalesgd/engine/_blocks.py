@@ -53,6 +53,8 @@ class Block:
       flattened, then padding up to a multiple of the device count; padding
       slots reuse u0 so they read weights that exist).
     slot_learner: int32 [S] and slot_batch_index: int64 [S], likewise.
+    slot_data_stream, slot_data_offset: int64 [S] each, likewise from the
+      schedule's data shards (`Schedule.data_stream`), or None without them.
   """
 
   index: int
@@ -66,6 +68,8 @@ class Block:
   slot_timestamp: np.ndarray
   slot_learner: np.ndarray
   slot_batch_index: np.ndarray
+  slot_data_stream: np.ndarray | None = None
+  slot_data_offset: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -127,6 +131,12 @@ class BlockPlan:
     slot_timestamp = np.concatenate([timestamp.reshape(-1), np.full(padding, first, np.int32)])
     slot_learner = np.concatenate([learner.reshape(-1), np.zeros(padding, np.int32)])
     slot_batch_index = np.concatenate([batch_index.reshape(-1), np.zeros(padding, np.int64)])
+    data = {}
+    if schedule.data_stream is not None:
+      for name, column in (("slot_data_stream", schedule.data_stream), ("slot_data_offset", schedule.data_offset)):
+        rows_of = np.zeros((rows, contributions), dtype=np.int64)
+        rows_of[:count] = column[first:stop]
+        data[name] = np.concatenate([rows_of.reshape(-1), np.zeros(padding, np.int64)])
     return Block(
       index,
       first,
@@ -139,6 +149,7 @@ class BlockPlan:
       slot_timestamp,
       slot_learner,
       slot_batch_index,
+      **data,
     )
 
 

@@ -64,10 +64,21 @@ from stalesgd.transforms._local_run import agreement, init_inner_states, local_r
 PyTree = Any
 LossFn = Callable[[PyTree, PyTree], Any]
 BatchFn = Callable[[np.ndarray, np.ndarray], PyTree]
+InnerStepScale = Callable[[np.ndarray, int], np.ndarray]
+"""``scale(offsets, steps) -> float [S, steps]``: the factor of inner step i of each slot's local run, whose first
+step is step ``offsets[s]`` of its data stream (int64 [S]); the engine multiplies inner update u_i by it."""
 
 GRADIENT_STRATEGIES = ("unroll", "vmap")
 UNROLLED_SLOTS_PER_DEVICE = 4  # gradient slots one device unrolls per block (see `Engine.plan`)
 FULLY_UNROLLED_LOCAL_STEPS = 4  # a local run of at most this many steps is unrolled (see `Engine`'s local_unroll)
+
+
+def _device_varying(tree: PyTree, axis: str) -> PyTree:
+  """``tree`` with every leaf that is the same on all devices of ``axis`` (inside ``jax.shard_map``) cast to
+  device-varying, the others as they are."""
+  varying = lambda leaf: axis in jax.typeof(leaf).manual_axis_type.varying
+  cast = lambda leaf: leaf if varying(leaf) else jax.lax.pcast(leaf, axis, to="varying")
+  return jax.tree_util.tree_map(cast, tree)
 
 
 class EngineState(NamedTuple):
@@ -157,6 +168,7 @@ class Engine:
     reset_inner_state: bool = False,
     local_unroll: int | bool | None = None,
     learner_local_steps: np.ndarray | None = None,
+    inner_step_scale: InnerStepScale | None = None,
   ):
     r"""Every contribution is a local run (`stalesgd.transforms._local_run.local_run`,
     docs/algorithms.md §7): the learner runs H = ``local_steps`` steps of
@@ -195,6 +207,10 @@ class Engine:
     local_unroll: ``jax.lax.scan``'s ``unroll`` for the H steps; by default all
       of them for H <= `FULLY_UNROLLED_LOCAL_STEPS` (one program without a loop,
       faster for convolutions on the CPU), else 1.
+    inner_step_scale: an `InnerStepScale`, multiplying each inner update by a
+      factor of the step's place in its data stream (an inner learning-rate
+      schedule keyed to a data shard's step count, as the asynchronous DiLoCo
+      notebook's cosine); None: no factor (the program is the one without).
     """
     self.loss_fn = loss_fn
     self.optimizer = optimizer
@@ -221,6 +237,7 @@ class Engine:
           "learner_local_steps", steps.tolist(), f"one H_m in [1, local_steps={self.local_steps}] per learner"
         )
       self.learner_local_steps = steps
+    self.inner_step_scale = inner_step_scale
     self.local_unroll = (
       (True if self.local_steps <= FULLY_UNROLLED_LOCAL_STEPS else 1) if local_unroll is None else local_unroll
     )
@@ -370,7 +387,13 @@ class Engine:
 
   # -------------------------------------------------------------------- step
   def _local_runs(
-    self, ring: ring_buffer.RingBuffer, slot_timestamp: jax.Array, slot_states: PyTree, batch: PyTree, slot_steps
+    self,
+    ring: ring_buffer.RingBuffer,
+    slot_timestamp: jax.Array,
+    slot_states: PyTree,
+    batch: PyTree,
+    slot_steps,
+    slot_scales,
   ):
     """Every slot's local run from its own weights, spread over devices: (mean inner loss, Delta, inner state).
 
@@ -384,37 +407,56 @@ class Engine:
 
     dynamic = self.learner_local_steps is not None
 
-    def one(weights, state, slot_batches, steps):
+    def one(weights, state, slot_batches, steps, scales):
+      reset = not keeps  # without a kept state every run starts from init (empty for plain SGD)
+      if reset and dynamic:
+        # A fresh state's constants (Adam's count) are the same on every device, but the masked steps make them
+        # per-slot: as a scan carry they must be device-varying from the start.
+        state, reset = _device_varying(self.inner_optimizer.init(weights), axis), False
       run = local_run(
         self.loss_fn,
         self.inner_optimizer,
         weights,
         state,
         slot_batches,
-        reset_inner_state=not keeps,  # without a kept state every run starts from init (empty for plain SGD)
+        reset_inner_state=reset,
         has_aux=self.has_aux,
         unroll=self.local_unroll,
         active_steps=steps if dynamic else None,
+        step_scales=scales,
       )
       loss = jnp.sum(run.losses) / steps if dynamic else jnp.mean(run.losses)  # over the steps taken
       return loss, run.pseudo_gradient, (run.inner_state if keeps else ())
 
-    def per_device(weights, states, local_batch, steps):
+    def per_device(weights, states, local_batch, steps, scales):
       if strategy == "vmap":
-        return jax.vmap(one)(weights, states, local_batch, steps)
+        return jax.vmap(one)(weights, states, local_batch, steps, scales)
       slots = jax.tree_util.tree_leaves(weights)[0].shape[0]
       pick = lambda tree, i: jax.tree_util.tree_map(lambda leaf: leaf[i], tree)
-      results = [one(pick(weights, i), pick(states, i), pick(local_batch, i), steps[i]) for i in range(slots)]
+      results = [
+        one(pick(weights, i), pick(states, i), pick(local_batch, i), steps[i], pick(scales, i)) for i in range(slots)
+      ]
       return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *results)
 
     weights = jax.lax.with_sharding_constraint(ring_buffer.ring_read(ring, slot_timestamp), self._split)
     specs = (P(axis), P(axis), P(axis))
-    return jax.shard_map(per_device, mesh=self.mesh, in_specs=specs + (P(axis),), out_specs=specs)(
-      weights, slot_states, batch, slot_steps
+    # Without scales (None: no leaves) the program is the one before inner step scales existed.
+    return jax.shard_map(per_device, mesh=self.mesh, in_specs=specs + (P(axis), P(axis)), out_specs=specs)(
+      weights, slot_states, batch, slot_steps, slot_scales
     )
 
   def _block_step_impl(
-    self, state: EngineState, num_updates, timestamp, staleness, learner, slot_timestamp, slot_owner, slot_steps, batch
+    self,
+    state: EngineState,
+    num_updates,
+    timestamp,
+    staleness,
+    learner,
+    slot_timestamp,
+    slot_owner,
+    slot_steps,
+    batch,
+    slot_scales,
   ):
     rows, contributions = timestamp.shape
     slots = slot_timestamp.shape[0]
@@ -426,7 +468,9 @@ class Engine:
       leaf[jnp.minimum(slot_owner, leaf.shape[0] - 1)], self._split
     )
     slot_states = jax.tree_util.tree_map(read_state, state.inner_states)
-    losses, grads, slot_states = self._local_runs(state.ring, slot_timestamp, slot_states, batch, slot_steps)
+    losses, grads, slot_states = self._local_runs(
+      state.ring, slot_timestamp, slot_states, batch, slot_steps, slot_scales
+    )
     # A real slot's learner keeps its new inner state; padding slots (owner = lambda, out of range) write nothing.
     inner_states = jax.tree_util.tree_map(
       lambda kept, new: kept.at[slot_owner].set(new, mode="drop"), state.inner_states, slot_states
@@ -486,13 +530,22 @@ class Engine:
     """The block's mini-batches as global arrays split over the learner axis: rows [S H], slot-major.
 
     Slot s, its learner's contribution k, reads that learner's mini-batches
-    k H, ..., k H + H - 1 (H = ``local_steps``; k with H = 1).
+    k H, ..., k H + H - 1 (H = ``local_steps``; k with H = 1); with data shards
+    (`Schedule.data_stream`), ``batch_fn(shard, offset + i)`` instead: the
+    shard's mini-batches from the offset its local run took.
     """
     steps = self.local_steps
-    learners = np.repeat(block.slot_learner, steps)
+    streams, offsets = self._slot_streams(block)
     taken = self._slot_steps(block)[:, None]  # H_m of each slot's learner; the steps past it read its last batch
-    indices = (block.slot_batch_index[:, None] * taken + np.minimum(np.arange(steps), taken - 1)).reshape(-1)
-    return sharding_lib.rows_from_batch_fn(batch_fn, learners, indices, self._split)
+    indices = (offsets[:, None] + np.minimum(np.arange(steps), taken - 1)).reshape(-1)
+    return sharding_lib.rows_from_batch_fn(batch_fn, np.repeat(streams, steps), indices, self._split)
+
+  def _slot_streams(self, block: Block) -> tuple[np.ndarray, np.ndarray]:
+    """Each slot's data stream and the stream's step its local run starts at, int64 [S] each: its learner and
+    k H_m, or its data shard and offset (`Schedule.data_stream`)."""
+    if block.slot_data_stream is not None:
+      return block.slot_data_stream, block.slot_data_offset
+    return block.slot_learner.astype(np.int64), block.slot_batch_index * self._slot_steps(block)
 
   def _slot_steps(self, block: Block) -> np.ndarray:
     """H_m of every slot's learner (H without dynamic local updates), int64 [S]."""
@@ -518,7 +571,11 @@ class Engine:
     owner[:real] = block.slot_learner[:real]
     slot_owner = sharding_lib.global_array(owner, self._split)
     slot_steps = sharding_lib.global_array(self._slot_steps(block).astype(np.int32), self._split)
-    state, metrics = self._block_step(state, *block_inputs, slot_timestamp, slot_owner, slot_steps, batch)
+    scales = None
+    if self.inner_step_scale is not None:
+      scales = np.asarray(self.inner_step_scale(self._slot_streams(block)[1], self.local_steps), np.float32)
+      scales = sharding_lib.global_array(scales, self._split)
+    state, metrics = self._block_step(state, *block_inputs, slot_timestamp, slot_owner, slot_steps, batch, scales)
     self._dispatch.dispatched(metrics.lr_scale)
     return state, metrics
 

@@ -40,6 +40,33 @@ from stalesgd.schedule._schedule_arrays import Schedule
 from stalesgd.schedule._timing import TimingModel
 
 _WINDOW_CLOSES = -1  # the heap entry of a grace window's end (learners are >= 0)
+# The data-shard ties are drawn from the seed's spawn key (_SHARD_STREAM,): apart from the timing model's streams
+# (stalesgd.schedule._timing uses 0 and 1), so shards never change a step time.
+_SHARD_STREAM = 2
+
+
+class LeastVisitedShards:
+  """Data shards handed to local runs as DeepMind's asynchronous DiLoCo notebook does (``sample_data``): a starting
+  local run takes a shard visited least often so far, ties drawn uniformly, and reads the shard's next H_m
+  mini-batches, so a shard's mini-batches are read in order by whichever learners take it.
+
+  ``take(steps)`` returns ``(shard, offset)``: the shard and the inner steps its earlier local runs took.
+  """
+
+  def __init__(self, shards: int, seed: int):
+    self._visits = [0] * shards
+    self._steps = [0] * shards
+    self._generator = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_SHARD_STREAM,)))
+
+  def take(self, steps: int) -> tuple[int, int]:
+    fewest = min(self._visits)
+    candidates = [shard for shard, visits in enumerate(self._visits) if visits == fewest]
+    shard = candidates[int(self._generator.integers(len(candidates)))] if len(candidates) > 1 else candidates[0]
+    offset = self._steps[shard]
+    self._visits[shard] += 1
+    self._steps[shard] += steps
+    return shard, offset
+
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(updates_done, num_updates)`` as a run advances, last with
@@ -143,6 +170,8 @@ def run_parameter_server(
   progress: ProgressCallback | None = None,
   local_steps: Any = 1,
   grace_window: float = 0.0,
+  data_shards: int = 0,
+  inner_steps: int = 0,
 ) -> Schedule:
   """Simulates learners and a server under ``rule`` until ``num_updates`` updates.
 
@@ -167,12 +196,24 @@ def run_parameter_server(
       window's end, so they restart from the same version (the asynchronous
       DiLoCo notebook's grace window; Liu et al.). 0: every pull is answered
       as the rule says.
+    data_shards: S > 0 splits the data into S shards and hands each starting
+      local run the least-visited one (`LeastVisitedShards`), recorded in
+      ``Schedule.data_stream`` and ``data_offset``; 0: every learner reads its
+      own mini-batches.
+    inner_steps: > 0 ends the run at the first update at which the applied
+      contributions' inner steps (H_m each) reach it, if that comes before
+      ``num_updates`` (equal inner steps under dynamic local updates, as the
+      notebook's ``finished``); 0: ``num_updates`` updates.
 
   Returns:
     The `Schedule` of the run.
   """
   learners = rule.learners
   durations = StepDurations(timing, learners, seed, local_steps=local_steps)
+  steps_of = np.broadcast_to(np.asarray(local_steps, np.int64), (learners,)).tolist()
+  shards = LeastVisitedShards(data_shards, seed) if data_shards else None
+  taken: list[list[tuple[int, int]]] = [[] for _ in range(learners)]  # learner's k-th run: (shard, offset)
+  applied_steps = 0
   streams = [durations.stream(learner) for learner in range(learners)]
   push_send = FifoLink(timing).send
   pull_send = FifoLink(timing).send
@@ -193,6 +234,8 @@ def run_parameter_server(
     duration = next(streams[learner])
     end = begin + duration
     weights_timestamp[learner] = rule.updates
+    if shards is not None:
+      taken[learner].append(shards.take(steps_of[learner]))
     compute_start[learner] = begin
     compute_end[learner] = end
     busy_time[learner] += duration
@@ -210,7 +253,7 @@ def run_parameter_server(
   idle_arrivals = 0
   held: list[int] = []  # learners waiting for the grace window to close
   window_open = False
-  while rule.updates < num_updates:
+  while rule.updates < num_updates and not (inner_steps and applied_steps >= inner_steps):
     if not heap:
       raise RuntimeError(f"{protocol}: every learner is waiting after {rule.updates} updates (protocol deadlock)")
     end, _, learner = heapq.heappop(heap)
@@ -233,6 +276,8 @@ def run_parameter_server(
     released = receive(learner, weights_timestamp[learner], batch_index)
     if rule.updates != updates_before:
       idle_arrivals = 0
+      if inner_steps:
+        applied_steps += sum(steps_of[other] for other in rule.applied["learner"][-rule.contributions :])
       now += apply_time
       update_time.append(now)
       if progress is not None and rule.updates % report_every == 0:
@@ -254,19 +299,29 @@ def run_parameter_server(
     for other in released:
       start(other, now)
 
+  if progress is not None and rule.updates < num_updates:  # ended early by ``inner_steps``
+    progress(rule.updates, rule.updates)
   total_time = update_time[-1]
   # Computations still running at the end count only up to total_time.
   for learner in range(learners):
     busy_time[learner] -= max(0.0, compute_end[learner] - max(compute_start[learner], total_time))
-  return _assemble(rule, protocol, num_updates, update_time, busy_time, total_time, options, log)
+  data = taken if shards is not None else None
+  return _assemble(rule, protocol, rule.updates, update_time, busy_time, total_time, options, log, data)
 
 
-def _assemble(rule, protocol, num_updates, update_time, busy_time, total_time, options, log) -> Schedule:
-  """Packs the rule's records into a `Schedule`."""
+def _assemble(rule, protocol, num_updates, update_time, busy_time, total_time, options, log, taken) -> Schedule:
+  """Packs the rule's records (and ``taken``, each learner's runs' (shard, offset), or None) into a `Schedule`."""
   shape = (num_updates, rule.contributions)
   applied = {name: np.array(column, dtype=np.int64).reshape(shape) for name, column in rule.applied.items()}
   dropped = {name: np.array(column, dtype=np.int64) for name, column in rule.dropped.items()}
   events = events_lib.EventTrace.from_unsorted(*zip(*log)) if log else None
+  data = {}
+  if taken is not None:
+    pairs = np.array(
+      [taken[learner][k] for learner, k in zip(applied["learner"].reshape(-1), applied["batch_index"].reshape(-1))],
+      dtype=np.int64,
+    ).reshape(shape + (2,))
+    data = {"data_stream": pairs[..., 0], "data_offset": pairs[..., 1]}
   return Schedule(
     protocol=protocol,
     learners=rule.learners,
@@ -282,4 +337,5 @@ def _assemble(rule, protocol, num_updates, update_time, busy_time, total_time, o
     total_time=total_time,
     options=options,
     events=events,
+    **data,
   )

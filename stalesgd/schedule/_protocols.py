@@ -248,6 +248,8 @@ def simulate(
   local_steps: int = 1,
   dynamic_min_steps: int = 0,
   grace_window: float = 0.0,
+  data_shards: int = 0,
+  inner_steps: int = 0,
   **protocol_options: Any,
 ) -> Schedule:
   """Simulates a synchronization protocol and returns who computed what, when.
@@ -276,6 +278,14 @@ def simulate(
       contributions arrive within T_g of the first are answered together when
       it ends, so they restart from the same version (each contribution is
       still applied on arrival); 0 (default): none.
+    data_shards: S >= 1 (parameter-server protocols): each starting local run
+      takes the least-visited of S data shards and reads its next H_m
+      mini-batches (the asynchronous DiLoCo notebook; `Schedule.data_stream`);
+      0 (default): every learner reads its own mini-batches.
+    inner_steps: > 0 (parameter-server protocols): end at the first update at
+      which the applied contributions' inner steps reach it, ``num_updates``
+      being then an upper bound (equal inner steps under dynamic local
+      updates); 0 (default): exactly ``num_updates`` updates.
     **protocol_options: the protocol's options, e.g. ``n=15`` for softsync.
 
   Returns:
@@ -318,6 +328,13 @@ def simulate(
       )
     per_learner = dynamic_local_steps(timing, learners, seed, local_steps, dynamic_min_steps)
     recorded["learner_local_steps"] = per_learner.tolist()
+  data_shards = validation.check_integer("data_shards", data_shards, low=0)
+  inner_steps = validation.check_integer("inner_steps", inner_steps, low=0)
+  for name, value in (("data_shards", data_shards), ("inner_steps", inner_steps)):
+    if value and row.decentralized:
+      raise ValueError(f"{name}={value} with protocol={protocol!r}; allowed: 0 (a parameter-server protocol's option)")
+    if value:  # recorded only when set, so that earlier schedules keep their provenance
+      recorded[name] = value
   provenance = json.loads(json.dumps(recorded))
   if row.decentralized and not row.outer_loop and local_steps != 1:
     raise ValueError(
@@ -337,6 +354,8 @@ def simulate(
       progress=progress,
       local_steps=per_learner,
       grace_window=grace_window,
+      data_shards=data_shards,
+      inner_steps=inner_steps,
     )
   if record_events:
     raise ValueError(

@@ -42,6 +42,8 @@ _ARRAY_FIELDS = (
   ("learner_busy_time", np.float64, 1),
 )
 _EVENT_PREFIX = "events_"
+# The optional data-shard columns (`Schedule.data_stream`, `Schedule.data_offset`): int64 [U, c] each, both or none.
+_DATA_FIELDS = ("data_stream", "data_offset")
 
 
 def _as_array(name: str, value: Any, dtype: type, ndim: int) -> np.ndarray:
@@ -82,6 +84,14 @@ class Schedule:
     total_time: simulated seconds from start to the last update.
     options: JSON-serialisable protocol and timing options, for provenance.
     events: optional `EventTrace` of the simulation (``record_events=True``).
+    data_stream: int64 [U, c] or None. None: contribution k of learner m reads
+      that learner's own mini-batches (its k-th local run, its inner steps
+      k H_m, ..., k H_m + H_m - 1). Given (data shards: each local run takes
+      the least-visited shard, `stalesgd.schedule.simulate`'s
+      ``data_shards``): the shard each contribution's local run read.
+    data_offset: int64 [U, c] or None, with ``data_stream``: the shard's inner
+      steps taken by the local runs that took it before this one, so this run
+      reads the shard's mini-batches offset, ..., offset + H_m - 1.
 
   Example:
     >>> from stalesgd import schedule
@@ -106,18 +116,25 @@ class Schedule:
   total_time: float
   options: dict[str, Any] = dataclasses.field(default_factory=dict)
   events: EventTrace | None = None
+  data_stream: np.ndarray | None = None
+  data_offset: np.ndarray | None = None
 
   def __post_init__(self):
     object.__setattr__(self, "learners", validation.check_integer("Schedule.learners", self.learners, low=1))
     object.__setattr__(self, "total_time", float(self.total_time))
     for name, dtype, ndim in _ARRAY_FIELDS:
       object.__setattr__(self, name, _as_array(name, getattr(self, name), dtype, ndim))
+    if (self.data_stream is None) != (self.data_offset is None):
+      raise ValueError("Schedule.data_stream and Schedule.data_offset are given together or not at all")
+    if self.data_stream is not None:
+      for name in _DATA_FIELDS:
+        object.__setattr__(self, name, _as_array(name, getattr(self, name), np.int64, 2))
     self._check_shapes()
     self._check_values()
 
   def _check_shapes(self) -> None:
     grid = self.learner.shape
-    for name in ("timestamp", "batch_index"):
+    for name in ("timestamp", "batch_index") + (_DATA_FIELDS if self.data_stream is not None else ()):
       if getattr(self, name).shape != grid:
         raise ValueError(f"Schedule.{name} must have the shape of learner {grid}; got {getattr(self, name).shape}")
     if self.update_time.shape != grid[:1]:
@@ -144,6 +161,8 @@ class Schedule:
       raise ValueError("Schedule.dropped_timestamp must satisfy 0 <= dropped_timestamp <= dropped_at_update")
     if np.any(self.batch_index < 0) or np.any(self.dropped_batch_index < 0):
       raise ValueError("Schedule.batch_index and dropped_batch_index must be >= 0")
+    if self.data_stream is not None and (np.any(self.data_stream < 0) or np.any(self.data_offset < 0)):
+      raise ValueError("Schedule.data_stream and Schedule.data_offset must be >= 0")
     if np.any(np.diff(self.update_time) < 0):
       raise ValueError("Schedule.update_time must be non-decreasing")
 
@@ -231,6 +250,8 @@ class Schedule:
     `Schedule.load` returns an identical schedule and a run can be replayed.
     """
     arrays = {name: getattr(self, name) for name, _, _ in _ARRAY_FIELDS}
+    if self.data_stream is not None:
+      arrays.update({name: getattr(self, name) for name in _DATA_FIELDS})
     if self.events is not None:
       arrays.update({_EVENT_PREFIX + name: values for name, values in self.events.as_arrays().items()})
     with contextlib.ExitStack() as stack:
@@ -249,6 +270,7 @@ class Schedule:
     """Reads a schedule written by `save` (from a path or a binary file)."""
     with np.load(path, allow_pickle=False) as stored:
       arrays = {name: stored[name] for name, _, _ in _ARRAY_FIELDS}
+      arrays.update({name: stored[name] for name in _DATA_FIELDS if name in stored.files})
       event_names = [name for name in stored.files if name.startswith(_EVENT_PREFIX)]
       events = EventTrace(**{name[len(_EVENT_PREFIX) :]: stored[name] for name in event_names}) if event_names else None
       return cls(

@@ -9,7 +9,6 @@ derived from the config, nothing below the training stack reads a config. The tr
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple
 
 import jax
@@ -24,6 +23,7 @@ from stalesgd.models._loss import is_default_loss, user_loss
 from stalesgd.training._config_readers import (
   decentral_settings,
   run_label,
+  run_length,
   simulate_schedule,
   timing_model,
   updates_per_epoch,
@@ -124,15 +124,17 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   batches = data_lib.LearnerBatches(
     dataset,
     batch_per_learner=config.batch_per_learner,
-    learners=config.learners,
+    learners=config.inner.data_shards or config.learners,  # the data's streams: shards, or one per learner
     seed=config.seed,
     augment=config.augment,
     dropout_seeds=model.uses_dropout,
   )
   params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
   per_epoch = updates_per_epoch(config, dataset.num_train)
-  total_updates = max(1, math.ceil(config.num_epochs * per_epoch))
-  schedule = simulate_schedule(config, total_updates, parameter_bytes=4 * _num_parameters(params))
+  total_updates, inner_steps = run_length(config, dataset.num_train)
+  schedule = simulate_schedule(
+    config, total_updates, parameter_bytes=4 * _num_parameters(params), inner_steps=inner_steps
+  )
   settings, label = decentral_settings(config), run_label(config)
   outer_loop = schedule_lib.protocol_row(config.protocol).outer_loop
   # The optimizer's step count: server updates, or (diloco, where it is the learners' inner optimizer) inner steps.

@@ -130,6 +130,19 @@ def _check_timing(config) -> None:
         "config.timing.straggler_factor", config.timing.straggler_factor, "1.0 unless timing.jitter='straggler'"
       )
   validation.check_real(*_field(config, "timing.speed_factor_sigma"), low=0, builtin_only=True)
+  factors = config.timing.speed_factors
+  if not isinstance(factors, (tuple, list)) or not all(
+    validation.is_real(factor, builtin_only=True) and factor > 0 for factor in factors
+  ):
+    validation.reject("config.timing.speed_factors", factors, "a tuple of positive numbers, one per learner, or ()")
+  if factors and len(factors) != config.learners:
+    validation.reject(
+      "config.timing.speed_factors", factors, f"one factor per learner (config.learners={config.learners})"
+    )
+  if factors and config.timing.speed_factor_sigma:
+    validation.reject(
+      "config.timing.speed_factors", factors, "() with timing.speed_factor_sigma > 0 (one source of speeds)"
+    )
   validation.check_real(*_field(config, "timing.latency"), low=0, builtin_only=True)
   # 0 means infinite
   validation.check_real(*_field(config, "timing.bandwidth"), low=0, allow_inf=True, builtin_only=True)

@@ -35,6 +35,7 @@ def timing_model(config: ml_collections.ConfigDict, *, parameter_bytes: int = 0)
       straggler_prob=timing.straggler_prob,
       straggler_factor=timing.straggler_factor,
       speed_factor_sigma=timing.speed_factor_sigma,
+      speed_factors=tuple(timing.speed_factors) or None,
       latency=timing.latency,
       bandwidth=timing.bandwidth if timing.bandwidth > 0 else math.inf,
       model_bytes=timing.model_bytes or parameter_bytes,
@@ -64,6 +65,22 @@ def examples_per_update(config: ml_collections.ConfigDict) -> int:
 def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:
   """Server updates (decentralized: steps) per epoch of applied samples."""
   return num_train / examples_per_update(config)
+
+
+def run_length(config: ml_collections.ConfigDict, num_train: int) -> tuple[int, int]:
+  """``(num_updates, inner_steps)`` of a run of ``config.num_epochs`` epochs of applied samples.
+
+  Without dynamic local updates every update applies c mu H examples: ceil(num_epochs x updates per epoch) updates
+  and ``inner_steps`` 0 (not needed). With them (``config.inner.dynamic_min_steps``), contributions take H_m <= H
+  steps, so the run is cut where its applied inner steps reach ceil(num_epochs x N / mu) (the asynchronous DiLoCo
+  notebook ends where its total local steps reach the budget): ``inner_steps`` is that budget and ``num_updates``
+  an upper bound on the updates it takes (every contribution at the fewest steps, H_min).
+  """
+  if not config.inner.dynamic_min_steps:
+    return max(1, math.ceil(config.num_epochs * updates_per_epoch(config, num_train))), 0
+  inner_steps = max(1, math.ceil(config.num_epochs * num_train / config.batch_per_learner))
+  fewest = contributions_per_update(config) * config.inner.dynamic_min_steps
+  return max(1, math.ceil(inner_steps / fewest)), inner_steps
 
 
 def dc_lambda(config: ml_collections.ConfigDict) -> float:
@@ -110,9 +127,10 @@ def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDCon
 
 
 def simulate_schedule(
-  config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int
+  config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int, inner_steps: int = 0
 ) -> schedule_lib.Schedule:
-  """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config."""
+  """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config
+  (``num_updates`` and ``inner_steps``: `run_length`)."""
   return schedule_lib.simulate(
     config.protocol,
     learners=config.learners,
@@ -123,6 +141,8 @@ def simulate_schedule(
     local_steps=config.local_steps,
     dynamic_min_steps=config.inner.dynamic_min_steps,
     grace_window=config.grace_window,
+    data_shards=config.inner.data_shards,
+    inner_steps=inner_steps,
   )
 
 

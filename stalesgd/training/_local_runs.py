@@ -29,10 +29,11 @@ Nesterov SGD at rate 0.7 with momentum 0.9 (Douillard et al., arXiv 2311.08105).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ml_collections
+import numpy as np
 import optax
 
 from stalesgd import _validation as validation
@@ -58,6 +59,17 @@ def default_inner() -> ml_collections.ConfigDict:
   # Dynamic local updates (Liu et al.): H_min >= 1 gives learner m H_m = max(floor(H v_m / v_max), H_min) steps, v_m
   # its speed from the timing model's speed factors; 0 (default): H for every learner.
   inner.dynamic_min_steps = 0
+  # Data shards (the asynchronous DiLoCo notebook): S >= 1 splits the data into S streams and gives each starting
+  # local run the least-visited one, read from where the shard's earlier runs stopped; 0: each learner its own.
+  inner.data_shards = 0
+  # A cosine inner rate keyed to the local run's data stream (the notebook's): step n of the stream (a shard's step
+  # count with data_shards, else the learner's own inner steps) runs at
+  # final + (learning_rate - final) (1 + cos(pi min(n / T, 1))) / 2, T = cosine_steps; 0: a constant rate.
+  inner.cosine_steps = 0
+  inner.cosine_final_rate = 1e-6
+  # The notebook's scheduler sets a rate only after each step, so the first step of every (re-created) inner
+  # optimizer runs at learning_rate: True does the same.
+  inner.restart_at_peak = False
   return inner
 
 
@@ -135,16 +147,49 @@ def build_outer_optimizer(outer: ml_collections.ConfigDict) -> optax.GradientTra
   return build_section_optimizer(outer, "outer")
 
 
+def cosine_step_scale(
+  learning_rate: float, final_rate: float, total_steps: int, *, restart_at_peak: bool
+) -> Callable[[np.ndarray, int], np.ndarray]:
+  r"""The inner steps' factors of a cosine rate keyed to the data stream (`stalesgd.engine.InnerStepScale`).
+
+  Step i of a local run whose stream starts at step o is the stream's step n = o + i, and runs at
+
+  .. math::
+    \eta_n = \eta_{end} + (\eta - \eta_{end}) \tfrac{1}{2} (1 + \cos(\pi \min(n / T, 1)))
+
+  (the asynchronous DiLoCo notebook's ``CosineScheduler``, its T the steps per shard of the whole run), or at
+  :math:`\eta` for i = 0 with ``restart_at_peak`` (the notebook sets a rate only after each step, and re-creates
+  the optimizer at :math:`\eta` for every run). Returned as factors :math:`\eta_n / \eta`, float64 [S, steps].
+  """
+
+  def scale(offsets: np.ndarray, steps: int) -> np.ndarray:
+    stream_step = np.asarray(offsets, np.int64)[:, None] + np.arange(steps)
+    progress = np.minimum(stream_step / total_steps, 1.0)
+    rate = final_rate + (learning_rate - final_rate) * 0.5 * (1.0 + np.cos(np.pi * progress))
+    if restart_at_peak:
+      rate[:, 0] = learning_rate
+    return rate / learning_rate
+
+  return scale
+
+
 def local_run_options(config: ml_collections.ConfigDict, timing: schedule_lib.TimingModel) -> dict[str, Any]:
   """The `stalesgd.engine.Engine` keyword arguments of a parameter-server run's local runs (``timing``: the run's
   timing model, whose speed factors give dynamic local updates their H_m)."""
-  steps, minimum = config.local_steps, config.inner.dynamic_min_steps
+  inner = config.inner
+  steps, minimum = config.local_steps, inner.dynamic_min_steps
   per_learner = dynamic_local_steps(timing, config.learners, config.seed, steps, minimum) if minimum else None
+  scale = None
+  if inner.cosine_steps:
+    scale = cosine_step_scale(
+      inner.learning_rate, inner.cosine_final_rate, inner.cosine_steps, restart_at_peak=inner.restart_at_peak
+    )
   return {
     "local_steps": steps,
-    "inner_optimizer": build_inner_optimizer(config.inner),
-    "reset_inner_state": config.inner.reset_state,
+    "inner_optimizer": build_inner_optimizer(inner),
+    "reset_inner_state": inner.reset_state,
     "learner_local_steps": per_learner,
+    "inner_step_scale": scale,
   }
 
 
@@ -225,6 +270,15 @@ def check_local_runs(config: ml_collections.ConfigDict) -> None:
     high_label="local_steps",
     builtin_only=True,
   )
+  inner = config.inner
+  validation.check_integer("config.inner.data_shards", inner.data_shards, low=0, high=2**31 - 1, builtin_only=True)
+  validation.check_integer("config.inner.cosine_steps", inner.cosine_steps, low=0, high=2**62, builtin_only=True)
+  validation.check_real("config.inner.cosine_final_rate", inner.cosine_final_rate, low=0, builtin_only=True)
+  validation.check_bool("config.inner.restart_at_peak", inner.restart_at_peak)
+  if inner.restart_at_peak and not inner.cosine_steps:
+    validation.reject(
+      "config.inner.restart_at_peak", True, "False without a cosine rate (config.inner.cosine_steps = 0: constant)"
+    )
   validation.check_real("config.grace_window", config.grace_window, low=0, builtin_only=True)
   if config.grace_window and config.protocol != "async":
     validation.reject(

@@ -103,6 +103,7 @@ def default_config() -> ml_collections.ConfigDict:
   config.timing.straggler_prob = 0.0
   config.timing.straggler_factor = 1.0
   config.timing.speed_factor_sigma = 0.0
+  config.timing.speed_factors = ()  # fixed per-learner factors (one per learner); () for none
   config.timing.latency = 0.0
   config.timing.bandwidth = 0.0  # bytes/s; 0 means infinite
   config.timing.model_bytes = 0  # bytes per push/pull/all-reduce; 0 means the model's float32 parameters

@@ -125,6 +125,7 @@ def local_run(
   has_aux: bool = False,
   unroll: int | bool = 1,
   active_steps: Any = None,
+  step_scales: Any = None,
 ) -> LocalRun:
   r"""One learner's local run of H inner steps from ``params`` (module docstring: the equations and sources).
 
@@ -159,6 +160,10 @@ def local_run(
     active_steps: None (every step), or H_m <= H (an int or a traced int32 scalar): only steps i < H_m are taken;
       the others leave the weights, the inner state and the sum unchanged, and ``losses`` holds 0 for them
       (dynamic local updates: a slower learner runs fewer steps of one program's H).
+    step_scales: None, or ``[H]`` factors s_i: step i's update is :math:`s_i u_i` (weights and sum alike; the
+      inner state is InnerOpt's own). For an optimizer whose rate is its last factor (optax's SGD, Adam, AdamW:
+      ``scale_by_learning_rate`` last) built at rate :math:`\eta`, :math:`s_i = \eta_i / \eta` runs step i at
+      rate :math:`\eta_i`: a schedule the caller keys to anything, e.g. a data shard's step count.
     unroll: ``jax.lax.scan``'s ``unroll``; True runs the H steps as straight-line code, without a loop (the
       same equations, and for H = 1 the very program of one gradient step, bit for bit; docs/design.md measured
       unrolled code faster for convolutions on the CPU).
@@ -184,6 +189,8 @@ def local_run(
     value, grads = value_and_grad(weights, batch)
     loss, aux = value if has_aux else (value, None)
     updates, new_state = inner_optimizer.update(grads, state, weights)
+    if step_scales is not None:
+      updates = jax.tree.map(lambda update: (update * step_scales[index]).astype(update.dtype), updates)
     new_weights = optax.apply_updates(weights, updates)
     new_sum = jax.tree.map(lambda total, update: (total + update).astype(total.dtype), update_sum, updates)
     if active_steps is None:
