@@ -3,7 +3,7 @@
 `STUDIES` maps each study's name to its `Study` (`stalesgd.studies._study`), built by one function per study in
 ``_catalogue_zhang_rudra`` (Zhang et al., Rudra), ``_catalogue_delay_compensation`` (DC-ASGD, DC-S3GD) and
 ``_catalogue_digits`` (the demo, Adam's step) and ``_catalogue_outer_loops`` (streaming DiLoCo, the delayed
-outer step). Published numbers
+outer step, Liu et al.'s toy). Published numbers
 (docs/algorithms.md §6) sit in each variant's ``published`` and end up in ``published_<name>`` columns beside ours
 (`stalesgd.utils._plots.table_columns`); these modules are their one place in the code (the config docstrings name
 the study instead of repeating them). The margins are fixed here before a study's runs, and never moved after.
@@ -16,6 +16,7 @@ from stalesgd.studies._catalogue_digits import async_adam, demo
 from stalesgd.studies._catalogue_outer_loops import (
   delayed_outer_step_digits,
   eager_outer_step_digits,
+  liu_toy_async_local_sgd,
   streaming_diloco_digits,
 )
 from stalesgd.studies._catalogue_zhang_rudra import (
@@ -40,5 +41,6 @@ STUDIES = {
     streaming_diloco_digits(),
     delayed_outer_step_digits(),
     eager_outer_step_digits(),
+    liu_toy_async_local_sgd(),
   )
 }

@@ -21,9 +21,10 @@ from tests.helpers.packaged_configs import EXPECTED_CONFIGS
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "stalesgd" / "configs"
 NUM_DEVICES = 8
-TRAIN_EXAMPLES = {"cifar10": 50_000, "mnist": 60_000, "digits": 1_497, "imagenet2012": 1_281_167}
-NUM_CLASSES = {"cifar10": 10, "mnist": 10, "digits": 10, "imagenet2012": 1000}
-IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1), "digits": (8, 8, 1)}
+LIU_TOY = "stalesgd.data._gaussian_mixture:liu_toy"  # generated in Python: no download
+TRAIN_EXAMPLES = {"cifar10": 50_000, "mnist": 60_000, "digits": 1_497, "imagenet2012": 1_281_167, LIU_TOY: 128_000}
+NUM_CLASSES = {"cifar10": 10, "mnist": 10, "digits": 10, "imagenet2012": 1000, LIU_TOY: 4}
+IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1), "digits": (8, 8, 1), LIU_TOY: (1, 512, 1)}
 
 
 def _config_modules():
@@ -105,8 +106,10 @@ def test_every_variant_validates_on_eight_devices(name, variant, quick):
   validate_config(config, num_devices=NUM_DEVICES)
   if config.protocol in DECENTRALIZED_PROTOCOLS:
     assert config.learners == NUM_DEVICES
-  if quick and config.dataset != "imagenet2012":
+  if quick and config.dataset not in ("imagenet2012", LIU_TOY):
     assert (config.dataset, config.data_source) == ("digits", "embedded")  # runs without any download
+  if config.dataset == LIU_TOY:
+    assert config.data_source == "python"  # generated, as the notebook does
   if quick and config.dataset == "imagenet2012":
     updates = config.num_epochs * updates_per_epoch(config, TRAIN_EXAMPLES["imagenet2012"])
     assert config.image_size < 100 and round(updates) == 4  # a few small steps only
