@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
@@ -51,6 +52,12 @@ def test_inner_momentum_and_nesterov_reach_optax_sgd():
     ("inner.optimizer", "sgdd", "config.inner.optimizer='sgdd'; allowed: 'sgd' (optax.sgd)"),
     ("inner.learning_rate", 0.0, "config.inner.learning_rate"),
     ("inner.momentum", 1.0, "config.inner.momentum"),
+    ("inner.data_shards", -1, "config.inner.data_shards=-1; allowed: an integer >= 0"),
+    ("inner.cosine_steps", -8, "config.inner.cosine_steps=-8; allowed: an integer >= 0"),
+    ("inner.cosine_final_rate", -1e-6, "config.inner.cosine_final_rate=-1e-06; allowed: a finite number >= 0"),
+    ("inner.restart_at_peak", True, "config.inner.restart_at_peak=True; allowed: False without a cosine rate"),
+    ("timing.speed_factors", (1.0, 2.0), "config.timing.speed_factors=(1.0, 2.0); allowed: one factor per learner"),
+    ("timing.speed_factors", (1.0, -2.0), "config.timing.speed_factors=(1.0, -2.0); allowed: a tuple of positive"),
   ],
 )
 def test_a_bad_local_run_field_is_named(field, value, message):
@@ -131,3 +138,40 @@ def test_a_run_saved_before_a_section_gained_a_field_resumes(tmp_path):
   assert change.startswith("inner: ") and "'dynamic_min_steps': 0" in change and "'dynamic_min_steps': 1" in change
   (tmp_path / "config.json").write_text(json.dumps(saved))
   check_same_run(default_config(), tmp_path)
+
+
+def test_the_keyed_cosine_by_hand():
+  """eta = 2e-4 to 1e-6 over T = 8 steps, a run of 3 steps from the stream's step 2 (n = 2, 3, 4) and one from
+  step 9 (past T: the final rate): eta_n = 1e-6 + 1.99e-4 (1 + cos(pi n / 8)) / 2, as factors eta_n / eta:
+  n = 2: 1e-6 + 1.99e-4 * 0.853553 = 1.708571e-4 -> 0.854286; n = 3: 1e-6 + 1.99e-4 * 0.691342 = 1.385770e-4
+  -> 0.692885; n = 4: 1e-6 + 1.99e-4 * 0.5 = 1.005e-4 -> 0.5025; n >= 8: 0.005. With restart_at_peak the first
+  step of each run is at 1 (the notebook's re-created optimizer)."""
+  from stalesgd.training._local_runs import cosine_step_scale
+
+  plain = cosine_step_scale(2e-4, 1e-6, 8, restart_at_peak=False)(np.array([2, 9]), 3)
+  np.testing.assert_allclose(plain, [[0.854286, 0.692885, 0.5025], [0.005, 0.005, 0.005]], rtol=2e-6)
+  restarted = cosine_step_scale(2e-4, 1e-6, 8, restart_at_peak=True)(np.array([2, 9]), 3)
+  np.testing.assert_allclose(restarted, [[1.0, 0.692885, 0.5025], [1.0, 0.005, 0.005]], rtol=2e-6)
+
+
+def test_the_engine_gets_the_keyed_cosine_only_when_asked():
+  config = default_config()
+  assert local_run_options(config, timing_model(config))["inner_step_scale"] is None
+  config.inner.cosine_steps, config.inner.learning_rate = 8, 2e-4
+  scale = local_run_options(config, timing_model(config))["inner_step_scale"]
+  np.testing.assert_allclose(scale(np.array([4]), 1), [[0.5025]], rtol=2e-6)
+
+
+def test_dynamic_local_updates_end_at_equal_inner_steps():
+  """128 examples, mu = 4, 2 epochs: 64 inner steps; H = 4, H_min = 2 with 2 learners of factors 1 and 2
+  (H_m = 4, 2): at most 64 / 2 = 32 updates, cut where the applied steps reach 64."""
+  from stalesgd.training._config_readers import run_length
+
+  config = default_config()
+  config.protocol, config.learners, config.batch_per_learner, config.num_epochs = "async", 2, 4, 2.0
+  config.local_steps = 4
+  assert run_length(config, 128) == (16, 0)  # without: 2 epochs of c mu H = 16 examples per update
+  config.inner.dynamic_min_steps = 2
+  config.timing.speed_factors = (1.0, 2.0)
+  validate_config(config, num_devices=8)
+  assert run_length(config, 128) == (32, 64)

@@ -78,6 +78,25 @@ def test_three_sgd_steps_by_hand():
   np.testing.assert_array_equal(run.losses, [2.0, 4.5, 10.125])
 
 
+def test_step_factors_scale_each_update_by_hand():
+  """The same three steps with factors 1, 0.5, 2: w: 0 -> 0 - 1 * 0.5 (0 - 2) = 1 -> 1 - 0.5 * 0.5 (1 - 4) = 1.75
+  -> 1.75 - 2 * 0.5 (1.75 + 2) = -2; Delta = 0 - (-2) = 2 (all exact in float32), in the scan and unrolled."""
+  loss = lambda w, b: 0.5 * (w - b) ** 2
+  inner = optax.sgd(0.5)
+  for unroll in (1, True):
+    run = local_run(
+      loss,
+      inner,
+      jnp.float32(0),
+      inner.init(jnp.float32(0)),
+      jnp.array([2.0, 4.0, -2.0]),
+      step_scales=jnp.array([1.0, 0.5, 2.0]),
+      unroll=unroll,
+    )
+    np.testing.assert_array_equal(run.params, -2.0)
+    np.testing.assert_array_equal(run.pseudo_gradient, 2.0)
+
+
 def test_three_momentum_steps_by_hand():
   """Same loss and batches, momentum SGD(0.5, 0.5): v <- g + 0.5 v, w <- w - 0.5 v.
   i=0: g = -2, v = -2, w = 1; i=1: g = -3, v = -4, w = 3; i=2: g = 5, v = 3, w = 1.5.
