@@ -31,7 +31,19 @@ def _read_csv(path: pathlib.Path) -> list[dict[str, str]]:
     return list(csv.DictReader(file))
 
 
-def _short_demo(workdir):
+def _environment(cache: pathlib.Path) -> dict[str, str]:
+  """The runs' environment: the CPU, and the session's persistent compilation cache (the runs of these tests
+  compile the same programs; loading one changes no bit)."""
+  return {
+    **os.environ,
+    "JAX_PLATFORMS": "cpu",
+    "JAX_COMPILATION_CACHE_DIR": str(cache),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+  }
+
+
+def _short_demo(workdir, cache):
   """The demo study from the command line at 0.2 epochs per run (a rerun reads the finished runs back)."""
   return subprocess.run(
     [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", f"--workdir={workdir}", "--epochs=0.2"],
@@ -39,14 +51,14 @@ def _short_demo(workdir):
     capture_output=True,
     text=True,
     timeout=600,
-    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    env=_environment(cache),
   )
 
 
 @pytest.mark.slow
-def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
+def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path, compilation_cache):
   workdir = tmp_path / "demo"
-  result = _short_demo(workdir)
+  result = _short_demo(workdir, compilation_cache)
   assert result.returncode == 0, result.stderr[-3000:]
   rows = _read_csv(workdir / "runs.csv")
   assert [row["variant"] for row in rows] == ["hardsync", "8-softsync, a0", "8-softsync, a0/sigma", "async, DC-ASGD-a"]
@@ -82,7 +94,7 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
   assert table.strip() in readme and "## Decisions" in readme and "![test error](test_error.png)" in readme
   assert len(re.findall(r"^\| .+ \| 0 \| 0\.2\d \| \d+\.\d\d \| \d+ min \| ok \|$", readme, re.MULTILINE)) == 4
   (workdir / "README.md").write_text(readme.replace("(none yet: this section", "Superseded by X.\n(was: this section"))
-  again = _short_demo(workdir)
+  again = _short_demo(workdir, compilation_cache)
   assert again.returncode == 0, again.stderr[-3000:]
   assert (
     (workdir / "README.md")
@@ -92,9 +104,9 @@ def test_demo_study_from_the_command_line_writes_table_and_plots(tmp_path):
 
 
 @pytest.mark.slow
-def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path):
+def test_variants_flag_runs_a_subset_and_refuses_unknown_names(tmp_path, compilation_cache):
   command = [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", f"--workdir={tmp_path}", "--epochs=0.1"]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env = _environment(compilation_cache)
   refused = subprocess.run(
     command + ["--variants=hardsync,8_softsync_a1"],
     cwd=REPOSITORY,

@@ -25,9 +25,19 @@ REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 README_TABLE = re.compile(r"<!-- demo table -->\n(.*?)<!-- end demo table -->", re.DOTALL)
 
 
-def _demo_command(workdir: pathlib.Path, *, seeds: int, xla_flags: str | None = None):
-  """The command and environment of `make demo` (seeds > 1, 2 processes) or of one seed's runs, one at a time."""
+def _demo_command(workdir: pathlib.Path, *, seeds: int, cache: pathlib.Path, xla_flags: str | None = None):
+  """The command and environment of `make demo` (seeds > 1, 2 processes) or of one seed's runs, one at a time.
+
+  With a persistent compilation cache shared by the runs (seeds 1 and 2 load the programs seed 0 compiled, as a
+  user's second `make demo` would): it changes no bit (an executable is loaded, not other code compiled), and
+  XLA's flags are part of its key, so the perturbed runs compile their own code (the control below checks that
+  their losses changed)."""
   environment = {key: value for key, value in os.environ.items() if key != "JAX_NUM_CPU_DEVICES"}
+  environment.update(
+    JAX_COMPILATION_CACHE_DIR=str(cache),
+    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+  )
   if xla_flags is not None:
     environment["XLA_FLAGS"] = f"{environment.get('XLA_FLAGS', '')} {xla_flags}".strip()
   command = [
@@ -42,8 +52,8 @@ def _demo_command(workdir: pathlib.Path, *, seeds: int, xla_flags: str | None = 
   return command, environment
 
 
-def _demo(workdir: pathlib.Path, *, seeds: int) -> str:
-  command, environment = _demo_command(workdir, seeds=seeds)
+def _demo(workdir: pathlib.Path, *, seeds: int, cache: pathlib.Path) -> str:
+  command, environment = _demo_command(workdir, seeds=seeds, cache=cache)
   ran = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=environment)
   assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
   return ran.stdout
@@ -56,7 +66,7 @@ def _bands(table: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_make_demo_prints_the_readme_table_and_no_row_moves_under_perturbations(tmp_path):
-  printed = _demo(tmp_path / "demo", seeds=3)
+  printed = _demo(tmp_path / "demo", seeds=3, cache=tmp_path / "jax_cache")
   table = (tmp_path / "demo" / "bands.md").read_text()
   assert table in printed
   readme = README_TABLE.search((REPOSITORY / "README.md").read_text())
@@ -67,7 +77,9 @@ def test_make_demo_prints_the_readme_table_and_no_row_moves_under_perturbations(
   # Seed 0 again on narrower vector code: each run's training losses must differ from the same run's above (else
   # the check below would prove nothing; a run that diverged leaves no weights to compare), and its band must not.
   perturbed = tmp_path / "sse4_2"
-  command, environment = _demo_command(perturbed, seeds=1, xla_flags="--xla_cpu_max_isa=SSE4_2")
+  command, environment = _demo_command(
+    perturbed, seeds=1, cache=tmp_path / "jax_cache", xla_flags="--xla_cpu_max_isa=SSE4_2"
+  )
   ran = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=environment)
   assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
   assert _bands((perturbed / "bands.md").read_text()) == bands

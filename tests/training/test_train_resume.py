@@ -61,8 +61,11 @@ def read_event_scalars(workdir: pathlib.Path) -> dict:
   }
 
 
+# A parameter-server run (async with local runs: the engine's path of every parameter-server protocol, with inner
+# states) and a decentralized one; async DC-ASGD-a's kills and resume are tests/faults/test_kill_resume.py's and
+# test_kill_two_processes.py's, its SIGTERM test_train_multiprocess.py's.
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["async_dc", "dcs3gd", "async_local"])
+@pytest.mark.parametrize("variant", ["dcs3gd", "async_local"])
 def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, tmp_path, compilation_cache):
   workdir, log = tmp_path / "interrupted", tmp_path / "interrupted.log"
   command = main_command(workdir, variant, "--config.checkpoint_every_seconds=1", seconds_per_block=SECONDS_PER_BLOCK)
