@@ -82,9 +82,10 @@ def engine_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, 
       f"--output={output}",
       "--repeats=" + ("1" if tiny else "5"),
     ]
-    if tiny:  # both protocols once (the test of the engine benchmark's output), async only for vmap
-      protocols = "async,softsync" if strategy == STRATEGIES[0] else "async"
-      command += ["--quick", "--gradients_per_chunk=32", f"--protocols={protocols}"]
+    if tiny:  # both protocols once (the test of the engine benchmark's output); vmap: async, without the naive loop
+      first = strategy == STRATEGIES[0]
+      command += ["--quick", "--gradients_per_chunk=32", "--protocols=" + ("async,softsync" if first else "async")]
+      command += [] if first else ["--naive=false"]
     part = _run_part(f"engine ({strategy})", command, timeout, env)
     report = _read(output)
     part["rows"] = report["rows"] if report else None
