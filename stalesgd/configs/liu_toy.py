@@ -18,9 +18,11 @@ Commands::
   stalesgd-train --config=liu_toy:async --workdir=runs/liu_async
   stalesgd-reproduce --study=liu_toy_async_local_sgd --seeds=3
 
-Cost: not measured yet (a 0.2-epoch pilot of ``quick,async_dn_dylu``: 66 updates in 4.5 s after compiling).
+Cost on 2 CPU cores (one run at a time): sync 1.2-1.4 min, async 3.0-3.4, async_dn_dylu 2.7-4.2, the stopped sync
+runs 0.4 (results/liu_toy_3seeds: the 15 runs in 26 min).
 
-Result: not measured yet.
+Result (3 seeds, test error on the 10,000 points): sync 15.9, async 45.5, async_dn_dylu 16.8, sync at their times
+44.4 (results/liu_toy_3seeds).
 """
 
 from __future__ import annotations

@@ -241,6 +241,11 @@ CASES = [
   Case("inner.reset_state", flags),
   Case("inner.dynamic_min_steps", ints(0, 1), extra=(1, 2)),
   Case("inner.dynamic_min_steps", ints(0, 4), {"local_steps": 4}, extra=(4, 5)),
+  Case("inner.data_shards", ints(0), extra=(4, 2**31)),
+  Case("inner.cosine_steps", ints(0, 2**62), extra=(8000, 2**62 + 1)),
+  Case("inner.cosine_final_rate", numbers(0), extra=(1e-6,)),
+  Case("inner.restart_at_peak", exactly(False), extra=(True,)),
+  Case("inner.restart_at_peak", flags, {"inner.cosine_steps": 8}),
   Case("local_steps", ints(1), {"protocol": "diloco"}),
   Case("grace_window", exactly(0.0), extra=(0.5,)),
   Case("grace_window", numbers(0), {"protocol": "async"}, extra=(0.5, 1e9)),
@@ -295,6 +300,20 @@ CASES = [
     extra=(1.0, 0.999),
   ),
   Case("timing.speed_factor_sigma", numbers(0)),
+  Case(
+    "timing.speed_factors",  # () or one positive finite number per learner
+    lambda value: (
+      isinstance(value, (tuple, list))
+      and (
+        not value
+        or (
+          len(value) == default_config().learners
+          and all(_is_number(factor) and math.isfinite(factor) and factor > 0 for factor in value)
+        )
+      )
+    ),
+    extra=((), (1.0,) * default_config().learners, (2,) * default_config().learners, (1.0, 2.0), (0.0,) * 4),
+  ),
   Case("timing.latency", numbers(0)),
   Case("timing.bandwidth", numbers(0, allow_inf=True), extra=(1.25e9,)),
   Case("timing.model_bytes", ints(0, INT64_MAX), extra=(4 * 10**9, INT64_MAX)),

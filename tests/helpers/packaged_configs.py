@@ -18,5 +18,6 @@ EXPECTED_CONFIGS = frozenset(
     "dcasgd_mnist",
     "async_adam",
     "diloco_digits",
+    "liu_toy",
   }
 )

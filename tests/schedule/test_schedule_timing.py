@@ -257,3 +257,41 @@ def test_dynamic_local_steps_by_hand():
   # In floats, as the notebook computes it: 48 * (0.3 / 0.8) = 17.999999999999996, so 17 steps.
   two = TimingModel(speed_factors=(0.3, 0.8), jitter="deterministic")
   np.testing.assert_array_equal(dynamic_local_steps(two, 2, 0, 48, 1), [48, 17])
+
+
+@pytest.mark.parametrize("count, group, blocks", [(1, 1, 1), (BLOCK_STEPS, 1, 1), (BLOCK_STEPS + 1, 1, 2), (700, 3, 3)])
+def test_first_draws_exactly_the_blocks_its_steps_need(count, group, blocks, monkeypatch):
+  """ceil(count H / BLOCK_STEPS) blocks, never more (a vectorised read of 10^6 contributions must not draw 10^6
+  blocks of 1,024 steps), and the same sums as the event loop's stream."""
+  timing = TimingModel(jitter="exponential")
+  durations = StepDurations(timing, learners=2, seed=4, local_steps=group)
+  drawn = []
+  original = StepDurations._blocks
+
+  def counted(self, learner):
+    for block in original(self, learner):
+      drawn.append(learner)
+      yield block
+
+  monkeypatch.setattr(StepDurations, "_blocks", counted)
+  seconds = durations.first(1, count)
+  assert len(drawn) == blocks
+  monkeypatch.undo()
+  stream = durations.stream(1)
+  np.testing.assert_array_equal(seconds, [next(stream) for _ in range(count)])
+
+
+def test_first_of_no_contributions_is_empty():
+  seconds = StepDurations(TimingModel(), learners=1, seed=0, local_steps=3).first(0, 0)
+  assert seconds.shape == (0,) and seconds.dtype == np.float64
+
+
+@pytest.mark.parametrize("group", [2, 3, 4])
+def test_a_contribution_of_h_steps_lasts_the_sum_of_h_consecutive_step_times(group):
+  timing = TimingModel(jitter="exponential")
+  single = StepDurations(timing, learners=1, seed=6).first(0, 5 * group).reshape(5, group)
+  expected = single[:, 0].copy()
+  for column in range(1, group):
+    expected += single[:, column]
+  stream = StepDurations(timing, learners=1, seed=6, local_steps=group).stream(0)
+  np.testing.assert_array_equal([next(stream) for _ in range(5)], expected)
