@@ -19,14 +19,16 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	touch $(STAMP)
 
 # Two pytest workers, one test file each at a time (pytest-xdist): the suite's multi-process and compile-bound
-# tests leave a core idle when run one by one.
+# tests leave a core idle when run one by one. Files go out in collection order, the longest first
+# (tests/conftest.py, LONG_FILES), not xdist's default order by number of tests.
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
 test: lint
-	$(PY) -m pytest tests -n 2 --dist loadfile
+	$(PY) -m pytest tests $(XDIST)
 
 # The development subset: every tests/<package>/ without the tests marked slow (whole training runs, subprocesses,
 # multi-process runs and compile-bound matrices; pyproject.toml's markers). CI runs `make test`, all of them.
 test-fast: lint
-	$(PY) -m pytest tests -n 2 --dist loadfile -m "not slow"
+	$(PY) -m pytest tests $(XDIST) -m "not slow"
 
 # The formatter and the linter ([tool.ruff] in pyproject.toml), pinned by the test extra; `make test` runs this
 # first, so CI fails on an unformatted or unclean tree. `make format` fixes what can be fixed.

@@ -91,28 +91,37 @@ def compilations():
 
 # The files that take longest (seconds of `--durations=0` in a full `make test` on the quiet 2-core development
 # machine, 2026-12-03: 14:26 wall, 1,580 s of tests), longest first.
-# pytest-xdist (`make test`: `-n 2 --dist loadfile`) hands out whole files; xdist >= 3.6 first orders them by their
-# number of tests, most first (a stable sort, so among files with as many tests these come first). Forcing this
-# order instead (--no-loadscope-reorder) measured slower on the same machine and tree: 15:00 against 14:26.
+# pytest-xdist (`make test`: `-n 2 --dist loadfile --no-loadscope-reorder`) hands out whole files in collection
+# order, the next one to a worker whose queue is down to 2 tests. By default xdist would first order files by their
+# number of tests, most first: the long files of one or two tests (the demo's three seeds, 127 s) then start last,
+# while the other worker runs dry (a quiet run: 1,398 s of tests in 762 s on 2 workers, about 120 s idle). So the
+# files that take longest go first, longest first (seconds measured on a quiet 2-core machine, `--durations=0`), and
+# the many short files fill the end.
 LONG_FILES = (
-  "tests/studies/test_demo_robustness.py",  # 145
-  "tests/engine/test_engine_exactness.py",  # 131
-  "tests/training/test_train_multiprocess.py",  # 114
-  "tests/benchmarks/test_training_benchmark.py",  # 105
-  "tests/training/test_train_resume.py",  # 89
-  "tests/faults/test_kill_two_processes.py",  # 82
-  "tests/cli/test_experiment_reproduce.py",  # 76
-  "tests/models/test_models_imagenet_step.py",  # 72
-  "tests/faults/test_kill_resume.py",  # 61
-  "tests/studies/test_study_parallel.py",  # 58
-  "tests/training/test_checkpoint.py",  # 39
-  "tests/cli/test_train_command_line.py",  # 38
-  "tests/models/test_models_zoo.py",  # 37
-  "tests/transforms/test_transforms_contract.py",  # 31
-  "tests/training/test_train_protocols.py",  # 30
-  "tests/repository/test_doc_examples.py",  # 30
-  "tests/training/test_own_experiment.py",  # 29
-  "tests/repository/test_packaging.py",  # 28
+  "tests/engine/test_engine_exactness.py",  # 130 s, 46 tests
+  "tests/studies/test_demo_robustness.py",  # 127 s, 1 test
+  "tests/benchmarks/test_training_benchmark.py",  # 111 s, 4 tests
+  "tests/faults/test_kill_two_processes.py",  # 66 s, 3 tests
+  "tests/training/test_train_multiprocess.py",  # 65 s, 3 tests
+  "tests/cli/test_experiment_reproduce.py",  # 64 s, 4 tests
+  "tests/studies/test_study_parallel.py",  # 53 s, 5 tests
+  "tests/training/test_checkpoint.py",  # 42 s, 15 tests
+  "tests/training/test_train_protocols.py",  # 41 s, 12 tests
+  "tests/models/test_models_zoo.py",  # 38 s, 19 tests
+  "tests/training/test_train_resume.py",  # 38 s, 2 tests
+  "tests/faults/test_kill_resume.py",  # 36 s, 3 tests
+  "tests/training/test_own_experiment.py",  # 35 s, 6 tests
+  "tests/cli/test_train_command_line.py",  # 34 s, 7 tests
+  "tests/decentral/test_streaming_diloco.py",  # 31 s, 8 tests
+  "tests/repository/test_packaging.py",  # 29 s, 6 tests
+  "tests/models/test_models_imagenet_step.py",  # 27 s, 2 tests
+  "tests/transforms/test_transforms_contract.py",  # 26 s, 217 tests
+  "tests/training/test_train_outputs.py",  # 24 s, 10 tests
+  "tests/distributed/test_multiprocess_dcs3gd.py",  # 23 s, 6 tests
+  "tests/training/test_diloco_protocol.py",  # 22 s, 7 tests
+  "tests/benchmarks/test_decentral_benchmark.py",  # 22 s, 1 test
+  "tests/training/test_device_layout.py",  # 19 s, 3 tests
+  "tests/decentral/test_dcs3gd.py",  # 18 s, 21 tests
 )
 
 
