@@ -34,8 +34,27 @@ def test_splitmix64_is_the_reference_on_random_64_bit_values():
   assert [int(value) for value in splitmix64(values)] == expected
 
 
+def test_the_streams_are_the_ones_every_run_drew_from():
+  # Augmentation draws come from stream 1 and dropout seeds from stream 2: another number is another random
+  # sequence for every run (its results would not reproduce), the same number for both would correlate them.
+  assert (AUGMENTATION_STREAM, DROPOUT_STREAM) == (1, 2)
+
+
+def test_the_sample_counter_sets_the_top_bit_as_adding_two_to_the_63_does():
+  """sample_hashes mixes j | 2^63, the formula's j + 2^63: equal for every j < 2^63 (no carry into bit 63), as are
+  j ^ 2^63 and j - 2^63 modulo 2^64; the evidence of those mutants' equivalence (experiments/
+  mutation_equivalents.json), on the largest batch sizes and random j below 2^63."""
+  top = np.uint64(1 << 63)
+  j = np.concatenate(
+    [np.arange(4096, dtype=np.uint64), np.random.default_rng(1).integers(0, 2**63, size=4096, dtype=np.uint64)]
+  )
+  with np.errstate(over="ignore"):
+    assert np.array_equal(j | top, j + top) and np.array_equal(j | top, j ^ top) and np.array_equal(j | top, j - top)
+  assert [int(value) for value in (j | top)[:3]] == [2**63, 2**63 + 1, 2**63 + 2]
+
+
 def test_batch_keys_and_sample_hashes_follow_their_formulas():
-  for seed, stream in ((0, AUGMENTATION_STREAM), (3, DROPOUT_STREAM), (2**40 + 7, AUGMENTATION_STREAM)):
+  for seed, stream in ((0, 1), (3, 2), (2**40 + 7, 1)):
     batches = np.array([0, 1, 5, 1000, 2**33], np.uint64)
     base = _mix(_mix(seed) ^ stream)
     expected_keys = [_mix((base + int(g)) & _MASK) for g in batches]  # key = mix(mix(mix(seed) ^ stream) + g)
