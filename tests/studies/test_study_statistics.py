@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pathlib
@@ -12,8 +13,9 @@ from stalesgd.studies import Claim, Study, Variant
 from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._report import write_report
 
-# Student's t quantile t_{0.975, 2}, from a printed table (e.g. NIST/SEMATECH e-Handbook, Table 1.3.6.7.2).
-T_975_2 = 4.303
+# Student's t quantiles t_{0.975, 1}, t_{0.975, 2} and t_{0.975, 3}, from a printed table (e.g. NIST/SEMATECH
+# e-Handbook, Table 1.3.6.7.2).
+T_975_1, T_975_2, T_975_3 = 12.706, 4.303, 3.182
 
 
 def test_spread_is_mean_sample_std_min_max():
@@ -26,11 +28,14 @@ def test_spread_is_mean_sample_std_min_max():
   assert single.std is None and single.format(2) == "7.25 (1 seed)"
   with pytest.raises(ValueError, match="one or more finite numbers"):
     statistics.spread([1.0, float("nan")])
+  with pytest.raises(ValueError, match="one or more finite numbers"):
+    statistics.spread([])
 
 
 def test_final_value_is_the_mean_of_the_last_evaluations():
   assert statistics.final_value([50.0, 40.0, 30.0, 20.0], 3) == 30.0
   assert statistics.final_value([50.0, 40.0], 3) == 45.0
+  assert statistics.final_value([50.0, 40.0, 30.0], 1) == 30.0  # the last evaluation alone
   with pytest.raises(ValueError, match="last=0"):
     statistics.final_value([1.0], 0)
 
@@ -45,6 +50,21 @@ def test_paired_interval_is_the_student_t_interval():
   assert statistics.paired_interval([5.0]) is None  # one seed: no interval
   flat = statistics.paired_interval([80.0, 80.0])
   assert (flat.low, flat.high) == (80.0, 80.0)
+  with pytest.raises(dataclasses.FrozenInstanceError):  # a decision reads the interval as it was computed
+    interval.low = -100.0
+
+
+@pytest.mark.parametrize(
+  "differences, t, sd",
+  [
+    ([1.0, 3.0], T_975_1, math.sqrt(2.0)),  # n = 2: n - 1 = 1 degree of freedom
+    ([1.0, 3.0, 4.0, 8.0], T_975_3, math.sqrt((3**2 + 1 + 0 + 4**2) / 3)),  # n = 4: mean 4, 3 degrees
+  ],
+)
+def test_an_even_number_of_seeds_has_n_minus_1_degrees_of_freedom(differences, t, sd):
+  interval = statistics.paired_interval(differences)
+  mean, half = sum(differences) / len(differences), t * sd / math.sqrt(len(differences))
+  assert interval.low == pytest.approx(mean - half, abs=2e-3) and interval.high == pytest.approx(mean + half, abs=2e-3)
 
 
 def _fake_run(directory: pathlib.Path, curve: list[float]) -> None:
