@@ -45,9 +45,9 @@ run on these cores)::
   .venv/bin/python experiments/mutation.py --report      # only read the sessions and write the summary
 
 ``--controls-only`` runs each module's unmutated tests and its controls, not its mutants (a quick check of the
-table). ``--rerun-survivors`` runs the chosen modules' survived mutants again with the current tests (after a
-test was added to kill them; the session records when). `--budget-minutes` stops starting new modules once it is
-spent (the module in progress finishes); run the same command again to continue.
+table). ``--rerun-survivors`` runs the chosen modules' survived and timed-out mutants again with the current
+tests (after a test was added to kill them; the session records when). `--budget-minutes` stops starting new
+modules once it is spent (the module in progress finishes); run the same command again to continue.
 """
 
 from __future__ import annotations
@@ -675,7 +675,7 @@ def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence
   if arguments.rerun_survivors:
     forgotten = forget_survivors(files["session"])
     meta.setdefault("survivor_reruns", []).append({"at": _now(), "mutants": forgotten})
-    print(f"{module.path}: {len(forgotten)} survivors run again with the current tests", flush=True)
+    print(f"{module.path}: {len(forgotten)} survivors and timeouts run again with the current tests", flush=True)
   skipped = skip_annotation_mutants(files["session"], (ROOT / module.path).read_text(encoding="utf-8"))
   if skipped:
     print(f"{module.path}: {skipped} mutants inside unevaluated annotations skipped (equivalent)", flush=True)
@@ -690,11 +690,13 @@ def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence
 
 
 def forget_survivors(session: pathlib.Path) -> list[str]:
-  """Deletes the survived results of a cosmic-ray session, so that its ``exec`` runs those mutants again (with
-  the tests as they are now: a survivor a new test kills comes out killed). Returns their job ids."""
+  """Deletes the survived and timed-out results of a cosmic-ray session, so that its ``exec`` runs those mutants
+  again (with the tests as they are now, and the session's timeout: a survivor a new test kills comes out killed,
+  a mutant that made the tests hang may now fail one quickly). Returns their job ids."""
   with sqlite3.connect(session) as database:
-    # cosmic-ray stores its enums by name ("SURVIVED"); `cosmic-ray dump` prints their values ("survived").
-    survived = "UPPER(test_outcome) = 'SURVIVED'"
+    # cosmic-ray stores its enums by name ("SURVIVED"); `cosmic-ray dump` prints their values ("survived"); a
+    # timeout is a "killed" result whose output is "timeout" (`outcome_of`).
+    survived = "(UPPER(test_outcome) = 'SURVIVED' OR TRIM(output) = 'timeout')"
     jobs = [row[0] for row in database.execute(f"SELECT job_id FROM work_results WHERE {survived}")]
     database.execute(f"DELETE FROM work_results WHERE {survived}")
   return jobs

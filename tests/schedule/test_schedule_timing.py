@@ -11,6 +11,30 @@ from stalesgd.schedule import TimingModel, simulate
 from stalesgd.schedule._durations import BLOCK_STEPS, StepDurations, dynamic_local_steps
 
 
+@pytest.mark.parametrize("count, group, blocks", [(1, 1, 1), (BLOCK_STEPS, 1, 1), (BLOCK_STEPS + 1, 1, 2), (700, 3, 3)])
+def test_first_draws_exactly_the_blocks_its_steps_need(count, group, blocks, monkeypatch):
+  """ceil(count H / BLOCK_STEPS) blocks, never more (a vectorised read of 10^6 contributions must not draw 10^6
+  blocks of 1,024 steps), and the same sums as the event loop's stream. First in this file, and stopping at the
+  first block too many: a block count that explodes would otherwise hang the tests below before failing here."""
+  timing = TimingModel(jitter="exponential")
+  durations = StepDurations(timing, learners=2, seed=4, local_steps=group)
+  drawn = []
+  original = StepDurations._blocks
+
+  def counted(self, learner):
+    for block in original(self, learner):
+      drawn.append(learner)
+      assert len(drawn) <= blocks, f"more than the {blocks} blocks {count} x {group} steps need"  # fail fast
+      yield block
+
+  monkeypatch.setattr(StepDurations, "_blocks", counted)
+  seconds = durations.first(1, count)
+  assert len(drawn) == blocks
+  monkeypatch.undo()
+  stream = durations.stream(1)
+  np.testing.assert_array_equal(seconds, [next(stream) for _ in range(count)])
+
+
 @pytest.mark.parametrize("field", ["compute_time", "latency", "apply_time", "jitter_sigma", "speed_factor_sigma"])
 def test_negative_times_raise_naming_the_field(field):
   with pytest.raises(ValueError, match=rf"{field}=-1\.0; allowed: a finite number >=? 0$"):
@@ -257,28 +281,6 @@ def test_dynamic_local_steps_by_hand():
   # In floats, as the notebook computes it: 48 * (0.3 / 0.8) = 17.999999999999996, so 17 steps.
   two = TimingModel(speed_factors=(0.3, 0.8), jitter="deterministic")
   np.testing.assert_array_equal(dynamic_local_steps(two, 2, 0, 48, 1), [48, 17])
-
-
-@pytest.mark.parametrize("count, group, blocks", [(1, 1, 1), (BLOCK_STEPS, 1, 1), (BLOCK_STEPS + 1, 1, 2), (700, 3, 3)])
-def test_first_draws_exactly_the_blocks_its_steps_need(count, group, blocks, monkeypatch):
-  """ceil(count H / BLOCK_STEPS) blocks, never more (a vectorised read of 10^6 contributions must not draw 10^6
-  blocks of 1,024 steps), and the same sums as the event loop's stream."""
-  timing = TimingModel(jitter="exponential")
-  durations = StepDurations(timing, learners=2, seed=4, local_steps=group)
-  drawn = []
-  original = StepDurations._blocks
-
-  def counted(self, learner):
-    for block in original(self, learner):
-      drawn.append(learner)
-      yield block
-
-  monkeypatch.setattr(StepDurations, "_blocks", counted)
-  seconds = durations.first(1, count)
-  assert len(drawn) == blocks
-  monkeypatch.undo()
-  stream = durations.stream(1)
-  np.testing.assert_array_equal(seconds, [next(stream) for _ in range(count)])
 
 
 def test_first_of_no_contributions_is_empty():

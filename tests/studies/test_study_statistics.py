@@ -26,6 +26,8 @@ def test_spread_is_mean_sample_std_min_max():
   assert values.format() == "5.00 ± 3.61"
   single = statistics.spread([7.25])
   assert single.std is None and single.format(2) == "7.25 (1 seed)"
+  with pytest.raises(dataclasses.FrozenInstanceError):  # a table and a decision read the same numbers
+    values.mean = 0.0
   with pytest.raises(ValueError, match="one or more finite numbers"):
     statistics.spread([1.0, float("nan")])
   with pytest.raises(ValueError, match="one or more finite numbers"):
