@@ -82,13 +82,20 @@ def _case(model: str, optimizer_kind: str, protocol: str, learners: int):
   )
 
 
+# Every protocol at 1, 3 and 8 learners with the optimizer that reads every per-contribution argument (the MLP);
+# the other optimizer and model each at the protocols whose contributions differ in kind: one per update
+# (hardsync's average of lambda at staleness 0, async's one stale gradient), several stale ones (2-softsync), and
+# some dropped (backup). The protocol logic is the schedule's, the same for every model and optimizer.
+KIND_PROTOCOLS = ("hardsync", "2-softsync", "async", "backup")
+
+
 def _cases():
   for learners in (1, 3, 8):
     for protocol in PROTOCOLS:
       if learners == 1 and protocol in ("2-softsync", "backup"):
         continue  # n > lambda and b >= lambda are invalid with one learner
       yield _case("mlp", "staleness_dc", protocol, learners)
-  for protocol in PROTOCOLS:
+  for protocol in KIND_PROTOCOLS:
     yield _case("mlp", "plain", protocol, 8)
     yield _case("cnn", "staleness_dc", protocol, 3)
   yield _case("cnn", "plain", "async", 8)
