@@ -259,3 +259,45 @@ def test_dc_asgd_alias_passes_bias_correction_by_hand():
     updates[corrected], _ = tx.update(GRADS, tx.init(PARAMS), PARAMS, staleness=1, stale_params=jnp.array([0.0, 1.0]))
   np.testing.assert_allclose(updates[True], [-0.15, -0.2], rtol=1e-6)
   np.testing.assert_allclose(updates[False], [-0.1 * (1 + 0.5 / math.sqrt(0.05)), -0.2], rtol=1e-6)
+
+
+# ---------------------------------------------------------------- defaults and contracts, by hand
+
+
+def test_layerwise_lambda_when_the_corrections_norm_is_below_one_by_hand():
+  # g = 0.5, D = 1: g g D = 0.25 (norm below 1), lambda = 0.2 * 0.5 / 0.25 = 0.4, g~ = 0.5 + 0.4 * 0.25 = 0.6.
+  corrected = stalesgd.delay_compensated_gradient(jnp.array([0.5]), jnp.array([1.0]), 0.2, layerwise=True)
+  np.testing.assert_allclose(corrected, [0.6], rtol=1e-6)
+
+
+def test_default_eps_is_1e_7_by_hand():
+  # MeanSquare 0: lambda = 1e-4 / sqrt(0 + 1e-7) = 0.316227766..., g~ = 1 + lambda * 1 * 1 * 1.
+  corrected = stalesgd.delay_compensated_gradient(
+    jnp.array([1.0]), jnp.array([1.0]), 1e-4, mean_square=jnp.array([0.0])
+  )
+  np.testing.assert_allclose(corrected, [1.0 + 1e-4 / math.sqrt(1e-7)], rtol=1e-6)
+
+
+def test_default_lambda_is_dc_asgds_0_04_by_hand():
+  first, _, _ = two_updates(stalesgd.scale_by_delay_compensation())
+  np.testing.assert_allclose(first, [1.0 + 0.04 * 1.0, 2.0 - 0.04 * 4.0], rtol=1e-7)
+
+
+def test_options_after_the_three_operands_are_keyword_only():
+  with pytest.raises(TypeError):
+    stalesgd.delay_compensated_gradient(GRADS, PARAMS - STALE, 0.1, jnp.array([1.0, 4.0]))
+
+
+def test_params_may_be_passed_by_keyword_as_to_any_optax_update():
+  transform = stalesgd.scale_by_delay_compensation(dc_lambda=0.5)
+  corrected, _ = transform.update(GRADS, transform.init(PARAMS), params=PARAMS, stale_params=STALE)
+  np.testing.assert_allclose(corrected, [1.0 + 0.5, 2.0 - 0.5 * 4.0], rtol=1e-7)
+
+
+def test_eps_and_num_learners_are_checked_before_anything_runs():
+  with pytest.raises(ValueError, match=r"eps=-0\.5; allowed: a number >= 0 \(inf allowed\) or a schedule"):
+    stalesgd.scale_by_delay_compensation(adaptive=True, eps=-0.5)
+  for eps in (0.0, 0.5, 2.0, math.inf):  # 0 to inf, both included
+    stalesgd.scale_by_delay_compensation(adaptive=True, eps=eps)
+  with pytest.raises(ValueError, match="num_learners"):  # a Python int, not numpy's
+    stalesgd.scale_by_delay_compensation(adaptive=True, num_learners=np.int64(2))
