@@ -15,6 +15,7 @@
 
 import atexit
 import os
+import pathlib
 import shutil
 import socket
 import tempfile
@@ -62,9 +63,15 @@ def devices():
 
 
 @pytest.fixture(scope="session")
-def compilation_cache(tmp_path_factory):
-  """A persistent JAX compilation cache for every ``stalesgd-train`` subprocess of the session."""
-  return tmp_path_factory.mktemp("jax_compilation_cache")
+def compilation_cache():
+  """The session's persistent JAX compilation cache (above), for the ``stalesgd-train`` subprocesses too.
+
+  One directory for the test processes (both pytest-xdist workers inherit it) and every subprocess: a program
+  compiled in one of them is read back by the others. The subprocesses write every program to it
+  (``main_environment``); these processes only those that took 0.25 s or more to compile, so the `compilations`
+  fixture's positive control (a function compiled in milliseconds) is never read back.
+  """
+  return pathlib.Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"

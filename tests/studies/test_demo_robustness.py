@@ -72,9 +72,11 @@ def _bands(table: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_demos_seed_0_lands_in_the_readmes_bands_describes_itself_and_no_row_moves_under_perturbations(tmp_path):
-  workdir, cache = tmp_path / "demo", tmp_path / "jax_cache"
-  printed = _demo(workdir, cache=cache)
+def test_the_demos_seed_0_lands_in_the_readmes_bands_describes_itself_and_no_row_moves_under_perturbations(
+  tmp_path, compilation_cache
+):
+  workdir = tmp_path / "demo"
+  printed = _demo(workdir, cache=compilation_cache)
   table = (workdir / "bands.md").read_text()
   assert table in printed
   readme = README_TABLE.search((REPOSITORY / "README.md").read_text())
@@ -83,11 +85,11 @@ def test_the_demos_seed_0_lands_in_the_readmes_bands_describes_itself_and_no_row
   bands = _bands(table)
   assert bands == _bands(readme.group(1)), "seed 0's bands differ from README's demo table"
   assert set(bands.values()) == {"learns (< 10 %)", "fails (> 80 %)"}, bands
-  assert_the_study_directory_describes_itself(workdir, printed)
+  assert_the_study_directory_describes_itself(workdir, printed, compilation_cache)
   # Seed 0 again on narrower vector code: each run's training losses must differ from the same run's above (else
   # the check below would prove nothing; a run that diverged leaves no weights to compare), and its band must not.
   perturbed = tmp_path / "sse4_2"
-  command, environment = _demo_command(perturbed, cache=cache, xla_flags="--xla_cpu_max_isa=SSE4_2")
+  command, environment = _demo_command(perturbed, cache=compilation_cache, xla_flags="--xla_cpu_max_isa=SSE4_2")
   ran = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=environment)
   assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
   assert _bands((perturbed / "bands.md").read_text()) == bands
@@ -98,7 +100,7 @@ def test_the_demos_seed_0_lands_in_the_readmes_bands_describes_itself_and_no_row
   assert len(changed) == len(bands) and all(changed.values()), changed
 
 
-def assert_the_study_directory_describes_itself(workdir: pathlib.Path, printed: str) -> None:
+def assert_the_study_directory_describes_itself(workdir: pathlib.Path, printed: str, cache: pathlib.Path) -> None:
   """What `stalesgd-reproduce` writes for one seed of the demo: runs and per-variant tables, learning curves, plots,
   the decisions (none with 1 seed), and a README from what the runs recorded whose Notes survive a new report."""
   rows = _read_csv(workdir / "runs.csv")
@@ -136,7 +138,7 @@ def assert_the_study_directory_describes_itself(workdir: pathlib.Path, printed: 
   assert table.strip() in readme and "## Decisions" in readme and "![test error](test_error.png)" in readme
   assert len(re.findall(r"^\| .+ \| 0 \| 10\.00 \| \d+\.\d\d \| \d+ min \| ok \|$", readme, re.MULTILINE)) == 3
   (workdir / "README.md").write_text(readme.replace("(none yet: this section", "Superseded by X.\n(was: this section"))
-  command, environment = _demo_command(workdir, cache=workdir.parent / "jax_cache")
+  command, environment = _demo_command(workdir, cache=cache)
   again = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600, env=environment)
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout.count("reused the finished run") == 4, again.stdout[-2000:]

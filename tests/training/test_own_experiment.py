@@ -97,7 +97,7 @@ def preempted_once(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["async_dc", "dcs3gd"])
-def test_own_model_data_and_optimizer_train_and_resume_exactly(variant, tmp_path, preempted_once):
+def test_own_model_data_and_optimizer_train_and_resume_exactly(variant, tmp_path, preempted_once, compilation_cache):
   whole, resumed = tmp_path / "whole", tmp_path / "resumed"
   first = train_and_evaluate(own_config(variant), str(resumed))
   assert first["preempted"] and preempted_once == [PREEMPT_AT_BLOCK]
@@ -117,7 +117,7 @@ def test_own_model_data_and_optimizer_train_and_resume_exactly(variant, tmp_path
         "--config.model_options.width=4",  # a key the config file does not have
         f"--workdir={whole}",
       ],
-      tmp_path / "cache",
+      compilation_cache,
       timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
