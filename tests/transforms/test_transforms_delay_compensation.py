@@ -301,3 +301,34 @@ def test_eps_and_num_learners_are_checked_before_anything_runs():
     stalesgd.scale_by_delay_compensation(adaptive=True, eps=eps)
   with pytest.raises(ValueError, match="num_learners"):  # a Python int, not numpy's
     stalesgd.scale_by_delay_compensation(adaptive=True, num_learners=np.int64(2))
+
+
+def test_update_mean_square_squares_each_gradient_by_hand():
+  # m = 0.5: 0.5 * 1 + 0.5 * 3 * 3 = 5, 0.5 * 1 + 0.5 * 0.5 * 0.5 = 0.625 (g = 1 and 2 square like g ** g).
+  updated = stalesgd.update_mean_square(jnp.array([1.0, 1.0]), jnp.array([3.0, 0.5]), 0.5)
+  np.testing.assert_allclose(updated, [5.0, 0.625], rtol=1e-7)
+
+
+def test_per_learner_mean_square_of_a_matrix_parameter_by_hand():
+  """Learner 0's one contribution on a 2 x 2 weight: its MeanSquare row becomes 0.5 g*g (m = 0.5), learner 1's stays
+  0; lambda = 1 / sqrt(0.5 g*g + 1e-7), so with D = 1, g~ = g + lambda g g = g (1 + sqrt(2)) to 1e-7."""
+  grads = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+  params, stale = jnp.ones((2, 2)), jnp.zeros((2, 2))
+  for bias_correction in (False, True):
+    transform = stalesgd.scale_by_delay_compensation(
+      dc_lambda=1.0, adaptive=True, decay=0.5, num_learners=2, bias_correction=bias_correction
+    )
+    corrected, state = transform.update(
+      grads[None], transform.init(params), params, stale_params=stale[None], learner=jnp.array([0])
+    )
+    np.testing.assert_allclose(state.mean_square, [0.5 * grads * grads, np.zeros((2, 2))], rtol=1e-7)
+    # Bias-corrected, W = (0.5, 0) and learner 0 reads MeanSquare / 0.5 = g*g: lambda = 1 / |g|, g~ = 2 g.
+    factor = 2.0 if bias_correction else 1.0 + math.sqrt(2.0)
+    np.testing.assert_allclose(corrected, [factor * grads], rtol=1e-6)
+
+
+@pytest.mark.parametrize("learner", [-1, 7])
+def test_a_learner_outside_the_rows_is_refused(learner):
+  transform = stalesgd.scale_by_delay_compensation(adaptive=True, num_learners=3)
+  with pytest.raises(ValueError, match=r"learner must lie in \[0, num_learners=3\)"):
+    transform.update(GRADS, transform.init(PARAMS), PARAMS, stale_params=STALE, learner=learner)
