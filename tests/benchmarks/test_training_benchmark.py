@@ -54,9 +54,9 @@ def digits_config(protocol: str, n: int, learners: int, jitter: str = "determini
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol,n", [("async", 1), ("softsync", 2)])
-def test_the_emulator_ends_with_the_engines_weights(protocol, n):
-  run = build_run(digits_config(protocol, n, learners=4))
+def test_the_emulator_ends_with_the_engines_weights():
+  # 2-softsync: two contributions per update, the emulator's general case (async's one is its loop run once).
+  run = build_run(digits_config("softsync", 2, learners=4))
   check_round_robin(run.schedule)
   updates = 16
   emulator = RoundRobinEmulator(

@@ -1,8 +1,10 @@
 """The engine reproduces the naive event-by-event oracle, for every protocol.
 
 Tolerance: 1e-5 relative (max abs difference over max abs value, per leaf),
-float32, after >= 200 server updates. Differences come only from XLA fusing the
-same arithmetic differently in the two programs.
+float32, after >= 100 server updates (several times the deepest staleness, 12
+at 8 learners, so every ring slot and pending contribution is reused many
+times). Differences come only from XLA fusing the same arithmetic differently
+in the two programs.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from stalesgd import schedule as schedule_lib
 from stalesgd.parallel import _sharding as sharding_lib
 from tests.helpers.engine_oracle import MODELS, Data, max_relative_error, run_oracle
 
-NUM_UPDATES = 200
+NUM_UPDATES = 100
 TOLERANCE = 1e-5
 LEARNING_RATE = 0.05
 
@@ -105,7 +107,7 @@ def _cases():
 @pytest.mark.parametrize("model, optimizer_kind, protocol, learners", list(_cases()))
 def test_engine_equals_event_by_event_oracle(model, optimizer_kind, protocol, learners):
   schedule = simulate(protocol, learners)
-  assert schedule.num_updates >= 200
+  assert schedule.num_updates >= NUM_UPDATES
   expected = oracle(model, optimizer_kind, schedule)
   actual = run_engine(model, optimizer_kind, schedule)
   assert max_relative_error(actual, expected) <= TOLERANCE
