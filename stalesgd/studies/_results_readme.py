@@ -42,8 +42,11 @@ def kept_notes(path: pathlib.Path) -> str:
 
 
 def _duration(seconds: float | None) -> str:
+  """ "-" when not recorded, whole seconds under a minute, else minutes (and hours from 60 min)."""
   if seconds is None:
     return "-"
+  if seconds < 59.5:
+    return f"{round(seconds)} s"
   minutes = round(seconds / 60)
   return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
@@ -90,6 +93,7 @@ def provenance_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines.append(
       f"- wall time: {_duration(sum(walls))} in all, {len(walls)} runs of {_duration(min(walls))} to "
       f"{_duration(max(walls))} (per run below and in runs.csv)"
+      + ("" if len(walls) == len(rows) else f"; {len(rows) - len(walls)} run(s) recorded none (e.g. diverged)")
     )
   return lines
 

@@ -135,8 +135,9 @@ def assert_the_study_directory_describes_itself(workdir: pathlib.Path, printed: 
   assert f"stalesgd-reproduce --study=demo --workdir={workdir} --seeds=1 --parallel=1" in readme
   assert "- code: stalesgd 0.2.0 at " in readme and " cores" in readme and "load average" in readme
   assert "digits from embedded" in readme and "sha256 train" in readme
+  assert "3 runs of " in readme and "; 1 run(s) recorded none (e.g. diverged)" in readme
   assert table.strip() in readme and "## Decisions" in readme and "![test error](test_error.png)" in readme
-  assert len(re.findall(r"^\| .+ \| 0 \| 10\.00 \| \d+\.\d\d \| \d+ min \| ok \|$", readme, re.MULTILINE)) == 3
+  assert len(re.findall(r"^\| .+ \| 0 \| 10\.00 \| \d+\.\d\d \| \d+ (?:s|min) \| ok \|$", readme, re.MULTILINE)) == 3
   (workdir / "README.md").write_text(readme.replace("(none yet: this section", "Superseded by X.\n(was: this section"))
   command, environment = _demo_command(workdir, cache=cache)
   again = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600, env=environment)

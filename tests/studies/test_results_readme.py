@@ -1,0 +1,29 @@
+"""The provenance lines a study's README gets from its runs (`stalesgd.studies._results_readme`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stalesgd.studies import _results_readme as results_readme
+
+
+@pytest.mark.parametrize(
+  "seconds, shown",
+  [(None, "-"), (3.2, "3 s"), (59.4, "59 s"), (59.6, "1 min"), (125.0, "2 min"), (3700.0, "1 h 02 min")],
+)
+def test_durations_read_in_seconds_under_a_minute_then_minutes_and_hours(seconds, shown):
+  assert results_readme._duration(seconds) == shown
+
+
+def test_the_wall_time_line_counts_the_runs_that_recorded_none(tmp_path):
+  rows = [
+    {"workdir": str(tmp_path / "a"), "wall_time": 30.0, "host_devices": 8},
+    {"workdir": str(tmp_path / "b"), "wall_time": 170.0, "host_devices": 8},
+    {"workdir": str(tmp_path / "c"), "wall_time": None, "host_devices": 8},  # diverged: no summary
+  ]
+  lines = results_readme.provenance_lines(rows)
+  assert lines[-1] == (
+    "- wall time: 3 min in all, 2 runs of 30 s to 3 min (per run below and in runs.csv); "
+    "1 run(s) recorded none (e.g. diverged)"
+  )
+  assert results_readme.provenance_lines(rows[:2])[-1].endswith("(per run below and in runs.csv)")
