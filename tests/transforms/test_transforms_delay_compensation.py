@@ -10,6 +10,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import stalesgd
@@ -332,3 +333,15 @@ def test_a_learner_outside_the_rows_is_refused(learner):
   transform = stalesgd.scale_by_delay_compensation(adaptive=True, num_learners=3)
   with pytest.raises(ValueError, match=r"learner must lie in \[0, num_learners=3\)"):
     transform.update(GRADS, transform.init(PARAMS), PARAMS, stale_params=STALE, learner=learner)
+
+
+def test_dc_asgds_defaults_by_hand():
+  """lambda 0.04, no momentum: each update is -0.1 (g + 0.04 g g D) alone; with momentum 0.9, plain (not
+  Nesterov) momentum: the second update is -0.1 (0.9 c1 + c2), c1 = (1.04, 1.84), c2 = (2.16, 1.84)."""
+  first, second, state = two_updates(stalesgd.dc_asgd(0.1))
+  np.testing.assert_allclose(first, [-0.104, -0.184], rtol=1e-6)
+  np.testing.assert_allclose(second, [-0.216, -0.184], rtol=1e-6)
+  is_trace = lambda node: isinstance(node, optax.TraceState)
+  assert not any(is_trace(node) for node in jax.tree.leaves(state, is_leaf=is_trace))  # no buffer at 0
+  _, second, _ = two_updates(stalesgd.dc_asgd(0.1, momentum=0.9))
+  np.testing.assert_allclose(second, [-0.1 * (0.9 * 1.04 + 2.16), -0.1 * (0.9 * 1.84 + 1.84)], rtol=1e-6)

@@ -262,3 +262,35 @@ def test_exponential_rule_with_an_infinite_rate_keeps_fresh_gradients_only():
   updates, state = run_steps(stalesgd.scale_by_staleness("exponential", rate=math.inf), [0, 3, 0])
   np.testing.assert_array_equal(updates, np.outer([1.0, 0.0, 1.0], GRADS))
   assert float(state.lr_scale) == 1.0
+
+
+# ---------------------------------------------------------------- the alias's defaults, by hand
+
+
+def _has_momentum_buffer(state) -> bool:
+  is_trace = lambda node: isinstance(node, optax.TraceState)
+  return any(is_trace(node) for node in jax.tree.leaves(state, is_leaf=is_trace))
+
+
+@pytest.mark.parametrize(
+  "rule, options, weight",
+  [
+    ("polynomial", {}, 0.5),  # (1 + 3)^-0.5: exponent 0.5
+    ("exponential", {}, math.exp(-1.5)),  # e^(-0.5 * 3): rate 0.5
+    ("hinge", {"max_staleness": 1}, 1.0 / 3.0),  # 1 / (1 * (3 - 1) + 1): hinge_slope 1
+  ],
+)
+def test_staleness_aware_sgds_default_rule_options_by_hand(rule, options, weight):
+  tx = stalesgd.staleness_aware_sgd(0.1, rule=rule, **options)
+  updates, _ = tx.update(jnp.array([3.0, 6.0]), tx.init(jnp.zeros(2)), staleness=3)
+  np.testing.assert_allclose(updates, [-0.1 * weight * 3.0, -0.1 * weight * 6.0], rtol=1e-6)
+
+
+def test_staleness_aware_sgd_keeps_no_momentum_by_default_and_no_buffer_at_zero():
+  tx = stalesgd.staleness_aware_sgd(0.1)
+  state = tx.init(jnp.zeros(2))
+  assert not _has_momentum_buffer(state) and not _has_momentum_buffer(stalesgd.staleness_aware_sgd(0.1, 0).init(0.0))
+  assert _has_momentum_buffer(stalesgd.staleness_aware_sgd(0.1, 0.9).init(jnp.zeros(2)))
+  _, state = tx.update(jnp.array([3.0, 6.0]), state, staleness=1)
+  second, _ = tx.update(jnp.array([1.0, 2.0]), state, staleness=2)
+  np.testing.assert_allclose(second, [-0.1 * 1.0 / 2, -0.1 * 2.0 / 2], rtol=1e-7)  # the first left nothing behind
