@@ -12,6 +12,7 @@ from typing import Any
 
 import optax
 
+from stalesgd import _validation as validation
 from stalesgd.transforms import _contributions as contributions
 from stalesgd.transforms import _delay_compensation as delay_compensation
 from stalesgd.transforms import _staleness as staleness
@@ -20,7 +21,13 @@ from stalesgd.transforms import _staleness as staleness
 def _server_sgd(
   learning_rate: optax.ScalarOrSchedule, momentum: Any, nesterov: bool
 ) -> optax.GradientTransformationExtraArgs:
-  """optax.sgd, without a momentum buffer when momentum is the number 0."""
+  """optax.sgd, without a momentum buffer when momentum is the number 0.
+
+  Raises:
+    ValueError: for a momentum number outside [0, 1] (a schedule or None is not checked).
+  """
+  if validation.is_real(momentum):
+    validation.check_real("momentum", momentum, low=0, high=1, note="or a schedule or None")
   if isinstance(momentum, numbers.Real) and momentum == 0:
     momentum = None
   return optax.sgd(learning_rate, momentum=momentum, nesterov=nesterov)

@@ -294,3 +294,12 @@ def test_staleness_aware_sgd_keeps_no_momentum_by_default_and_no_buffer_at_zero(
   _, state = tx.update(jnp.array([3.0, 6.0]), state, staleness=1)
   second, _ = tx.update(jnp.array([1.0, 2.0]), state, staleness=2)
   np.testing.assert_allclose(second, [-0.1 * 1.0 / 2, -0.1 * 2.0 / 2], rtol=1e-7)  # the first left nothing behind
+
+
+@pytest.mark.parametrize("alias", [stalesgd.staleness_aware_sgd, stalesgd.dc_asgd])
+def test_the_aliases_refuse_a_momentum_outside_0_to_1(alias):
+  for momentum in (-0.5, 1.5, math.nan):
+    with pytest.raises(ValueError, match=r"momentum=.*; allowed: a finite number >= 0 and <= 1 or a schedule or None"):
+      alias(0.1, momentum=momentum)
+  for momentum in (0, 0.0, 0.9, 1.0, None, optax.constant_schedule(0.9)):
+    alias(0.1, momentum=momentum)
