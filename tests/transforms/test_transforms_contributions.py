@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import stalesgd
+from stalesgd.transforms._contributions import Stack
 
 PARAMS = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(())}
 
@@ -78,3 +79,35 @@ def test_inconsistent_inputs_raise():
     stalesgd.contributions_in_stack(grads, PARAMS, staleness=jnp.arange(4))
   with pytest.raises(ValueError, match="leading axis of size 4"):
     stalesgd.contributions_in_stack(grads, None, staleness=jnp.arange(4))
+
+
+def test_the_stack_size_is_read_from_stale_params_leading_axis():
+  # c = 4, not 3: the weight leaf's last axis is 3, so only its leading axis gives c.
+  stale = jax.tree.map(jnp.zeros_like, stack(4))
+  assert stalesgd.contributions_in_stack(stack(4), PARAMS, stale_params=stale) == 4
+
+
+@pytest.mark.parametrize(
+  "leaf, role",
+  [(jnp.zeros((3, 2, 2)), "stale_params"), (jnp.zeros((3, 2, 4)), "stale_params"), (jnp.zeros((3, 2, 4)), "updates")],
+)
+def test_a_leaf_of_another_shape_than_its_param_is_refused(leaf, role):
+  """(c,) + (2, 2) and (c,) + (2, 4) for a (2, 3) weight: smaller and larger shapes alike."""
+  grads, stale = stack(3), jax.tree.map(jnp.zeros_like, stack(3))
+  if role == "stale_params":
+    stale = {**stale, "w": leaf}
+  else:
+    grads = {**grads, "w": leaf}
+  with pytest.raises(ValueError, match=rf"{role}\['w'\] has shape \(3, 2, [24]\)"):
+    stalesgd.contributions_in_stack(grads, PARAMS, stale_params=stale)
+
+
+def test_updates_of_another_tree_than_params_get_only_the_leading_axis_checked():
+  """As in a transform that sees part of the updates (its shapes are then not comparable leaf by leaf)."""
+  params = {"a": jnp.zeros(5), "b": jnp.zeros(3)}
+  assert stalesgd.contributions_in_stack({"b": jnp.zeros((2, 3))}, params, staleness=jnp.arange(2)) == 2
+  assert stalesgd.contributions_in_stack({"b": jnp.zeros(3)}, params) is None
+
+
+def test_stack_of_takes_params_by_keyword():
+  assert Stack.of(stack(2), params=PARAMS, staleness=jnp.arange(2)).size == 2
