@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import stalesgd
-from stalesgd.transforms._contributions import Stack
+from stalesgd.transforms._contributions import Stack, check_same_tree
 
 PARAMS = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(())}
 
@@ -111,3 +111,28 @@ def test_updates_of_another_tree_than_params_get_only_the_leading_axis_checked()
 
 def test_stack_of_takes_params_by_keyword():
   assert Stack.of(stack(2), params=PARAMS, staleness=jnp.arange(2)).size == 2
+
+
+def test_the_checks_name_the_mismatch_in_the_librarys_words():
+  grads = stack(3)
+  with pytest.raises(ValueError, match="stale_params must have the tree structure of params; got"):
+    stalesgd.contributions_in_stack(grads, PARAMS, stale_params={"w": grads["w"]})
+  # A stack larger than the other arguments say, with and without params to compare with.
+  with pytest.raises(ValueError, match=r"a stack of 2 contributions needs a leading axis of size 2"):
+    stalesgd.contributions_in_stack(grads, None, staleness=jnp.arange(2))
+  # A smaller leaf than the reference's, which would broadcast silently.
+  with pytest.raises(ValueError, match=r"displacement has shape \(1,\); it must have the shape of grads, \(2,\)"):
+    stalesgd.delay_compensated_gradient(jnp.ones(2), jnp.ones(1), 0.1)
+
+
+def test_contributions_in_stack_takes_its_operands_by_name_and_its_indications_only_by_name():
+  grads = stack(3)
+  assert stalesgd.contributions_in_stack(updates=grads, params=PARAMS, staleness=jnp.arange(3)) == 3
+  with pytest.raises(TypeError):
+    stalesgd.contributions_in_stack(grads, PARAMS, jnp.arange(3))
+
+
+def test_check_same_tree_takes_the_names_only_by_keyword():
+  check_same_tree(reference=PARAMS, other=PARAMS, name="a", reference_name="b")
+  with pytest.raises(TypeError):
+    check_same_tree(PARAMS, PARAMS, "a", "b")
