@@ -96,39 +96,39 @@ def compilations():
   jax.monitoring.unregister_event_duration_listener(listener)
 
 
-# The files that take longest (seconds of `--durations=0` in a full `make test` on the quiet 2-core development
-# machine, 2026-12-03: 14:26 wall, 1,580 s of tests), longest first.
+# The files that take longest, longest first (seconds of `--durations=0` in a full run on the quiet 2-core
+# development machine, 2026-12-04: 12:45 wall, 1,495 s of tests; the training benchmark's and the exactness
+# file's since cut by about 20 and 30 s).
 # pytest-xdist (`make test`: `-n 2 --dist loadfile --no-loadscope-reorder`) hands out whole files in collection
 # order, the next one to a worker whose queue is down to 2 tests. By default xdist would first order files by their
-# number of tests, most first: the long files of one or two tests (the demo's three seeds, 127 s) then start last,
-# while the other worker runs dry (a quiet run: 1,398 s of tests in 762 s on 2 workers, about 120 s idle). So the
-# files that take longest go first, longest first (seconds measured on a quiet 2-core machine, `--durations=0`), and
-# the many short files fill the end.
+# number of tests, most first: the long files of one or two tests (the demo, 119 s) then start last, while the
+# other worker runs dry (a quiet run: 1,398 s of tests in 762 s on 2 workers, about 120 s idle). So the files that
+# take longest go first, and the many short files fill the end.
 LONG_FILES = (
-  "tests/engine/test_engine_exactness.py",  # 130 s, 46 tests
-  "tests/studies/test_demo_robustness.py",  # 127 s, 1 test
-  "tests/benchmarks/test_training_benchmark.py",  # 111 s, 4 tests
-  "tests/faults/test_kill_two_processes.py",  # 66 s, 3 tests
-  "tests/training/test_train_multiprocess.py",  # 65 s, 3 tests
-  "tests/cli/test_experiment_reproduce.py",  # 64 s, 4 tests
-  "tests/studies/test_study_parallel.py",  # 53 s, 5 tests
-  "tests/training/test_checkpoint.py",  # 42 s, 15 tests
-  "tests/training/test_train_protocols.py",  # 41 s, 12 tests
-  "tests/models/test_models_zoo.py",  # 38 s, 19 tests
-  "tests/training/test_train_resume.py",  # 38 s, 2 tests
-  "tests/faults/test_kill_resume.py",  # 36 s, 3 tests
-  "tests/training/test_own_experiment.py",  # 35 s, 6 tests
-  "tests/cli/test_train_command_line.py",  # 34 s, 7 tests
-  "tests/decentral/test_streaming_diloco.py",  # 31 s, 8 tests
-  "tests/repository/test_packaging.py",  # 29 s, 6 tests
-  "tests/models/test_models_imagenet_step.py",  # 27 s, 2 tests
-  "tests/transforms/test_transforms_contract.py",  # 26 s, 217 tests
-  "tests/training/test_train_outputs.py",  # 24 s, 10 tests
-  "tests/distributed/test_multiprocess_dcs3gd.py",  # 23 s, 6 tests
-  "tests/training/test_diloco_protocol.py",  # 22 s, 7 tests
-  "tests/benchmarks/test_decentral_benchmark.py",  # 22 s, 1 test
-  "tests/training/test_device_layout.py",  # 19 s, 3 tests
-  "tests/decentral/test_dcs3gd.py",  # 18 s, 21 tests
+  "tests/benchmarks/test_training_benchmark.py",  # 180 s, 4 tests (the GPU suite at tiny size: 130 s)
+  "tests/engine/test_engine_exactness.py",  # 124 s, 38 tests
+  "tests/studies/test_demo_robustness.py",  # 119 s, 1 test
+  "tests/faults/test_kill_two_processes.py",  # 81 s, 2 tests
+  "tests/training/test_train_multiprocess.py",  # 70 s, 2 tests
+  "tests/studies/test_study_parallel.py",  # 60 s, 5 tests
+  "tests/training/test_train_resume.py",  # 47 s, 2 tests
+  "tests/training/test_checkpoint.py",  # 46 s, 14 tests
+  "tests/training/test_train_protocols.py",  # 44 s, 11 tests
+  "tests/cli/test_train_command_line.py",  # 41 s, 7 tests
+  "tests/transforms/test_transforms_contract.py",  # 39 s, 220 tests
+  "tests/cli/test_experiment_reproduce.py",  # 36 s, 3 tests
+  "tests/models/test_models_zoo.py",  # 35 s, 19 tests
+  "tests/faults/test_kill_resume.py",  # 34 s, 3 tests
+  "tests/training/test_own_experiment.py",  # 33 s, 6 tests
+  "tests/models/test_models_imagenet_step.py",  # 30 s, 2 tests
+  "tests/distributed/test_multiprocess_dcs3gd.py",  # 27 s, 6 tests
+  "tests/repository/test_packaging.py",  # 27 s, 6 tests
+  "tests/training/test_diloco_protocol.py",  # 27 s, 6 tests
+  "tests/training/test_train_outputs.py",  # 26 s, 5 tests
+  "tests/repository/test_doc_examples.py",  # 22 s, 2 tests
+  "tests/decentral/test_streaming_diloco.py",  # 22 s, 9 tests
+  "tests/benchmarks/test_decentral_benchmark.py",  # 21 s, 1 test
+  "tests/decentral/test_dcs3gd.py",  # 19 s, 21 tests
 )
 
 
