@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import stalesgd
-from stalesgd.transforms._contributions import Stack, check_same_tree
+from stalesgd.transforms._contributions import Stack, check_same_tree, check_tree_structure
 
 PARAMS = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(())}
 
@@ -136,3 +136,18 @@ def test_check_same_tree_takes_the_names_only_by_keyword():
   check_same_tree(reference=PARAMS, other=PARAMS, name="a", reference_name="b")
   with pytest.raises(TypeError):
     check_same_tree(PARAMS, PARAMS, "a", "b")
+
+
+def test_check_tree_structure_takes_the_names_only_by_keyword():
+  check_tree_structure(PARAMS, PARAMS, name="a", reference_name="b")
+  with pytest.raises(TypeError):
+    check_tree_structure(PARAMS, PARAMS, "a", "b")
+
+
+def test_an_unstacked_stale_leaf_of_a_smaller_shape_is_refused():
+  with pytest.raises(ValueError, match=r"stale_params\['w'\] has shape \(2, 2\)"):
+    stalesgd.contributions_in_stack(stack(1), PARAMS, stale_params={"w": jnp.zeros((2, 2)), "b": jnp.zeros(())})
+
+
+def test_empty_trees_are_a_single_contribution():
+  assert stalesgd.contributions_in_stack({}, {}, stale_params={}) is None
