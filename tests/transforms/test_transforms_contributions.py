@@ -151,3 +151,10 @@ def test_an_unstacked_stale_leaf_of_a_smaller_shape_is_refused():
 
 def test_empty_trees_are_a_single_contribution():
   assert stalesgd.contributions_in_stack({}, {}, stale_params={}) is None
+
+
+def test_average_contributions_takes_params_by_keyword_as_any_optax_update():
+  transform = stalesgd.average_contributions()
+  stale = jax.tree.map(jnp.zeros_like, stack(2))  # stale_params needs the params
+  updates, _ = transform.update(stack(2), transform.init(PARAMS), params=PARAMS, stale_params=stale)
+  np.testing.assert_allclose(updates["b"], jnp.mean(stack(2)["b"]), rtol=1e-6)
