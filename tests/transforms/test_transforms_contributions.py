@@ -158,3 +158,9 @@ def test_average_contributions_takes_params_by_keyword_as_any_optax_update():
   stale = jax.tree.map(jnp.zeros_like, stack(2))  # stale_params needs the params
   updates, _ = transform.update(stack(2), transform.init(PARAMS), params=PARAMS, stale_params=stale)
   np.testing.assert_allclose(updates["b"], jnp.mean(stack(2)["b"]), rtol=1e-6)
+
+
+def test_unstacked_stale_params_of_numpy_arrays_are_a_single_contribution():
+  # numpy's shape is a new tuple on every read: the comparison must be by value.
+  stale = jax.tree.map(lambda leaf: np.zeros(np.shape(leaf), np.float32), PARAMS)
+  assert stalesgd.contributions_in_stack(jax.tree.map(jnp.ones_like, PARAMS), PARAMS, stale_params=stale) is None
