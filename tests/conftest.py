@@ -108,8 +108,7 @@ LONG_FILES = (
   "tests/benchmarks/test_training_benchmark.py",  # 180 s, 4 tests (the GPU suite at tiny size: 130 s)
   "tests/engine/test_engine_exactness.py",  # 124 s, 38 tests
   "tests/studies/test_demo_robustness.py",  # 119 s, 1 test
-  "tests/faults/test_kill_two_processes.py",  # 81 s, 2 tests
-  "tests/training/test_train_multiprocess.py",  # 70 s, 2 tests
+  "tests/faults/test_kill_two_processes.py",  # 53 s, 2 tests (SIGTERM, SIGKILL and resume of 2 processes)
   "tests/studies/test_study_parallel.py",  # 60 s, 5 tests
   "tests/training/test_train_resume.py",  # 47 s, 2 tests
   "tests/training/test_checkpoint.py",  # 46 s, 14 tests

@@ -21,8 +21,7 @@ Plus the moment just before the first checkpoint is whole (a long first save
 on a big model), emulated by removing the checkpoints of a finished run: the
 restart starts from scratch and its records must not follow the dead run's.
 
-Two processes: ``test_kill_two_processes.py`` (kill -9) and
-``tests/training/test_train_multiprocess.py`` (SIGTERM).
+Two processes: ``test_kill_two_processes.py`` (SIGTERM, then kill -9).
 """
 
 from __future__ import annotations

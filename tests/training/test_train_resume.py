@@ -63,7 +63,7 @@ def read_event_scalars(workdir: pathlib.Path) -> dict:
 
 # A parameter-server run (async with local runs: the engine's path of every parameter-server protocol, with inner
 # states) and a decentralized one; async DC-ASGD-a's kills and resume are tests/faults/test_kill_resume.py's and
-# test_kill_two_processes.py's, its SIGTERM test_train_multiprocess.py's.
+# test_kill_two_processes.py's (with a SIGTERM to 2 processes).
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["dcs3gd", "async_local"])
 def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, tmp_path, compilation_cache):
