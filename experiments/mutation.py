@@ -17,6 +17,10 @@ Each module's session is ``runs/mutation/sessions/<module>.sqlite``: a stopped p
 (cosmic-ray's ``exec`` runs only the work items without a result); a session whose module source or test
 command changed since it was made is set aside and made again.
 
+Sessions are not committed: on a fresh clone a module the summary holds as done, for the source it has now, keeps
+its figures there (the entry says so) and is not run again unless ``--again`` is given; its controls run again
+with ``--controls-only``.
+
 Controls: `CONTROLS_FILE` holds known-bad mutants written by hand before any run (at least one per module). Each
 is applied to the copy and its module's test command is run by cosmic-ray's own test runner
 (``cosmic_ray.testing.run_tests``) with the same command and timeout as the module's mutants; every control must
@@ -376,13 +380,16 @@ def module_summary(
 
   ``killed_percent`` is the killed share of the decided, non-equivalent mutants: timeouts count as not killed
   (undecided), incompetent mutants and pending ones are left out of the denominator. With the module's
-  ``source``, a mutant inside an unevaluated annotation (`annotation_spans`) is equivalent, run or skipped.
+  ``source``, a mutant inside an unevaluated annotation (`annotation_spans`) is equivalent, run or skipped, and
+  only the equivalents listed for that source (their ``source_sha256``) count: an operator's occurrence numbers
+  another mutant once the source changed.
   """
   spans = annotation_spans(source) if source is not None else []
+  digest = hashlib.sha256(source.encode("utf-8")).hexdigest() if source is not None else None
   known = {
     equivalent_key(entry["module"], entry["operator"], entry["occurrence"]): entry
     for entry in equivalents
-    if entry["module"] == module
+    if entry["module"] == module and (digest is None or entry.get("source_sha256") == digest)
   }
   mutants = []
   for work_item, result in records:
@@ -636,6 +643,11 @@ def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence
   digest = _sha256(ROOT / module.path)
   _set_aside_if_stale(module, files)
   meta = _read_json(files["meta"], None)
+  finished = {entry["module"]: entry for entry in _read_json(SUMMARY, {}).get("modules", [])}
+  kept = kept_from_summary(finished.get(module.path), module, None)
+  if meta is None and kept is not None and not (arguments.controls_only or arguments.again):
+    print(f"{module.path}: done in {SUMMARY.relative_to(ROOT)} for this source; kept (--again runs it anew)")
+    return
   if meta is None:
     passed, seconds, tail = _baseline(module)
     timeout = max(arguments.min_timeout, arguments.timeout_factor * seconds)
@@ -710,31 +722,60 @@ def _dump(session: pathlib.Path) -> list[list[Any]]:
   return [json.loads(line) for line in printed.stdout.splitlines() if line.strip()]
 
 
+def kept_from_summary(entry: Mapping[str, Any] | None, module: Module, written: str | None) -> dict[str, Any] | None:
+  """A finished module's entry of the summary already written, while its session is not on this machine (a fresh
+  clone: sessions live under ``runs/``, which is not committed).
+
+  Kept only while the module's source and test command are those the entry was made for; it then says where its
+  figures come from. Anything else (an unfinished module, a changed source) is None: the module counts as not run.
+  """
+  if entry is None or entry.get("status") != "done":
+    return None
+  if (entry.get("source_sha256"), entry.get("test_command")) != (_sha256(ROOT / module.path), test_command(module)):
+    return None
+  return {
+    **entry,
+    "session": entry.get("session") or f"not on this machine: figures kept from the summary written {written}",
+  }
+
+
+def _decided(summary: Mapping[str, Any]) -> int:
+  return summary["killed"] + summary["survived"] + summary["timed_out"]
+
+
 def write_summary(controls: Sequence[Mapping[str, Any]], note: str | None = None) -> dict[str, Any]:
   equivalents = _read_json(EQUIVALENTS_FILE, {"equivalents": []})["equivalents"]
+  previous = _read_json(SUMMARY, {})
+  kept_entries = {entry["module"]: entry for entry in previous.get("modules", [])}
+  kept_controls = {row["id"]: row for row in previous.get("controls", [])}
   modules, control_rows = [], []
   for module in MODULES:
     files = _module_files(module)
     meta = _read_json(files["meta"], None)
     entry: dict[str, Any] = {"module": module.path, "what": module.what, "tests": list(module.tests)}
     entry["test_command"] = test_command(module)
-    if meta is None:
-      entry["status"] = "not run"
-    elif not meta["baseline_passed"]:
-      entry.update(status="tests fail unmutated", meta=meta)
-    elif _is_stale(meta, module):
-      # The module or its tests changed since the session was made: its outcomes are of other code (the next run
-      # sets the session aside and makes it again).
-      entry.update(
-        status="stale: changed since its session was made; run it again", source_sha256=meta["source_sha256"]
-      )
-    else:
+    kept = kept_from_summary(kept_entries.get(module.path), module, previous.get("written"))
+    summary = None
+    if meta is not None and meta["baseline_passed"] and not _is_stale(meta, module):
       summary = module_summary(
         module.path,
         _dump(files["session"]) if files["session"].exists() else [],
         equivalents,
         (ROOT / module.path).read_text(encoding="utf-8"),
       )
+    if kept is not None and (summary is None or not _decided(summary)):
+      entry = kept  # a fresh clone's session, made for the controls only, has decided nothing yet
+    elif meta is None:
+      entry["status"] = "not run"
+    elif not meta["baseline_passed"]:
+      entry.update(status="tests fail unmutated", meta=meta)
+    elif summary is None:
+      # The module or its tests changed since the session was made: its outcomes are of other code (the next run
+      # sets the session aside and makes it again).
+      entry.update(
+        status="stale: changed since its session was made; run it again", source_sha256=meta["source_sha256"]
+      )
+    else:
       entry["status"] = "in progress" if summary["pending"] else "done"
       entry.update(
         {key: meta[key] for key in ("source_sha256", "baseline_seconds", "timeout_seconds", "created", "exec_runs")}
@@ -742,9 +783,14 @@ def write_summary(controls: Sequence[Mapping[str, Any]], note: str | None = None
       entry["load_average_at_creation"] = meta["load_average_at_creation"]
       entry.update(summary)
     done = _read_json(files["controls"], {})
+    source, tests = _sha256(ROOT / module.path), tests_digest(module)
     for control in controls:
       if control["file"] == module.path:
-        row = done.get(control["id"], {"outcome": "not run"})
+        row = done.get(control["id"])
+        earlier = kept_controls.get(control["id"], {})
+        if row is None and (earlier.get("source_sha256"), earlier.get("tests_sha256")) == (source, tests):
+          row = {key: value for key, value in earlier.items() if key not in ("id", "file", "description")}
+        row = row or {"outcome": "not run"}
         control_rows.append(
           {"id": control["id"], "file": control["file"], "description": control["description"], **row}
         )
@@ -788,6 +834,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--controls-only", action="store_true", help="run the controls (and baselines), no mutants")
   parser.add_argument(
     "--rerun-survivors", action="store_true", help="run the chosen modules' survivors again (after adding tests)"
+  )
+  parser.add_argument(
+    "--again", action="store_true", help="run a module the summary holds as done for its source (a fresh clone)"
   )
   parser.add_argument("--note", default=None, help="a line for the summary (e.g. the machine's load)")
   arguments = parser.parse_args(argv)

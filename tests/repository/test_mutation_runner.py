@@ -4,6 +4,7 @@ the killing test read from pytest's output, and the module table against the con
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import sqlite3
@@ -68,6 +69,19 @@ def test_an_equivalent_survivor_leaves_the_denominator():
   summary = mutation.module_summary("stalesgd/transforms/_x.py", records, equivalents)
   assert summary["equivalent"] == 1 and summary["survivors"] == []
   assert summary["killed_percent_of_non_equivalent"] == 100.0
+
+
+def test_an_equivalent_listed_for_another_source_counts_for_nothing():
+  """Occurrence numbers are per source: once the module changed, the listed mutant may be another one."""
+  source = "def rule(x):\n  return x + 1\n"
+  records = [_record("b", "ReplaceBinaryOperator_Add_Mul", 0, 2, _result("survived", "5 passed"))]
+  listed = {"module": "stalesgd/transforms/_x.py", "operator": "core/ReplaceBinaryOperator_Add_Mul", "occurrence": 0}
+  today = hashlib.sha256(source.encode()).hexdigest()
+  for digest, equivalent in ((today, 1), ("0" * 64, 0)):
+    summary = mutation.module_summary(
+      "stalesgd/transforms/_x.py", records, [{**listed, "source_sha256": digest}], source
+    )
+    assert summary["equivalent"] == equivalent and len(summary["survivors"]) == 1 - equivalent
 
 
 def test_the_control_applier_refuses_an_absent_or_ambiguous_old_text():
@@ -214,3 +228,22 @@ def test_skipping_marks_only_pending_annotation_mutants(tmp_path):
   with sqlite3.connect(session) as database:
     results = dict(database.execute("SELECT job_id, worker_outcome FROM work_results"))
   assert results == {"done": "NORMAL", "annotation": "SKIPPED"}
+
+
+def test_a_finished_module_keeps_its_summary_entry_only_for_the_source_it_was_made_for():
+  """Sessions live under runs/ (not committed): a fresh clone keeps a done module's figures while its source and
+  test command are those of the entry, and says where they come from; anything else is not kept."""
+  module = mutation.MODULES[0]
+  entry = {
+    "module": module.path,
+    "status": "done",
+    "source_sha256": mutation._sha256(REPOSITORY / module.path),
+    "test_command": mutation.test_command(module),
+    "killed": 3,
+  }
+  kept = mutation.kept_from_summary(entry, module, "2026-12-04T00:00:00Z")
+  assert kept["killed"] == 3 and "2026-12-04T00:00:00Z" in kept["session"]
+  assert mutation.kept_from_summary({**entry, "status": "in progress"}, module, None) is None
+  assert mutation.kept_from_summary({**entry, "source_sha256": "0" * 64}, module, None) is None
+  assert mutation.kept_from_summary({**entry, "test_command": "other"}, module, None) is None
+  assert mutation.kept_from_summary(None, module, None) is None
