@@ -2,9 +2,9 @@
 layers below the training stack.
 
 The config is read here and in `stalesgd.training.build_run`, nowhere below: updates per epoch and the
-contributions per update, the simulated cluster's schedule (`simulate_schedule`, with `timing_model` and
-`protocol_options`), DC-S3GD's settings (`decentral_settings`, with each mode's lambda_0, `dc_lambda`) and the
-run's name (`run_label`).
+contributions per update, the examples applied under dynamic local updates (`applied_examples`), the simulated
+cluster's schedule (`simulate_schedule`, with `timing_model` and `protocol_options`), DC-S3GD's settings
+(`decentral_settings`, with each mode's lambda_0, `dc_lambda`) and the run's name (`run_label`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import ml_collections
+import numpy as np
 
 from stalesgd import decentral
 from stalesgd import schedule as schedule_lib
@@ -60,6 +61,18 @@ def examples_per_update(config: ml_collections.ConfigDict) -> int:
   """c * mu * H: the examples one server update (decentralized: one step of all M learners) applies, H the local
   steps of a contribution (1 for a decentralized protocol)."""
   return contributions_per_update(config) * config.batch_per_learner * config.local_steps
+
+
+def applied_examples(schedule: schedule_lib.Schedule, batch_per_learner: int) -> np.ndarray | None:
+  """int64 [U + 1]: the examples applied by the end of each update (from 0 before the first), under dynamic local
+  updates: learner m's contribution applies mu H_m examples, H_m its local steps (the schedule's
+  ``learner_local_steps`` option). None without them: every update then applies `examples_per_update`.
+  """
+  local_steps = schedule.options.get("learner_local_steps")
+  if local_steps is None:
+    return None
+  per_update = np.asarray(local_steps, np.int64)[schedule.learner].sum(axis=1) * batch_per_learner
+  return np.concatenate([np.zeros(1, np.int64), np.cumsum(per_update)])
 
 
 def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:

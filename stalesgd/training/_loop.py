@@ -37,9 +37,7 @@ from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.training import _device_layout as device_layout
 from stalesgd.training._build_run import build_run
 from stalesgd.training._config_checks import validate_config
-from stalesgd.training._config_readers import (
-  examples_per_update,
-)
+from stalesgd.training._config_readers import applied_examples, examples_per_update
 from stalesgd.training._evaluator import Evaluator
 from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverged: raised by the loop)
   PendingMetrics,
@@ -271,7 +269,9 @@ def _train_and_evaluate(
   eval_interval = config.eval_every_epochs * per_epoch
   start_time = time.monotonic()
   wall = lambda: wall_offset + time.monotonic() - start_time
-  pending = PendingMetrics(schedule, examples_per_update(config), per_epoch)
+  pending = PendingMetrics(
+    schedule, examples_per_update(config), per_epoch, applied_examples(schedule, config.batch_per_learner)
+  )
   pending.start(position.updates, wall())
   pending.restore(pending_snapshot)
   next_log = _next_point(position.updates, config.log_every_updates)
@@ -326,7 +326,7 @@ def _train_and_evaluate(
     schedule=schedule,
     params=runner.params(position.state),
     updates=position.updates,
-    updates_per_epoch=per_epoch,
+    epochs=pending.epoch(position.updates),
     wall_time=wall(),
     records=records,
     preempted=preempted,
@@ -354,7 +354,7 @@ def _summary(
   schedule: Schedule,
   params: Any,
   updates: int,
-  updates_per_epoch: int,
+  epochs: float,
   wall_time: float,
   records: Sequence[Mapping[str, Any]],
   preempted: bool,
@@ -369,7 +369,7 @@ def _summary(
     "learners": config.learners,
     "batch_per_learner": config.batch_per_learner,
     "updates": updates,
-    "epochs": updates / updates_per_epoch,
+    "epochs": epochs,
     "test_accuracy": last.get("test_accuracy"),
     "test_error": last.get("test_error"),
     "train_accuracy": last.get("train_accuracy"),

@@ -34,8 +34,12 @@ class PendingMetrics:
   covers the updates between two log points, whatever checkpoints fell between.
   """
 
-  def __init__(self, schedule: Schedule, examples_per_update: int, per_epoch: float):
+  def __init__(self, schedule: Schedule, examples_per_update: int, per_epoch: float, applied: np.ndarray | None = None):
+    """``applied``: the examples applied by the end of each update under dynamic local updates
+    (`stalesgd.training._config_readers.applied_examples`); None: ``examples_per_update`` each, ``per_epoch``
+    updates per epoch."""
     self.schedule, self.examples_per_update, self.per_epoch = schedule, examples_per_update, per_epoch
+    self.applied = applied
     self._blocks: list[tuple[int, int, RunnerMetrics]] = []
     # Updates [first, stop) already on the host: (first, stop, float32 losses, float32 lr scales,
     # {diagnostic name: float32 values}).
@@ -62,7 +66,7 @@ class PendingMetrics:
       if bad.size:
         update = first + int(bad[0])
         raise TrainingDiverged(
-          f"the training loss became {loss[bad[0]]} at update {update} (epoch {update / self.per_epoch:.3f}); "
+          f"the training loss became {loss[bad[0]]} at update {update} (epoch {self.epoch(update):.3f}); "
           "stopping. Lower config.learning_rate or add a staleness rule; the last checkpoint in the workdir "
           "holds the last good weights",
           update=update,
@@ -107,6 +111,17 @@ class PendingMetrics:
       )
     )
 
+  def _examples(self, first: int, stop: int) -> int:
+    if self.applied is None:
+      return (stop - first) * self.examples_per_update
+    return int(self.applied[stop] - self.applied[first])
+
+  def epoch(self, update: int) -> float:
+    """The epochs of examples applied by the end of ``update`` updates."""
+    if self.applied is None:
+      return update / self.per_epoch
+    return float(self.applied[update]) / (self.per_epoch * self.examples_per_update)
+
   def flush(self, wall_time: float) -> dict[str, float]:
     """The record of the updates since the last flush; raises on a non-finite loss."""
     self._read_back()
@@ -121,10 +136,10 @@ class PendingMetrics:
       "lr_scale": float(scales.mean()),
       "staleness_mean": float(staleness.mean()),
       "staleness_max": int(staleness.max()),
-      "epoch": stop / self.per_epoch,
+      "epoch": self.epoch(stop),
       "sim_time": float(self.schedule.update_time[stop - 1]),
       "wall_time": wall_time,
-      "images_per_s": (stop - self._since_update) * self.examples_per_update / elapsed,
+      "images_per_s": self._examples(self._since_update, stop) / elapsed,
       **{name: float(values.mean()) for name, values in diagnostics.items()},
     }
     self.start(stop, wall_time)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,8 +11,9 @@ import optax
 import pytest
 
 from stalesgd.training import default_config, validate_config
-from stalesgd.training._config_readers import run_label, timing_model, updates_per_epoch
+from stalesgd.training._config_readers import applied_examples, run_label, timing_model, updates_per_epoch
 from stalesgd.training._local_runs import build_inner_optimizer, local_run_options
+from stalesgd.training._pending_metrics import PendingMetrics
 
 
 def test_the_defaults_are_one_step_of_stateless_sgd_at_rate_one():
@@ -175,3 +178,26 @@ def test_dynamic_local_updates_end_at_equal_inner_steps():
   config.timing.speed_factors = (1.0, 2.0)
   validate_config(config, num_devices=8)
   assert run_length(config, 128) == (32, 64)
+
+
+def test_under_dynamic_local_updates_an_update_applies_its_learners_steps_times_mu():
+  """H_m = (4, 2), mu = 3, one contribution per update from learners 0, 1, 1, 0: 12, 6, 6, 12 examples."""
+  schedule = types.SimpleNamespace(
+    options={"learner_local_steps": [4, 2]}, learner=np.array([[0], [1], [1], [0]], np.int32)
+  )
+  assert applied_examples(schedule, 3).tolist() == [0, 12, 18, 24, 36]
+  assert applied_examples(types.SimpleNamespace(options={}, learner=schedule.learner), 3) is None
+  # Two contributions per update: both learners' steps.
+  schedule.learner = np.array([[0, 1], [1, 1]], np.int32)
+  assert applied_examples(schedule, 1).tolist() == [0, 6, 10]
+
+
+def test_the_logged_epoch_and_images_per_s_count_the_applied_examples():
+  """N = 48 examples (per_epoch = 4 updates of c mu H = 12), applied 12, 18, 24, 36 by updates 1-4: a record
+  ending at update 3 says epoch 24 / 48 = 0.5; 12 examples from update 1 to 3 in 2 s is 6 images/s."""
+  applied = np.array([0, 12, 18, 24, 36])
+  pending = PendingMetrics(None, examples_per_update=12, per_epoch=4.0, applied=applied)
+  assert pending.epoch(3) == 0.5 and pending.epoch(4) == 0.75
+  assert pending._examples(1, 3) == 12
+  fixed = PendingMetrics(None, examples_per_update=12, per_epoch=4.0)  # without: 12 per update
+  assert fixed.epoch(3) == 0.75 and fixed._examples(1, 3) == 24
