@@ -68,10 +68,31 @@ def test_staleness_weight_is_the_same_rule_as_the_transform():
   )  # the weight at <sigma> is 0: left unnormalised
 
 
+def test_staleness_weights_default_options_by_hand():
+  """exponent 0.5: (1 + 3)^-0.5 = 0.5; rate 0.5: e^(-0.5 x 3); hinge_slope 1: 1 / (1 x (3 - 1) + 1)."""
+  np.testing.assert_allclose(stalesgd.staleness_weight("polynomial", [3.0]), [0.5], rtol=1e-7)
+  np.testing.assert_allclose(stalesgd.staleness_weight("exponential", [3.0]), [math.exp(-1.5)], rtol=1e-6)
+  np.testing.assert_allclose(stalesgd.staleness_weight("hinge", [3.0], max_staleness=1), [1 / 3], rtol=1e-7)
+
+
+def test_a_rule_named_by_a_string_built_at_run_time_is_still_checked():
+  """A rule read from a config is equal to, not the same object as, the literal: inverse_mean still needs its
+  mean."""
+  rule = "".join(["inverse", "_mean"])
+  with pytest.raises(ValueError, match="mean_staleness is required"):
+    stalesgd.staleness_weight(rule, [1.0])
+
+
+def test_lr_scale_is_one_without_a_staleness_transform():
+  assert float(stalesgd.lr_scale(optax.sgd(0.1).init(jnp.zeros(2)))) == 1.0
+  assert float(stalesgd.lr_scale(())) == 1.0
+
+
 def test_threshold_counts_drops_and_zeroes_non_finite_dropped_gradients():
   transform = stalesgd.scale_by_staleness("threshold", max_staleness=2)
   state = transform.init(GRADS)
   _, state = transform.update(GRADS, state, staleness=3)
+  assert int(state.dropped) == 1  # 3 > 2
   stack = jnp.array([[1.0, 1.0], [jnp.inf, jnp.nan], [3.0, 3.0]])
   updates, state = transform.update(stack, state, staleness=jnp.array([1, 5, 2]))
   np.testing.assert_array_equal(updates, [[1.0, 1.0], [0.0, 0.0], [3.0, 3.0]])
