@@ -16,10 +16,11 @@ evaluating every quarter epoch; ``arg`` picks the protocol:
   part of the state a resume must restore;
 * ``dcs3gd``: DC-S3GD with S = 1 and the adaptive correction on the 8 devices
   (one learner each), 23 steps, so the in-flight update queue is part of it;
-* ``async_local``: async with local runs, H = 3 steps of inner momentum SGD
-  (rate 0.05, momentum 0.5) per contribution, each learner's inner state kept
-  between its contributions, 63 updates, so the learners' inner states are
-  part of the state a resume must restore;
+* ``async_local``: async with local runs of at most H = 3 steps of inner
+  momentum SGD (rate 0.05, momentum 0.5) per contribution, each learner's inner
+  state kept between its contributions, dynamic local updates (H_m = 3, 2 or 1
+  by the learner's speed) on 4 data shards, so the learners' inner states and
+  the shards' progress are part of the state a resume must restore;
 * ``cifar10_full``: Rudra's CIFAR-10 network (``cifar10_full``, its default
   multipliers: lr 2 on every bias, weight decay 0.004 / 1.0 on the weights) on
   64 deterministic random 32x32 colour images (`random_cifar_like`), hardsync
@@ -66,6 +67,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.local_steps = 3
     config.inner.learning_rate, config.inner.momentum = 0.05, 0.5
     config.learning_rate, config.momentum = 0.7, 0.0
+    # Dynamic local updates (H_m = 3, 2 or 1 by speed) on 4 data shards: each local run takes the least-visited
+    # shard, so the shards' progress is part of what a resume must restore too.
+    config.inner.dynamic_min_steps, config.inner.data_shards = 1, 4
+    config.timing.speed_factors = (1.0, 1.0, 1.0, 1.0, 1.5, 1.5, 3.0, 3.0)
   else:
     config.protocol = "dcs3gd"
     config.allreduce_staleness = 1

@@ -18,7 +18,9 @@ step the uninterrupted run logged, and identical evaluations.
 Three runs: async with DC-ASGD-a (the state holds the ring buffer of past
 weights, DC's MeanSquare and the momentum), DC-S3GD (the state holds the
 queue of in-flight updates and per-learner weights) and async with local runs
-of H = 3 steps (the state holds every learner's inner momentum). The runs go through
+of at most H = 3 steps (the state holds every learner's inner momentum), dynamic
+local updates on 4 data shards (the schedule the resumed run reads holds the
+shards' progress). The runs go through
 ``paced_main.py`` (a pause before every block) so each phase is still running
 when its signal is sent.
 """
