@@ -83,6 +83,32 @@ def test_a_rule_named_by_a_string_built_at_run_time_is_still_checked():
     stalesgd.staleness_weight(rule, [1.0])
 
 
+@pytest.mark.parametrize("rule", stalesgd.STALENESS_RULES)
+def test_a_rule_named_by_a_string_built_at_run_time_gives_the_literals_weights(rule):
+  built = "".join(list(rule))  # equal, another object
+  options = {"mean_staleness": 2.0, "max_staleness": 1}
+  stalenesses = jnp.array([0.0, 1.0, 3.0])
+  np.testing.assert_array_equal(
+    stalesgd.staleness_weight(built, stalenesses, **options), stalesgd.staleness_weight(rule, stalenesses, **options)
+  )
+
+
+def test_staleness_is_a_keyword_only_argument():
+  transform = stalesgd.scale_by_staleness("inverse")
+  with pytest.raises(TypeError):
+    transform.update(GRADS, transform.init(GRADS), None, 3)
+
+
+def test_lr_scale_is_the_product_of_every_staleness_states_mean_weight():
+  """One transform: (1/1 + 1/4) / 2 = 0.625; chained with a second (inverse_mean at <sigma> = 2: 1/2): 0.3125."""
+  one = stalesgd.scale_by_staleness("inverse")
+  _, state = one.update(jnp.ones((2, 2)), one.init(jnp.zeros(2)), staleness=jnp.array([1, 4]))
+  assert float(stalesgd.lr_scale(state)) == 0.625
+  two = optax.chain(one, stalesgd.scale_by_staleness("inverse_mean", mean_staleness=2.0))
+  _, state = two.update(jnp.ones((2, 2)), two.init(jnp.zeros(2)), staleness=jnp.array([1, 4]))
+  assert float(stalesgd.lr_scale(state)) == 0.3125
+
+
 def test_lr_scale_is_one_without_a_staleness_transform():
   assert float(stalesgd.lr_scale(optax.sgd(0.1).init(jnp.zeros(2)))) == 1.0
   assert float(stalesgd.lr_scale(())) == 1.0
