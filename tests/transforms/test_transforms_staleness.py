@@ -75,6 +75,25 @@ def test_staleness_weights_default_options_by_hand():
   np.testing.assert_allclose(stalesgd.staleness_weight("hinge", [3.0], max_staleness=1), [1 / 3], rtol=1e-7)
 
 
+@pytest.mark.parametrize(
+  "rule, options, weight",
+  [
+    ("polynomial", {}, 0.5),  # (1 + 3)^-0.5: exponent 0.5
+    ("exponential", {}, math.exp(-1.5)),  # e^(-0.5 * 3): rate 0.5
+    ("hinge", {"max_staleness": 1}, 1.0 / 3.0),  # 1 / (1 * (3 - 1) + 1): hinge_slope 1
+  ],
+)
+def test_scale_by_stalenesss_default_options_by_hand(rule, options, weight):
+  transform = stalesgd.scale_by_staleness(rule, **options)
+  updates, _ = transform.update(jnp.array([3.0, 6.0]), transform.init(jnp.zeros(2)), staleness=3)
+  np.testing.assert_allclose(updates, [weight * 3.0, weight * 6.0], rtol=1e-6)
+
+
+def test_the_hinge_at_a_fractional_staleness_past_its_knee():
+  """sigma = 1.5, sigma_max = 1, h = 1: 1 / (1 x 0.5 + 1) = 2/3 (the inverse rule, too, takes fractional sigma)."""
+  np.testing.assert_allclose(stalesgd.staleness_weight("hinge", [1.5], max_staleness=1), [2 / 3], rtol=1e-7)
+
+
 def test_a_rule_named_by_a_string_built_at_run_time_is_still_checked():
   """A rule read from a config is equal to, not the same object as, the literal: inverse_mean still needs its
   mean."""
