@@ -112,10 +112,18 @@ def test_a_rule_named_by_a_string_built_at_run_time_gives_the_literals_weights(r
   )
 
 
-def test_staleness_is_a_keyword_only_argument():
+def test_a_threshold_named_by_a_string_built_at_run_time_counts_its_drops():
+  transform = stalesgd.scale_by_staleness("".join(["thresh", "old"]), max_staleness=2)
+  _, state = transform.update(GRADS, transform.init(GRADS), staleness=3)
+  assert int(state.dropped) == 1
+
+
+def test_staleness_is_a_keyword_only_argument_and_so_are_the_rules_options():
   transform = stalesgd.scale_by_staleness("inverse")
   with pytest.raises(TypeError):
     transform.update(GRADS, transform.init(GRADS), None, 3)
+  with pytest.raises(TypeError):
+    stalesgd.staleness_weight("inverse_mean", [1.0], 2.0)  # mean_staleness by position
 
 
 def test_lr_scale_is_the_product_of_every_staleness_states_mean_weight():
