@@ -105,8 +105,9 @@ def test_a_rule_named_by_a_string_built_at_run_time_is_still_checked():
 @pytest.mark.parametrize("rule", stalesgd.STALENESS_RULES)
 def test_a_rule_named_by_a_string_built_at_run_time_gives_the_literals_weights(rule):
   built = "".join(list(rule))  # equal, another object
-  options = {"mean_staleness": 2.0, "max_staleness": 1}
-  stalenesses = jnp.array([0.0, 1.0, 3.0])
+  # (A knee at 1 would make the hinge 1/sigma, the inverse rule's weights.)
+  options = {"mean_staleness": 2.0, "max_staleness": 2}
+  stalenesses = jnp.array([0.0, 1.0, 3.0, 4.0])
   np.testing.assert_array_equal(
     stalesgd.staleness_weight(built, stalenesses, **options), stalesgd.staleness_weight(rule, stalenesses, **options)
   )
@@ -116,6 +117,10 @@ def test_a_threshold_named_by_a_string_built_at_run_time_counts_its_drops():
   transform = stalesgd.scale_by_staleness("".join(["thresh", "old"]), max_staleness=2)
   _, state = transform.update(GRADS, transform.init(GRADS), staleness=3)
   assert int(state.dropped) == 1
+  _, state = transform.update(jnp.stack([GRADS] * 3), state, staleness=jnp.array([0, 4, 5]))
+  assert int(state.dropped) == 3  # two more in one update
+  _, state = transform.update(GRADS, state, staleness=0)
+  assert int(state.dropped) == 3  # none
 
 
 def test_staleness_is_a_keyword_only_argument_and_so_are_the_rules_options():
