@@ -247,3 +247,20 @@ def test_a_finished_module_keeps_its_summary_entry_only_for_the_source_it_was_ma
   assert mutation.kept_from_summary({**entry, "source_sha256": "0" * 64}, module, None) is None
   assert mutation.kept_from_summary({**entry, "test_command": "other"}, module, None) is None
   assert mutation.kept_from_summary(None, module, None) is None
+
+
+def test_every_equivalents_evidence_names_a_test_that_exists():
+  """An equivalent mutant's evidence cites tests as path::name: each must be a test function of that file."""
+  entries = json.loads((REPOSITORY / "experiments" / "mutation_equivalents.json").read_text())["equivalents"]
+  missing = []
+  for entry in entries:
+    for evidence in entry["evidence"]:
+      cited = evidence.split(" ", 1)[0]
+      if "::" not in cited:
+        continue
+      path, name = cited.split("::", 1)
+      name = name.split("[", 1)[0]
+      source = (REPOSITORY / path).read_text() if (REPOSITORY / path).exists() else ""
+      if f"def {name}(" not in source:
+        missing.append((entry["module"], entry["line"], cited))
+  assert not missing, missing
