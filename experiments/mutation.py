@@ -161,8 +161,9 @@ MODULES: tuple[Module, ...] = (
   # schedule: server rules, protocol simulation, timing model.
   Module(
     "stalesgd/schedule/_parameter_server.py",
-    # The server link's queueing (contention, shards) is pinned in the timing tests.
-    (*_SCHEDULE_TESTS, _S + "test_schedule_timing.py"),
+    # The server link's queueing (contention, shards) is pinned in the timing tests; the least-visited data shard
+    # and the run cut at a budget of inner steps in the data-shard tests.
+    (*_SCHEDULE_TESTS, _S + "test_schedule_timing.py", _S + "test_schedule_data_shards.py"),
     "the parameter server and its link",
   ),
   Module("stalesgd/schedule/_ssp.py", _SCHEDULE_TESTS, "stale-synchronous server rule"),
@@ -171,8 +172,9 @@ MODULES: tuple[Module, ...] = (
   Module("stalesgd/schedule/_decentralized.py", _SCHEDULE_TESTS, "decentralised all-reduce schedule"),
   Module(
     "stalesgd/schedule/_protocols.py",
-    # c (contributions_per_update) and the config fields' mapping to options are read by training only.
-    (*_SCHEDULE_TESTS, "tests/training/test_effective_batch.py"),
+    # c (contributions_per_update) and the config fields' mapping to options are read by training only; the
+    # data-shard and inner-step options are checked in the data-shard tests.
+    (*_SCHEDULE_TESTS, "tests/training/test_effective_batch.py", _S + "test_schedule_data_shards.py"),
     "the protocol table and simulate",
   ),
   Module(

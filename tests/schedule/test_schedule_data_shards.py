@@ -34,6 +34,27 @@ def test_ties_are_drawn_uniformly_and_from_the_seed():
   assert [LeastVisitedShards(4, seed=7).take(1) for _ in range(2)] == [(first[7], 0)] * 2
 
 
+def test_ties_come_from_the_seeds_third_stream_apart_from_the_timing_models_two():
+  """The timing model draws from spawn keys (0,) and (1,); the shards' ties from (2,): a first tie among 4 shards
+  is integers(4) of that stream."""
+  for seed in range(20):
+    expected = int(np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2,))).integers(4))
+    assert LeastVisitedShards(4, seed=seed).take(1)[0] == expected
+
+
+def test_ties_stay_uniform_after_many_visits():
+  """Visit counts above 256 (Python's cached small ints): two shards tied at every other take still split the
+  first take of each pair evenly (equal counts, not the same int object)."""
+  shards = LeastVisitedShards(2, seed=3)
+  for _ in range(600):  # 300 visits each
+    shards.take(1)
+  firsts = []
+  for _ in range(1000):
+    firsts.append(shards.take(1)[0])
+    shards.take(1)
+  assert 400 < firsts.count(0) < 600  # 500 expected; 6 sigma is about 95
+
+
 def test_hardsync_rounds_visit_every_shard_once_at_offsets_of_whole_rounds():
   schedule = simulate("hardsync", learners=2, num_updates=5, seed=0, timing=STEADY, local_steps=3, data_shards=2)
   assert schedule.data_offset.tolist() == [[0, 0], [3, 3], [6, 6], [9, 9], [12, 12]]

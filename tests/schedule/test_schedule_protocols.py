@@ -371,3 +371,14 @@ def test_contributions_per_update_by_hand(protocol, learners, options, contribut
 
 def test_contributions_table_covers_every_protocol():
   assert {row[0] for row in CONTRIBUTIONS} == set(PROTOCOLS)
+
+
+def test_a_server_rule_must_say_how_it_receives():
+  """ServerRule is abstract in `receive`: a rule that forgets it cannot be made."""
+  from stalesgd.schedule._parameter_server import ServerRule
+
+  class Forgetful(ServerRule):
+    pass
+
+  with pytest.raises(TypeError, match="receive"):
+    Forgetful(learners=2, contributions=1)

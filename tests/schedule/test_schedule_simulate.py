@@ -60,6 +60,14 @@ def test_progress_is_reported_up_to_the_last_update(protocol):
   assert all(later > earlier for (earlier, _), (later, _) in zip(reports, reports[1:]))
 
 
+@pytest.mark.parametrize("num_updates, every", [(50, 1), (150, 1), (250, 2)])
+def test_an_event_loop_reports_progress_every_hundredth_of_the_run(num_updates, every):
+  """Every max(1, U // 100) updates: U = 50 and 150 every update, U = 250 every second one, the last included."""
+  reports = []
+  simulate("async", learners=2, num_updates=num_updates, seed=0, progress=lambda done, total: reports.append(done))
+  assert reports == list(range(every, num_updates + 1, every))
+
+
 def test_summary_of_deterministic_learners_shows_linear_speedup():
   timing = TimingModel(jitter="deterministic")
   for protocol in ("hardsync", "async", "allreduce_sync"):
@@ -183,6 +191,10 @@ def test_a_grace_window_answers_the_learners_that_arrive_in_it_together():
   np.testing.assert_array_equal(schedule.learner[:, 0], [0, 1, 0, 1, 2])
   np.testing.assert_array_equal(schedule.timestamp[:, 0], [0, 0, 2, 2, 0])
   np.testing.assert_allclose(schedule.update_time, [1.0, 1.2, 2.2, 2.4, 3.0])
+  # Ended at update 4 (3.0 s, learner 1) while learner 0 waits in the window it opened at 2.5: its busy time is its
+  # two contributions, 1 + 1 s, none of the wait; learner 1's 1.5 + 1.5 s.
+  ended_in_a_window = simulate("async", learners=2, num_updates=4, seed=0, timing=timing, grace_window=0.6)
+  np.testing.assert_allclose(ended_in_a_window.learner_busy_time, [2.0, 3.0])
   plain = simulate("async", learners=2, num_updates=5, seed=0, timing=timing)
   np.testing.assert_array_equal(plain.timestamp[:, 0], [0, 0, 1, 2, 3])  # without it: each restarts at once
   with pytest.raises(ValueError, match="grace_window=0.5 with protocol='softsync'"):
