@@ -82,6 +82,20 @@ def test_a_run_ends_at_the_first_update_whose_applied_inner_steps_reach_the_budg
   assert schedule.options["learner_local_steps"] == [4, 2]
   assert (schedule.num_updates, schedule.learner[:, 0].tolist()) == (3, [0, 1, 0])
   assert schedule.update_time.tolist() == [4.0, 4.0, 8.0]
+  # A budget of 9 is passed, not met, by the third update's 10 steps: the run still ends there, and says so.
+  reports = []
+  overshot = simulate(
+    "async",
+    learners=2,
+    num_updates=100,
+    seed=0,
+    timing=STEADY,
+    local_steps=4,
+    dynamic_min_steps=1,
+    inner_steps=9,
+    progress=lambda done, total: reports.append((done, total)),
+  )
+  assert overshot.num_updates == 3 and reports[-1] == (3, 3)
   capped = simulate("async", learners=2, num_updates=2, seed=0, timing=STEADY, local_steps=4, inner_steps=10)
   assert capped.num_updates == 2  # num_updates stays an upper bound
 

@@ -60,7 +60,7 @@ def test_progress_is_reported_up_to_the_last_update(protocol):
   assert all(later > earlier for (earlier, _), (later, _) in zip(reports, reports[1:]))
 
 
-@pytest.mark.parametrize("num_updates, every", [(50, 1), (150, 1), (250, 2)])
+@pytest.mark.parametrize("num_updates, every", [(50, 1), (150, 1), (198, 1), (250, 2)])
 def test_an_event_loop_reports_progress_every_hundredth_of_the_run(num_updates, every):
   """Every max(1, U // 100) updates: U = 50 and 150 every update, U = 250 every second one, the last included."""
   reports = []
@@ -140,6 +140,20 @@ class _NeverApplies(_DropsEverything):
 
   def receive(self, learner, timestamp, batch_index):
     return (learner,)
+
+
+def test_the_event_loops_defaults_are_no_window_no_shards_and_no_step_budget():
+  """run_parameter_server without grace_window, data_shards and inner_steps runs as simulate does without them."""
+  from stalesgd.schedule._softsync import ArrivalOrderServer
+
+  timing = TimingModel(compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 1.5))
+  direct = run_parameter_server(
+    ArrivalOrderServer(2, n=2), protocol="async", num_updates=6, timing=timing, seed=0, options={}
+  )
+  simulated = simulate("async", learners=2, num_updates=6, seed=0, timing=timing)
+  np.testing.assert_array_equal(direct.timestamp, simulated.timestamp)  # a window would hold learner 0 back
+  np.testing.assert_array_equal(direct.update_time, simulated.update_time)
+  assert direct.data_stream is None and direct.num_updates == 6
 
 
 @pytest.mark.parametrize("rule", [_DropsEverything, _NeverApplies])

@@ -199,6 +199,14 @@ def test_server_link_contention_and_sharding(shards, period):
   np.testing.assert_allclose(np.diff(schedule.update_time), period)
 
 
+def test_the_first_pull_is_sent_at_time_zero():
+  """4 shards of 0.1 s messages (0.025 s on each server link): every pull is done at 0.1 s (the learners' own
+  links), the steps end at 1.1 s and the pushes arrive at 1.2 s; a pull sent earlier would arrive sooner."""
+  timing = TimingModel(jitter="deterministic", model_bytes=1_000, bandwidth=10_000, server_shards=4)
+  schedule = simulate("async", learners=4, num_updates=4, seed=0, timing=timing)
+  np.testing.assert_allclose(schedule.update_time, [1.2] * 4)
+
+
 def test_server_apply_time_serialises_updates():
   timing = TimingModel(jitter="deterministic", apply_time=0.1)
   schedule = simulate("async", learners=20, num_updates=400, seed=0, timing=timing)
