@@ -154,17 +154,36 @@ def test_the_event_loops_defaults_are_no_window_no_shards_and_no_step_budget():
   np.testing.assert_array_equal(direct.timestamp, simulated.timestamp)  # a window would hold learner 0 back
   np.testing.assert_array_equal(direct.update_time, simulated.update_time)
   assert direct.data_stream is None and direct.num_updates == 6
+  # One local step per contribution by default: on one data shard each run reads the next mini-batch.
+  sharded = run_parameter_server(
+    ArrivalOrderServer(2, n=2), protocol="async", num_updates=6, timing=timing, seed=0, options={}, data_shards=1
+  )
+  expected = simulate("async", learners=2, num_updates=6, seed=0, timing=timing, data_shards=1)
+  np.testing.assert_array_equal(sharded.data_offset, expected.data_offset)
+  assert len(set(sharded.data_offset[:, 0].tolist())) == 6  # six runs, six different mini-batches
 
 
 @pytest.mark.parametrize("rule", [_DropsEverything, _NeverApplies])
 def test_a_server_that_never_updates_is_stopped_instead_of_looping_forever(rule):
   # 3 learners, c = 3: at most c + learners = 6 arrivals without an update; the 7th stops the loop.
+  server = rule(3)
+  arrivals = []
+  receive = server.receive
+  server.receive = lambda *arguments: arrivals.append(arguments) or receive(*arguments)
   with pytest.raises(
     RuntimeError, match=r"toy: 7 gradients arrived after update 0 .* allows \(6\); the server makes no"
   ):
     run_parameter_server(
-      rule(3), protocol="toy", num_updates=5, timing=TimingModel(), seed=0, options={}, record_events=False
+      server, protocol="toy", num_updates=5, timing=TimingModel(), seed=0, options={}, record_events=False
     )
+  assert len(arrivals) == 7  # stopped at the 7th, not one sooner or later
+
+
+def test_the_event_loop_takes_its_options_by_keyword_only():
+  from stalesgd.schedule._softsync import ArrivalOrderServer
+
+  with pytest.raises(TypeError):
+    run_parameter_server(ArrivalOrderServer(2, n=2), "async", 3, TimingModel(), 0, {})
 
 
 @pytest.mark.parametrize(
@@ -209,6 +228,16 @@ def test_a_grace_window_answers_the_learners_that_arrive_in_it_together():
   # two contributions, 1 + 1 s, none of the wait; learner 1's 1.5 + 1.5 s.
   ended_in_a_window = simulate("async", learners=2, num_updates=4, seed=0, timing=timing, grace_window=0.6)
   np.testing.assert_allclose(ended_in_a_window.learner_busy_time, [2.0, 3.0])
+  # A window's timer is its own: 4 learners at 1, 1.2, 1.6 and 1.75 s, T_g = 0.5. Learners 0 and 1 arrive at 1.0
+  # and 1.2 (window 1.0-1.5) and restart at 1.2 from version 2; learner 2 arrives at 1.6 (a new window, 1.6-2.1),
+  # learner 3 at 1.75: both restart at 1.75 from version 4 (learner 2 arrives at 3.35), not when a timer of the
+  # first window's second arrival (1.2 + 0.5 = 1.7) would have let learner 2 go at 1.6 from version 3; learners 0
+  # and 1 arrive at 2.2 and 2.4 (window 2.2-2.7, restart at 2.4 from version 6: learner 0 arrives at 3.4).
+  four = TimingModel(compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 1.2, 1.6, 1.75))
+  schedule = simulate("async", learners=4, num_updates=8, seed=0, timing=four, grace_window=0.5)
+  np.testing.assert_array_equal(schedule.learner[:, 0], [0, 1, 2, 3, 0, 1, 2, 0])
+  np.testing.assert_array_equal(schedule.timestamp[:, 0], [0, 0, 0, 0, 2, 2, 4, 6])
+  np.testing.assert_allclose(schedule.update_time, [1.0, 1.2, 1.6, 1.75, 2.2, 2.4, 3.35, 3.4])
   plain = simulate("async", learners=2, num_updates=5, seed=0, timing=timing)
   np.testing.assert_array_equal(plain.timestamp[:, 0], [0, 0, 1, 2, 3])  # without it: each restarts at once
   with pytest.raises(ValueError, match="grace_window=0.5 with protocol='softsync'"):
