@@ -42,6 +42,16 @@ def test_ties_come_from_the_seeds_third_stream_apart_from_the_timing_models_two(
     assert LeastVisitedShards(4, seed=seed).take(1)[0] == expected
 
 
+def test_only_ties_draw_from_the_stream():
+  """2 shards taken in pairs: the first of each pair is a tie (a draw of integers(2)), the second has one
+  candidate, the other shard (no draw); so the pairs' first shards are the stream's successive draws."""
+  shards = LeastVisitedShards(2, seed=11)
+  stream = np.random.default_rng(np.random.SeedSequence(11, spawn_key=(2,)))
+  for _ in range(20):
+    first = int(stream.integers(2))
+    assert [shards.take(1)[0], shards.take(1)[0]] == [first, 1 - first]
+
+
 def test_ties_stay_uniform_after_many_visits():
   """Visit counts above 256 (Python's cached small ints): two shards tied at every other take still split the
   first take of each pair evenly (equal counts, not the same int object)."""
@@ -96,6 +106,11 @@ def test_a_run_ends_at_the_first_update_whose_applied_inner_steps_reach_the_budg
     progress=lambda done, total: reports.append((done, total)),
   )
   assert overshot.num_updates == 3 and reports[-1] == (3, 3)
+  # A budget of 7: 4 and 6 steps fall short, the third update's 10 reach it.
+  seven = simulate(
+    "async", learners=2, num_updates=100, seed=0, timing=STEADY, local_steps=4, dynamic_min_steps=1, inner_steps=7
+  )
+  assert seven.num_updates == 3
   capped = simulate("async", learners=2, num_updates=2, seed=0, timing=STEADY, local_steps=4, inner_steps=10)
   assert capped.num_updates == 2  # num_updates stays an upper bound
 

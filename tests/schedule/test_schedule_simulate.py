@@ -153,7 +153,7 @@ def test_the_event_loops_defaults_are_no_window_no_shards_and_no_step_budget():
   simulated = simulate("async", learners=2, num_updates=6, seed=0, timing=timing)
   np.testing.assert_array_equal(direct.timestamp, simulated.timestamp)  # a window would hold learner 0 back
   np.testing.assert_array_equal(direct.update_time, simulated.update_time)
-  assert direct.data_stream is None and direct.num_updates == 6
+  assert direct.data_stream is None and direct.events is None and direct.num_updates == 6
   # One local step per contribution by default: on one data shard each run reads the next mini-batch.
   sharded = run_parameter_server(
     ArrivalOrderServer(2, n=2), protocol="async", num_updates=6, timing=timing, seed=0, options={}, data_shards=1
@@ -177,6 +177,25 @@ def test_a_server_that_never_updates_is_stopped_instead_of_looping_forever(rule)
       server, protocol="toy", num_updates=5, timing=TimingModel(), seed=0, options={}, record_events=False
     )
   assert len(arrivals) == 7  # stopped at the 7th, not one sooner or later
+
+
+class _AppliesOnce(_NeverApplies):
+  """Makes one update from the first gradient, then never another."""
+
+  def receive(self, learner, timestamp, batch_index):
+    if not self.updates:
+      self._apply([(learner, timestamp, batch_index)])
+    return (learner,)
+
+
+def test_the_count_of_arrivals_without_an_update_starts_again_at_each_update():
+  server = _AppliesOnce(3)
+  arrivals = []
+  receive = server.receive
+  server.receive = lambda *arguments: arrivals.append(arguments) or receive(*arguments)
+  with pytest.raises(RuntimeError, match=r"toy: 7 gradients arrived after update 1 "):
+    run_parameter_server(server, protocol="toy", num_updates=5, timing=TimingModel(), seed=0, options={})
+  assert len(arrivals) == 1 + 7
 
 
 def test_the_event_loop_takes_its_options_by_keyword_only():
