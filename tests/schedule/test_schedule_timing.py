@@ -242,6 +242,27 @@ def test_outer_rounds_are_timed_step_by_step_with_each_fragments_all_reduce():
     simulate("streaming_diloco", learners=2, num_updates=2, seed=0, local_steps=3, fragments=2)
 
 
+def test_a_fragments_all_reduce_is_its_share_of_the_ring_plus_the_latency_hops():
+  """2 learners at 1 s and 2 s per step, H = 2, P = 2, tau = 0; 12 bytes at 4 bytes/s (3 s for the model), 0.25 s
+  latency: a fragment's ring all-reduce is 2 (M-1)/M x 3 s / P + 2 (M-1) x 0.25 s = 1.5 + 0.5 = 2 s. By hand: step
+  1 ends at 2 s (the slower learner), fragment 0's all-reduce 2-4 s, waited for (tau = 0); step 2 ends at 6,
+  fragment 1's 6-8: round 1 ends at 8, round 2 likewise 8 s later."""
+  timing = TimingModel(
+    compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 2.0), model_bytes=12, bandwidth=4.0, latency=0.25
+  )
+  schedule = simulate(
+    "streaming_diloco", learners=2, num_updates=2, seed=0, timing=timing, local_steps=2, fragments=2, delay=0
+  )
+  np.testing.assert_allclose(schedule.update_time, [8.0, 16.0])
+
+
+def test_a_synchronous_all_reduce_step_waits_for_the_slowest_learner_and_the_all_reduce():
+  """allreduce_sync, learners at 1 s and 2 s, a 2 s all-reduce (8 bytes at 4 bytes/s, M = 2): 2 + 2 s per step."""
+  timing = TimingModel(compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 2.0), model_bytes=8, bandwidth=4.0)
+  schedule = simulate("allreduce_sync", learners=2, num_updates=3, seed=0, timing=timing)
+  np.testing.assert_allclose(schedule.update_time, [4.0, 8.0, 12.0])
+
+
 STRAGGLER = TimingModel(
   compute_time=0.5, jitter="straggler", jitter_sigma=0.3, straggler_prob=0.2, straggler_factor=4.0
 )
