@@ -169,7 +169,13 @@ def test_a_server_that_never_updates_is_stopped_instead_of_looping_forever(rule)
   server = rule(3)
   arrivals = []
   receive = server.receive
-  server.receive = lambda *arguments: arrivals.append(arguments) or receive(*arguments)
+
+  def counted(*arguments):
+    arrivals.append(arguments)
+    assert len(arrivals) <= 7, "the loop went on past the 7th arrival"  # fails instead of looping forever
+    return receive(*arguments)
+
+  server.receive = counted
   with pytest.raises(
     RuntimeError, match=r"toy: 7 gradients arrived after update 0 .* allows \(6\); the server makes no"
   ):
