@@ -256,6 +256,24 @@ def test_a_fragments_all_reduce_is_its_share_of_the_ring_plus_the_latency_hops()
   np.testing.assert_allclose(schedule.update_time, [8.0, 16.0])
 
 
+@pytest.mark.parametrize("delay, ends", [(1, [5.0, 11.0, 17.0]), (2, [4.0, 8.0, 14.0])])
+def test_a_fragments_application_waits_for_its_all_reduce_tau_steps_after_its_sync(delay, ends):
+  """2 learners at 1 s and 2 s per step, H = 2, P = 2, fragment all-reduces of 3 s (24 bytes at 4 bytes/s: 6 s for
+  the model, x 2 (M-1)/M / P). tau = 1: fragment 0 syncs after step 1 (2 s), all-reduce 2-5, applied after step 2
+  (both wait until 5: round 1 ends at 5); fragment 1 syncs at 5, all-reduce 5-8, applied after step 3 (7 -> 8);
+  fragment 0 again 8-11, applied after step 4 (10 -> 11: round 2 ends at 11); round 3 likewise at 17.
+  tau = 2: fragment 0's all-reduce 2-5 is applied after step 3 (3 and 6 -> 5 and 6), fragment 1's (after step 2 at
+  4 s, the link free at 5) 5-8 after step 4 (6 and 8 -> 8), fragment 0's next (the link free at 8) 8-11 after step
+  5 (9, 10 -> 11), fragment 1's 11-14 after step 6 (12, 13 -> 14): rounds end at 4, 8 and 14."""
+  timing = TimingModel(
+    compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 2.0), model_bytes=24, bandwidth=4.0
+  )
+  schedule = simulate(
+    "streaming_diloco", learners=2, num_updates=3, seed=0, timing=timing, local_steps=2, fragments=2, delay=delay
+  )
+  np.testing.assert_allclose(schedule.update_time, ends)
+
+
 def test_a_synchronous_all_reduce_step_waits_for_the_slowest_learner_and_the_all_reduce():
   """allreduce_sync, learners at 1 s and 2 s, a 2 s all-reduce (8 bytes at 4 bytes/s, M = 2): 2 + 2 s per step."""
   timing = TimingModel(compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 2.0), model_bytes=8, bandwidth=4.0)
