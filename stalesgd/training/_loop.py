@@ -210,7 +210,11 @@ def _train_and_evaluate(
     schedule_file = io.BytesIO()
     schedule.save(schedule_file)
     write_whole(workdir / run_directory.SCHEDULE, schedule_file.getvalue())
-  progress = ProgressReporter(total_updates, examples_per_step=examples_per_update(config), description=label)
+  applied = applied_examples(schedule, config.batch_per_learner)
+  # Under dynamic local updates an update's examples vary (mu H_m per contribution): the bar shows no images/s,
+  # the records give it from the examples applied.
+  per_step = examples_per_update(config) if applied is None else None
+  progress = ProgressReporter(total_updates, examples_per_step=per_step, description=label)
   progress.write(
     f"{label}: {total_updates} updates ({config.num_epochs:g} epochs of "
     f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
@@ -269,9 +273,7 @@ def _train_and_evaluate(
   eval_interval = config.eval_every_epochs * per_epoch
   start_time = time.monotonic()
   wall = lambda: wall_offset + time.monotonic() - start_time
-  pending = PendingMetrics(
-    schedule, examples_per_update(config), per_epoch, applied_examples(schedule, config.batch_per_learner)
-  )
+  pending = PendingMetrics(schedule, examples_per_update(config), per_epoch, applied)
   pending.start(position.updates, wall())
   pending.restore(pending_snapshot)
   next_log = _next_point(position.updates, config.log_every_updates)

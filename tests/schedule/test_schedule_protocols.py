@@ -11,6 +11,7 @@ from stalesgd.schedule._durations import StepDurations
 from stalesgd.schedule._parameter_server import run_parameter_server
 from stalesgd.schedule._softsync import ArrivalOrderServer
 from stalesgd.schedule._ssp import StaleSynchronousServer
+from tests.helpers.schedule_helpers import count_arrivals
 
 DETERMINISTIC = TimingModel(jitter="deterministic")
 ZHANG_LEARNERS = 30
@@ -28,22 +29,10 @@ def _arrival_times(schedule) -> dict[tuple[int, int], float]:
 
 # First in the file (and the file first in the schedule's test commands): a simulation loop that never ends fails
 # these guards at once, where any later test would hang instead of failing.
-def _guarded(server, most_arrivals):
-  """``server`` whose receive fails the test past ``most_arrivals`` gradients or after its last update."""
-  receive, arrivals = server.receive, []
-
-  def guarded(*arguments):
-    arrivals.append(arguments)
-    assert len(arrivals) <= most_arrivals, "the loop went on receiving gradients"
-    return receive(*arguments)
-
-  server.receive = guarded
-  return server, arrivals
-
-
 def test_the_event_loop_takes_no_arrival_once_the_last_update_is_made():
   """300 updates (past CPython's cached small ints) of 1-softsync with 3 learners: exactly 300 arrivals."""
-  server, arrivals = _guarded(ArrivalOrderServer(3, n=3), most_arrivals=300)
+  server = ArrivalOrderServer(3, n=3)
+  arrivals = count_arrivals(server, most=300)
   schedule = run_parameter_server(server, protocol="async", num_updates=300, timing=TimingModel(), seed=0, options={})
   assert schedule.num_updates == 300 and len(arrivals) == 300
 
@@ -55,7 +44,8 @@ class _NeverUpdates(ArrivalOrderServer):
 
 def test_a_server_that_never_updates_is_stopped_at_its_bound_of_arrivals():
   """c + learners = 1 + 3 arrivals without an update are allowed; the 5th stops the loop."""
-  server, arrivals = _guarded(_NeverUpdates(3, n=3), most_arrivals=5)
+  server = _NeverUpdates(3, n=3)
+  arrivals = count_arrivals(server, most=5)
   with pytest.raises(RuntimeError, match="5 gradients arrived after update 0"):
     run_parameter_server(server, protocol="toy", num_updates=3, timing=TimingModel(), seed=0, options={})
   assert len(arrivals) == 5

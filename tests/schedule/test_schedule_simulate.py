@@ -12,6 +12,7 @@ from stalesgd.schedule import _summary as statistics
 from stalesgd.schedule._parameter_server import ServerRule, run_parameter_server
 from stalesgd.utils import _plots as plots
 from stalesgd.utils import _schedule_plots as schedule_plots
+from tests.helpers.schedule_helpers import count_arrivals
 
 
 @pytest.mark.parametrize(
@@ -167,15 +168,7 @@ def test_the_event_loops_defaults_are_no_window_no_shards_and_no_step_budget():
 def test_a_server_that_never_updates_is_stopped_instead_of_looping_forever(rule):
   # 3 learners, c = 3: at most c + learners = 6 arrivals without an update; the 7th stops the loop.
   server = rule(3)
-  arrivals = []
-  receive = server.receive
-
-  def counted(*arguments):
-    arrivals.append(arguments)
-    assert len(arrivals) <= 7, "the loop went on past the 7th arrival"  # fails instead of looping forever
-    return receive(*arguments)
-
-  server.receive = counted
+  arrivals = count_arrivals(server, most=7)  # fails past the 7th instead of looping forever
   with pytest.raises(
     RuntimeError, match=r"toy: 7 gradients arrived after update 0 .* allows \(6\); the server makes no"
   ):
@@ -196,9 +189,7 @@ class _AppliesOnce(_NeverApplies):
 
 def test_the_count_of_arrivals_without_an_update_starts_again_at_each_update():
   server = _AppliesOnce(3)
-  arrivals = []
-  receive = server.receive
-  server.receive = lambda *arguments: arrivals.append(arguments) or receive(*arguments)
+  arrivals = count_arrivals(server, most=1 + 7)
   with pytest.raises(RuntimeError, match=r"toy: 7 gradients arrived after update 1 "):
     run_parameter_server(server, protocol="toy", num_updates=5, timing=TimingModel(), seed=0, options={})
   assert len(arrivals) == 1 + 7

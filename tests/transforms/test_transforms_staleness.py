@@ -68,21 +68,21 @@ def test_staleness_weight_is_the_same_rule_as_the_transform():
   )  # the weight at <sigma> is 0: left unnormalised
 
 
-def test_staleness_weights_default_options_by_hand():
-  """exponent 0.5: (1 + 3)^-0.5 = 0.5; rate 0.5: e^(-0.5 x 3); hinge_slope 1: 1 / (1 x (3 - 1) + 1)."""
-  np.testing.assert_allclose(stalesgd.staleness_weight("polynomial", [3.0]), [0.5], rtol=1e-7)
-  np.testing.assert_allclose(stalesgd.staleness_weight("exponential", [3.0]), [math.exp(-1.5)], rtol=1e-6)
-  np.testing.assert_allclose(stalesgd.staleness_weight("hinge", [3.0], max_staleness=1), [1 / 3], rtol=1e-7)
+# Each rule option's default, by hand at staleness 3, for staleness_weight, scale_by_staleness and
+# staleness_aware_sgd alike (each function has its own defaults): (rule, options, weight, rtol of float32).
+DEFAULT_OPTION_CASES = [
+  ("polynomial", {}, 0.5, 1e-7),  # (1 + 3)^-0.5: exponent 0.5
+  ("exponential", {}, math.exp(-1.5), 1e-6),  # e^(-0.5 * 3): rate 0.5
+  ("hinge", {"max_staleness": 1}, 1.0 / 3.0, 1e-7),  # 1 / (1 * (3 - 1) + 1): hinge_slope 1
+]
 
 
-@pytest.mark.parametrize(
-  "rule, options, weight",
-  [
-    ("polynomial", {}, 0.5),  # (1 + 3)^-0.5: exponent 0.5
-    ("exponential", {}, math.exp(-1.5)),  # e^(-0.5 * 3): rate 0.5
-    ("hinge", {"max_staleness": 1}, 1.0 / 3.0),  # 1 / (1 * (3 - 1) + 1): hinge_slope 1
-  ],
-)
+@pytest.mark.parametrize("rule, options, weight, rtol", DEFAULT_OPTION_CASES)
+def test_staleness_weights_default_options_by_hand(rule, options, weight, rtol):
+  np.testing.assert_allclose(stalesgd.staleness_weight(rule, [3.0], **options), [weight], rtol=rtol)
+
+
+@pytest.mark.parametrize("rule, options, weight", [case[:3] for case in DEFAULT_OPTION_CASES])
 def test_scale_by_stalenesss_default_options_by_hand(rule, options, weight):
   transform = stalesgd.scale_by_staleness(rule, **options)
   updates, _ = transform.update(jnp.array([3.0, 6.0]), transform.init(jnp.zeros(2)), staleness=3)
@@ -351,14 +351,7 @@ def _has_momentum_buffer(state) -> bool:
   return any(is_trace(node) for node in jax.tree.leaves(state, is_leaf=is_trace))
 
 
-@pytest.mark.parametrize(
-  "rule, options, weight",
-  [
-    ("polynomial", {}, 0.5),  # (1 + 3)^-0.5: exponent 0.5
-    ("exponential", {}, math.exp(-1.5)),  # e^(-0.5 * 3): rate 0.5
-    ("hinge", {"max_staleness": 1}, 1.0 / 3.0),  # 1 / (1 * (3 - 1) + 1): hinge_slope 1
-  ],
-)
+@pytest.mark.parametrize("rule, options, weight", [case[:3] for case in DEFAULT_OPTION_CASES])
 def test_staleness_aware_sgds_default_rule_options_by_hand(rule, options, weight):
   tx = stalesgd.staleness_aware_sgd(0.1, rule=rule, **options)
   updates, _ = tx.update(jnp.array([3.0, 6.0]), tx.init(jnp.zeros(2)), staleness=3)
