@@ -81,11 +81,10 @@ def simulate_allreduce(
       )
     steps = StepDurations(timing, learners, seed)
     step_times = np.stack([steps.first(learner, num_updates * local_steps) for learner in range(learners)], axis=1)
-    compute = step_times.reshape(num_updates, local_steps, learners).sum(axis=1)
     update_time = outer_round_ends(step_times, timing, local_steps, fragments, delay)
     if progress is not None:
       progress(num_updates, num_updates)
-    return _decentralized_schedule(protocol, learners, num_updates, 0, update_time, compute, options)
+    return _decentralized_schedule(protocol, learners, num_updates, 0, update_time, step_times, options)
   durations = StepDurations(timing, learners, seed, local_steps=local_steps)
   compute = np.stack([durations.first(learner, num_updates) for learner in range(learners)], axis=1)
   allreduce = timing.allreduce_time(learners)
@@ -118,6 +117,7 @@ def outer_round_ends(
   fragment_allreduce = transfer + 2 * (learners - 1) * timing.latency
   clock = np.zeros(learners)
   link_free = 0.0
+  # A fragment is named by the step of the round after which it syncs.
   done: dict[int, float] = {}  # fragment -> when its all-reduce in flight finishes
   due: dict[int, int] = {}  # fragment -> the step boundary its application waits at
   ends = np.zeros(num_steps // local_steps)
@@ -129,19 +129,19 @@ def outer_round_ends(
       del due[p]
     position = boundary % local_steps or local_steps
     if position % (local_steps // fragments) == 0:
-      p = position // (local_steps // fragments) - 1
       start = max(float(clock.max()), link_free)
-      link_free = done[p] = start + fragment_allreduce
-      due[p] = boundary + delay
+      link_free = done[position] = start + fragment_allreduce
+      due[position] = boundary + delay
       if delay == 0:
-        clock = np.maximum(clock, done[p])
-        del due[p]
+        clock = np.maximum(clock, done[position])
+        del due[position]
     if position == local_steps:
       ends[boundary // local_steps - 1] = clock.max()
   return ends
 
 
 def _decentralized_schedule(protocol, learners, num_updates, staleness, update_time, compute, options) -> Schedule:
+  """The `Schedule` of a decentralized run; ``compute`` holds each learner's compute times in its columns."""
   steps = np.arange(num_updates, dtype=np.int64)
   empty = np.zeros(0, dtype=np.int64)
   return Schedule(

@@ -61,11 +61,15 @@ def test_progress_is_reported_up_to_the_last_update(protocol):
   assert all(later > earlier for (earlier, _), (later, _) in zip(reports, reports[1:]))
 
 
+@pytest.mark.parametrize("protocol, options", [("async", {}), ("s3gd", {"staleness": 1, "overlap": True})])
 @pytest.mark.parametrize("num_updates, every", [(50, 1), (150, 1), (198, 1), (250, 2)])
-def test_an_event_loop_reports_progress_every_hundredth_of_the_run(num_updates, every):
-  """Every max(1, U // 100) updates: U = 50 and 150 every update, U = 250 every second one, the last included."""
+def test_an_event_loop_reports_progress_every_hundredth_of_the_run(protocol, options, num_updates, every):
+  """Every max(1, U // 100) updates: U = 50 and 150 every update, U = 250 every second one, the last included
+  (the parameter server's event loop and the overlapped all-reduce recurrence)."""
   reports = []
-  simulate("async", learners=2, num_updates=num_updates, seed=0, progress=lambda done, total: reports.append(done))
+  simulate(
+    protocol, learners=2, num_updates=num_updates, seed=0, progress=lambda done, total: reports.append(done), **options
+  )
   assert reports == list(range(every, num_updates + 1, every))
 
 

@@ -344,3 +344,106 @@ def test_a_contribution_of_h_steps_lasts_the_sum_of_h_consecutive_step_times(gro
     expected += single[:, column]
   stream = StepDurations(timing, learners=1, seed=6, local_steps=group).stream(0)
   np.testing.assert_array_equal([next(stream) for _ in range(5)], expected)
+
+
+# Learners at 0.25 s and 0.5 s per step, a 3 s ring all-reduce (12 bytes at 4 bytes/s, M = 2): A[t] waits.
+_SLOW_NETWORK = TimingModel(
+  compute_time=0.25, jitter="deterministic", speed_factors=(1.0, 2.0), model_bytes=12, bandwidth=4.0
+)
+
+
+@pytest.mark.parametrize(
+  "staleness, overlap, ends",
+  [
+    # S = 0 (overlap or not): each step 0.5 s of compute then the 3 s all-reduce.
+    (0, True, [3.5, 7.0, 10.5, 14.0]),
+    (0, False, [3.5, 7.0, 10.5, 14.0]),
+    # S = 1 without overlap: a step starts when the previous all-reduce is done and ends 0.5 s later.
+    (1, False, [0.5, 4.0, 7.5, 11.0]),
+    # S = 1 with overlap: step 0 ends at 0.5, A[0] = 3.5; step 1 computes to 0.5 / 1.0 and waits for A[0]: 3.5,
+    # A[1] = 6.5; step 2 waits for A[1]: 6.5; step 3 for A[2] = 9.5.
+    (1, True, [0.5, 3.5, 6.5, 9.5]),
+    # S = 2 with overlap: steps 0 and 1 wait for nothing (0.5, 1.0; A[0] = 3.5, A[1] = 3.5 + 3 = 6.5); step 2
+    # computes to 0.75 / 1.5 and waits for A[0]: 3.5 (A[2] = 9.5); step 3 to 3.75 / 4.0, waits for A[1]: 6.5.
+    (2, True, [0.5, 1.0, 3.5, 6.5]),
+  ],
+)
+def test_stale_all_reduce_steps_by_hand(staleness, overlap, ends):
+  """The decentralized recurrence (`stalesgd.schedule._decentralized`) where the all-reduce, 3 s, is six times the
+  slowest step: E[i, t] = max(C[i, t], A[t - S]), A[t] = max(max_i E[i, t], A[t - 1]) + 3 s."""
+  schedule = simulate(
+    "s3gd", learners=2, num_updates=4, seed=0, timing=_SLOW_NETWORK, staleness=staleness, overlap=overlap
+  )
+  np.testing.assert_allclose(schedule.update_time, ends)
+
+
+def test_simulate_allreduces_defaults_are_one_local_step_no_outer_loop_one_fragment_no_delay():
+  """`simulate_allreduce` called without its last four arguments. S = 1 with overlap, learners at 1 s and 2 s, a
+  2.5 s all-reduce (8 bytes at 4 bytes/s plus 2 (M-1) x 0.25 s): 2; 4.5 (A[0] = 4.5); 7 (A[1] = 7). With
+  ``outer_loop=True`` and H = 2 (DiLoCo): rounds of 4 s plus the 2.5 s all-reduce: 6.5, 13. A negative delay is
+  refused."""
+  from stalesgd.schedule._decentralized import simulate_allreduce
+
+  timing = TimingModel(
+    compute_time=1.0, jitter="deterministic", speed_factors=(1.0, 2.0), model_bytes=8, bandwidth=4.0, latency=0.25
+  )
+  common = dict(protocol="s3gd", learners=2, timing=timing, seed=0, staleness=1, overlap=True, options={})
+  np.testing.assert_allclose(simulate_allreduce(num_updates=3, **common).update_time, [2.0, 4.5, 7.0])
+  rounds = simulate_allreduce(num_updates=2, local_steps=2, outer_loop=True, **common)
+  np.testing.assert_allclose(rounds.update_time, [6.5, 13.0])
+  with pytest.raises(ValueError, match="0 <= delay <= local_steps"):
+    simulate_allreduce(num_updates=2, local_steps=2, outer_loop=True, delay=-1, **common)
+
+
+def test_a_fragments_ring_all_reduce_at_four_learners():
+  """M = 4, 16 bytes at 4 bytes/s (4 s for the model), 0.25 s latency, P = 2: a fragment's all-reduce is
+  2 (M-1)/M x 4 s / 2 + 2 (M-1) x 0.25 s = 3 + 1.5 = 4.5 s; with P = 1 it is the timing model's ring all-reduce.
+  Steps of 0.25 s, tau = 0. P = 2: fragment 0 syncs at 0.25 s, done at 4.75; step 2 ends at 5.0, fragment 1 done
+  at 9.5, the round's end. P = 1: 0.5 s of steps, then the whole model's all-reduce."""
+  from stalesgd.schedule._decentralized import outer_round_ends
+
+  timing = TimingModel(model_bytes=16, bandwidth=4.0, latency=0.25)
+  steps = np.full((2, 4), 0.25)
+  np.testing.assert_allclose(outer_round_ends(steps, timing, 2, 2, 0), [9.5])
+  np.testing.assert_allclose(outer_round_ends(steps, timing, 2, 1, 0), [0.5 + timing.allreduce_time(4)])
+  assert 0.5 + timing.allreduce_time(4) == pytest.approx(0.5 + 6.0 + 1.5)
+
+
+@pytest.mark.parametrize(
+  "local_steps, fragments, delay, model_bytes, step, ends",
+  [
+    # H = P = 4, tau = 3, 2 s per fragment, 1 s steps: three fragments in flight at once. Fragment k syncs after
+    # step k + 1 and is applied after step k + 4; the link sends one all-reduce at a time (1-3, 3-5, 5-7, 7-9,
+    # 9-11, ...), so from the second round every application waits: round 2 ends at 11, round 3 at 19.
+    (4, 4, 3, 32, 1.0, [4.0, 11.0, 19.0]),
+    # H = 10, P = 2, tau = 6, 7 s per fragment: fragment 0 syncs at 5 (5-12) and is applied after step 11,
+    # fragment 1 syncs at 10 (the link free at 12: 12-19) and is applied after step 16 (17 -> 19); round 2's
+    # fragment 0 runs 19-26 (applied 24 -> 26), fragment 1 26-33: rounds end at 10, 23 and 37.
+    (10, 2, 6, 56, 1.0, [10.0, 23.0, 37.0]),
+    # H = P = 3, tau = 3, 1 s per fragment, 0.5 s steps: fragment k syncs after step k + 1 and is applied after
+    # step k + 4, the link busy back to back (0.5-1.5, 1.5-2.5, 2.5-3.5, 3.5-4.5, ...): round 1 ends at 1.5 with
+    # nothing to wait for, round 2's last step waits for fragment 2's 3.5 (round 2's fragment 1, synced just
+    # before, must not stand in for it), round 3's steps wait for 4.5, 5.5 and 6.5.
+    (3, 3, 3, 12, 0.5, [1.5, 3.5, 6.5]),
+  ],
+)
+def test_fragments_in_flight_together_keep_their_own_all_reduces(
+  local_steps, fragments, delay, model_bytes, step, ends
+):
+  """Two learners at `step` s per step; a fragment's all-reduce is 2 (M-1)/M x model_bytes / (4 bytes/s) / P."""
+  from stalesgd.schedule._decentralized import outer_round_ends
+
+  timing = TimingModel(model_bytes=model_bytes, bandwidth=4.0)
+  steps = np.full((3 * local_steps, 2), step)
+  np.testing.assert_allclose(outer_round_ends(steps, timing, local_steps, fragments, delay), ends)
+
+
+def test_a_delayed_application_is_waited_for_past_the_256th_step():
+  """H = 2, P = 1, tau = 1, 1 s steps, a 3 s all-reduce (12 bytes at 4 bytes/s): each round's all-reduce starts
+  at its end and is applied after the next round's first step, which waits 2 s: rounds end at 2, 6, 10, ..., 4r - 2
+  for all 300 rounds (600 steps: step boundaries past 256, where CPython's small ints end)."""
+  from stalesgd.schedule._decentralized import outer_round_ends
+
+  timing = TimingModel(model_bytes=12, bandwidth=4.0)
+  ends = outer_round_ends(np.ones((600, 2)), timing, 2, 1, 1)
+  np.testing.assert_allclose(ends, 4.0 * np.arange(1, 301) - 2.0)
