@@ -20,7 +20,6 @@ from stalesgd.decentral._streaming import (
   sharded_streaming_round,
 )
 from stalesgd.parallel import learner_mesh
-from stalesgd.transforms._local_run import agreement
 from tests.helpers.local_run_reference import (
   assert_tree_close,
   batch_stream,
@@ -97,16 +96,6 @@ def test_bad_settings_are_named(settings, message):
   with pytest.raises(ValueError, match=message):
     init_streaming(optax.sgd(0.1), optax.sgd(0.1), initial_params(), 2, settings)
 
-
-def test_agreement_by_hand():
-  # Delta_1 = (1, 0), Delta_2 = (0, 1): orthogonal; mean (0.5, 0.5), ||mean||^2 = 0.5: (4 * 0.5 - 2) / (1 * 2) = 0.
-  assert float(agreement(jnp.float32(2.0), jnp.float32(0.5), 2)) == 0.0
-  # Delta_2 = Delta_1 = (3, 4): (4 * 25 - 50) / 50 = 1; Delta_2 = -Delta_1: (0 - 50) / 50 = -1.
-  assert float(agreement(jnp.float32(50.0), jnp.float32(25.0), 2)) == 1.0
-  assert float(agreement(jnp.float32(50.0), jnp.float32(0.0), 2)) == -1.0
-  # Three learners, (1, 0), (1, 0), (-1, 0): the ordered pairs' dots sum to 2 (1 - 1 - 1) = -2, the squared norms
-  # to 3: -2 / (2 * 3) = -1/3; the mean (1/3, 0), so by the formula (9 * 1/9 - 3) / (2 * 3) = -1/3.
-  assert float(agreement(jnp.float32(3.0), jnp.float32(1 / 9), 3)) == pytest.approx(-1 / 3)
 
 
 def test_learners_on_the_same_batches_agree_completely():

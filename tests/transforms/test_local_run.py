@@ -27,13 +27,14 @@ import doctest
 import functools
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
 from stalesgd.transforms import _local_run as local_run_lib
-from stalesgd.transforms._local_run import diloco_round, init_inner_states, local_run
+from stalesgd.transforms._local_run import agreement, diloco_round, init_inner_states, local_run, local_steps
 from tests.helpers.local_run_reference import (
   RTOL,
   as_float64,
@@ -284,6 +285,64 @@ def test_bad_arguments_are_refused_naming_them(kwargs, message):
 def test_init_inner_states_refuses_no_learners():
   with pytest.raises(ValueError, match=r"num_learners=0; allowed: an integer >= 1"):
     init_inner_states(optax.sgd(0.1), jnp.zeros(2), 0)
+
+
+def test_agreement_by_hand():
+  # Delta_1 = (1, 0), Delta_2 = (0, 1): orthogonal; mean (0.5, 0.5), ||mean||^2 = 0.5: (4 * 0.5 - 2) / (1 * 2) = 0.
+  assert float(agreement(jnp.float32(2.0), jnp.float32(0.5), 2)) == 0.0
+  # Delta_2 = Delta_1 = (3, 4): (4 * 25 - 50) / 50 = 1; Delta_2 = -Delta_1: (0 - 50) / 50 = -1.
+  assert float(agreement(jnp.float32(50.0), jnp.float32(25.0), 2)) == 1.0
+  assert float(agreement(jnp.float32(50.0), jnp.float32(0.0), 2)) == -1.0
+  # Three learners, (1, 0), (1, 0), (-1, 0): the ordered pairs' dots sum to 2 (1 - 1 - 1) = -2, the squared norms
+  # to 3: -2 / (2 * 3) = -1/3; the mean (1/3, 0), so by the formula (9 * 1/9 - 3) / (2 * 3) = -1/3.
+  assert float(agreement(jnp.float32(3.0), jnp.float32(1 / 9), 3)) == pytest.approx(-1 / 3)
+  # One learner, or pseudo-gradients that are all zero: 1 by definition (the formula would divide by zero).
+  assert float(agreement(jnp.float32(4.0), jnp.float32(4.0), 1)) == 1.0
+  assert float(agreement(jnp.float32(0.0), jnp.float32(0.0), 2)) == 1.0
+
+
+def test_a_scalar_batch_has_no_steps():
+  """H is the batches' leading axis: a scalar leaf has none, so it is refused, alone or beside a leaf of H = 1."""
+  for batches in (np.float32(0.0), (np.zeros((1, 4)), np.float32(0.0))):
+    with pytest.raises(ValueError, match=r"batches=\[.*\(\)\]; allowed: leaves sharing"):
+      local_steps(batches)
+  assert local_steps((np.zeros((3, 4)), np.zeros((3,)))) == 3
+
+
+def test_local_runs_options_are_keyword_only():
+  inner = optax.sgd(0.1)
+  with pytest.raises(TypeError):
+    local_run(lambda p, b: jnp.sum(p * b), inner, jnp.zeros(4), inner.init(jnp.zeros(4)), np.zeros((2, 4)), True)
+
+
+def _scans(function, theta):
+  """The unroll parameters of the scans in the program of ``function(theta)``, outermost first."""
+  found = []
+
+  def visit(jaxpr):
+    for equation in jaxpr.eqns:
+      if equation.primitive.name == "scan":
+        found.append(equation.params["unroll"])
+      for sub in jax.extend.core.jaxprs_in_params(equation.params):
+        visit(sub)
+
+  visit(jax.make_jaxpr(function)(theta).jaxpr)
+  return found
+
+
+def test_unroll_true_is_straight_line_code_and_the_default_a_rolled_scan():
+  """``unroll=True`` writes the H steps out (no scan in the program: the docstring's exactness argument); the
+  default, 1, is one `jax.lax.scan` over the steps that XLA does not unroll, for `local_run` and `diloco_round`."""
+  loss = lambda w, b: jnp.sum((w - b) ** 2)
+  inner, outer = optax.sgd(0.5), optax.sgd(1.0)
+  batches, round_batches = jnp.ones((3, 2)), jnp.ones((2, 3, 2))
+  run = lambda theta, **options: local_run(loss, inner, theta, inner.init(theta), batches, **options)
+  rounds = lambda theta, **options: diloco_round(
+    loss, inner, outer, theta, outer.init(theta), init_inner_states(inner, theta, 2), round_batches, **options
+  )
+  for function in (run, rounds):
+    assert _scans(function, jnp.zeros(2)) == [1]
+    assert _scans(functools.partial(function, unroll=True), jnp.zeros(2)) == []
 
 
 def test_docstring_examples():
