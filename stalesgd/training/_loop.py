@@ -25,7 +25,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -147,7 +147,20 @@ def _save_checkpoint(
     position.checkpoint_seconds += time.monotonic() - began
 
 
-def _next_point(value: int, interval: float) -> float:
+def evaluation_clock(applied: np.ndarray | None, examples_per_update: int) -> Callable[[int], float]:
+  """Maps an update count to where it stands on the evaluation grid (``eval_every_epochs x`` updates per epoch).
+
+  Evaluations fall every ``eval_every_epochs`` epochs of applied examples. Every update applies
+  ``examples_per_update`` (c mu H) examples, so the clock is the update count itself; under dynamic local updates
+  (``applied``, `applied_examples`) a contribution applies mu H_m <= mu H, and the clock is the examples applied
+  by then in updates' worth, ``applied[updates] / examples_per_update``.
+  """
+  if applied is None:
+    return lambda updates: updates
+  return lambda updates: float(applied[updates]) / examples_per_update
+
+
+def _next_point(value: float, interval: float) -> float:
   """The first point of the grid {k * interval, k = 1, 2, ...} strictly after ``value``."""
   return (math.floor(value / interval + 1e-9) + 1) * interval
 
@@ -277,7 +290,8 @@ def _train_and_evaluate(
   pending.start(position.updates, wall())
   pending.restore(pending_snapshot)
   next_log = _next_point(position.updates, config.log_every_updates)
-  next_eval = _next_point(position.updates, eval_interval)
+  eval_clock = evaluation_clock(applied, examples_per_update(config))
+  next_eval = _next_point(eval_clock(position.updates), eval_interval)
   num_blocks = block_starts.shape[0] - 1
   preempted = False
   last_evaluation: dict[str, Any] = {}  # this session's (a run resumed at its end has none)
@@ -294,14 +308,15 @@ def _train_and_evaluate(
       position.block = block + 1
       position.updates = updates = int(block_starts[block + 1])
       finished = position.block == num_blocks
-      if updates >= next_log or updates >= next_eval or finished:
+      evaluate = eval_clock(updates) >= next_eval
+      if updates >= next_log or evaluate or finished:
         record = pending.flush(wall())
-        if updates >= next_eval or finished:
+        if evaluate or finished:
           began = time.monotonic()
           record.update(evaluator(runner.params(position.state)))
           last_evaluation = record
           position.evaluation_seconds += time.monotonic() - began
-          next_eval = _next_point(updates, eval_interval)
+          next_eval = _next_point(eval_clock(updates), eval_interval)
         writer.write_scalars(updates, record)
         progress.update(updates, {key: record[key] for key in ("train_loss", "test_error") if key in record})
         next_log = _next_point(updates, config.log_every_updates)

@@ -201,3 +201,14 @@ def test_the_logged_epoch_and_images_per_s_count_the_applied_examples():
   assert pending._examples(1, 3) == 12
   fixed = PendingMetrics(None, examples_per_update=12, per_epoch=4.0)  # without: 12 per update
   assert fixed.epoch(3) == 0.75 and fixed._examples(1, 3) == 24
+
+
+def test_the_evaluation_clock_counts_applied_examples_in_updates_worth():
+  """c mu H = 12: applied 12, 18, 24, 36 by updates 1-4 read 1, 1.5, 2 and 3 updates' worth (the loop evaluates
+  when the clock passes a multiple of eval_every_epochs x updates per epoch); without dynamic local updates the
+  clock is the update count."""
+  from stalesgd.training._loop import evaluation_clock
+
+  clock = evaluation_clock(np.array([0, 12, 18, 24, 36]), 12)
+  assert [clock(updates) for updates in range(5)] == [0.0, 1.0, 1.5, 2.0, 3.0]
+  assert [evaluation_clock(None, 12)(updates) for updates in range(5)] == [0, 1, 2, 3, 4]

@@ -20,7 +20,7 @@ weights, DC's MeanSquare and the momentum), DC-S3GD (the state holds the
 queue of in-flight updates and per-learner weights) and async with local runs
 of at most H = 3 steps (the state holds every learner's inner momentum), dynamic
 local updates on 4 data shards (the schedule the resumed run reads holds the
-shards' progress). The runs go through
+shards' progress; its evaluations follow the examples applied). The runs go through
 ``paced_main.py`` (a pause before every block) so each phase is still running
 when its signal is sent.
 """
@@ -123,3 +123,9 @@ def test_killed_then_preempted_run_ends_with_the_uninterrupted_weights(variant, 
     {field: record[field] for field in ("step",) + EVALUATION_FIELDS}
     for record in evaluation_records(reference_records)
   ]
+  if variant == "async_local":
+    # Dynamic local updates apply mu H_m <= mu H examples per contribution: the evaluations (every 0.25 epoch)
+    # follow the examples applied, one in each quarter epoch up to the last update's (84 updates: 0.29, 0.52,
+    # 0.77 and 1.01 epochs), not the nominal c mu H per update (then at 0.19, 0.38, ...: six evaluations).
+    epochs = [record["epoch"] for record in evaluation_records(reference_records)]
+    assert [int(epoch / 0.25) for epoch in epochs] == [1, 2, 3, 4], epochs
