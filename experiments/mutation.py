@@ -48,6 +48,9 @@ run on these cores)::
   .venv/bin/python experiments/mutation.py --modules stalesgd/transforms/_staleness.py   # one module
   .venv/bin/python experiments/mutation.py --report      # only read the sessions and write the summary
 
+Two passes may run side by side on different modules, each in its own copy and lock, ``--lane a`` and
+``--lane b`` (each module's session is claimed by one pass at a time; a module another lane holds is skipped).
+
 ``--controls-only`` runs each module's unmutated tests and its controls, not its mutants (a quick check of the
 table). ``--rerun-survivors`` runs the chosen modules' survived and timed-out mutants again with the current
 tests (after a test was added to kill them; the session records when). `--budget-minutes` stops starting new
@@ -469,7 +472,7 @@ def _read_json(path: pathlib.Path, default: Any) -> Any:
 
 def _write_json(path: pathlib.Path, value: Any) -> None:
   path.parent.mkdir(parents=True, exist_ok=True)
-  temporary = path.with_suffix(path.suffix + ".tmp")
+  temporary = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")  # two lanes may write the summary at once
   temporary.write_text(json.dumps(value, indent=1, sort_keys=False) + "\n", encoding="utf-8")
   temporary.replace(path)
 
@@ -644,9 +647,38 @@ def run_controls(module: Module, controls: Sequence[Mapping[str, Any]], timeout:
     print(f"  control {control['id']}: {result} ({done[control['id']]['killed_by']})", flush=True)
 
 
-def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence[Mapping[str, Any]]) -> None:
-  files = _module_files(module)
+def _claim(module: Module) -> pathlib.Path | None:
+  """Claims ``module``'s session for this process (a file naming its pid), or None when a live pass holds it."""
   SESSIONS.mkdir(parents=True, exist_ok=True)
+  claim = SESSIONS / f"{slug_of(module.path)}.claim"
+  for _ in range(2):
+    try:
+      with open(claim, "x", encoding="utf-8") as file:
+        file.write(str(os.getpid()))
+      return claim
+    except FileExistsError:
+      try:
+        os.kill(int(claim.read_text(encoding="utf-8").strip() or 0), 0)
+      except (ProcessLookupError, ValueError, FileNotFoundError):
+        claim.unlink(missing_ok=True)  # its pass stopped: take it over
+      else:
+        return None
+  return None
+
+
+def run_module(module: Module, arguments: argparse.Namespace, controls: Sequence[Mapping[str, Any]]) -> None:
+  claim = _claim(module)
+  if claim is None:
+    print(f"{module.path}: another lane's pass is running it; skipped", flush=True)
+    return
+  try:
+    _run_module(module, arguments, controls)
+  finally:
+    claim.unlink(missing_ok=True)
+
+
+def _run_module(module: Module, arguments: argparse.Namespace, controls: Sequence[Mapping[str, Any]]) -> None:
+  files = _module_files(module)
   digest = _sha256(ROOT / module.path)
   _set_aside_if_stale(module, files)
   meta = _read_json(files["meta"], None)
@@ -846,7 +878,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     "--again", action="store_true", help="run a module the summary holds as done for its source (a fresh clone)"
   )
   parser.add_argument("--note", default=None, help="a line for the summary (e.g. the machine's load)")
+  parser.add_argument(
+    "--lane",
+    default=None,
+    help="run beside another pass, in its own copy (runs/mutation/tree-LANE) and lock; a module's session is "
+    "run by one pass at a time",
+  )
   arguments = parser.parse_args(argv)
+  if arguments.lane is not None:
+    if not re.fullmatch(r"[a-z0-9]+", arguments.lane):
+      raise SystemExit(f"--lane={arguments.lane!r}; allowed: lower-case letters and digits")
+    global TREE, LOCK
+    TREE, LOCK = RUNS / f"tree-{arguments.lane}", RUNS / f"lock-{arguments.lane}"
   version = tool_version()
   if version is None:
     raise SystemExit(f"{TOOL} is not installed in {MUTATION_VENV}: run `make mutation-venv`")

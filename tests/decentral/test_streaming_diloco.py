@@ -97,7 +97,6 @@ def test_bad_settings_are_named(settings, message):
     init_streaming(optax.sgd(0.1), optax.sgd(0.1), initial_params(), 2, settings)
 
 
-
 def test_learners_on_the_same_batches_agree_completely():
   mesh = learner_mesh(devices=jax.devices()[:3])
   settings = StreamingSettings(local_steps=2, fragments=2, delay=1, mix=0.5)

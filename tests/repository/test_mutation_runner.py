@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
 import sqlite3
 
@@ -264,3 +265,15 @@ def test_every_equivalents_evidence_names_a_test_that_exists():
       if f"def {name}(" not in source:
         missing.append((entry["module"], entry["line"], cited))
   assert not missing, missing
+
+
+def test_a_modules_session_is_claimed_by_one_pass_at_a_time(tmp_path, monkeypatch):
+  """Two lanes never run one module's session together: a claim held by a live process (this one) is refused; one
+  left by a stopped pass (a pid that does not exist) is taken over."""
+  monkeypatch.setattr(mutation, "SESSIONS", tmp_path)
+  module = mutation.MODULES[0]
+  claim = mutation._claim(module)
+  assert claim is not None and claim.read_text() == str(os.getpid())
+  assert mutation._claim(module) is None
+  claim.write_text("999999999")  # no such process
+  assert mutation._claim(module) == claim
