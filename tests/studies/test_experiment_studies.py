@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
@@ -9,7 +10,7 @@ from absl import flags
 
 from stalesgd.cli import config_flag
 from stalesgd.studies import STUDIES, Claim, RunSettings, Study, Variant, study_config
-from stalesgd.studies._study import load_config_module
+from stalesgd.studies._study import load_config_module, slug_of
 from stalesgd.studies._study_runs import compress_schedule, study_run
 from stalesgd.training._config_checks import validate_config
 from stalesgd.training._config_readers import is_decentralized
@@ -282,6 +283,64 @@ def test_claims_decide_by_their_interval():
       (Variant("a", "demo", "hardsync"), Variant("b", "demo", "async_dc")),
       claims=(Claim("x", "a", "c", "matches", 1.0),),
     )
+
+
+def test_claims_decide_on_the_margins_edges():
+  """The margins are strict both ways: an interval touching +-margin from inside is not inside, one reaching it
+  from outside lies wholly outside (margin 1 point)."""
+  matches = Claim("a matches b", "a", "b", "matches", 1.0)
+  assert matches.decide(-1.0, 0.5) == "not decided (the interval crosses the margin)"
+  assert matches.decide(-0.5, 1.0) == "not decided (the interval crosses the margin)"
+  assert matches.decide(1.0, 3.0) == "does not hold" and matches.decide(1.5, 3.0) == "does not hold"
+  assert matches.decide(-3.0, -1.0) == "does not hold"
+  assert matches.decide(-2.0, 0.5) == "not decided (the interval crosses the margin)"
+  worse = Claim("a fails", "a", "b", "worse", 1.0)
+  assert worse.decide(1.0, 3.0) == "not decided (the interval crosses the margin)"
+  assert worse.decide(-2.0, 1.0) == "not decided (the interval crosses the margin)"
+  assert worse.decide(-2.0, 0.99) == "does not hold"
+
+
+def test_a_claims_kind_and_margin_are_checked_by_value():
+  """A kind built at run time (equal to the literal, another object) decides and reads as the literal does; a
+  margin must be > 0."""
+  kind = "".join(["mat", "ches"])
+  assert kind == "matches" and id(kind) != id("matches")  # equal, another object
+  built = Claim("a matches b", "a", "b", kind, 1.0)
+  assert built.decide(-0.5, 0.5) == "holds" and "lies inside ±1 points" in built.rule(3)
+  worse = Claim("a fails", "a", "b", "worse", 1.0)
+  assert "lies above +1 points" in worse.rule(3) and worse.decide(2.0, 3.0) == "holds"
+  for margin in (0.0, -1.0):
+    with pytest.raises(ValueError, match=rf"margin={margin!r}; allowed: a number of test-error points > 0"):
+      Claim("x", "a", "b", "matches", margin)
+
+
+def test_variants_claims_and_studies_are_frozen():
+  variant = Variant("a", "demo", "hardsync")
+  claim = Claim("x", "a", "a", "matches", 1.0)
+  study = Study("s", "t", "f", (variant,))
+  for value, field in ((variant, "label"), (claim, "margin"), (study, "name")):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+      setattr(value, field, None)
+
+
+def test_a_study_needs_variants_with_unique_labels_and_runs_a_one_epoch_quick_schedule_by_default():
+  with pytest.raises(ValueError, match=r"study 's': variant labels \[\] must be non-empty and unique"):
+    Study("s", "t", "f", ())
+  with pytest.raises(ValueError, match="must be non-empty and unique"):
+    Study("s", "t", "f", (Variant("a", "demo", "hardsync"), Variant("A", "demo", "hardsync")))  # one slug
+  many = tuple(Variant(f"v{index}", "demo", "hardsync") for index in range(300))  # counts past CPython's small ints
+  assert len(Study("s", "t", "f", many).variants) == 300
+  assert Study("s", "t", "f", many[:1]).short_epochs == 1.0
+
+
+def test_slugs_keep_letters_digits_and_dots():
+  assert slug_of("15-softsync, alpha0/sigma (x0.5)") == "15_softsync_alpha0_sigma_x0.5"
+
+
+@pytest.mark.parametrize("value, word", [((), "'()'"), ((4,), "'(4,)'"), ((1.0, 2.0), "'(1.0,2.0)'"), (0.5, "0.5")])
+def test_a_tuple_override_is_one_shell_word_in_the_parenthesised_form(value, word):
+  command = Variant("a", "demo", "hardsync", {"timing.speed_factors": value}).command(quick=False)
+  assert command.endswith(f" --config.timing.speed_factors={word}")
 
 
 @pytest.mark.parametrize("name", sorted(STUDIES))
