@@ -323,14 +323,15 @@ def test_variants_claims_and_studies_are_frozen():
       setattr(value, field, None)
 
 
-def test_a_study_needs_variants_with_unique_labels_and_runs_a_one_epoch_quick_schedule_by_default():
+def test_a_study_needs_variants_with_unique_labels_and_its_defaults_are_one_quick_epoch_and_three_evaluations():
   with pytest.raises(ValueError, match=r"study 's': variant labels \[\] must be non-empty and unique"):
     Study("s", "t", "f", ())
   with pytest.raises(ValueError, match="must be non-empty and unique"):
     Study("s", "t", "f", (Variant("a", "demo", "hardsync"), Variant("A", "demo", "hardsync")))  # one slug
   many = tuple(Variant(f"v{index}", "demo", "hardsync") for index in range(300))  # counts past CPython's small ints
   assert len(Study("s", "t", "f", many).variants) == 300
-  assert Study("s", "t", "f", many[:1]).short_epochs == 1.0
+  one = Study("s", "t", "f", many[:1])
+  assert one.short_epochs == 1.0 and one.last_evaluations == 3
 
 
 def test_slugs_keep_letters_digits_and_dots():
