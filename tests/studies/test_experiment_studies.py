@@ -292,7 +292,8 @@ def test_claims_decide_on_the_margins_edges():
   assert matches.decide(-1.0, 0.5) == "not decided (the interval crosses the margin)"
   assert matches.decide(-0.5, 1.0) == "not decided (the interval crosses the margin)"
   assert matches.decide(1.0, 3.0) == "does not hold" and matches.decide(1.5, 3.0) == "does not hold"
-  assert matches.decide(-3.0, -1.0) == "does not hold"
+  assert matches.decide(-3.0, -1.0) == "does not hold" and matches.decide(-4.0, -1.5) == "does not hold"
+  assert matches.decide(None, 2.0) == matches.decide(-2.0, None) == "not decided (1 seed: no interval)"
   assert matches.decide(-2.0, 0.5) == "not decided (the interval crosses the margin)"
   worse = Claim("a fails", "a", "b", "worse", 1.0)
   assert worse.decide(1.0, 3.0) == "not decided (the interval crosses the margin)"
@@ -332,6 +333,11 @@ def test_a_study_needs_variants_with_unique_labels_and_its_defaults_are_one_quic
   assert len(Study("s", "t", "f", many).variants) == 300
   one = Study("s", "t", "f", many[:1])
   assert one.short_epochs == 1.0 and one.last_evaluations == 3
+
+
+def test_a_variants_command_options_are_keyword_only():
+  with pytest.raises(TypeError):
+    Variant("a", "demo", "hardsync").command(True)
 
 
 def test_slugs_keep_letters_digits_and_dots():
