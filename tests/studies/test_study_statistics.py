@@ -148,3 +148,101 @@ def _read_csv(path):
 
   with open(path, newline="", encoding="utf-8") as file:
     return list(csv.DictReader(file))
+
+
+def _runtime(text: str) -> str:
+  """``text`` as a string built at run time: equal to the literal, another object."""
+  return "".join(list(text))
+
+
+def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_path, monkeypatch):
+  """Two variants, two seeds each, bands [0, 20] and (20, 100]: a's seeds land in one band, b's in two. A run's
+  diagnostics are the mean of its records (1, 2, 6 -> 3); a variant's field means are over its seeds (sim_time 2
+  and 4 -> 3); the plots' subtitle counts the seeds (max seed + 1) and each band plot gets each variant's own
+  points; a run directory holding a schedule gives the staleness histograms; the coarse table is bands.md, and the
+  text returned is it with one line per claim."""
+  from stalesgd.schedule import simulate
+  from stalesgd.studies import _report as report
+  from stalesgd.utils import _plots as plots
+
+  study = Study(
+    "banded",
+    "Banded toy",
+    "demo: b matches a",
+    (Variant("a", "demo", "hardsync"), Variant("b", "demo", "async_dc")),
+    paper_data=False,
+    has_quick=False,
+    last_evaluations=1,
+    claims=(Claim("b matches a", "b", "a", "matches", 50.0),),
+    bands=((0.0, 20.0, "low"), (20.0, 100.0, "high")),
+  )
+  finals = {("a", 0): 10.0, ("a", 1): 20.0, ("b", 0): 15.0, ("b", 1): 30.0}
+  rows = []
+  for (label, seed), final in finals.items():
+    directory = tmp_path / label / f"seed_{seed}"
+    directory.mkdir(parents=True)
+    records = [
+      {"step": 10 * (index + 1), "epoch": index + 1.0, "sim_time": 1.0, "train_loss": 1.0, "test_error": final}
+      | {"correction_ratio": ratio}
+      for index, ratio in enumerate((1.0, 2.0, 6.0))
+    ]
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    if label == "a":
+      simulate("async", learners=2, num_updates=4, seed=seed).save(directory / "schedule.npz")
+    rows.append(
+      {
+        "variant": _runtime(label),
+        "slug": _runtime(label),
+        "seed": seed,
+        "n": None,
+        "workdir": str(directory),
+        "status": "ok",
+        "sim_time": 2.0 + 2.0 * seed,
+      }
+    )
+  titles, plotted = [], {}
+  original = plots.plot_bands
+
+  def recording(bands, path, *, y, title):
+    titles.append(title)
+    plotted[y] = {band.label: list(band.mean) for band in bands}
+    return original(bands, path, y=y, title=title)
+
+  monkeypatch.setattr(plots, "plot_bands", recording)
+  text = write_report(study, rows, tmp_path)
+
+  assert [row["correction_ratio"] for row in rows] == [3.0] * 4
+  table = {row["variant"]: row for row in _read_csv(tmp_path / "results.csv")}
+  assert float(table["a"]["sim_time"]) == 3.0 and float(table["b"]["sim_time"]) == 3.0
+  assert float(table["a"]["correction_ratio"]) == 3.0
+  assert titles == ["Banded toy (2 seeds per variant at most; band: ± std)"] * 2
+  # Each evaluation's mean over seeds: (10 + 20) / 2 and (15 + 30) / 2.
+  assert plotted["test_error"] == {"a": [15.0] * 3, "b": [22.5] * 3}
+  assert (tmp_path / "staleness.png").read_bytes()[:4] == b"\x89PNG"
+  bands_md = (tmp_path / "bands.md").read_text()
+  cells = " ".join(bands_md.split())
+  assert "| a | 2 | low |" in cells and "| b | 2 | seeds in different bands: high; low |" in cells
+  assert text == bands_md + "\n- b matches a: holds\n"
+  assert (tmp_path / "decisions.json").read_text().startswith('[\n  {\n    "claim": "b matches a"')
+
+
+def test_a_one_seed_report_says_seed_in_the_singular(tmp_path, monkeypatch):
+  from stalesgd.utils import _plots as plots
+
+  study = Study("one", "One", "demo: x", (Variant("a", "demo", "hardsync"),), paper_data=False, has_quick=False)
+  directory = tmp_path / "a"
+  _fake_run(directory, [30.0, 20.0, 10.0])
+  rows = [{"variant": "a", "slug": "a", "seed": 0, "n": None, "workdir": str(directory), "status": "ok"}]
+  titles = []
+  monkeypatch.setattr(plots, "plot_bands", lambda bands, path, *, y, title: titles.append(title))
+  write_report(study, rows, tmp_path)
+  assert titles == ["One (1 seed per variant at most; band: ± std)"] * 2
+
+
+def test_band_of_includes_both_ends():
+  from stalesgd.studies._report import band_of
+
+  bands = ((10.0, 20.0, "x"), (30.0, 40.0, "y"))
+  assert [band_of(value, bands) for value in (10.0, 20.0, 40.0)] == ["x", "x", "y"]
+  assert band_of(5.0, bands) == "outside every band (5.0)" and band_of(25.0, bands) == "outside every band (25.0)"
+  assert band_of(None, bands) == "no value"
