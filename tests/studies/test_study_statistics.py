@@ -224,6 +224,18 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
   assert "| a | 2 | low |" in cells and "| b | 2 | seeds in different bands: high; low |" in cells
   assert text == bands_md + "\n- b matches a: holds\n"
   assert (tmp_path / "decisions.json").read_text().startswith('[\n  {\n    "claim": "b matches a"')
+  evaluated = _read_csv(tmp_path / "evaluations.csv")
+  assert [(row["variant"], row["seed"], row["epoch"]) for row in evaluated[:4]] == [
+    ("a", "0", "1.0"),
+    ("a", "0", "2.0"),
+    ("a", "0", "3.0"),
+    ("a", "1", "1.0"),
+  ]
+
+  # A report of the first variant alone (a study run with --variants a): b has no row.
+  (tmp_path / "a_only").mkdir()
+  write_report(study, [dict(row) for row in rows if row["variant"] == "a"], tmp_path / "a_only")
+  assert [row["variant"] for row in _read_csv(tmp_path / "a_only" / "results.csv")] == ["a"]
 
 
 def test_a_one_seed_report_says_seed_in_the_singular(tmp_path, monkeypatch):
