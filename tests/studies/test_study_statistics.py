@@ -173,7 +173,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
     paper_data=False,
     has_quick=False,
     last_evaluations=1,
-    claims=(Claim("b matches a", "b", "a", "matches", 50.0),),
+    claims=(Claim("b matches a", "b", "a", "matches", 50.0), Claim("a matches b", "a", "b", "matches", 50.0)),
     bands=((0.0, 20.0, "low"), (20.0, 100.0, "high")),
   )
   finals = {("a", 0): 10.0, ("a", 1): 20.0, ("b", 0): 15.0, ("b", 1): 30.0}
@@ -182,7 +182,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
     directory = tmp_path / label / f"seed_{seed}"
     directory.mkdir(parents=True)
     records = [
-      {"step": 10 * (index + 1), "epoch": index + 1.0, "sim_time": 1.0, "train_loss": 1.0, "test_error": final}
+      {"step": 10 * (index + 1), "epoch": index + 0.5, "sim_time": 1.0, "train_loss": 1.0, "test_error": final}
       | {"correction_ratio": ratio}
       for index, ratio in enumerate((1.0, 2.0, 6.0))
     ]
@@ -198,6 +198,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
         "workdir": str(directory),
         "status": "ok",
         "sim_time": 2.0 + 2.0 * seed,
+        **({"published_test_error": 18.0} if label == "a" else {}),
       }
     )
   titles, plotted = [], {}
@@ -215,6 +216,18 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
   table = {row["variant"]: row for row in _read_csv(tmp_path / "results.csv")}
   assert float(table["a"]["sim_time"]) == 3.0 and float(table["b"]["sim_time"]) == 3.0
   assert float(table["a"]["correction_ratio"]) == 3.0
+  assert float(table["a"]["published_test_error"]) == 18.0 and table["b"]["published_test_error"] == ""
+  header = (tmp_path / "results.md").read_text().splitlines()[0]
+  assert [cell.strip() for cell in header.strip("|").split("|")][:4] == [
+    "variant",
+    "seeds",
+    "final (mean ± std)",
+    "final_test_error_min",
+  ]
+  over_seeds = _read_csv(tmp_path / "evaluations_over_seeds.csv")
+  assert [(row["variant"], row["evaluation"], row["epoch"]) for row in over_seeds] == [
+    (variant, str(number), str(number - 0.5)) for variant in "ab" for number in (1, 2, 3)
+  ]
   assert titles == ["Banded toy (2 seeds per variant at most; band: ± std)"] * 2
   # Each evaluation's mean over seeds: (10 + 20) / 2 and (15 + 30) / 2.
   assert plotted["test_error"] == {"a": [15.0] * 3, "b": [22.5] * 3}
@@ -222,33 +235,48 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
   bands_md = (tmp_path / "bands.md").read_text()
   cells = " ".join(bands_md.split())
   assert "| a | 2 | low |" in cells and "| b | 2 | seeds in different bands: high; low |" in cells
-  assert text == bands_md + "\n- b matches a: holds\n"
+  assert text == bands_md + "\n- b matches a: holds\n- a matches b: holds\n"
   assert (tmp_path / "decisions.json").read_text().startswith('[\n  {\n    "claim": "b matches a"')
   evaluated = _read_csv(tmp_path / "evaluations.csv")
   assert [(row["variant"], row["seed"], row["epoch"]) for row in evaluated[:4]] == [
-    ("a", "0", "1.0"),
-    ("a", "0", "2.0"),
-    ("a", "0", "3.0"),
-    ("a", "1", "1.0"),
+    ("a", "0", "0.5"),
+    ("a", "0", "1.5"),
+    ("a", "0", "2.5"),
+    ("a", "1", "0.5"),
   ]
 
   # A report of the first variant alone (a study run with --variants a): b has no row.
   (tmp_path / "a_only").mkdir()
   write_report(study, [dict(row) for row in rows if row["variant"] == "a"], tmp_path / "a_only")
   assert [row["variant"] for row in _read_csv(tmp_path / "a_only" / "results.csv")] == ["a"]
+  decided = json.loads((tmp_path / "a_only" / "decisions.json").read_text())
+  assert [entry["decision"] for entry in decided] == ["not decided (no paired runs)"] * 2
 
 
 def test_a_one_seed_report_says_seed_in_the_singular(tmp_path, monkeypatch):
   from stalesgd.utils import _plots as plots
 
-  study = Study("one", "One", "demo: x", (Variant("a", "demo", "hardsync"),), paper_data=False, has_quick=False)
-  directory = tmp_path / "a"
-  _fake_run(directory, [30.0, 20.0, 10.0])
-  rows = [{"variant": "a", "slug": "a", "seed": 0, "n": None, "workdir": str(directory), "status": "ok"}]
+  study = Study(
+    "one",
+    "One",
+    "demo: x",
+    (Variant("a", "demo", "hardsync"), Variant("b", "demo", "async_dc")),
+    paper_data=False,
+    has_quick=False,
+    last_evaluations=1,
+    claims=(Claim("b matches a", "b", "a", "matches", 1.0),),
+  )
+  rows = []
+  for label, curve in (("a", [30.0, 20.0, 10.0]), ("b", [30.0, 20.0, 12.5])):
+    _fake_run(tmp_path / label, curve)
+    rows.append(
+      {"variant": label, "slug": label, "seed": 0, "n": None, "workdir": str(tmp_path / label), "status": "ok"}
+    )
   titles = []
   monkeypatch.setattr(plots, "plot_bands", lambda bands, path, *, y, title: titles.append(title))
-  write_report(study, rows, tmp_path)
+  text = write_report(study, rows, tmp_path)
   assert titles == ["One (1 seed per variant at most; band: ± std)"] * 2
+  assert "Gap +2.50 (1 seed: no interval)" in text and "not decided (1 seed: no interval)" in text
 
 
 def test_band_of_includes_both_ends():
