@@ -311,8 +311,23 @@ def test_a_scalar_batch_has_no_steps():
 
 def test_local_runs_options_are_keyword_only():
   inner = optax.sgd(0.1)
+  loss = lambda p, b: jnp.sum(p * b)
   with pytest.raises(TypeError):
-    local_run(lambda p, b: jnp.sum(p * b), inner, jnp.zeros(4), inner.init(jnp.zeros(4)), np.zeros((2, 4)), True)
+    local_run(loss, inner, jnp.zeros(4), inner.init(jnp.zeros(4)), np.zeros((2, 4)), True)
+  states = init_inner_states(inner, jnp.zeros(4), 2)
+  with pytest.raises(TypeError):
+    diloco_round(loss, inner, inner, jnp.zeros(4), inner.init(jnp.zeros(4)), states, np.zeros((2, 2, 4)), True)
+
+
+def test_steps_past_active_steps_change_nothing_and_report_a_zero_loss():
+  """H = 3 with active_steps = 2, loss 0.5 (w - b)^2, SGD at 0.5 from w = 0 on b = 2, 4, 8: w 0 -> 1 -> 2.5 and
+  stops; Delta = -2.5; losses 0.5 (0 - 2)^2 = 2, 0.5 (1 - 4)^2 = 4.5 and 0 for the step not taken."""
+  loss = lambda w, b: 0.5 * (w - b) ** 2
+  inner = optax.sgd(0.5)
+  theta = jnp.float32(0.0)
+  out = local_run(loss, inner, theta, inner.init(theta), jnp.array([2.0, 4.0, 8.0]), active_steps=2)
+  assert float(out.params) == 2.5 and float(out.pseudo_gradient) == -2.5
+  assert out.losses.tolist() == [2.0, 4.5, 0.0]
 
 
 def _scans(function, theta):
