@@ -7,6 +7,7 @@ import json
 import math
 import pathlib
 
+import numpy as np
 import pytest
 
 from stalesgd.studies import Claim, Study, Variant
@@ -206,7 +207,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
 
   def recording(bands, path, *, y, title):
     titles.append(title)
-    plotted[y] = {band.label: list(band.mean) for band in bands}
+    plotted[y] = {band.label: (list(band.mean), list(band.std)) for band in bands}
     return original(bands, path, y=y, title=title)
 
   monkeypatch.setattr(plots, "plot_bands", recording)
@@ -229,8 +230,11 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
     (variant, str(number), str(number - 0.5)) for variant in "ab" for number in (1, 2, 3)
   ]
   assert titles == ["Banded toy (2 seeds per variant at most; band: ± std)"] * 2
-  # Each evaluation's mean over seeds: (10 + 20) / 2 and (15 + 30) / 2.
-  assert plotted["test_error"] == {"a": [15.0] * 3, "b": [22.5] * 3}
+  # Each evaluation's mean over seeds: (10 + 20) / 2 and (15 + 30) / 2; the sample stds 5 sqrt(2) and 7.5 sqrt(2).
+  means = {label: mean for label, (mean, _) in plotted["test_error"].items()}
+  assert means == {"a": [15.0] * 3, "b": [22.5] * 3}
+  np.testing.assert_allclose(plotted["test_error"]["a"][1], [5 * 2**0.5] * 3)
+  np.testing.assert_allclose(plotted["test_error"]["b"][1], [7.5 * 2**0.5] * 3)
   assert (tmp_path / "staleness.png").read_bytes()[:4] == b"\x89PNG"
   bands_md = (tmp_path / "bands.md").read_text()
   cells = " ".join(bands_md.split())
@@ -272,10 +276,15 @@ def test_a_one_seed_report_says_seed_in_the_singular(tmp_path, monkeypatch):
     rows.append(
       {"variant": label, "slug": label, "seed": 0, "n": None, "workdir": str(tmp_path / label), "status": "ok"}
     )
-  titles = []
-  monkeypatch.setattr(plots, "plot_bands", lambda bands, path, *, y, title: titles.append(title))
+  titles, stds = [], []
+  monkeypatch.setattr(
+    plots, "plot_bands", lambda bands, path, *, y, title: (titles.append(title), stds.extend(b.std for b in bands))
+  )
   text = write_report(study, rows, tmp_path)
   assert titles == ["One (1 seed per variant at most; band: ± std)"] * 2
+  assert stds == [[0.0] * 3] * 4  # one seed: no std, drawn as a band of width 0
+  with pytest.raises(TypeError):
+    write_report(study, rows, tmp_path, "a command")  # the command is keyword-only
   assert "Gap +2.50 (1 seed: no interval)" in text and "not decided (1 seed: no interval)" in text
 
 

@@ -302,7 +302,10 @@ def test_agreement_by_hand():
 
 
 def test_a_scalar_batch_has_no_steps():
-  """H is the batches' leading axis: a scalar leaf has none, so it is refused, alone or beside a leaf of H = 1."""
+  """H is the batches' leading axis: a scalar leaf has none, so it is refused, alone or beside a leaf of H = 1; no
+  leaf at all is refused too."""
+  with pytest.raises(ValueError, match=r"batches=\[\]; allowed: leaves sharing"):
+    local_steps({})
   for batches in (np.float32(0.0), (np.zeros((1, 4)), np.float32(0.0))):
     with pytest.raises(ValueError, match=r"batches=\[.*\(\)\]; allowed: leaves sharing"):
       local_steps(batches)
@@ -320,14 +323,29 @@ def test_local_runs_options_are_keyword_only():
 
 
 def test_steps_past_active_steps_change_nothing_and_report_a_zero_loss():
-  """H = 3 with active_steps = 2, loss 0.5 (w - b)^2, SGD at 0.5 from w = 0 on b = 2, 4, 8: w 0 -> 1 -> 2.5 and
-  stops; Delta = -2.5; losses 0.5 (0 - 2)^2 = 2, 0.5 (1 - 4)^2 = 4.5 and 0 for the step not taken."""
+  """H = 4 with active_steps = 2, loss 0.5 (w - b)^2, SGD at 0.5 from w = 0 on b = 2, 4, 8, 16: w 0 -> 1 -> 2.5
+  and stops; Delta = -2.5; losses 0.5 (0 - 2)^2 = 2, 0.5 (1 - 4)^2 = 4.5 and 0 for the two steps not taken."""
   loss = lambda w, b: 0.5 * (w - b) ** 2
   inner = optax.sgd(0.5)
   theta = jnp.float32(0.0)
-  out = local_run(loss, inner, theta, inner.init(theta), jnp.array([2.0, 4.0, 8.0]), active_steps=2)
+  out = local_run(loss, inner, theta, inner.init(theta), jnp.array([2.0, 4.0, 8.0, 16.0]), active_steps=2)
   assert float(out.params) == 2.5 and float(out.pseudo_gradient) == -2.5
-  assert out.losses.tolist() == [2.0, 4.5, 0.0]
+  assert out.losses.tolist() == [2.0, 4.5, 0.0, 0.0]
+
+
+def test_a_round_keeps_the_inner_state_by_default():
+  """One learner, H = 1, SGD at 0.5 with momentum 0.5 whose trace holds 4 from an earlier round, loss 0.5 (w - 2)^2
+  at w = 0 (gradient -2): kept (DiLoCo's default), trace -2 + 0.5 x 4 = 0 and Delta = 0; reset, trace -2 and
+  Delta = -1."""
+  loss = lambda w, b: 0.5 * (w - b) ** 2
+  inner, outer = optax.sgd(0.5, momentum=0.5), optax.sgd(1.0)
+  theta = jnp.float32(0.0)
+  states = jax.tree.map(lambda leaf: jnp.full_like(leaf, 4.0), init_inner_states(inner, theta, 1))
+  batches = jnp.array([[2.0]])
+  kept = diloco_round(loss, inner, outer, theta, outer.init(theta), states, batches)
+  assert kept.pseudo_gradients.tolist() == [0.0]
+  reset = diloco_round(loss, inner, outer, theta, outer.init(theta), states, batches, reset_inner_state=True)
+  assert reset.pseudo_gradients.tolist() == [-1.0]
 
 
 def _scans(function, theta):
