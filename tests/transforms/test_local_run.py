@@ -67,6 +67,16 @@ def test_one_step_of_unit_sgd_without_state_is_the_gradient_bit_for_bit():
   assert_tree_close(run.pseudo_gradient, numpy_grads)
 
 
+def test_one_step_keeps_the_sign_of_a_zero_gradient():
+  """Delta = -(-0.0 + u_0) reproduces g's bits for signed zeros too: g = +0.0 gives u_0 = -0.0 and Delta = +0.0
+  (a sum started at +0.0 would give -0.0); g = -0.0 gives u_0 = +0.0 and Delta = -0.0."""
+  gradient = np.array([0.0, -0.0, 1.5], np.float32)
+  inner = optax.sgd(1.0)
+  params = jnp.zeros(3)
+  run = local_run(lambda w, b: jnp.sum(w * b), inner, params, inner.init(params), gradient[None])
+  np.testing.assert_array_equal(np.asarray(run.pseudo_gradient).view(np.uint32), gradient.view(np.uint32))
+
+
 def test_three_sgd_steps_by_hand():
   """L(w; b) = 0.5 (w - b)^2, so g = w - b; SGD(0.5) from w = 0 on b = 2, 4, -2:
   w: 0 -> 0 - 0.5 (0 - 2) = 1 -> 1 - 0.5 (1 - 4) = 2.5 -> 2.5 - 0.5 (2.5 + 2) = 0.25;
