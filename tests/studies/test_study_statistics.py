@@ -158,8 +158,8 @@ def _runtime(text: str) -> str:
 
 def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_path, monkeypatch):
   """Two variants, two seeds each, bands [0, 20] and (20, 100]: a's seeds land in one band, b's in two. A run's
-  diagnostics are the mean of its records (1, 2, 6 -> 3); a variant's field means are over its seeds (sim_time 2
-  and 4 -> 3); the plots' subtitle counts the seeds (max seed + 1) and each band plot gets each variant's own
+  diagnostics are the mean of its records (1, 2, 4 -> 7/3); a variant's field means are over its seeds (sim_time 2
+  and 5 -> 3.5); the plots' subtitle counts the seeds (max seed + 1) and each band plot gets each variant's own
   points; a run directory holding a schedule gives the staleness histograms; the coarse table is bands.md, and the
   text returned is it with one line per claim."""
   from stalesgd.schedule import simulate
@@ -185,7 +185,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
     records = [
       {"step": 10 * (index + 1), "epoch": index + 0.5, "sim_time": 1.0, "train_loss": 1.0, "test_error": final}
       | {"correction_ratio": ratio}
-      for index, ratio in enumerate((1.0, 2.0, 6.0))
+      for index, ratio in enumerate((1.0, 2.0, 4.0))
     ]
     (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     if label == "a":
@@ -198,7 +198,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
         "n": None,
         "workdir": str(directory),
         "status": "ok",
-        "sim_time": 2.0 + 2.0 * seed,
+        "sim_time": 2.0 + 3.0 * seed,
         **({"published_test_error": 18.0} if label == "a" else {}),
       }
     )
@@ -213,10 +213,10 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
   monkeypatch.setattr(plots, "plot_bands", recording)
   text = write_report(study, rows, tmp_path)
 
-  assert [row["correction_ratio"] for row in rows] == [3.0] * 4
+  assert [row["correction_ratio"] for row in rows] == [pytest.approx(7 / 3)] * 4
   table = {row["variant"]: row for row in _read_csv(tmp_path / "results.csv")}
-  assert float(table["a"]["sim_time"]) == 3.0 and float(table["b"]["sim_time"]) == 3.0
-  assert float(table["a"]["correction_ratio"]) == 3.0
+  assert float(table["a"]["sim_time"]) == 3.5 and float(table["b"]["sim_time"]) == 3.5
+  assert float(table["a"]["correction_ratio"]) == pytest.approx(7 / 3)
   assert float(table["a"]["published_test_error"]) == 18.0 and table["b"]["published_test_error"] == ""
   header = (tmp_path / "results.md").read_text().splitlines()[0]
   assert [cell.strip() for cell in header.strip("|").split("|")][:4] == [
