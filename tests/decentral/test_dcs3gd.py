@@ -299,3 +299,60 @@ def test_rejects_a_batch_without_a_leading_learners_axis(devices):
   batch = make_batches(len(devices), steps=1)[0][0]  # one learner's [mu, ...] batch
   with pytest.raises(ValueError, match=r"batch\['inputs'\] has shape \(4, 3\); its leading axis must be"):
     trainer.step(state, batch)
+
+
+def test_rejects_a_scalar_batch_leaf(devices):
+  mesh = sharding_lib.learner_mesh()
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
+  state = trainer.init(initial_params())
+  batch = {"inputs": np.float32(1.0), "targets": np.zeros((len(devices), 4, 2), np.float32)}
+  with pytest.raises(ValueError, match=r"batch\['inputs'\] has shape \(\); its leading axis must be"):
+    trainer.step(state, batch)
+
+
+@pytest.mark.parametrize(
+  "options, kept",
+  [
+    (dict(lambda_mode="adaptive", dc_lambda=2.0), True),
+    (dict(lambda_mode="adaptive", dc_lambda=0.0), False),  # no correction: S3GD
+    (dict(lambda_mode="layerwise", dc_lambda=0.2), False),
+    (dict(lambda_mode="constant", dc_lambda=0.04), False),
+  ],
+)
+def test_mean_square_is_kept_only_for_the_adaptive_correction(options, kept, devices):
+  """DC-ASGD-a's MeanSquare is per learner and part of the state only where it is used (the checkpoint holds it)."""
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=1, **options), sharding_lib.learner_mesh())
+  state = trainer.init(initial_params())
+  if kept:
+    assert state.mean_square["hidden"].shape == (len(devices), 3, 5)
+  else:
+    assert state.mean_square is None
+
+
+def test_a_mode_named_at_run_time_corrects_as_the_literal(devices):
+  # The mode compared by value: a string built at run time (equal to "layerwise", another object).
+  mode = "".join(["layer", "wise"])
+  _, _, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode=mode), make_batches(len(devices)))
+  np.testing.assert_allclose(metrics[-1]["correction_ratio"], 0.2, rtol=1e-5)
+
+
+@pytest.mark.parametrize("staleness", [1, 0])
+def test_the_overlap_report_finds_the_one_all_reduce_and_what_it_reads(staleness, devices):
+  """S = 1: one all-reduce in the step, reading exactly the in-flight queue (overlap-ready); S = 0: it reads this
+  step's gradient, so the batch and the local weights, and is not."""
+  trainer = DCS3GD(
+    loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=staleness, dc_lambda=0.0), sharding_lib.learner_mesh()
+  )
+  state = trainer.init(initial_params())
+  batch = sharding_lib.stack_learners(lambda learner: make_batches(len(devices), steps=1)[0][learner], trainer.mesh)
+  report = trainer.overlap_report(state, batch)
+  assert report["all_reduces"] == 1
+  if staleness:
+    assert report["update_all_reduce_reads"] == [
+      "[0].in_flight['bias']",
+      "[0].in_flight['hidden']",
+      "[0].in_flight['output']",
+    ]
+    assert report["overlap_ready"]
+  else:
+    assert "[1]['inputs']" in report["update_all_reduce_reads"] and not report["overlap_ready"]
