@@ -344,7 +344,12 @@ def test_the_overlap_report_finds_the_one_all_reduce_and_what_it_reads(staleness
     loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=staleness, dc_lambda=0.0), sharding_lib.learner_mesh()
   )
   state = trainer.init(initial_params())
-  batch = sharding_lib.stack_learners(lambda learner: make_batches(len(devices), steps=1)[0][learner], trainer.mesh)
+  # A batch leaf the loss never reads, first in the flattened order: the step keeps it as an entry parameter, so
+  # the report's parameter numbers still name the leaves they are.
+  batch = sharding_lib.stack_learners(
+    lambda learner: {"a_unused": np.zeros(3, np.float32), **make_batches(len(devices), steps=1)[0][learner]},
+    trainer.mesh,
+  )
   report = trainer.overlap_report(state, batch)
   assert report["all_reduces"] == 1
   if staleness:
@@ -355,4 +360,14 @@ def test_the_overlap_report_finds_the_one_all_reduce_and_what_it_reads(staleness
     ]
     assert report["overlap_ready"]
   else:
-    assert "[1]['inputs']" in report["update_all_reduce_reads"] and not report["overlap_ready"]
+    reads = report["update_all_reduce_reads"]
+    assert "[1]['inputs']" in reads and "[1]['a_unused']" not in reads and not report["overlap_ready"]
+
+
+def test_a_step_updates_the_state_in_place_and_leaves_the_batch(devices):
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=1), sharding_lib.learner_mesh())
+  state = trainer.init(initial_params())
+  batch = sharding_lib.stack_learners(lambda learner: make_batches(len(devices), steps=1)[0][learner], trainer.mesh)
+  new_state, _ = trainer.step(state, batch)
+  assert state.local_params["hidden"].is_deleted() and not new_state.local_params["hidden"].is_deleted()
+  assert not batch["inputs"].is_deleted()
