@@ -8,7 +8,6 @@ steps; measured differences are below 1e-6 relative).
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest

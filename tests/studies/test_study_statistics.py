@@ -152,32 +152,32 @@ def _read_csv(path):
 
 
 def _runtime(text: str) -> str:
-  """``text`` as a string built at run time: equal to the literal, another object."""
+  """``text`` as a string built at run time: equal to the literal, another object (for two characters or more:
+  CPython keeps one object per one-character string)."""
   return "".join(list(text))
 
 
 def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_path, monkeypatch):
-  """Two variants, two seeds each, bands [0, 20] and (20, 100]: a's seeds land in one band, b's in two. A run's
+  """Two variants, two seeds each, bands [0, 20] and (20, 100]: va's seeds land in one band, vb's in two. A run's
   diagnostics are the mean of its records (1, 2, 4 -> 7/3); a variant's field means are over its seeds (sim_time 2
   and 5 -> 3.5); the plots' subtitle counts the seeds (max seed + 1) and each band plot gets each variant's own
   points; a run directory holding a schedule gives the staleness histograms; the coarse table is bands.md, and the
   text returned is it with one line per claim."""
   from stalesgd.schedule import simulate
-  from stalesgd.studies import _report as report
   from stalesgd.utils import _plots as plots
 
   study = Study(
     "banded",
     "Banded toy",
     "demo: b matches a",
-    (Variant("a", "demo", "hardsync"), Variant("b", "demo", "async_dc")),
+    (Variant("va", "demo", "hardsync"), Variant("vb", "demo", "async_dc")),
     paper_data=False,
     has_quick=False,
     last_evaluations=1,
-    claims=(Claim("b matches a", "b", "a", "matches", 50.0), Claim("a matches b", "a", "b", "matches", 50.0)),
+    claims=(Claim("b matches a", "vb", "va", "matches", 50.0), Claim("a matches b", "va", "vb", "matches", 50.0)),
     bands=((0.0, 20.0, "low"), (20.0, 100.0, "high")),
   )
-  finals = {("a", 0): 10.0, ("a", 1): 20.0, ("b", 0): 15.0, ("b", 1): 30.0}
+  finals = {("va", 0): 10.0, ("va", 1): 20.0, ("vb", 0): 15.0, ("vb", 1): 30.0}
   rows = []
   for (label, seed), final in finals.items():
     directory = tmp_path / label / f"seed_{seed}"
@@ -188,7 +188,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
       for index, ratio in enumerate((1.0, 2.0, 4.0))
     ]
     (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
-    if label == "a":
+    if label == "va":
       simulate("async", learners=2, num_updates=4, seed=seed).save(directory / "schedule.npz")
     rows.append(
       {
@@ -199,7 +199,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
         "workdir": str(directory),
         "status": "ok",
         "sim_time": 2.0 + 3.0 * seed,
-        **({"published_test_error": 18.0} if label == "a" else {}),
+        **({"published_test_error": 18.0} if label == "va" else {}),
       }
     )
   titles, plotted = [], {}
@@ -215,9 +215,9 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
 
   assert [row["correction_ratio"] for row in rows] == [pytest.approx(7 / 3)] * 4
   table = {row["variant"]: row for row in _read_csv(tmp_path / "results.csv")}
-  assert float(table["a"]["sim_time"]) == 3.5 and float(table["b"]["sim_time"]) == 3.5
-  assert float(table["a"]["correction_ratio"]) == pytest.approx(7 / 3)
-  assert float(table["a"]["published_test_error"]) == 18.0 and table["b"]["published_test_error"] == ""
+  assert float(table["va"]["sim_time"]) == 3.5 and float(table["vb"]["sim_time"]) == 3.5
+  assert float(table["va"]["correction_ratio"]) == pytest.approx(7 / 3)
+  assert float(table["va"]["published_test_error"]) == 18.0 and table["vb"]["published_test_error"] == ""
   header = (tmp_path / "results.md").read_text().splitlines()[0]
   assert [cell.strip() for cell in header.strip("|").split("|")][:4] == [
     "variant",
@@ -227,34 +227,37 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
   ]
   over_seeds = _read_csv(tmp_path / "evaluations_over_seeds.csv")
   assert [(row["variant"], row["evaluation"], row["epoch"]) for row in over_seeds] == [
-    (variant, str(number), str(number - 0.5)) for variant in "ab" for number in (1, 2, 3)
+    (variant, str(number), str(number - 0.5)) for variant in ("va", "vb") for number in (1, 2, 3)
   ]
   assert titles == ["Banded toy (2 seeds per variant at most; band: ± std)"] * 2
   # Each evaluation's mean over seeds: (10 + 20) / 2 and (15 + 30) / 2; the sample stds 5 sqrt(2) and 7.5 sqrt(2).
   means = {label: mean for label, (mean, _) in plotted["test_error"].items()}
-  assert means == {"a": [15.0] * 3, "b": [22.5] * 3}
-  np.testing.assert_allclose(plotted["test_error"]["a"][1], [5 * 2**0.5] * 3)
-  np.testing.assert_allclose(plotted["test_error"]["b"][1], [7.5 * 2**0.5] * 3)
+  assert means == {"va": [15.0] * 3, "vb": [22.5] * 3}
+  np.testing.assert_allclose(plotted["test_error"]["va"][1], [5 * 2**0.5] * 3)
+  np.testing.assert_allclose(plotted["test_error"]["vb"][1], [7.5 * 2**0.5] * 3)
   assert (tmp_path / "staleness.png").read_bytes()[:4] == b"\x89PNG"
   bands_md = (tmp_path / "bands.md").read_text()
   cells = " ".join(bands_md.split())
-  assert "| a | 2 | low |" in cells and "| b | 2 | seeds in different bands: high; low |" in cells
+  assert "| va | 2 | low |" in cells and "| vb | 2 | seeds in different bands: high; low |" in cells
   assert text == bands_md + "\n- b matches a: holds\n- a matches b: holds\n"
   assert (tmp_path / "decisions.json").read_text().startswith('[\n  {\n    "claim": "b matches a"')
   evaluated = _read_csv(tmp_path / "evaluations.csv")
   assert [(row["variant"], row["seed"], row["epoch"]) for row in evaluated[:4]] == [
-    ("a", "0", "0.5"),
-    ("a", "0", "1.5"),
-    ("a", "0", "2.5"),
-    ("a", "1", "0.5"),
+    ("va", "0", "0.5"),
+    ("va", "0", "1.5"),
+    ("va", "0", "2.5"),
+    ("va", "1", "0.5"),
   ]
 
-  # A report of the first variant alone (a study run with --variants a): b has no row.
+  # A report of one variant alone (a study run with --variants va, or vb): the other has no row.
   (tmp_path / "a_only").mkdir()
-  write_report(study, [dict(row) for row in rows if row["variant"] == "a"], tmp_path / "a_only")
-  assert [row["variant"] for row in _read_csv(tmp_path / "a_only" / "results.csv")] == ["a"]
+  write_report(study, [dict(row) for row in rows if row["variant"] == "va"], tmp_path / "a_only")
+  assert [row["variant"] for row in _read_csv(tmp_path / "a_only" / "results.csv")] == ["va"]
   decided = json.loads((tmp_path / "a_only" / "decisions.json").read_text())
   assert [entry["decision"] for entry in decided] == ["not decided (no paired runs)"] * 2
+  (tmp_path / "b_only").mkdir()
+  write_report(study, [dict(row) for row in rows if row["variant"] == "vb"], tmp_path / "b_only")
+  assert [row["variant"] for row in _read_csv(tmp_path / "b_only" / "results.csv")] == ["vb"]
 
 
 def test_a_one_seed_report_says_seed_in_the_singular(tmp_path, monkeypatch):
