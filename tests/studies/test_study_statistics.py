@@ -298,3 +298,18 @@ def test_band_of_includes_both_ends():
   assert [band_of(value, bands) for value in (10.0, 20.0, 40.0)] == ["x", "x", "y"]
   assert band_of(5.0, bands) == "outside every band (5.0)" and band_of(25.0, bands) == "outside every band (25.0)"
   assert band_of(None, bands) == "no value"
+
+
+def test_a_band_follows_its_variant_past_a_seed_that_stopped_early():
+  """Seed 0 of ``va`` stopped after 2 evaluations, seed 1 ran 3: the band has 3 points, the last from seed 1
+  alone (test error 10 and 20, then 30, 40, then 50)."""
+  from stalesgd.studies._report import bands, seed_curves
+
+  rows = [{"variant": _runtime("va")}, {"variant": _runtime("va")}]
+  errors = {0: [10.0, 30.0], 1: [20.0, 40.0, 50.0]}
+  records_of = {
+    index: [{"step": step, "epoch": float(step), "test_error": error} for step, error in enumerate(curve, 1)]
+    for index, curve in errors.items()
+  }
+  [band] = bands(seed_curves(rows, records_of), "test_error")
+  assert band.label == "va" and list(band.mean) == [15.0, 35.0, 50.0]
