@@ -244,7 +244,12 @@ MODULES: tuple[Module, ...] = (
   ),
   Module("stalesgd/studies/_report.py", ("tests/studies/test_study_statistics.py",), "claims decided from runs"),
   # data: the per-learner data order.
-  Module("stalesgd/data/_learner_batches.py", ("tests/data/test_data_learner_batches.py",), "learner j's k-th batch"),
+  Module(
+    "stalesgd/data/_learner_batches.py",
+    # Lazily decoded splits (the Inception crop path) are read in the Inception-crop tests.
+    ("tests/data/test_data_learner_batches.py", "tests/data/test_inception_crop.py"),
+    "learner j's k-th batch",
+  ),
   Module(
     "stalesgd/data/_counter_hash.py",
     ("tests/data/test_counter_hash_reference.py", "tests/data/test_data_learner_batches.py"),

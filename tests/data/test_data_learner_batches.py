@@ -101,6 +101,8 @@ def test_crop_and_flip_against_explicit_slicing():
     (dict(batch_per_learner=2, learners=0, seed=0), "learners must be a positive int"),
     (dict(batch_per_learner=2, learners=2, seed=-1), "seed must be a non-negative int"),
     (dict(batch_per_learner=2, learners=2, seed=0, crop_padding=-1), "crop_padding must be >= 0"),
+    (dict(batch_per_learner=2.5, learners=2, seed=0), "batch_per_learner must be a positive int; got 2.5"),
+    (dict(batch_per_learner=True, learners=2, seed=0), "batch_per_learner must be a positive int; got True"),
   ],
 )
 def test_bad_constructor_arguments(kwargs, match):
@@ -161,3 +163,28 @@ def test_dropout_seeds_are_pure_per_learner_batch():
   assert "dropout_seed" not in LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0)(
     np.array([0]), np.array([0])
   )
+
+
+def test_the_smallest_valid_arguments_are_accepted():
+  """A one-example training split, no crop padding, one cached epoch (recomputed when another is read)."""
+  one = LearnerBatches(_dataset(num_train=1), batch_per_learner=3, learners=1, seed=0, crop_padding=0)
+  assert one.sample_indices(np.array([0]), np.array([0])).tolist() == [[0, 0, 0]]
+  batches = LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0, cached_epochs=1)
+  first = batches.epoch_permutation(0).copy()
+  batches.epoch_permutation(1)
+  np.testing.assert_array_equal(batches.epoch_permutation(0), first)
+
+
+def test_the_permutation_cache_keeps_the_most_recent_epochs():
+  batches = LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0, cached_epochs=2)
+  for epoch in (0, 1, 2, 1, 3):
+    batches.epoch_permutation(epoch)
+  assert list(batches._permutations) == [1, 3]
+
+
+def test_a_dropout_seed_is_the_high_half_of_its_batch_key():
+  """The counter-based key of global batch g = k lambda + learner in the dropout stream, bits 32-63."""
+  batches = LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=7, dropout_seeds=True)
+  seeds = batches(np.array([0, 2]), np.array([4, 5]))["dropout_seed"]
+  keys = batch_keys(7, DROPOUT_STREAM, np.array([12, 17]))
+  np.testing.assert_array_equal(seeds, (keys // np.uint64(2**32)).astype(np.uint32))
