@@ -285,6 +285,9 @@ def test_step_compiles_once_and_metrics_are_per_learner(devices):
   assert metrics["loss"].sharding.spec == jax.sharding.PartitionSpec("learners")
   mean = trainer.mean_metrics(metrics)
   np.testing.assert_allclose(mean["loss"], np.mean(np.asarray(metrics["loss"])), rtol=1e-6)
+  # Over the learners (the leading axis), not over an aux metric's own axis.
+  predictions = np.asarray(metrics["aux"]["predictions"])
+  np.testing.assert_allclose(mean["aux"]["predictions"], predictions.mean(axis=0), rtol=1e-6)
 
 
 def test_rejects_a_mesh_without_the_learners_axis(devices):
