@@ -43,12 +43,14 @@ def test_same_seed_learner_and_k_give_the_same_batch_in_any_order():
   )
 
 
-def test_learners_sweep_each_epoch_once_with_disjoint_samples():
+@pytest.mark.parametrize("batch_per_learner", [2, 3])
+def test_learners_sweep_each_epoch_once_with_disjoint_samples(batch_per_learner):
   dataset = _dataset(num_train=24)
-  batches = LearnerBatches(dataset, batch_per_learner=2, learners=3, seed=1)
-  # 24 samples / (2 x 3) = 4 rounds of k per epoch.
+  batches = LearnerBatches(dataset, batch_per_learner=batch_per_learner, learners=2, seed=1)
+  # 24 samples / (mu x 2) = 6 (mu = 2) or 4 (mu = 3) rounds of k per epoch.
+  rounds = 24 // (2 * batch_per_learner)
   for epoch in range(2):
-    learner, k = np.meshgrid(np.arange(3), np.arange(4 * epoch, 4 * epoch + 4))
+    learner, k = np.meshgrid(np.arange(2), np.arange(rounds * epoch, rounds * (epoch + 1)))
     indices = batches.sample_indices(learner.ravel(), k.ravel())
     np.testing.assert_array_equal(np.sort(indices.ravel()), np.arange(24))
   assert not np.array_equal(batches.epoch_permutation(0), batches.epoch_permutation(1))
@@ -116,6 +118,7 @@ def test_bad_constructor_arguments(kwargs, match):
     ([0, 3], [0, 0], r"learner must lie in \[0, 3\)"),
     ([0, 1], [0, -1], "k must be >= 0"),
     ([0.5], [0], "integer arrays"),
+    ([[0, 1]], [[0, 0]], "1-D integer arrays"),
   ],
 )
 def test_bad_learner_or_k(learner, k, match):
@@ -188,3 +191,25 @@ def test_a_dropout_seed_is_the_high_half_of_its_batch_key():
   seeds = batches(np.array([0, 2]), np.array([4, 5]))["dropout_seed"]
   keys = batch_keys(7, DROPOUT_STREAM, np.array([12, 17]))
   np.testing.assert_array_equal(seeds, (keys // np.uint64(2**32)).astype(np.uint32))
+
+
+def test_defaults_pad_crops_by_4_pixels_and_cache_4_epochs():
+  batches = LearnerBatches(_dataset(), batch_per_learner=2, learners=3, seed=0)
+  assert (batches.crop_padding, batches.cached_epochs) == (4, 4)
+
+
+def test_an_empty_training_split_is_refused():
+  with pytest.raises(ValueError, match="dataset 'synthetic' has an empty training split"):
+    LearnerBatches(_dataset(num_train=0), batch_per_learner=2, learners=3, seed=0)
+
+
+def test_float_inputs_are_read_as_they_are_and_refuse_augmentation():
+  rng = np.random.default_rng(0)
+  train = ArraySource(rng.normal(size=(6, 2, 2, 1)).astype(np.float32), rng.integers(0, 2, 6))
+  dataset = Dataset(
+    name="floats", source="npz", train=train, test=train, num_classes=2, normalization=fit_normalization("raw", train)
+  )
+  batch = LearnerBatches(dataset, batch_per_learner=2, learners=1, seed=0)(np.array([0]), np.array([0]))
+  assert batch["image"].shape == (1, 2, 2, 2, 1)
+  with pytest.raises(ValueError, match="augment=True for dataset 'floats'"):
+    LearnerBatches(dataset, batch_per_learner=2, learners=1, seed=0, augment=True)
