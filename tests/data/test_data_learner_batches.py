@@ -105,6 +105,8 @@ def test_crop_and_flip_against_explicit_slicing():
     (dict(batch_per_learner=2, learners=2, seed=0, crop_padding=-1), "crop_padding must be >= 0"),
     (dict(batch_per_learner=2.5, learners=2, seed=0), "batch_per_learner must be a positive int; got 2.5"),
     (dict(batch_per_learner=True, learners=2, seed=0), "batch_per_learner must be a positive int; got True"),
+    (dict(batch_per_learner=2, learners=2, seed=True), "seed must be a non-negative int; got True"),
+    (dict(batch_per_learner=2, learners=2, seed=1.5), "seed must be a non-negative int; got 1.5"),
   ],
 )
 def test_bad_constructor_arguments(kwargs, match):
@@ -119,6 +121,8 @@ def test_bad_constructor_arguments(kwargs, match):
     ([0, 1], [0, -1], "k must be >= 0"),
     ([0.5], [0], "integer arrays"),
     ([[0, 1]], [[0, 0]], "1-D integer arrays"),
+    ([0, 4], [0, 0], r"learner must lie in \[0, 3\); got range \[0, 4\]"),
+    ([-1, 0], [0, 0], r"learner must lie in \[0, 3\); got range \[-1, 0\]"),
   ],
 )
 def test_bad_learner_or_k(learner, k, match):
@@ -213,3 +217,17 @@ def test_float_inputs_are_read_as_they_are_and_refuse_augmentation():
   assert batch["image"].shape == (1, 2, 2, 2, 1)
   with pytest.raises(ValueError, match="augment=True for dataset 'floats'"):
     LearnerBatches(dataset, batch_per_learner=2, learners=1, seed=0, augment=True)
+
+
+def test_an_epochs_order_is_numpys_permutation_in_stream_0():
+  """Epoch e's order is ``np.random.default_rng((seed, 0, e)).permutation(N)`` (stream 0 of the seed)."""
+  batches = LearnerBatches(_dataset(num_train=24), batch_per_learner=2, learners=3, seed=5)
+  for epoch in (0, 3):
+    np.testing.assert_array_equal(
+      batches.epoch_permutation(epoch), np.random.default_rng((5, 0, epoch)).permutation(24)
+    )
+
+
+def test_options_are_keyword_only():
+  with pytest.raises(TypeError):
+    LearnerBatches(_dataset(), 2, 3, 0, True)

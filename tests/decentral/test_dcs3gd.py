@@ -332,11 +332,20 @@ def test_mean_square_is_kept_only_for_the_adaptive_correction(options, kept, dev
     assert state.mean_square is None
 
 
-def test_a_mode_named_at_run_time_corrects_as_the_literal(devices):
-  # The mode compared by value: a string built at run time (equal to "layerwise", another object).
-  mode = "".join(["layer", "wise"])
-  _, _, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode=mode), make_batches(len(devices)))
-  np.testing.assert_allclose(metrics[-1]["correction_ratio"], 0.2, rtol=1e-5)
+def test_modes_named_at_run_time_correct_as_the_literals(devices):
+  # The mode compared by value: strings built at run time (equal to the literals, other objects).
+  batches = make_batches(len(devices))
+  layerwise = DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode="".join(["layer", "wise"]))
+  np.testing.assert_allclose(run(layerwise, batches)[2][-1]["correction_ratio"], 0.2, rtol=1e-5)
+  options = dict(staleness=1, dc_lambda=0.05)
+  adaptive = run(DCS3GDConfig(lambda_mode="".join(["adap", "tive"]), **options), batches)[1]
+  literal = run(DCS3GDConfig(lambda_mode="adaptive", **options), batches)[1]
+  np.testing.assert_array_equal(as_numpy(adaptive.mean_square)["hidden"], as_numpy(literal.mean_square)["hidden"])
+
+
+def test_staleness_zero_keeps_no_queue(devices):
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=0), sharding_lib.learner_mesh())
+  assert trainer.init(initial_params()).in_flight is None
 
 
 @pytest.mark.parametrize("staleness", [1, 0])
