@@ -416,3 +416,33 @@ def test_weight_decay_placement_rejects_other_values(placement):
   """Catches a placement typo that build_optimizer would silently treat as "unmodulated"."""
   with pytest.raises(ValueError, match="weight_decay_placement"):
     validate_config(make_config(weight_decay_placement=placement), num_devices=8)
+
+
+def test_the_optax_optimizers_by_name_leave_out_sgd_and_building_blocks():
+  from stalesgd.training._solvers import optax_optimizers
+
+  names = optax_optimizers()
+  assert {"adam", "adamw", "rmsprop", "yogi", "sm3"} <= set(names)  # names after "sgd" included
+  assert "sgd" not in names and not any(name.startswith(("_", "scale_by")) for name in names)
+
+
+def test_an_unknown_solver_names_its_field_and_what_sgd_means_there():
+  from stalesgd.training._solvers import solver_factory
+
+  with pytest.raises(ValueError, match=r"config.optimizer='nope'; allowed: 'sgd' \(the papers' Caffe solver\)"):
+    solver_factory("nope")
+  with pytest.raises(ValueError, match=r"config.inner.optimizer='nope'; allowed: 'sgd' \(optax.sgd\)"):
+    solver_factory("nope", field="config.inner.optimizer")
+  with pytest.raises(TypeError):
+    solver_factory("nope", "config.inner.optimizer")  # the field is keyword-only
+
+
+def test_a_momentum_or_nesterov_a_solver_cannot_take_is_refused_and_the_off_values_pass():
+  from stalesgd.training._solvers import solver_call
+
+  assert solver_call("adagrad", {}, momentum=0, nesterov=False).arguments == {}
+  assert solver_call("adagrad", {}, momentum=0.0, nesterov=False).arguments == {}
+  with pytest.raises(ValueError, match=r"config.momentum=0.9, but config.optimizer='adagrad' takes no momentum"):
+    solver_call("adagrad", {}, momentum=0.9, nesterov=False)
+  with pytest.raises(ValueError, match=r"config.nesterov=True, but config.optimizer='adagrad' takes no nesterov"):
+    solver_call("adagrad", {}, momentum=0, nesterov=True)
