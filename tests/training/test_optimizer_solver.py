@@ -446,3 +446,29 @@ def test_a_momentum_or_nesterov_a_solver_cannot_take_is_refused_and_the_off_valu
     solver_call("adagrad", {}, momentum=0.9, nesterov=False)
   with pytest.raises(ValueError, match=r"config.nesterov=True, but config.optimizer='adagrad' takes no nesterov"):
     solver_call("adagrad", {}, momentum=0, nesterov=True)
+
+
+def rate_first_sgd(step_size, momentum=0.0, nesterov=False):
+  """A solver factory that takes its rate as its first argument, not by the name learning_rate."""
+  import optax
+
+  return optax.sgd(step_size, momentum=momentum, nesterov=nesterov)
+
+
+def test_a_solver_takes_the_rate_by_name_or_as_its_first_argument():
+  """optax's factories get ``learning_rate=``; a factory of another parameter name gets the rate first: SGD at
+  0.5 on gradient 2 moves a weight by -1 either way."""
+  import jax.numpy as jnp
+
+  from stalesgd.training._solvers import build_solver, solver_call
+
+  for name in ("tests.training.test_optimizer_solver:rate_first_sgd", "rmsprop"):
+    solver = build_solver(name, lambda step: 0.5, {}, momentum=0.0, nesterov=False)
+    if name == "rmsprop":
+      assert solver_call(name, {}, momentum=0.0, nesterov=False).rate_by_name
+      continue
+    assert not solver_call(name, {}, momentum=0.0, nesterov=False).rate_by_name
+    updates, _ = solver.update(jnp.array([2.0]), solver.init(jnp.zeros(1)))
+    assert updates.tolist() == [-1.0]
+  with pytest.raises(TypeError):
+    solver_call("adagrad", {}, 0.0, False)  # momentum and nesterov are keyword-only
