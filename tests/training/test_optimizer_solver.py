@@ -472,3 +472,5 @@ def test_a_solver_takes_the_rate_by_name_or_as_its_first_argument():
     assert updates.tolist() == [-1.0]
   with pytest.raises(TypeError):
     solver_call("adagrad", {}, 0.0, False)  # momentum and nesterov are keyword-only
+  with pytest.raises(TypeError):
+    build_solver("adagrad", lambda step: 0.5, {}, 0.0, False)
