@@ -431,8 +431,12 @@ def test_an_unknown_solver_names_its_field_and_what_sgd_means_there():
 
   with pytest.raises(ValueError, match=r"config.optimizer='nope'; allowed: 'sgd' \(the papers' Caffe solver\)"):
     solver_factory("nope")
-  with pytest.raises(ValueError, match=r"config.inner.optimizer='nope'; allowed: 'sgd' \(optax.sgd\)"):
-    solver_factory("nope", field="config.inner.optimizer")
+  for field in ("config.inner.optimizer", "config.outer.optimizer"):
+    with pytest.raises(ValueError, match=rf"{field}='nope'; allowed: 'sgd' \(optax.sgd\)"):
+      solver_factory("nope", field=field)
+  # The field compared by value (a name built at run time: equal, another object).
+  with pytest.raises(ValueError, match=r"allowed: 'sgd' \(the papers' Caffe solver\)"):
+    solver_factory("nope", field="".join(["config.", "optimizer"]))
   with pytest.raises(TypeError):
     solver_factory("nope", "config.inner.optimizer")  # the field is keyword-only
 
