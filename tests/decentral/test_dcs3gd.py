@@ -304,6 +304,18 @@ def test_rejects_a_batch_without_a_leading_learners_axis(devices):
     trainer.step(state, batch)
 
 
+def test_rejects_a_batch_of_more_rows_than_learners(devices):
+  mesh = sharding_lib.learner_mesh()
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
+  state = trainer.init(initial_params())
+  batch = {
+    "inputs": np.zeros((2 * len(devices), 4, 3), np.float32),
+    "targets": np.zeros((2 * len(devices), 4, 2), np.float32),
+  }
+  with pytest.raises(ValueError, match=rf"batch\['inputs'\] has shape \({2 * len(devices)}, 4, 3\); its leading axis"):
+    trainer.step(state, batch)
+
+
 def test_rejects_a_scalar_batch_leaf(devices):
   mesh = sharding_lib.learner_mesh()
   trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
