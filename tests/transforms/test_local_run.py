@@ -306,7 +306,8 @@ def test_agreement_by_hand():
   # Three learners, (1, 0), (1, 0), (-1, 0): the ordered pairs' dots sum to 2 (1 - 1 - 1) = -2, the squared norms
   # to 3: -2 / (2 * 3) = -1/3; the mean (1/3, 0), so by the formula (9 * 1/9 - 3) / (2 * 3) = -1/3.
   assert float(agreement(jnp.float32(3.0), jnp.float32(1 / 9), 3)) == pytest.approx(-1 / 3)
-  # Norms below 1: Delta_1 = (0.5, 0), Delta_2 = (0, 0.5), sum of squares 0.5, mean (0.25, 0.25): (4 x 0.125 - 0.5) / 0.5.
+  # Norms below 1: Delta_1 = (0.5, 0), Delta_2 = (0, 0.5), sum of squares 0.5, mean (0.25, 0.25):
+  # (4 x 0.125 - 0.5) / 0.5 = 0.
   assert float(agreement(jnp.float32(0.5), jnp.float32(0.125), 2)) == 0.0
   # One learner, or pseudo-gradients that are all zero: 1 by definition (the formula would divide by zero).
   assert float(agreement(jnp.float32(4.0), jnp.float32(4.0), 1)) == 1.0
