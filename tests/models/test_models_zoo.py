@@ -215,9 +215,9 @@ def test_registry_rejects_bad_num_classes(num_classes):
     get_model("mlp", num_classes=num_classes)
 
 
-@pytest.mark.parametrize("shape", [(8, 8), (0, 8, 1), (-1, 8, 1), (8, 8, 1.0)])
+@pytest.mark.parametrize("shape", [(8, 8), (8, 8, 1, 1), (0, 8, 1), (-1, 8, 1), (8, 8, 1.0)])
 def test_init_rejects_bad_image_shape(shape):
-  """(height, width, channels) of positive ints: two sides, a side of 0 or -1 or a float side are refused."""
+  """(height, width, channels) of positive ints: two or four sides, a side of 0 or -1 or a float side are refused."""
   with pytest.raises(ValueError, match=r"image_shape must be \(height, width, channels\) of positive ints"):
     get_model("mlp", num_classes=10).init(jax.random.key(0), shape)
 
