@@ -295,34 +295,21 @@ def test_rejects_a_mesh_without_the_learners_axis(devices):
     DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), jax.make_mesh((8,), ("data",)))
 
 
-def test_rejects_a_batch_without_a_leading_learners_axis(devices):
-  mesh = sharding_lib.learner_mesh()
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
+@pytest.mark.parametrize(
+  "make_batch, shape",
+  [
+    (lambda m: make_batches(m, steps=1)[0][0], r"\(4, 3\)"),  # one learner's [mu, ...] batch
+    (lambda m: {"inputs": np.zeros((2 * m, 4, 3), np.float32), "targets": np.zeros((2 * m, 4, 2), np.float32)}, None),
+    (lambda m: {"inputs": np.float32(1.0), "targets": np.zeros((m, 4, 2), np.float32)}, r"\(\)"),  # a scalar leaf
+  ],
+  ids=["one-learners-batch", "more-rows-than-learners", "scalar-leaf"],
+)
+def test_rejects_a_batch_without_one_row_per_learner(make_batch, shape, devices):
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), sharding_lib.learner_mesh())
   state = trainer.init(initial_params())
-  batch = make_batches(len(devices), steps=1)[0][0]  # one learner's [mu, ...] batch
-  with pytest.raises(ValueError, match=r"batch\['inputs'\] has shape \(4, 3\); its leading axis must be"):
-    trainer.step(state, batch)
-
-
-def test_rejects_a_batch_of_more_rows_than_learners(devices):
-  mesh = sharding_lib.learner_mesh()
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
-  state = trainer.init(initial_params())
-  batch = {
-    "inputs": np.zeros((2 * len(devices), 4, 3), np.float32),
-    "targets": np.zeros((2 * len(devices), 4, 2), np.float32),
-  }
-  with pytest.raises(ValueError, match=rf"batch\['inputs'\] has shape \({2 * len(devices)}, 4, 3\); its leading axis"):
-    trainer.step(state, batch)
-
-
-def test_rejects_a_scalar_batch_leaf(devices):
-  mesh = sharding_lib.learner_mesh()
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), mesh)
-  state = trainer.init(initial_params())
-  batch = {"inputs": np.float32(1.0), "targets": np.zeros((len(devices), 4, 2), np.float32)}
-  with pytest.raises(ValueError, match=r"batch\['inputs'\] has shape \(\); its leading axis must be"):
-    trainer.step(state, batch)
+  shape = shape or rf"\({2 * len(devices)}, 4, 3\)"  # 2M rows would otherwise be split two a learner
+  with pytest.raises(ValueError, match=rf"batch\['inputs'\] has shape {shape}; its leading axis must be"):
+    trainer.step(state, make_batch(len(devices)))
 
 
 @pytest.mark.parametrize(
