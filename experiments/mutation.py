@@ -15,7 +15,8 @@ edits the file on disk while a mutant's tests run; others' test runs from the ch
 The copy is made afresh at every start, so a stop in the middle of a mutant leaves nothing mutated behind.
 Each module's session is ``runs/mutation/sessions/<module>.sqlite``: a stopped pass resumes where it stopped
 (cosmic-ray's ``exec`` runs only the work items without a result); a session whose module source or test
-command changed since it was made is set aside and made again.
+command changed since it was made is set aside and made again, except a widening: a test file added to the
+module's list keeps the session's kills and runs its survivors again with the wider command (`session_change`).
 
 Sessions are not committed: on a fresh clone a module the summary holds as done, for the source it has now, keeps
 its figures there (the entry says so) and is not run again unless ``--again`` is given; its controls run again
@@ -217,11 +218,13 @@ MODULES: tuple[Module, ...] = (
   ),
   Module(
     "stalesgd/models/_spec.py",
-    # The model specification also computes precise batch-norm statistics (pinned in their own tests).
+    # The model specification also computes precise batch-norm statistics and keys dropout by the batch's seed
+    # (each pinned in its own tests).
     (
       "tests/training/test_optimizer_solver.py",
       "tests/models/test_models_zoo.py",
       "tests/models/test_models_precise_bn.py",
+      "tests/models/test_models_dropout.py",
     ),
     "a model's multipliers by parameter path, its initialisation and precise batch norm",
   ),
@@ -601,9 +604,52 @@ def _baseline(module: Module) -> tuple[bool, float, str]:
   return finished.returncode == 0, time.monotonic() - start, (finished.stdout + finished.stderr)[-2000:]
 
 
+def session_change(
+  meta: Mapping[str, Any], module: Module, source_sha256: str, python: str = str(PROJECT_PYTHON)
+) -> str:
+  """How ``module`` today differs from the one its session was made for.
+
+  ``"same"``: the same source and test command. ``"widened"``: the same source and pytest options, and the
+  session's test files are a strict subset of today's (a test file added to the module's list): a mutant one of
+  the session's files killed is still killed by the wider command (the failing test is still run), so only the
+  survivors and timeouts need running again. ``"stale"``: anything else (a changed source, a test file removed,
+  other options); the session is set aside and made again.
+  """
+  if meta.get("source_sha256") != source_sha256:
+    return "stale"
+  if meta.get("test_command") == test_command(module, python):
+    return "same"
+  before = tuple(meta.get("tests", ()))
+  same_options = test_command(module._replace(tests=before), python) == meta.get("test_command")
+  return "widened" if same_options and set(before) < set(module.tests) else "stale"
+
+
 def _is_stale(meta: Mapping[str, Any], module: Module) -> bool:
-  """Whether a session was made for another source or test command of ``module`` than today's."""
-  return (meta.get("source_sha256"), meta.get("test_command")) != (_sha256(ROOT / module.path), test_command(module))
+  """Whether a session was made for another source or test command of ``module`` than today's (not a widening)."""
+  return session_change(meta, module, _sha256(ROOT / module.path)) == "stale"
+
+
+def _widen(
+  module: Module, files: Mapping[str, pathlib.Path], meta: dict[str, Any], min_timeout: float, factor: float
+) -> bool:
+  """Moves a widened session (`session_change`) to today's test files: measures the wider command unmutated,
+  keeps the larger of the two timeouts, rewrites the session's configuration and forgets its survivors and
+  timeouts so that they run again. Returns False (the session untouched) when the wider tests fail unmutated."""
+  passed, seconds, tail = _baseline(module)
+  if not passed:
+    print(f"{module.path}: its wider test list fails unmutated; the session is left as it was\n{tail}", flush=True)
+    return False
+  timeout = max(meta["timeout_seconds"], min_timeout, factor * seconds)
+  files["config"].write_text(_config_text(module, timeout), encoding="utf-8")
+  forgotten = forget_survivors(files["session"])
+  added = [test for test in module.tests if test not in meta["tests"]]
+  meta.setdefault("widenings", []).append(
+    {"at": _now(), "tests_added": added, "baseline_seconds": round(seconds, 1), "survivors_rerun": forgotten}
+  )
+  meta.update(tests=list(module.tests), test_command=test_command(module), timeout_seconds=round(timeout, 1))
+  _write_json(files["meta"], meta)
+  print(f"{module.path}: tests widened by {added}; {len(forgotten)} survivors and timeouts run again", flush=True)
+  return True
 
 
 def _set_aside_if_stale(module: Module, files: Mapping[str, pathlib.Path]) -> None:
@@ -726,6 +772,10 @@ def _run_module(module: Module, arguments: argparse.Namespace, controls: Sequenc
     _write_json(files["meta"], meta)  # last: a session without its meta is made again
   if not meta["baseline_passed"]:
     print(f"{module.path}: its tests failed unmutated when the session was made; delete {files['meta']} to retry")
+    return
+  if session_change(meta, module, digest) == "widened" and not _widen(
+    module, files, meta, arguments.min_timeout, arguments.timeout_factor
+  ):
     return
   print(f"{module.path}: timeout {meta['timeout_seconds']} s per mutant", flush=True)
   module_controls = [control for control in controls if control["file"] == module.path]

@@ -228,3 +228,15 @@ def test_a_model_specification_is_frozen():
   model = get_model("mlp", num_classes=10)
   with pytest.raises(dataclasses.FrozenInstanceError):
     model.name = "other"
+
+
+def test_a_model_specification_is_equal_only_to_itself_and_hashable():
+  """Specs compare by identity (eq=False): two specs with the same fields are different models to a cache keyed on
+  them, and a spec holding dicts (its multiplier sets) still hashes."""
+  import dataclasses
+
+  model = get_model("cifar10_full", num_classes=10)
+  assert model.multiplier_sets  # a dict field: a field-wise hash would raise
+  copy = dataclasses.replace(model)
+  assert copy != model and model == model
+  assert len({model, copy}) == 2

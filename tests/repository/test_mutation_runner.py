@@ -112,6 +112,20 @@ def test_the_test_command_runs_the_modules_tests_stopping_at_the_first_failure()
   assert command == "/p/python -m pytest -x -q -p no:cacheprovider -m 'not slow' tests/a.py tests/b.py"
 
 
+def test_a_session_is_kept_for_a_wider_test_list_and_set_aside_for_anything_else():
+  """Adding a test file keeps the kills (the failing test still runs); a changed source, a removed test file or
+  other pytest options make the session stale."""
+  narrow = mutation.Module("stalesgd/x.py", ("tests/a.py",), "x")
+  meta = {"source_sha256": "s", "tests": ["tests/a.py"], "test_command": mutation.test_command(narrow, python="/p")}
+  assert mutation.session_change(meta, narrow, "s", python="/p") == "same"
+  wider = narrow._replace(tests=("tests/a.py", "tests/b.py"))
+  assert mutation.session_change(meta, wider, "s", python="/p") == "widened"
+  assert mutation.session_change(meta, wider, "t", python="/p") == "stale"
+  assert mutation.session_change(meta, narrow._replace(tests=("tests/b.py",)), "s", python="/p") == "stale"
+  assert mutation.session_change(meta, wider._replace(not_slow=True), "s", python="/p") == "stale"
+  assert mutation.session_change(meta, narrow, "s", python="/q") == "stale"
+
+
 def test_each_module_has_its_own_session_files():
   files = [mutation._module_files(module) for module in mutation.MODULES]
   paths = [path for entry in files for path in entry.values()]
