@@ -182,8 +182,14 @@ MODULES: tuple[Module, ...] = (
   Module(
     "stalesgd/schedule/_protocols.py",
     # c (contributions_per_update) and the config fields' mapping to options are read by training only; the
-    # data-shard and inner-step options are checked in the data-shard tests.
-    (*_SCHEDULE_TESTS, "tests/training/test_effective_batch.py", _S + "test_schedule_data_shards.py"),
+    # data-shard and inner-step options are checked in the data-shard tests, outer rounds' timing in the timing
+    # tests.
+    (
+      *_SCHEDULE_TESTS,
+      "tests/training/test_effective_batch.py",
+      _S + "test_schedule_data_shards.py",
+      _S + "test_schedule_timing.py",
+    ),
     "the protocol table and simulate",
   ),
   Module(

@@ -409,3 +409,53 @@ def test_a_server_rule_must_say_how_it_receives():
 
   with pytest.raises(TypeError, match="receive"):
     Forgetful(learners=2, contributions=1)
+
+
+def test_the_protocol_tables_flags_and_fixed_settings_by_hand():
+  """The rows as docs/protocols.md states them: S3GD and DC-S3GD default to S = 1 with overlap; S3GD, the
+  synchronous all-reduce and both DiLoCos fix lambda = 0 (no correction), the last three S = 0; eager updates for
+  S3GD, DC-S3GD and streaming DiLoCo; streaming options for streaming DiLoCo only; the rows cannot be changed."""
+  import dataclasses
+
+  from stalesgd.schedule import _protocols as protocols
+
+  table = protocols.PROTOCOL_TABLE
+  uncorrected = {"dc_lambda": 0.0, "lambda_mode": "constant"}
+  assert table["s3gd"].fixed_settings == uncorrected and table["dcs3gd"].fixed_settings == {}
+  for name in ("allreduce_sync", "diloco", "streaming_diloco"):
+    assert table[name].fixed_settings == {"staleness": 0, **uncorrected}, name
+  for name in ("s3gd", "dcs3gd"):
+    assert table[name].resolve(4, {}) == {"staleness": 1, "overlap": True}, name
+  assert table["streaming_diloco"].resolve(4, {}) == {"fragments": 1, "delay": 0}
+  assert protocols.EAGER_PROTOCOLS == ("s3gd", "dcs3gd", "streaming_diloco")
+  assert protocols.OUTER_LOOP_PROTOCOLS == ("diloco", "streaming_diloco")
+  assert [name for name, row in table.items() if row.streaming] == ["streaming_diloco"]
+  assert protocols.CORRECTED_DECENTRALIZED_PROTOCOLS == ("dcs3gd",)
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    table["s3gd"].eager = False
+
+
+def test_contributions_per_update_takes_its_learners_by_keyword():
+  with pytest.raises(TypeError):
+    contributions_per_update("async", 4)
+
+
+def test_local_steps_are_recorded_only_where_they_differ_from_one():
+  """H = 1 schedules keep the provenance they had before local runs existed."""
+  assert "local_steps" not in simulate("async", learners=2, num_updates=3, seed=0).options
+  assert simulate("async", learners=2, num_updates=3, seed=0, local_steps=2).options["local_steps"] == 2
+
+
+@pytest.mark.parametrize("protocol, options", [("allreduce_sync", {}), ("backup", {"backup": 1}), ("ssp", {"s": 1})])
+def test_a_grace_window_is_refused_outside_async(protocol, options):
+  with pytest.raises(ValueError, match=f"grace_window=0.5 with protocol='{protocol}'; allowed: 0, or a window"):
+    simulate(protocol, learners=2, num_updates=3, seed=0, grace_window=0.5, **options)
+  with pytest.raises(ValueError, match="grace_window"):
+    simulate("async", learners=2, num_updates=3, seed=0, grace_window=-0.5)
+
+
+def test_local_runs_are_refused_for_the_one_step_decentralized_protocols():
+  allowed = "hardsync, softsync, async, ssp, backup, drop_stale, diloco, streaming_diloco"
+  with pytest.raises(ValueError, match=f"local_steps=2 with protocol='dcs3gd'.*allowed: 1, or .* one of {allowed}$"):
+    simulate("dcs3gd", learners=2, num_updates=3, seed=0, local_steps=2)
+  assert simulate("diloco", learners=2, num_updates=3, seed=0, local_steps=2).options["local_steps"] == 2
