@@ -433,11 +433,28 @@ def test_the_protocol_tables_flags_and_fixed_settings_by_hand():
   assert protocols.CORRECTED_DECENTRALIZED_PROTOCOLS == ("dcs3gd",)
   with pytest.raises(dataclasses.FrozenInstanceError):
     table["s3gd"].eager = False
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    table["s3gd"].options["staleness"].default = 2
 
 
-def test_contributions_per_update_takes_its_learners_by_keyword():
+def test_contributions_per_update_and_simulate_take_their_learners_by_keyword():
   with pytest.raises(TypeError):
     contributions_per_update("async", 4)
+  with pytest.raises(TypeError):
+    simulate("async", 4, num_updates=3, seed=0)
+
+
+@pytest.mark.parametrize(
+  "options, message",
+  [
+    ({"fragments": 0}, "fragments=0; allowed: an integer >= 1"),
+    ({"dynamic_min_steps": -1}, "dynamic_min_steps=-1; allowed: an integer >= 0 and <= 2"),
+  ],
+)
+def test_option_ranges_are_checked_before_simulating(options, message):
+  protocol = "streaming_diloco" if "fragments" in options else "async"
+  with pytest.raises(ValueError, match=f"^{message}$"):
+    simulate(protocol, learners=2, num_updates=3, seed=0, local_steps=2, **options)
 
 
 def test_local_steps_are_recorded_only_where_they_differ_from_one():
@@ -452,6 +469,8 @@ def test_a_grace_window_is_refused_outside_async(protocol, options):
     simulate(protocol, learners=2, num_updates=3, seed=0, grace_window=0.5, **options)
   with pytest.raises(ValueError, match="grace_window"):
     simulate("async", learners=2, num_updates=3, seed=0, grace_window=-0.5)
+  built = "".join(["as", "ync"])  # not the interned literal: the name is compared by value
+  assert simulate(built, learners=2, num_updates=3, seed=0, grace_window=0.5).options["grace_window"] == 0.5
 
 
 def test_local_runs_are_refused_for_the_one_step_decentralized_protocols():
