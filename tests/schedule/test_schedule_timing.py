@@ -58,6 +58,7 @@ def test_negative_times_raise_naming_the_field(field):
       r"straggler_factor=0\.5; allowed: a finite number >= 1",
     ),
     ({"straggler_prob": 0.1}, r"straggler_prob and straggler_factor need jitter='straggler'"),
+    ({"straggler_factor": 2.0}, r"straggler_prob and straggler_factor need jitter='straggler'"),
     ({"speed_factors": ()}, r"speed_factors must hold one factor per learner"),
     ({"speed_factors": (1.0, -2.0)}, r"speed_factors\[1\]=-2\.0; allowed: a finite number > 0"),
     ({"speed_factors": (1.0,), "speed_factor_sigma": 0.5}, r"give at most one of"),
@@ -76,7 +77,10 @@ def test_empty_trace_raises(tmp_path):
     TimingModel(trace=str(path))
 
 
-@pytest.mark.parametrize("contents,message", [("1.0\n-2.0\n", "trace values must be finite and > 0")])
+@pytest.mark.parametrize(
+  "contents,message",
+  [("1.0\n-2.0\n", "trace values must be finite and > 0"), ("1.0\n0.0\n", "has 1 that are not, the first 0.0 at")],
+)
 def test_bad_trace_values_raise(tmp_path, contents, message):
   path = tmp_path / "bad.csv"
   path.write_text(contents)
@@ -130,13 +134,16 @@ def test_deterministic_timing_with_fixed_speed_factors():
     np.testing.assert_array_equal(durations.first(learner, 10), np.full(10, 0.5 * factor))
 
 
-def test_drawn_speed_factors_are_seeded_and_mean_one():
-  timing = TimingModel(speed_factor_sigma=0.5)
+@pytest.mark.parametrize("sigma", [0.5, 1.0])
+def test_drawn_speed_factors_are_seeded_and_mean_one(sigma):
+  """exp(sigma Z - sigma^2 / 2): mean 1 and median exp(-sigma^2 / 2) (sigma = 1 tells sigma^2 from sigma / 2)."""
+  timing = TimingModel(speed_factor_sigma=sigma)
   factors = timing.speed_factors_for(100_000, seed=3)
   np.testing.assert_array_equal(factors, timing.speed_factors_for(100_000, seed=3))
   assert not np.array_equal(factors, timing.speed_factors_for(100_000, seed=4))
-  assert factors.mean() == pytest.approx(1.0, rel=0.01)
-  assert np.log(factors).std() == pytest.approx(0.5, rel=0.02)
+  assert factors.mean() == pytest.approx(1.0, rel=0.02)
+  assert np.median(factors) == pytest.approx(math.exp(-(sigma**2) / 2), rel=0.02)
+  assert np.log(factors).std() == pytest.approx(sigma, rel=0.02)
 
 
 def test_per_learner_csv_trace(tmp_path):
@@ -146,6 +153,60 @@ def test_per_learner_csv_trace(tmp_path):
   np.testing.assert_array_equal(timing.speed_factors_for(3, seed=0), [1.0, 1.5, 3.0])
   schedule = simulate("hardsync", learners=3, num_updates=5, seed=0, timing=timing)
   np.testing.assert_allclose(schedule.update_time, 3.0 * np.arange(1, 6))
+
+
+@pytest.mark.parametrize("contents", ["2.0,3.0,5.0\n", "# one per line\n2.0\n3.0\n5.0\n"])
+def test_a_trace_of_one_row_or_one_column_is_a_factor_per_learner(tmp_path, contents):
+  """A one-line csv is shape [learners], a one-column csv too, and an npy of shape [learners, 1] is read the same
+  way: a fixed factor per learner (not a per-step trace of one step)."""
+  path = tmp_path / "speeds.csv"
+  path.write_text(contents)
+  for timing in (TimingModel(trace=str(path)), _npy_trace(tmp_path, [[2.0], [3.0], [5.0]])):
+    assert timing.trace_layout(3) == "per_learner"
+    np.testing.assert_array_equal(timing.speed_factors_for(3, seed=0), [2.0, 3.0, 5.0])
+    assert timing.per_step_trace(3) is None
+
+
+def _npy_trace(tmp_path, values) -> TimingModel:
+  path = tmp_path / "trace.npy"
+  np.save(path, np.asarray(values, np.float64))
+  return TimingModel(trace=str(path))
+
+
+def test_a_per_learner_trace_of_hundreds_of_learners_and_one_of_other_length(tmp_path):
+  """Lengths compared by value (300 learners), and a trace longer than the learners is refused, not cut."""
+  assert _npy_trace(tmp_path, np.ones(300)).trace_layout(300) == "per_learner"
+  with pytest.raises(ValueError, match=r"must have shape \[learners\].*learners=3; got shape \(4,\)"):
+    _npy_trace(tmp_path, np.ones(4)).trace_layout(3)
+  with pytest.raises(ValueError, match=r"speed_factors must hold one factor per learner \(learners=2\); got 3"):
+    TimingModel(speed_factors=(1.0, 2.0, 3.0)).check_learners(2)
+
+
+def test_a_pickled_or_unreadable_trace_is_refused_naming_the_file(tmp_path, monkeypatch):
+  path = tmp_path / "pickled.npy"
+  np.save(path, np.array([1.0, 2.0], dtype=object), allow_pickle=True)
+  with pytest.raises(ValueError, match=r"trace file .*pickled\.npy' cannot be read \(ValueError"):
+    TimingModel(trace=str(path))
+  np.save(path, np.ones(2))
+
+  def failing_read(*args, **kwargs):
+    raise OSError("input/output error")
+
+  monkeypatch.setattr(np, "load", failing_read)
+  with pytest.raises(ValueError, match=r"cannot be read \(OSError: input/output error\)"):
+    TimingModel(trace=str(path))
+
+
+def test_communication_is_free_by_default_even_over_a_finite_link():
+  assert TimingModel(bandwidth=4.0).transfer_time == 0.0
+  assert TimingModel(bandwidth=4.0).allreduce_time(4) == 0.0
+
+
+def test_a_jitter_name_is_compared_by_value():
+  """A name built at run time (e.g. read from a config) selects its law as the literal does."""
+  built = TimingModel(jitter="".join(["expo", "nential"]))
+  seconds = StepDurations(built, learners=1, seed=0).first(0, 10_000)
+  np.testing.assert_array_equal(seconds, StepDurations(TimingModel(jitter="exponential"), 1, 0).first(0, 10_000))
 
 
 def test_per_step_npy_trace_replays_step_times_cyclically(tmp_path):
