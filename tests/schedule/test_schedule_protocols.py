@@ -449,12 +449,13 @@ def test_contributions_per_update_and_simulate_take_their_learners_by_keyword():
   [
     ({"fragments": 0}, "fragments=0; allowed: an integer >= 1"),
     ({"dynamic_min_steps": -1}, "dynamic_min_steps=-1; allowed: an integer >= 0 and <= 2"),
+    ({"local_steps": 0}, "local_steps=0; allowed: an integer >= 1"),
   ],
 )
 def test_option_ranges_are_checked_before_simulating(options, message):
   protocol = "streaming_diloco" if "fragments" in options else "async"
   with pytest.raises(ValueError, match=f"^{message}$"):
-    simulate(protocol, learners=2, num_updates=3, seed=0, local_steps=2, **options)
+    simulate(protocol, learners=2, num_updates=3, seed=0, **{"local_steps": 2, **options})
 
 
 def test_local_steps_are_recorded_only_where_they_differ_from_one():
