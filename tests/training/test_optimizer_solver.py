@@ -19,6 +19,7 @@ from tests.helpers.optimizer_equations import (
   WD_MULT,
   FakeModel,
   assert_updates_close,
+  assert_updates_equal,
   make_config,
   reference_updates,
   run_updates,
@@ -478,3 +479,13 @@ def test_a_solver_takes_the_rate_by_name_or_as_its_first_argument():
     solver_call("adagrad", {}, 0.0, False)  # momentum and nesterov are keyword-only
   with pytest.raises(TypeError):
     build_solver("adagrad", lambda step: 0.5, {}, 0.0, False)
+
+
+def test_names_in_the_config_are_compared_by_value():
+  """A config's strings parsed from a command line are not the interned literals: ``"none"`` and ``"sgd"`` built
+  at run time give the literals' optimizer (no staleness weight; Caffe's SGD)."""
+  built = make_config(
+    learning_rate=0.1, momentum=0.5, staleness_rule="".join(["no", "ne"]), optimizer="".join(["s", "gd"])
+  )
+  literal = make_config(learning_rate=0.1, momentum=0.5, staleness_rule="none", optimizer="sgd")
+  assert_updates_equal(run_updates(built, steps=2), run_updates(literal, steps=2))
