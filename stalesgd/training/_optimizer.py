@@ -59,7 +59,7 @@ from stalesgd import transforms
 from stalesgd.models import ModelSpec
 from stalesgd.training import _solvers as solvers
 from stalesgd.training._config_readers import dc_lambda, is_decentralized
-from stalesgd.training._run_config import WEIGHT_DECAY_PLACEMENTS
+from stalesgd.training._run_config import DELAY_COMPENSATIONS, WEIGHT_DECAY_PLACEMENTS
 from stalesgd.training._solvers import CAFFE_SGD
 
 
@@ -164,7 +164,13 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, updates_per_epoch:
 
 
 def delay_compensation_transforms(config: ml_collections.ConfigDict) -> list[optax.GradientTransformation]:
-  """DC-ASGD's correction of each contribution's loss gradient ([] when off)."""
+  """DC-ASGD's correction of each contribution's loss gradient ([] when off).
+
+  Raises:
+    ValueError: naming ``config.delay_compensation`` and the allowed modes, for any other mode (a config that did
+      not go through `validate_config` must not fall through to the constant correction).
+  """
+  validation.check_choice("config.delay_compensation", config.delay_compensation, DELAY_COMPENSATIONS)
   if config.delay_compensation == "none":
     return []
   return [

@@ -427,3 +427,14 @@ def test_dc_lambda_default_dc_asgd_keeps_0_04_in_every_mode(protocol, mode):
     assert decentral_settings(config).dc_lambda == 0.04
   config.dc_lambda = 0.5
   assert dc_lambda(config) == 0.5
+
+
+def test_an_unknown_mode_is_refused_where_the_optimizer_is_built():
+  """build_optimizer is public and does not require a validated config: a mode it does not know is an error naming
+  the field and the modes, not a silent constant correction."""
+  config = make_config(learning_rate=0.1, delay_compensation="Adaptive")
+  with pytest.raises(
+    ValueError,
+    match=r"config.delay_compensation='Adaptive'; allowed: one of \('none', 'constant', 'adaptive', 'layerwise'\)",
+  ):
+    run_updates(config, steps=1)
