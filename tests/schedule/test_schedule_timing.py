@@ -144,6 +144,8 @@ def test_drawn_speed_factors_are_seeded_and_mean_one(sigma):
   assert factors.mean() == pytest.approx(1.0, rel=0.02)
   assert np.median(factors) == pytest.approx(math.exp(-(sigma**2) / 2), rel=0.02)
   assert np.log(factors).std() == pytest.approx(sigma, rel=0.02)
+  drawn = np.random.default_rng(np.random.SeedSequence(3, spawn_key=(0,))).standard_normal(100_000)
+  np.testing.assert_allclose(factors, np.exp(sigma * drawn - sigma**2 / 2), rtol=1e-15)
 
 
 def test_per_learner_csv_trace(tmp_path):
@@ -178,6 +180,8 @@ def test_a_per_learner_trace_of_hundreds_of_learners_and_one_of_other_length(tmp
   assert _npy_trace(tmp_path, np.ones(300)).trace_layout(300) == "per_learner"
   with pytest.raises(ValueError, match=r"must have shape \[learners\].*learners=3; got shape \(4,\)"):
     _npy_trace(tmp_path, np.ones(4)).trace_layout(3)
+  with pytest.raises(ValueError, match=r"\[steps, learners\] \(one row per step\) with learners=2; got shape \(5, 3\)"):
+    _npy_trace(tmp_path, np.ones((5, 3))).trace_layout(2)
   with pytest.raises(ValueError, match=r"speed_factors must hold one factor per learner \(learners=2\); got 3"):
     TimingModel(speed_factors=(1.0, 2.0, 3.0)).check_learners(2)
 
@@ -202,11 +206,20 @@ def test_communication_is_free_by_default_even_over_a_finite_link():
   assert TimingModel(bandwidth=4.0).allreduce_time(4) == 0.0
 
 
-def test_a_jitter_name_is_compared_by_value():
+@pytest.mark.parametrize(
+  "jitter, extra", [("exponential", {}), ("straggler", {"straggler_prob": 0.5, "straggler_factor": 3.0})]
+)
+def test_a_jitter_name_is_compared_by_value(jitter, extra):
   """A name built at run time (e.g. read from a config) selects its law as the literal does."""
-  built = TimingModel(jitter="".join(["expo", "nential"]))
+  built = TimingModel(jitter="".join(list(jitter)), **extra)
   seconds = StepDurations(built, learners=1, seed=0).first(0, 10_000)
-  np.testing.assert_array_equal(seconds, StepDurations(TimingModel(jitter="exponential"), 1, 0).first(0, 10_000))
+  literal = TimingModel(jitter=jitter, **extra)
+  np.testing.assert_array_equal(seconds, StepDurations(literal, learners=1, seed=0).first(0, 10_000))
+
+
+def test_a_timing_models_repr_names_its_trace_file_not_its_values(tmp_path):
+  timing = _npy_trace(tmp_path, np.full(3, 7.25))
+  assert "trace.npy" in repr(timing) and "7.25" not in repr(timing)
 
 
 def test_per_step_npy_trace_replays_step_times_cyclically(tmp_path):
@@ -350,8 +363,9 @@ STRAGGLER = TimingModel(
 def test_a_learners_step_times_are_drawn_in_blocks_of_normals_then_uniforms():
   # The stream's definition, across a block boundary: each block of BLOCK_STEPS (1024) steps draws 1024 standard
   # normals, then 1024 uniforms (a straggle where below p), from the learner's own generator. Changing the block
-  # size would move every straggler run's schedule past step 1024.
-  generator = STRAGGLER.step_generator(1, 3)
+  # size would move every straggler run's schedule past step 1024. The generator is numpy's, keyed by the seed and
+  # the documented spawn key (1, learner): a changed key would change every recorded schedule.
+  generator = np.random.default_rng(np.random.SeedSequence(3, spawn_key=(1, 1)))
   expected = []
   for _ in range(2):
     normals, uniforms = generator.standard_normal(1024), generator.random(1024)
