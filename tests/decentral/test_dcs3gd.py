@@ -375,6 +375,44 @@ def test_the_overlap_report_finds_the_one_all_reduce_and_what_it_reads(staleness
     assert "[1]['inputs']" in reads and "[1]['a_unused']" not in reads and not report["overlap_ready"]
 
 
+@pytest.mark.parametrize(
+  "reads, ready",
+  [
+    ([{"bias"}], True),  # one all-reduce reading part of the queue: still only the queue
+    ([{"bias", "hidden", "output"}, {"hidden"}], False),  # two all-reduces: the update is not one collective
+  ],
+  ids=["one-reading-part-of-the-queue", "two-all-reduces"],
+)
+def test_overlap_readiness_is_one_all_reduce_reading_only_the_queue(reads, ready, devices, monkeypatch):
+  """The rule of `overlap_report`, on all-reduces given by hand in place of the compiled step's."""
+  from stalesgd.decentral import _hlo as hlo
+
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=1, dc_lambda=0.0), sharding_lib.learner_mesh())
+  state = trainer.init(initial_params())
+  batch = sharding_lib.stack_learners(lambda learner: make_batches(len(devices), steps=1)[0][learner], trainer.mesh)
+  numbers = {
+    jax.tree_util.keystr(path): number
+    for number, (path, _) in enumerate(jax.tree_util.tree_flatten_with_path((state, batch))[0])
+  }
+  given = [
+    hlo.AllReduce(f"all-reduce.{index}", False, frozenset(numbers[f"[0].in_flight['{leaf}']"] for leaf in leaves), ())
+    for index, leaves in enumerate(reads)
+  ]
+  monkeypatch.setattr(hlo, "all_reduces", lambda text: given)
+  report = trainer.overlap_report(state, batch)
+  assert report["all_reduces"] == len(reads) and report["overlap_ready"] is ready
+
+
+def test_the_batch_check_compares_the_learners_by_value(devices):
+  """Hundreds of learners (a GPU cluster's count) are compared by value, not identity: ints past 256 are distinct
+  objects. The learner count is set as a 300-device mesh would set it and the compiled step replaced, so only the
+  check runs."""
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), sharding_lib.learner_mesh())
+  trainer.num_learners = int("300")
+  trainer._step = lambda state, batch: "stepped"
+  assert trainer.step(None, {"inputs": np.zeros((300, 4, 3), np.float32)}) == "stepped"
+
+
 def test_a_step_updates_the_state_in_place_and_leaves_the_batch(devices):
   trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=1), sharding_lib.learner_mesh())
   state = trainer.init(initial_params())
