@@ -414,9 +414,12 @@ def test_weight_decay_placement_accepts_its_values(placement):
 
 @pytest.mark.parametrize("placement", ["before", "Modulated", ""])
 def test_weight_decay_placement_rejects_other_values(placement):
-  """Catches a placement typo that build_optimizer would silently treat as "unmodulated"."""
+  """Catches a placement typo that build_optimizer would silently treat as "unmodulated", in the config's checks
+  and where the optimizer is built (it is public: a config may reach it unchecked)."""
   with pytest.raises(ValueError, match="weight_decay_placement"):
     validate_config(make_config(weight_decay_placement=placement), num_devices=8)
+  with pytest.raises(ValueError, match=f"config.weight_decay_placement={placement!r}; allowed: one of"):
+    run_updates(make_config(weight_decay_placement=placement), steps=1)
 
 
 def test_the_optax_optimizers_by_name_leave_out_sgd_and_building_blocks():
