@@ -273,6 +273,12 @@ def test_server_link_contention_and_sharding(shards, period):
   np.testing.assert_allclose(np.diff(schedule.update_time), period)
 
 
+def test_a_server_shards_link_carries_its_share_of_a_message():
+  """model_bytes / bandwidth / server_shards: 1,000 bytes at 10,000 bytes/s over 4 shards, 0.025 s on each."""
+  timing = TimingModel(model_bytes=1_000, bandwidth=10_000, server_shards=4)
+  assert timing.transfer_time == pytest.approx(0.1) and timing.server_link_time == pytest.approx(0.025)
+
+
 def test_the_first_pull_is_sent_at_time_zero():
   """4 shards of 0.1 s messages (0.025 s on each server link): every pull is done at 0.1 s (the learners' own
   links), the steps end at 1.1 s and the pushes arrive at 1.2 s; a pull sent earlier would arrive sooner."""

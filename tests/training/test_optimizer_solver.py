@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -138,6 +139,26 @@ def test_learning_rate_decay_counts_updates_per_epoch():
     {"w": [-0.05, -0.055], "b": -0.0725},
   ]
   assert_updates_close(run_updates(config, steps=3, updates_per_epoch=4.0), expected)
+
+
+def test_hundreds_of_decay_boundaries_each_decay_once():
+  """300 boundaries at distinct updates are accepted (their count compared by value), the rate x 0.99 at each."""
+  config = make_config(learning_rate=1.0, lr_decay_epochs=tuple(range(1, 301)), lr_decay_factor=0.99)
+  schedule = learning_rate_schedule(config, updates_per_epoch=1.0)
+  assert float(schedule(0)) == 1.0
+  for update in (3, 150, 300):
+    assert float(schedule(update)) == pytest.approx(0.99**update, rel=1e-4)
+
+
+def test_caffe_sgd_keeps_a_momentum_buffer_only_with_momentum():
+  """Momentum 0 keeps no buffer (no state leaf at all, at a constant rate); momentum 0.9 one buffer per weight."""
+  import jax.numpy as jnp
+
+  from stalesgd.training._optimizer import caffe_sgd
+
+  params = {"w": jnp.ones(3)}
+  assert [leaf.shape for leaf in jax.tree.leaves(caffe_sgd(0.1, momentum=0.0).init(params))] == []
+  assert [leaf.shape for leaf in jax.tree.leaves(caffe_sgd(0.1, momentum=0.9).init(params))] == [(3,)]
 
 
 # An optax solver by name (config.optimizer) that has its own momentum / nesterov arguments gets config.momentum
