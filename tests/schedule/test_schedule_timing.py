@@ -279,6 +279,11 @@ def test_a_server_shards_link_carries_its_share_of_a_message():
   assert timing.transfer_time == pytest.approx(0.1) and timing.server_link_time == pytest.approx(0.025)
 
 
+def test_an_all_reduce_needs_a_learner():
+  with pytest.raises(ValueError, match=r"^learners=0; allowed: an integer >= 1$"):
+    TimingModel().allreduce_time(0)
+
+
 def test_the_first_pull_is_sent_at_time_zero():
   """4 shards of 0.1 s messages (0.025 s on each server link): every pull is done at 0.1 s (the learners' own
   links), the steps end at 1.1 s and the pushes arrive at 1.2 s; a pull sent earlier would arrive sooner."""

@@ -157,6 +157,7 @@ def test_caffe_sgd_keeps_a_momentum_buffer_only_with_momentum():
   from stalesgd.training._optimizer import caffe_sgd
 
   params = {"w": jnp.ones(3)}
+  assert [leaf.shape for leaf in jax.tree.leaves(caffe_sgd(0.1).init(params))] == []  # the default: momentum 0
   assert [leaf.shape for leaf in jax.tree.leaves(caffe_sgd(0.1, momentum=0.0).init(params))] == []
   assert [leaf.shape for leaf in jax.tree.leaves(caffe_sgd(0.1, momentum=0.9).init(params))] == [(3,)]
 
@@ -505,6 +506,22 @@ def test_a_solver_takes_the_rate_by_name_or_as_its_first_argument():
     build_solver("adagrad", lambda step: 0.5, {}, 0.0, False)
 
 
+def test_a_short_warmup_takes_at_least_one_update():
+  """W = round(warmup_epochs x updates per epoch), at least 1 when on: 0.1 epoch of 4 updates is 1 update, 0 is off."""
+  from stalesgd.training._optimizer import warmup_updates
+
+  assert warmup_updates(make_config(warmup_epochs=0.1), updates_per_epoch=4.0) == 1
+  assert warmup_updates(make_config(warmup_epochs=1.5), updates_per_epoch=4.0) == 6
+  assert warmup_updates(make_config(warmup_epochs=0.0), updates_per_epoch=4.0) == 0
+
+
+def test_build_optimizer_takes_its_model_params_and_rate_by_keyword():
+  from stalesgd.training._optimizer import build_optimizer
+
+  with pytest.raises(TypeError):
+    build_optimizer(make_config(), FakeModel(), {"w": np.zeros(2)}, 4.0)
+
+
 def test_names_in_the_config_are_compared_by_value():
   """A config's strings parsed from a command line are not the interned literals: ``"none"`` and ``"sgd"`` built
   at run time give the literals' optimizer (no staleness weight; Caffe's SGD)."""
@@ -513,3 +530,6 @@ def test_names_in_the_config_are_compared_by_value():
   )
   literal = make_config(learning_rate=0.1, momentum=0.5, staleness_rule="none", optimizer="sgd")
   assert_updates_equal(run_updates(built, steps=2), run_updates(literal, steps=2))
+  from stalesgd.training._optimizer import delay_compensation_transforms
+
+  assert delay_compensation_transforms(make_config(delay_compensation="".join(["no", "ne"]))) == []

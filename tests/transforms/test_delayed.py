@@ -175,6 +175,23 @@ def test_per_gradient_delays_pass_each_gradients_staleness_and_weights_by_hand()
   assert int(state.inner_state) == 4
 
 
+def test_gradients_due_together_reach_the_inner_transform_oldest_first():
+  """An inner update that weighs the i-th gradient of its stack by 10^i shows the order. With `DELAYS`, call 3 has
+  g1 (arrived at call 1, g1 = 2) and g3 (arrived at call 3 in slot 0, g3 = 8) due: oldest first, -(2 + 10 x 8) =
+  -82 (slot order would give -(8 + 10 x 2) = -28); call 5 has g4 = 16 then g5 = 32: -(16 + 320)."""
+
+  def update(grads, count, params=None, **extra):
+    del params, extra
+    return {"w": -jnp.sum(grads["w"] * 10.0 ** jnp.arange(grads["w"].shape[0]))}, count + 1
+
+  tx = stalesgd.delayed(optax.GradientTransformationExtraArgs(lambda p: jnp.zeros((), jnp.int32), update), max_delay=2)
+  state = tx.init({"w": jnp.float32(0.0)})
+  expected = [0.0, -1.0, 0.0, -82.0, -4.0, -336.0]
+  for call, delay in enumerate(DELAYS):
+    updates, state = tx.update({"w": jnp.float32(2.0**call)}, state, {"w": jnp.float32(0.0)}, delay=delay)
+    assert float(updates["w"]) == expected[call], call
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tau, max_delay", [(0, 0), (2, 2), (2, 4)])
 def test_per_gradient_delays_all_equal_to_tau_are_the_fixed_delay_bit_for_bit(tau, max_delay):
