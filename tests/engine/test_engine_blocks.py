@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,6 +63,118 @@ def test_explicit_rows_per_block_is_respected():
 
 
 @pytest.mark.slow
+def _hand_schedule(timestamp, learner=None, **data) -> schedule_lib.Schedule:
+  """A schedule given by its timestamps [U, c] (and learners; by default learner i in column i)."""
+  timestamp = np.asarray(timestamp, np.int64)
+  updates, contributions = timestamp.shape
+  if learner is None:
+    learner = np.broadcast_to(np.arange(contributions), timestamp.shape)
+  learner = np.asarray(learner, np.int32)
+  learners = int(learner.max()) + 1 if learner.size else 1
+  empty = np.zeros(0, np.int64)
+  return schedule_lib.Schedule(
+    "hand",
+    learners,
+    learner,
+    timestamp,
+    np.zeros(timestamp.shape, np.int64),
+    np.arange(updates, dtype=np.float64),
+    empty.astype(np.int32),
+    empty,
+    empty,
+    empty,
+    np.zeros(learners),
+    float(updates),
+    **data,
+  )
+
+
+def test_fresh_updates_make_one_block_each_and_fill_their_slots():
+  """Hardsync-like timestamps (update u reads w_u): 5 blocks of one update; c = 2 contributions in 2 slots on one
+  device (the default), all applied; on 4 devices 4 slots a block, half of them applied."""
+  schedule = _hand_schedule([[u, u] for u in range(5)])
+  plan = engine_lib.plan_blocks(schedule)
+  assert (plan.num_blocks, plan.rows_per_block, plan.slots_per_block) == (5, 1, 2)
+  np.testing.assert_array_equal(plan.block_starts, [0, 1, 2, 3, 4, 5])
+  assert plan.slot_utilisation == 1.0
+  assert engine_lib.plan_blocks(_hand_schedule([[0, 0, 0]])).slots_per_block == 3  # one device by default
+  wide = engine_lib.plan_blocks(schedule, num_devices=4)
+  assert (wide.num_blocks, wide.slots_per_block, wide.slot_utilisation) == (5, 4, 0.5)
+  with pytest.raises(IndexError, match=r"block index 6 out of range \[0, 5\)"):
+    plan.block(6)
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    plan.rows_per_block = 2
+
+
+@pytest.mark.parametrize("updates", [6, 9])
+def test_updates_all_computed_at_the_first_weights_are_one_block(updates):
+  """Every contribution read w_0: one block of all U updates is the cheapest plan (U c + 1 slots against
+  ceil(U / R) (R c + 1) for any R < U), and its width is the longest block, reached at u0 = 0."""
+  plan = engine_lib.plan_blocks(_hand_schedule(np.zeros((updates, 1))))
+  assert (plan.rows_per_block, plan.num_blocks) == (updates, 1)
+
+
+def test_the_best_width_can_be_a_block_that_starts_late():
+  """u0 alone (w_0), then G = 5 groups of 8 updates, group g computed at the weights of its first update 1 + 8 g.
+  The longest block is 8, from u0 = 1; with c = 1 a width R costs (blocks) x (R + 1): R = 8 gives 6 x 9 = 54,
+  R = 4 gives 11 x 5 = 55, R = 2 21 x 3 = 63, R = 1 41 x 2 = 82."""
+  timestamp = [0] + [1 + 8 * (u // 8) for u in range(40)]
+  plan = engine_lib.plan_blocks(_hand_schedule(np.asarray(timestamp)[:, None]))
+  assert (plan.rows_per_block, plan.num_blocks) == (8, 6)
+
+
+def test_the_slot_bound_caps_the_width():
+  """16 updates of c = 2 at w_0 on 2 devices, at most 4 slots a device: at most (4 x 2) // 2 = 4 updates a block
+  (4 blocks x 9 = 36 slots, below R = 3's 6 x 7 and R = 2's 8 x 5); unbounded, one block of 16 (33 slots)."""
+  schedule = _hand_schedule(np.zeros((16, 2)))
+  assert engine_lib.plan_blocks(schedule, num_devices=2, max_slots_per_device=4).rows_per_block == 4
+  assert engine_lib.plan_blocks(schedule, num_devices=2, max_slots_per_device=None).rows_per_block == 16
+
+
+def test_a_tie_in_cost_keeps_the_narrower_width():
+  """Timestamps 0, 0, 2: blocks reach 2, 2, 3. R = 1: 3 blocks x 2 = 6 slots; R = 2: 2 blocks x 3 = 6. The plan
+  must not change between a run and its resumption, so a tie is broken the same way every time: the first width."""
+  assert engine_lib.plan_blocks(_hand_schedule(np.array([[0], [0], [2]]))).rows_per_block == 1
+  # u0 alone, then 8 updates at w_1 (longest block 8): R = 1 18, R = 2 5 x 3 = 15, R = 3 4 x 4 = 16, R = 4
+  # 3 x 5 = 15, R = 8 2 x 9 = 18 slots: R = 2, not the widest candidate.
+  assert engine_lib.plan_blocks(_hand_schedule(np.array([[0]] + [[1]] * 8))).rows_per_block == 2
+
+
+def test_an_empty_schedule_is_refused():
+  with pytest.raises(ValueError, match=r"the schedule has no updates \(num_updates == 0\)"):
+    engine_lib.plan_blocks(_hand_schedule(np.zeros((0, 2))))
+
+
+def test_the_previous_update_of_each_updates_learners_by_hand():
+  """Learners [[0, 1], [0, 2], [2, 3]]: update 1's learner 0 was in update 0 (its first contribution, position 0);
+  update 2's learner 2 in update 1 (position 3): previous updates -1, 0, 1."""
+  from stalesgd.engine._blocks import previous_update_of_learner
+
+  schedule = _hand_schedule(np.zeros((3, 2)), learner=[[0, 1], [0, 2], [2, 3]])
+  previous = previous_update_of_learner(schedule)
+  assert previous.tolist() == [-1, 0, 1] and previous.dtype == np.int64
+
+
+def test_distinct_learners_end_a_block_before_a_learners_second_contribution():
+  """All contributions read w_0; learners [[0, 1], [2, 3], [3, 4], [5, 6]]: learner 3 is in updates 1 and 2, so a
+  block holding update 2 must start after update 1: the reach is 2, 2, 4, 4 (4, 4, 4, 4 without the constraint)."""
+  from stalesgd.engine._blocks import unbounded_block_ends
+
+  schedule = _hand_schedule(np.zeros((4, 2)), learner=[[0, 1], [2, 3], [3, 4], [5, 6]])
+  assert unbounded_block_ends(schedule).tolist() == [4, 4, 4, 4]
+  assert unbounded_block_ends(schedule, distinct_learners=True).tolist() == [2, 2, 4, 4]
+
+
+def test_a_blocks_data_shards_are_the_schedules_padded_with_zeros():
+  """With data shards each slot carries its local run's shard and offset: the block's rows flattened, then zeros
+  for the padding slots (c = 2 on 4 devices: 2 padding slots a one-update block)."""
+  stream, offset = np.array([[1, 0], [0, 1]]), np.array([[0, 0], [1, 1]])
+  schedule = _hand_schedule([[0, 0], [1, 1]], data_stream=stream, data_offset=offset)
+  block = engine_lib.plan_blocks(schedule, num_devices=4).block(1)
+  np.testing.assert_array_equal(block.slot_data_stream, [0, 1, 0, 0])
+  np.testing.assert_array_equal(block.slot_data_offset, [1, 1, 0, 0])
+
+
 def test_ring_buffer_reads_what_was_written():
   params = {"a": jnp.zeros((2,)), "b": jnp.zeros((3, 1))}
   ring = ring_buffer.ring_init(params, depth=4)
