@@ -59,6 +59,8 @@ def test_negative_times_raise_naming_the_field(field):
     ),
     ({"straggler_prob": 0.1}, r"straggler_prob and straggler_factor need jitter='straggler'"),
     ({"straggler_factor": 2.0}, r"straggler_prob and straggler_factor need jitter='straggler'"),
+    ({"straggler_factor": 0.5}, r"straggler_prob and straggler_factor need jitter='straggler'"),
+    ({"straggler_prob": -0.1}, r"straggler_prob and straggler_factor need jitter='straggler'"),
     ({"speed_factors": ()}, r"speed_factors must hold one factor per learner"),
     ({"speed_factors": (1.0, -2.0)}, r"speed_factors\[1\]=-2\.0; allowed: a finite number > 0"),
     ({"speed_factors": (1.0,), "speed_factor_sigma": 0.5}, r"give at most one of"),
@@ -79,7 +81,12 @@ def test_empty_trace_raises(tmp_path):
 
 @pytest.mark.parametrize(
   "contents,message",
-  [("1.0\n-2.0\n", "trace values must be finite and > 0"), ("1.0\n0.0\n", "has 1 that are not, the first 0.0 at")],
+  [
+    ("1.0\n-2.0\n", "trace values must be finite and > 0"),
+    ("1.0\n0.0\n", "has 1 that are not, the first 0.0 at"),
+    ("1.0\n0.0\n-2.0\n", r"has 2 that are not, the first 0.0 at index \(1,\)"),
+    ("1.0\n-inf\n", "has 1 that are not, the first -inf at"),
+  ],
 )
 def test_bad_trace_values_raise(tmp_path, contents, message):
   path = tmp_path / "bad.csv"
@@ -169,6 +176,20 @@ def test_a_trace_of_one_row_or_one_column_is_a_factor_per_learner(tmp_path, cont
     assert timing.per_step_trace(3) is None
 
 
+def test_a_square_trace_is_per_step_and_a_single_value_a_factor_for_one_learner(tmp_path):
+  """[learners, learners] is one row per step (not a factor per learner); a csv of one value is shape [1]; an array
+  of three dimensions is refused."""
+  timing = _npy_trace(tmp_path, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+  assert timing.trace_layout(3) == "per_step"
+  np.testing.assert_array_equal(timing.speed_factors_for(3, seed=0), [1.0, 1.0, 1.0])
+  path = tmp_path / "one.csv"
+  path.write_text("2.5\n")
+  assert TimingModel(trace=str(path)).trace_layout(1) == "per_learner"
+  np.save(tmp_path / "cube.npy", np.ones((2, 2, 2)))
+  with pytest.raises(ValueError, match=r"trace must have 1 or 2 dimensions; .* has shape \(2, 2, 2\)"):
+    TimingModel(trace=str(tmp_path / "cube.npy"))
+
+
 def _npy_trace(tmp_path, values) -> TimingModel:
   path = tmp_path / "trace.npy"
   np.save(path, np.asarray(values, np.float64))
@@ -176,8 +197,12 @@ def _npy_trace(tmp_path, values) -> TimingModel:
 
 
 def test_a_per_learner_trace_of_hundreds_of_learners_and_one_of_other_length(tmp_path):
-  """Lengths compared by value (300 learners), and a trace longer than the learners is refused, not cut."""
+  """Lengths compared by value (300 learners), and a trace longer or shorter than the learners is refused."""
   assert _npy_trace(tmp_path, np.ones(300)).trace_layout(300) == "per_learner"
+  assert _npy_trace(tmp_path, np.ones((2, 300))).trace_layout(300) == "per_step"
+  TimingModel(speed_factors=(1.0,) * 300).check_learners(300)
+  with pytest.raises(ValueError, match=r"must have shape \[learners\].*learners=3; got shape \(2,\)"):
+    _npy_trace(tmp_path, np.ones(2)).trace_layout(3)
   with pytest.raises(ValueError, match=r"must have shape \[learners\].*learners=3; got shape \(4,\)"):
     _npy_trace(tmp_path, np.ones(4)).trace_layout(3)
   with pytest.raises(ValueError, match=r"\[steps, learners\] \(one row per step\) with learners=2; got shape \(5, 3\)"):
@@ -201,13 +226,36 @@ def test_a_pickled_or_unreadable_trace_is_refused_naming_the_file(tmp_path, monk
     TimingModel(trace=str(path))
 
 
+def test_a_timing_model_is_frozen_and_has_one_server_shard_by_default():
+  import dataclasses
+
+  timing = TimingModel(model_bytes=1_000, bandwidth=10_000)
+  assert timing.server_link_time == pytest.approx(0.1)  # one shard carries the whole message
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    timing.latency = 1.0
+
+
+def test_the_exponential_law_has_unit_spread_and_lognormal_steps_draw_no_uniforms():
+  """Exponential steps: mean and std 1 (not the light log-normal's 0.1). Log-normal steps across a block boundary
+  are exp(sigma Z - sigma^2 / 2) of the stream's normals alone: no uniforms drawn between blocks (only the
+  straggler law draws them)."""
+  seconds = StepDurations(TimingModel(jitter="exponential"), learners=1, seed=0).first(0, 100_000)
+  assert seconds.std() == pytest.approx(1.0, rel=0.02)
+  timing = TimingModel(compute_time=0.5, jitter="lognormal", jitter_sigma=0.3)
+  generator = np.random.default_rng(np.random.SeedSequence(3, spawn_key=(1, 1)))
+  normals = np.concatenate([generator.standard_normal(1024), generator.standard_normal(1024)])
+  expected = 0.5 * np.exp(0.3 * normals - 0.3**2 / 2)
+  np.testing.assert_allclose(StepDurations(timing, 2, 3).first(1, 2048), expected, rtol=1e-15)
+
+
 def test_communication_is_free_by_default_even_over_a_finite_link():
   assert TimingModel(bandwidth=4.0).transfer_time == 0.0
   assert TimingModel(bandwidth=4.0).allreduce_time(4) == 0.0
 
 
 @pytest.mark.parametrize(
-  "jitter, extra", [("exponential", {}), ("straggler", {"straggler_prob": 0.5, "straggler_factor": 3.0})]
+  "jitter, extra",
+  [("deterministic", {}), ("exponential", {}), ("straggler", {"straggler_prob": 0.5, "straggler_factor": 3.0})],
 )
 def test_a_jitter_name_is_compared_by_value(jitter, extra):
   """A name built at run time (e.g. read from a config) selects its law as the literal does."""
