@@ -438,3 +438,13 @@ def test_an_unknown_mode_is_refused_where_the_optimizer_is_built():
     match=r"config.delay_compensation='Adaptive'; allowed: one of \('none', 'constant', 'adaptive', 'layerwise'\)",
   ):
     run_updates(config, steps=1)
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "layerwise"])
+def test_a_mode_named_at_run_time_corrects_as_the_literal_does(mode):
+  """A config's mode parsed from a command line is not the interned literal: compared by value, it gives the
+  literal's correction (at stale weights, where the modes differ)."""
+  options = dict(learning_rate=0.1, momentum=0.5, dc_lambda=0.2, dc_decay=0.9)
+  built = make_config(delay_compensation="".join(list(mode)), **options)
+  literal = make_config(delay_compensation=mode, **options)
+  assert_updates_equal(run_updates(built, stale=STALE_STEPS), run_updates(literal, stale=STALE_STEPS))

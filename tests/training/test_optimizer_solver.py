@@ -160,6 +160,12 @@ def test_caffe_sgd_keeps_a_momentum_buffer_only_with_momentum():
   assert [leaf.shape for leaf in jax.tree.leaves(caffe_sgd(0.1).init(params))] == []  # the default: momentum 0
   assert [leaf.shape for leaf in jax.tree.leaves(caffe_sgd(0.1, momentum=0.0).init(params))] == []
   assert [leaf.shape for leaf in jax.tree.leaves(caffe_sgd(0.1, momentum=0.9).init(params))] == [(3,)]
+  # Heavy ball, not Nesterov, by default: g = 1 twice at rate 1 and momentum 0.5 gives u = -1, then -(0.5 + 1).
+  solver = caffe_sgd(1.0, momentum=0.5)
+  state = solver.init(params)
+  first, state = solver.update({"w": jnp.ones(3)}, state)
+  second, state = solver.update({"w": jnp.ones(3)}, state)
+  assert first["w"].tolist() == [-1.0] * 3 and second["w"].tolist() == [-1.5] * 3
 
 
 # An optax solver by name (config.optimizer) that has its own momentum / nesterov arguments gets config.momentum
@@ -434,7 +440,7 @@ def test_weight_decay_placement_accepts_its_values(placement):
   validate_config(make_config(weight_decay_placement=placement), num_devices=8)
 
 
-@pytest.mark.parametrize("placement", ["before", "Modulated", ""])
+@pytest.mark.parametrize("placement", ["before", "Modulated", "", "zz"])
 def test_weight_decay_placement_rejects_other_values(placement):
   """Catches a placement typo that build_optimizer would silently treat as "unmodulated", in the config's checks
   and where the optimizer is built (it is public: a config may reach it unchecked)."""

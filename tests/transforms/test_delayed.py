@@ -230,3 +230,19 @@ def test_bad_per_gradient_delays_are_refused():
   with pytest.raises(ValueError, match=r"average_contributions\(\) in inner"):
     unreduced = stalesgd.delayed(optax.sgd(0.1), max_delay=1)
     unreduced.update(params, unreduced.init(params), params, delay=0)
+  wide = {"w": jnp.ones(5)}  # stacks of 1 and 2 rows: shapes (1, 5) and (2, 5) sort before (5,), yet differ
+  with pytest.raises(ValueError, match=r"average_contributions\(\) in inner"):
+    unreduced.update(wide, unreduced.init(wide), wide, delay=0)
+  with pytest.raises(TypeError):  # the delay by keyword only
+    tx.update(params, tx.init(params), params, 1)
+  for options in ({"staleness": np.int64(2)}, {"max_delay": np.int64(1)}):  # the static sizes are Python ints
+    with pytest.raises(ValueError, match="allowed: an integer >= 0"):
+      stalesgd.delayed(optax.sgd(0.1), **options)
+
+
+@pytest.mark.parametrize("max_delay", [1, 2, 3])
+def test_per_gradient_delays_keep_max_delay_plus_one_pending_gradients(max_delay):
+  """D + 1 slots: a gradient may wait D calls, and the one of this call is written before any is applied."""
+  tx = stalesgd.delayed(optax.chain(stalesgd.average_contributions(), optax.sgd(0.1)), max_delay=max_delay)
+  state = tx.init({"w": jnp.ones(4)})
+  assert state.pending_grads["w"].shape == (max_delay + 1, 4) and state.due_call.shape == (max_delay + 1,)
