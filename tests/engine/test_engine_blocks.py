@@ -155,6 +155,35 @@ def test_the_previous_update_of_each_updates_learners_by_hand():
   assert previous.tolist() == [-1, 0, 1] and previous.dtype == np.int64
 
 
+def test_a_learner_twice_in_one_update_is_named_by_its_update():
+  from stalesgd.engine._blocks import previous_update_of_learner
+
+  with pytest.raises(ValueError, match="update 2 applies two contributions of one learner"):
+    previous_update_of_learner(_hand_schedule(np.zeros((3, 2)), learner=[[0, 1], [2, 3], [4, 4]]))
+
+
+def test_a_run_resumes_only_at_a_block_start():
+  """Blocks [0, 2), [2, 4), [4, 5) (timestamps 0, 0, 2, 2, 4): updates 0, 2, 4 and the end 5 are block starts,
+  3 and 6 are not."""
+  plan = engine_lib.plan_blocks(_hand_schedule(np.array([[0], [0], [2], [2], [4]])), rows_per_block=2)
+  np.testing.assert_array_equal(plan.block_starts, [0, 2, 4, 5])
+  assert [plan.block_of_update(update) for update in (0, 2, 4, 5)] == [0, 1, 2, 3]
+  for update in (3, 6):
+    with pytest.raises(ValueError, match=f"update={update} is not the first update of a block of this plan"):
+      plan.block_of_update(update)
+
+
+def test_the_width_is_scored_on_the_first_50000_updates():
+  """c = 2: 9,999 single-update blocks, then 20,000 pairs, then a pair split by the 50,000-update prefix. Scored
+  on the prefix, width 1 costs 50,000 x 3 = 150,000 slots and width 2 (9,999 + 20,000 + 1 blocks) x 5 = 150,000:
+  a tie, kept at 1. One update more or less in the prefix would tip it to width 2 (150,003 against 150,000;
+  149,997 against 149,995)."""
+  timestamp = np.arange(50_001)
+  timestamp[10_000::2] -= 1  # the second of each pair reads the weights of the first
+  plan = engine_lib.plan_blocks(_hand_schedule(np.repeat(timestamp[:, None], 2, axis=1)), max_slots_per_device=None)
+  assert plan.rows_per_block == 1
+
+
 def test_distinct_learners_end_a_block_before_a_learners_second_contribution():
   """All contributions read w_0; learners [[0, 1], [2, 3], [3, 4], [5, 6]]: learner 3 is in updates 1 and 2, so a
   block holding update 2 must start after update 1: the reach is 2, 2, 4, 4 (4, 4, 4, 4 without the constraint)."""
@@ -163,6 +192,20 @@ def test_distinct_learners_end_a_block_before_a_learners_second_contribution():
   schedule = _hand_schedule(np.zeros((4, 2)), learner=[[0, 1], [2, 3], [3, 4], [5, 6]])
   assert unbounded_block_ends(schedule).tolist() == [4, 4, 4, 4]
   assert unbounded_block_ends(schedule, distinct_learners=True).tolist() == [2, 2, 4, 4]
+
+
+def test_block_ends_take_as_many_passes_as_the_longest_block(monkeypatch):
+  """All starts advance together, one update a pass, from u0 + 1: 1,000 fresh updates (longest block 1) take one
+  pass and blocks of 8 (every 8th update fresh) 8, not a pass per update (a 10^6-update schedule must plan fast)."""
+  from stalesgd.engine._blocks import unbounded_block_ends
+
+  passes, flatnonzero = [], np.flatnonzero
+  monkeypatch.setattr(np, "flatnonzero", lambda array: passes.append(1) or flatnonzero(array))
+  assert unbounded_block_ends(_hand_schedule(np.arange(1_000)[:, None])).tolist() == list(range(1, 1_001))
+  assert len(passes) == 1
+  passes.clear()
+  ends = unbounded_block_ends(_hand_schedule((np.arange(1_000) // 8 * 8)[:, None]))
+  assert ends[0] == 8 and ends[7] == 8 and ends[8] == 16 and len(passes) <= 8
 
 
 def test_a_blocks_data_shards_are_the_schedules_padded_with_zeros():
