@@ -191,6 +191,17 @@ def test_gradients_due_together_reach_the_inner_transform_oldest_first():
     updates, state = tx.update({"w": jnp.float32(2.0**call)}, state, {"w": jnp.float32(0.0)}, delay=delay)
     assert float(updates["w"]) == expected[call], call
 
+  # 40 calls of random delays in [0, 3], g_t = t + 1, against the rule written out: at call t the gradients whose
+  # arrival + delay is t, in arrival order.
+  tx = stalesgd.delayed(optax.GradientTransformationExtraArgs(lambda p: jnp.zeros((), jnp.int32), update), max_delay=3)
+  state = tx.init({"w": jnp.float32(0.0)})
+  delays = np.random.default_rng(0).integers(0, 4, size=40)
+  step = jax.jit(lambda grads, state, delay: tx.update(grads, state, {"w": jnp.float32(0.0)}, delay=delay))
+  for call, delay in enumerate(delays):
+    due = [arrival + 1 for arrival in range(call + 1) if arrival + delays[arrival] == call]
+    updates, state = step({"w": jnp.float32(call + 1)}, state, jnp.int32(delay))
+    assert float(updates["w"]) == -sum(g * 10.0**i for i, g in enumerate(due)), call
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tau, max_delay", [(0, 0), (2, 2), (2, 4)])
