@@ -529,13 +529,18 @@ def test_build_optimizer_takes_its_model_params_and_rate_by_keyword():
 
 
 def test_names_in_the_config_are_compared_by_value():
-  """A config's strings parsed from a command line are not the interned literals: ``"none"`` and ``"sgd"`` built
-  at run time give the literals' optimizer (no staleness weight; Caffe's SGD)."""
+  """A config's strings parsed from a command line are not the interned literals: ``"none"``, ``"sgd"`` and the
+  weight-decay placements built at run time give the literals' optimizer (no staleness weight; Caffe's SGD)."""
   built = make_config(
     learning_rate=0.1, momentum=0.5, staleness_rule="".join(["no", "ne"]), optimizer="".join(["s", "gd"])
   )
   literal = make_config(learning_rate=0.1, momentum=0.5, staleness_rule="none", optimizer="sgd")
   assert_updates_equal(run_updates(built, steps=2), run_updates(literal, steps=2))
+  for placement in ("modulated", "unmodulated"):
+    options = dict(learning_rate=0.1, momentum=0.5, weight_decay=0.2, staleness_rule="inverse")
+    built_placement = make_config(weight_decay_placement="".join(list(placement)), **options)
+    literal_placement = make_config(weight_decay_placement=placement, **options)
+    assert_updates_equal(run_updates(built_placement, steps=2), run_updates(literal_placement, steps=2))
   from stalesgd.training._optimizer import delay_compensation_transforms
 
   assert delay_compensation_transforms(make_config(delay_compensation="".join(["no", "ne"]))) == []
