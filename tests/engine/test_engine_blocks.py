@@ -131,6 +131,13 @@ def test_the_slot_bound_caps_the_width():
   assert engine_lib.plan_blocks(schedule, num_devices=2, max_slots_per_device=None).rows_per_block == 16
 
 
+def test_a_device_computes_at_most_32_slots_a_block_by_default():
+  """c = 1 at w_0 on one device: 33 updates would be one block of 33 slots, over the default bound of 32, so the
+  plan takes 3 blocks of 11 (36 slots; 2 of 17 tie at 36, the first width is kept); 64 updates take 2 of 32."""
+  assert engine_lib.plan_blocks(_hand_schedule(np.zeros((33, 1)))).rows_per_block == 11
+  assert engine_lib.plan_blocks(_hand_schedule(np.zeros((64, 1)))).rows_per_block == 32
+
+
 def test_a_tie_in_cost_keeps_the_narrower_width():
   """Timestamps 0, 0, 2: blocks reach 2, 2, 3. R = 1: 3 blocks x 2 = 6 slots; R = 2: 2 blocks x 3 = 6. The plan
   must not change between a run and its resumption, so a tie is broken the same way every time: the first width."""
@@ -143,6 +150,7 @@ def test_a_tie_in_cost_keeps_the_narrower_width():
 def test_an_empty_schedule_is_refused():
   with pytest.raises(ValueError, match=r"the schedule has no updates \(num_updates == 0\)"):
     engine_lib.plan_blocks(_hand_schedule(np.zeros((0, 2))))
+  assert engine_lib.plan_blocks(_hand_schedule(np.zeros((1, 2)))).num_blocks == 1
 
 
 def test_the_previous_update_of_each_updates_learners_by_hand():
@@ -192,6 +200,9 @@ def test_distinct_learners_end_a_block_before_a_learners_second_contribution():
   schedule = _hand_schedule(np.zeros((4, 2)), learner=[[0, 1], [2, 3], [3, 4], [5, 6]])
   assert unbounded_block_ends(schedule).tolist() == [4, 4, 4, 4]
   assert unbounded_block_ends(schedule, distinct_learners=True).tolist() == [2, 2, 4, 4]
+  # Learner 1 in updates 0 and 1: a block holding update 1 starts after update 0.
+  schedule = _hand_schedule(np.zeros((3, 2)), learner=[[0, 1], [1, 2], [3, 4]])
+  assert unbounded_block_ends(schedule, distinct_learners=True).tolist() == [1, 3, 3]
 
 
 def test_block_ends_take_as_many_passes_as_the_longest_block(monkeypatch):
