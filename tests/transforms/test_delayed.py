@@ -71,6 +71,7 @@ def test_zero_delay_is_the_inner_transform_itself():
     expected, reference_state = inner.update(grads, reference_state, reference)
     np.testing.assert_array_equal(updates["w"], expected["w"])
     params, reference = optax.apply_updates(params, updates), optax.apply_updates(reference, expected)
+    assert int(state.count) == step + 1  # the calls are counted at tau = 0 too
 
 
 def test_bad_delays_are_refused():
