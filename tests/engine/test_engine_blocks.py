@@ -114,6 +114,26 @@ def test_updates_all_computed_at_the_first_weights_are_one_block(updates):
   assert (plan.rows_per_block, plan.num_blocks) == (updates, 1)
 
 
+# Before the 50,000-update schedule below: a planner that scores too many widths, or advances its block ends one
+# update a pass, fails here at once instead of running for hours there.
+def test_widths_are_scored_up_to_the_longest_block_only(monkeypatch):
+  """9 updates at w_0 (one block of 9 at most): the planner scores the widths 1..9, then cuts the plan: 10 greedy
+  passes. Wider widths would give the same blocks with more padding (never cheaper): scoring them wastes time, and
+  for long schedules without a slot bound it never ends (stopped here at the first pass too many)."""
+  from stalesgd.engine import _blocks
+
+  passes, greedy = [], _blocks._greedy_starts
+
+  def counted(reach, rows):
+    passes.append(rows)
+    assert len(passes) <= 10, f"width {rows} scored: more than the 9 widths up to the longest block"
+    return greedy(reach, rows)
+
+  monkeypatch.setattr(_blocks, "_greedy_starts", counted)
+  plan = engine_lib.plan_blocks(_hand_schedule(np.zeros((9, 1))), max_slots_per_device=None)
+  assert plan.rows_per_block == 9 and passes == [*range(1, 10), 9]
+
+
 def test_the_best_width_can_be_a_block_that_starts_late():
   """u0 alone (w_0), then G = 5 groups of 8 updates, group g computed at the weights of its first update 1 + 8 g.
   The longest block is 8, from u0 = 1; with c = 1 a width R costs (blocks) x (R + 1): R = 8 gives 6 x 9 = 54,
@@ -181,17 +201,6 @@ def test_a_run_resumes_only_at_a_block_start():
       plan.block_of_update(update)
 
 
-def test_the_width_is_scored_on_the_first_50000_updates():
-  """c = 2: 9,999 single-update blocks, then 20,000 pairs, then a pair split by the 50,000-update prefix. Scored
-  on the prefix, width 1 costs 50,000 x 3 = 150,000 slots and width 2 (9,999 + 20,000 + 1 blocks) x 5 = 150,000:
-  a tie, kept at 1. One update more or less in the prefix would tip it to width 2 (150,003 against 150,000;
-  149,997 against 149,995)."""
-  timestamp = np.arange(50_001)
-  timestamp[10_000::2] -= 1  # the second of each pair reads the weights of the first
-  plan = engine_lib.plan_blocks(_hand_schedule(np.repeat(timestamp[:, None], 2, axis=1)), max_slots_per_device=None)
-  assert plan.rows_per_block == 1
-
-
 def test_distinct_learners_end_a_block_before_a_learners_second_contribution():
   """All contributions read w_0; learners [[0, 1], [2, 3], [3, 4], [5, 6]]: learner 3 is in updates 1 and 2, so a
   block holding update 2 must start after update 1: the reach is 2, 2, 4, 4 (4, 4, 4, 4 without the constraint)."""
@@ -217,6 +226,17 @@ def test_block_ends_take_as_many_passes_as_the_longest_block(monkeypatch):
   passes.clear()
   ends = unbounded_block_ends(_hand_schedule((np.arange(1_000) // 8 * 8)[:, None]))
   assert ends[0] == 8 and ends[7] == 8 and ends[8] == 16 and len(passes) <= 8
+
+
+def test_the_width_is_scored_on_the_first_50000_updates():
+  """c = 2: 9,999 single-update blocks, then 20,000 pairs, then a pair split by the 50,000-update prefix. Scored
+  on the prefix, width 1 costs 50,000 x 3 = 150,000 slots and width 2 (9,999 + 20,000 + 1 blocks) x 5 = 150,000:
+  a tie, kept at 1. One update more or less in the prefix would tip it to width 2 (150,003 against 150,000;
+  149,997 against 149,995)."""
+  timestamp = np.arange(50_001)
+  timestamp[10_000::2] -= 1  # the second of each pair reads the weights of the first
+  plan = engine_lib.plan_blocks(_hand_schedule(np.repeat(timestamp[:, None], 2, axis=1)), max_slots_per_device=None)
+  assert plan.rows_per_block == 1
 
 
 def test_a_blocks_data_shards_are_the_schedules_padded_with_zeros():
