@@ -238,6 +238,23 @@ def test_warmup_from_the_small_batch_rate_to_the_scaled_one():
   np.testing.assert_allclose(rates, [0.001, 0.0045, 0.007125, 0.008, 0.008, 0.0008], rtol=1e-6)
 
 
+def test_a_decay_at_the_end_of_the_warmup_applies_from_its_first_update():
+  """W = 8 updates and the first decay at the same epoch (allowed: the warm-up ends by then): update 8 takes the
+  decayed rate 0.0008, not the ramp's end 0.008; update 7 is the ramp's last step."""
+  config = make_config(
+    learning_rate=0.008, warmup_epochs=1.0, warmup_learning_rate=0.001, lr_decay_epochs=(1.0,), lr_decay_factor=0.1
+  )
+  schedule = learning_rate_schedule(config, updates_per_epoch=8.0)
+  np.testing.assert_allclose([float(schedule(7)), float(schedule(8))], [0.007125, 0.0008], rtol=1e-6)
+
+
+def test_an_optax_solver_named_after_sgd_in_order_is_built():
+  """ "yogi" sorts after "sgd": it is an optax solver, not Caffe's SGD (the name compared for equality)."""
+  yogi = run_updates(make_config(learning_rate=0.1, momentum=0.0, optimizer="yogi"), steps=1)[0]
+  sgd = run_updates(make_config(learning_rate=0.1, momentum=0.0), steps=1)[0]
+  assert not np.allclose(yogi["w"], sgd["w"])
+
+
 def test_warmup_off_is_the_step_schedule():
   config = make_config(learning_rate=0.08, lr_decay_epochs=(1.0,), lr_decay_factor=0.5)
   schedule = learning_rate_schedule(config, updates_per_epoch=2.0)
