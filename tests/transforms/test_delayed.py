@@ -252,6 +252,19 @@ def test_bad_per_gradient_delays_are_refused():
       stalesgd.delayed(optax.sgd(0.1), **options)
 
 
+def test_a_traced_delay_out_of_range_is_clipped_into_it():
+  """Under jit the delay cannot be checked: -1 is applied as 0 (at once) and 5 as max_delay = 2."""
+  tx = stalesgd.delayed(optax.chain(stalesgd.average_contributions(), optax.sgd(1.0)), max_delay=2)
+  step = jax.jit(lambda grads, state, delay: tx.update(grads, state, {"w": jnp.zeros(1)}, delay=delay))
+  state = tx.init({"w": jnp.zeros(1)})
+  applied = []
+  for call, delay in enumerate([-1, 5, 0, 0, 0]):
+    updates, state = step({"w": jnp.full(1, float(call + 1))}, state, jnp.int32(delay))
+    applied.append(float(updates["w"][0]))
+  # call 0: g0 at once; call 1: g1 waits 2 calls (due at 3, with g3); calls 2 and 4: their own gradients.
+  assert applied == [-1.0, 0.0, -3.0, -3.0, -5.0]
+
+
 @pytest.mark.parametrize("max_delay", [1, 2, 3])
 def test_per_gradient_delays_keep_max_delay_plus_one_pending_gradients(max_delay):
   """D + 1 slots: a gradient may wait D calls, and the one of this call is written before any is applied."""
