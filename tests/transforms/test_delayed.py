@@ -247,6 +247,8 @@ def test_bad_per_gradient_delays_are_refused():
     unreduced.update(wide, unreduced.init(wide), wide, delay=0)
   with pytest.raises(TypeError):  # the delay by keyword only
     tx.update(params, tx.init(params), params, 1)
+  with pytest.raises(TypeError):  # and the wrapper's options
+    stalesgd.delayed(optax.sgd(0.1), 1)
   for options in ({"staleness": np.int64(2)}, {"max_delay": np.int64(1)}):  # the static sizes are Python ints
     with pytest.raises(ValueError, match="allowed: an integer >= 0"):
       stalesgd.delayed(optax.sgd(0.1), **options)
