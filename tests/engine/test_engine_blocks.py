@@ -100,10 +100,13 @@ def test_fresh_updates_make_one_block_each_and_fill_their_slots():
   assert engine_lib.plan_blocks(_hand_schedule([[0, 0, 0]])).slots_per_block == 3  # one device by default
   wide = engine_lib.plan_blocks(schedule, num_devices=4)
   assert (wide.num_blocks, wide.slots_per_block, wide.slot_utilisation) == (5, 4, 0.5)
-  with pytest.raises(IndexError, match=r"block index 6 out of range \[0, 5\)"):
-    plan.block(6)
+  for index in (-1, 5, 6):
+    with pytest.raises(IndexError, match=rf"block index {index} out of range \[0, 5\)"):
+      plan.block(index)
   with pytest.raises(dataclasses.FrozenInstanceError):
     plan.rows_per_block = 2
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    plan.block(0).num_updates = 2
 
 
 @pytest.mark.parametrize("updates", [6, 9])
@@ -171,6 +174,12 @@ def test_an_empty_schedule_is_refused():
   with pytest.raises(ValueError, match=r"the schedule has no updates \(num_updates == 0\)"):
     engine_lib.plan_blocks(_hand_schedule(np.zeros((0, 2))))
   assert engine_lib.plan_blocks(_hand_schedule(np.zeros((1, 2)))).num_blocks == 1
+  schedule = _hand_schedule(np.zeros((4, 1)))
+  assert engine_lib.plan_blocks(schedule, rows_per_block=1).num_blocks == 4
+  with pytest.raises(ValueError, match="rows_per_block must be >= 1, got 0"):
+    engine_lib.plan_blocks(schedule, rows_per_block=0)
+  with pytest.raises(ValueError, match="num_devices must be >= 1, got 0"):
+    engine_lib.plan_blocks(schedule, num_devices=0)
 
 
 def test_the_previous_update_of_each_updates_learners_by_hand():
@@ -188,6 +197,8 @@ def test_a_learner_twice_in_one_update_is_named_by_its_update():
 
   with pytest.raises(ValueError, match="update 2 applies two contributions of one learner"):
     previous_update_of_learner(_hand_schedule(np.zeros((3, 2)), learner=[[0, 1], [2, 3], [4, 4]]))
+  with pytest.raises(ValueError, match="update 1 applies two contributions of one learner"):  # the first of two
+    previous_update_of_learner(_hand_schedule(np.zeros((3, 2)), learner=[[0, 1], [2, 2], [3, 3]]))
 
 
 def test_a_run_resumes_only_at_a_block_start():
@@ -212,6 +223,14 @@ def test_distinct_learners_end_a_block_before_a_learners_second_contribution():
   # Learner 1 in updates 0 and 1: a block holding update 1 starts after update 0.
   schedule = _hand_schedule(np.zeros((3, 2)), learner=[[0, 1], [1, 2], [3, 4]])
   assert unbounded_block_ends(schedule, distinct_learners=True).tolist() == [1, 3, 3]
+  # The planner keeps blocks of distinct learners only when asked (off by default).
+  np.testing.assert_array_equal(engine_lib.plan_blocks(schedule, rows_per_block=2).block_starts, [0, 2, 3])
+  distinct = engine_lib.plan_blocks(schedule, rows_per_block=2, distinct_learners=True)
+  np.testing.assert_array_equal(distinct.block_starts, [0, 1, 3])
+  with pytest.raises(TypeError):
+    unbounded_block_ends(schedule, True)
+  with pytest.raises(TypeError):
+    engine_lib.plan_blocks(schedule, 1)
 
 
 def test_block_ends_take_as_many_passes_as_the_longest_block(monkeypatch):
