@@ -144,6 +144,10 @@ def test_the_best_width_can_be_a_block_that_starts_late():
   timestamp = [0] + [1 + 8 * (u // 8) for u in range(40)]
   plan = engine_lib.plan_blocks(_hand_schedule(np.asarray(timestamp)[:, None]))
   assert (plan.rows_per_block, plan.num_blocks) == (8, 6)
+  # Two single updates, then 10 groups of 8: R = 8 costs 12 x 9 = 108 slots, R = 4 22 x 5 = 110, R = 2 42 x 3 = 126.
+  timestamp = [0, 1] + [2 + 8 * (u // 8) for u in range(80)]
+  plan = engine_lib.plan_blocks(_hand_schedule(np.asarray(timestamp)[:, None]))
+  assert (plan.rows_per_block, plan.num_blocks) == (8, 12)
 
 
 def test_the_slot_bound_caps_the_width():
@@ -159,6 +163,12 @@ def test_a_device_computes_at_most_32_slots_a_block_by_default():
   plan takes 3 blocks of 11 (36 slots; 2 of 17 tie at 36, the first width is kept); 64 updates take 2 of 32."""
   assert engine_lib.plan_blocks(_hand_schedule(np.zeros((33, 1)))).rows_per_block == 11
   assert engine_lib.plan_blocks(_hand_schedule(np.zeros((64, 1)))).rows_per_block == 32
+
+
+def test_an_update_wider_than_the_slot_bound_gets_a_block_of_its_own():
+  """c = 40 contributions on one device, over the 32-slot bound by themselves: one update a block (2 x 41 slots),
+  though one block of both (81) would cost less."""
+  assert engine_lib.plan_blocks(_hand_schedule(np.zeros((2, 40)))).rows_per_block == 1
 
 
 def test_a_tie_in_cost_keeps_the_narrower_width():
@@ -210,6 +220,10 @@ def test_a_run_resumes_only_at_a_block_start():
   for update in (3, 6):
     with pytest.raises(ValueError, match=f"update={update} is not the first update of a block of this plan"):
       plan.block_of_update(update)
+  many = engine_lib.plan_blocks(_hand_schedule(np.arange(300)[:, None]))  # 300 blocks: indices compared by value
+  assert many.block_of_update(300) == 300
+  with pytest.raises(ValueError, match="update=301 is not the first update of a block of this plan"):
+    many.block_of_update(301)
 
 
 def test_distinct_learners_end_a_block_before_a_learners_second_contribution():
