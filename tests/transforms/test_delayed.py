@@ -192,11 +192,21 @@ def test_gradients_due_together_reach_the_inner_transform_oldest_first():
     updates, state = tx.update({"w": jnp.float32(2.0**call)}, state, {"w": jnp.float32(0.0)}, delay=delay)
     assert float(updates["w"]) == expected[call], call
 
-  # 40 calls of random delays in [0, 3], g_t = t + 1, against the rule written out: at call t the gradients whose
-  # arrival + delay is t, in arrival order.
+  # 40 calls of random delays in [0, 3], g_t = t + 1, against the rule written out.
   tx = stalesgd.delayed(optax.GradientTransformationExtraArgs(lambda p: jnp.zeros((), jnp.int32), update), max_delay=3)
-  state = tx.init({"w": jnp.float32(0.0)})
   delays = np.random.default_rng(0).integers(0, 4, size=40)
+  _check_against_the_rule(tx, update, delays)
+  # max_delay = 7: at call 12 the gradients of calls 5, 6, 7, 8 (slots 5, 6, 7, 0: the ring wrapped) and 12 are due.
+  wrapped = stalesgd.delayed(
+    optax.GradientTransformationExtraArgs(lambda p: jnp.zeros((), jnp.int32), update), max_delay=7
+  )
+  _check_against_the_rule(wrapped, update, [12 - call if 5 <= call <= 8 else 0 for call in range(13)])
+
+
+def _check_against_the_rule(tx, update, delays):
+  """g_t = t + 1 with ``delays``, against the rule written out: at call t the gradients whose arrival + delay is t,
+  in arrival order, weighted 10^i by ``update``."""
+  state = tx.init({"w": jnp.float32(0.0)})
   step = jax.jit(lambda grads, state, delay: tx.update(grads, state, {"w": jnp.float32(0.0)}, delay=delay))
   for call, delay in enumerate(delays):
     due = [arrival + 1 for arrival in range(call + 1) if arrival + delays[arrival] == call]
@@ -242,6 +252,9 @@ def test_bad_per_gradient_delays_are_refused():
   with pytest.raises(ValueError, match=r"average_contributions\(\) in inner"):
     unreduced = stalesgd.delayed(optax.sgd(0.1), max_delay=1)
     unreduced.update(params, unreduced.init(params), params, delay=0)
+  reduced = stalesgd.delayed(optax.chain(stalesgd.average_contributions(), optax.sgd(1.0)), max_delay=1)
+  host = {"w": np.zeros(3, np.float32)}  # NumPy weights: their shape is another tuple than the update's, equal
+  np.testing.assert_array_equal(reduced.update({"w": np.ones(3)}, reduced.init(host), host, delay=0)[0]["w"], -1.0)
   wide = {"w": jnp.ones(5)}  # stacks of 1 and 2 rows: shapes (1, 5) and (2, 5) sort before (5,), yet differ
   with pytest.raises(ValueError, match=r"average_contributions\(\) in inner"):
     unreduced.update(wide, unreduced.init(wide), wide, delay=0)
