@@ -255,9 +255,10 @@ def test_bad_per_gradient_delays_are_refused():
   reduced = stalesgd.delayed(optax.chain(stalesgd.average_contributions(), optax.sgd(1.0)), max_delay=1)
   host = {"w": np.zeros(3, np.float32)}  # NumPy weights: their shape is another tuple than the update's, equal
   np.testing.assert_array_equal(reduced.update({"w": np.ones(3)}, reduced.init(host), host, delay=0)[0]["w"], -1.0)
-  wide = {"w": jnp.ones(5)}  # stacks of 1 and 2 rows: shapes (1, 5) and (2, 5) sort before (5,), yet differ
-  with pytest.raises(ValueError, match=r"average_contributions\(\) in inner"):
-    unreduced.update(wide, unreduced.init(wide), wide, delay=0)
+  # Stacks of (1, 5) and (2, 5) sort before the weights' (5,), stacks of (1, 1) and (2, 1) after (1,): all differ.
+  for weights in ({"w": jnp.ones(5)}, {"w": jnp.ones(1)}):
+    with pytest.raises(ValueError, match=r"average_contributions\(\) in inner"):
+      unreduced.update(weights, unreduced.init(weights), weights, delay=0)
   with pytest.raises(TypeError):  # the delay by keyword only
     tx.update(params, tx.init(params), params, 1)
   with pytest.raises(TypeError):  # and the wrapper's options
