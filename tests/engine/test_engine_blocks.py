@@ -17,6 +17,29 @@ from stalesgd.engine import _ring_buffer as ring_buffer
 from tests.helpers.engine_oracle import MODELS, Data
 
 
+# First in the file: a planner loop that never ends fails here within seconds (a test failure) instead of hanging
+# every test below until the run's timeout.
+@pytest.mark.timeout(20)
+def test_planning_a_small_schedule_ends():
+  schedule = schedule_lib.Schedule(
+    "hand",
+    2,
+    np.array([[0, 1], [0, 1], [1, 0]], np.int32),
+    np.array([[0, 0], [0, 0], [2, 1]], np.int64),
+    np.zeros((3, 2), np.int64),
+    np.arange(3.0),
+    np.zeros(0, np.int32),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.int64),
+    np.zeros(2),
+    3.0,
+  )
+  for options in ({}, {"rows_per_block": 1}, {"distinct_learners": True}, {"max_slots_per_device": None}):
+    plan = engine_lib.plan_blocks(schedule, **options)
+    assert plan.block_starts[0] == 0 and plan.block_starts[-1] == 3
+
+
 def _check_plan(plan):
   schedule = plan.schedule
   starts = plan.block_starts
