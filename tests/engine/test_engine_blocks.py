@@ -130,6 +130,8 @@ def test_fresh_updates_make_one_block_each_and_fill_their_slots():
     plan.rows_per_block = 2
   with pytest.raises(dataclasses.FrozenInstanceError):
     plan.block(0).num_updates = 2
+  assert len({plan, engine_lib.plan_blocks(schedule)}) == 2  # plans hash and compare by identity (arrays inside)
+  assert engine_lib.plan_blocks(_hand_schedule([[0]])).slot_utilisation == 1.0  # one slot, applied
 
 
 @pytest.mark.parametrize("updates", [6, 9])
@@ -203,6 +205,7 @@ def test_a_tie_in_cost_keeps_the_narrower_width():
   assert engine_lib.plan_blocks(_hand_schedule(np.array([[0]] + [[1]] * 8))).rows_per_block == 2
 
 
+@pytest.mark.timeout(20)  # a width of 0 let through would loop forever: fail here, not hang
 def test_an_empty_schedule_is_refused():
   with pytest.raises(ValueError, match=r"the schedule has no updates \(num_updates == 0\)"):
     engine_lib.plan_blocks(_hand_schedule(np.zeros((0, 2))))
