@@ -610,6 +610,11 @@ def _baseline(module: Module) -> tuple[bool, float, str]:
   return finished.returncode == 0, time.monotonic() - start, (finished.stdout + finished.stderr)[-2000:]
 
 
+def per_mutant_timeout(unmutated_seconds: float, min_timeout: float, factor: float) -> float:
+  """A mutant's timeout: ``factor`` times the module's unmutated test run, at least ``min_timeout`` seconds."""
+  return max(min_timeout, factor * unmutated_seconds)
+
+
 def session_change(
   meta: Mapping[str, Any], module: Module, source_sha256: str, python: str = str(PROJECT_PYTHON)
 ) -> str:
@@ -645,7 +650,7 @@ def _widen(
   if not passed:
     print(f"{module.path}: its wider test list fails unmutated; the session is left as it was\n{tail}", flush=True)
     return False
-  timeout = max(meta["timeout_seconds"], min_timeout, factor * seconds)
+  timeout = max(meta["timeout_seconds"], per_mutant_timeout(seconds, min_timeout, factor))
   files["config"].write_text(_config_text(module, timeout), encoding="utf-8")
   forgotten = forget_survivors(files["session"])
   added = [test for test in module.tests if test not in meta["tests"]]
@@ -751,7 +756,7 @@ def _run_module(module: Module, arguments: argparse.Namespace, controls: Sequenc
     return
   if meta is None:
     passed, seconds, tail = _baseline(module)
-    timeout = max(arguments.min_timeout, arguments.timeout_factor * seconds)
+    timeout = per_mutant_timeout(seconds, arguments.min_timeout, arguments.timeout_factor)
     meta = {
       "module": module.path,
       "source_sha256": digest,

@@ -21,20 +21,8 @@ from tests.helpers.engine_oracle import MODELS, Data
 # every test below until the run's timeout.
 @pytest.mark.timeout(20)
 def test_planning_a_small_schedule_ends():
-  schedule = schedule_lib.Schedule(
-    "hand",
-    2,
-    np.array([[0, 1], [0, 1], [1, 0]], np.int32),
-    np.array([[0, 0], [0, 0], [2, 1]], np.int64),
-    np.zeros((3, 2), np.int64),
-    np.arange(3.0),
-    np.zeros(0, np.int32),
-    np.zeros(0, np.int64),
-    np.zeros(0, np.int64),
-    np.zeros(0, np.int64),
-    np.zeros(2),
-    3.0,
-  )
+  # `_hand_schedule` is defined below; it is looked up when this test runs.
+  schedule = _hand_schedule(np.array([[0, 0], [0, 0], [2, 1]]), learner=[[0, 1], [0, 1], [1, 0]])
   for options in ({}, {"rows_per_block": 1}, {"distinct_learners": True}, {"max_slots_per_device": None}):
     plan = engine_lib.plan_blocks(schedule, **options)
     assert plan.block_starts[0] == 0 and plan.block_starts[-1] == 3
