@@ -236,13 +236,21 @@ MODULES: tuple[Module, ...] = (
   ),
   Module(
     "stalesgd/models/_cifar10_full.py",
-    ("tests/models/test_models_zoo.py", "tests/configs/test_config_optimizers.py"),
-    "cifar10_full's Caffe and Rudra multiplier rules",
+    (
+      "tests/models/test_models_zoo.py",
+      "tests/configs/test_config_optimizers.py",
+      "tests/models/test_models_forward_reference.py",
+    ),
+    "cifar10_full's Caffe and Rudra multiplier rules and its forward pass",
   ),
   Module(
     "stalesgd/models/_alexnet.py",
-    ("tests/models/test_models_zoo.py", "tests/models/test_models_caffe_layers.py"),
-    "AlexNet's decay multipliers",
+    (
+      "tests/models/test_models_zoo.py",
+      "tests/models/test_models_caffe_layers.py",
+      "tests/models/test_models_forward_reference.py",
+    ),
+    "AlexNet's decay multipliers, its forward pass and fillers",
   ),
   # studies: the rules that decide the claims.
   Module("stalesgd/studies/_seed_statistics.py", ("tests/studies/test_study_statistics.py",), "the paired interval"),

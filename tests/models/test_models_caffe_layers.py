@@ -2,39 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
 from stalesgd.models._caffe_pooling import caffe_avg_pool, caffe_max_pool, caffe_pooled_size
 from stalesgd.models._local_response_norm import lrn_across_channels, lrn_within_channel
-
-
-def _caffe_pool_reference(x: np.ndarray, window: int, stride: int, pad: int, mode: str) -> np.ndarray:
-  """Caffe's PoolingLayer::Forward_cpu, transcribed loop by loop (NHWC)."""
-  batch, height, width, channels = x.shape
-  pooled_h = int(math.ceil((height + 2 * pad - window) / stride)) + 1
-  pooled_w = int(math.ceil((width + 2 * pad - window) / stride)) + 1
-  if pad:
-    if (pooled_h - 1) * stride >= height + pad:
-      pooled_h -= 1
-    if (pooled_w - 1) * stride >= width + pad:
-      pooled_w -= 1
-  out = np.zeros((batch, pooled_h, pooled_w, channels), np.float64)
-  for ph in range(pooled_h):
-    for pw in range(pooled_w):
-      hstart, wstart = ph * stride - pad, pw * stride - pad
-      hend, wend = min(hstart + window, height + pad), min(wstart + window, width + pad)
-      pool_size = (hend - hstart) * (wend - wstart)
-      hstart, wstart = max(hstart, 0), max(wstart, 0)
-      hend, wend = min(hend, height), min(wend, width)
-      patch = x[:, hstart:hend, wstart:wend, :]
-      if mode == "max":
-        out[:, ph, pw, :] = patch.max(axis=(1, 2))
-      else:
-        out[:, ph, pw, :] = patch.sum(axis=(1, 2)) / pool_size
-  return out
+from tests.helpers import caffe_reference
 
 
 @pytest.mark.parametrize(
@@ -78,7 +51,7 @@ def test_pooling_matches_caffe_loops(mode, size, window, stride, pad):
   x = rng.normal(size=(2, size, size + 1, 3)).astype(np.float32)
   pool = caffe_max_pool if mode == "max" else caffe_avg_pool
   got = np.asarray(pool(x, window, stride, pad))
-  want = _caffe_pool_reference(x.astype(np.float64), window, stride, pad, mode)
+  want = caffe_reference.pool(x.astype(np.float64), window, stride, pad, mode)
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
@@ -89,42 +62,20 @@ def test_average_pool_divides_border_windows_by_clipped_size():
   np.testing.assert_array_equal(np.asarray(caffe_avg_pool(ones, 3, 2)), np.ones((1, 16, 16, 1)))
 
 
-def _lrn_within_reference(x, local_size, alpha, beta):
-  """y = x (1 + alpha / n^2 sum_{n x n, zero-padded} x^2)^-beta, written out."""
-  half = (local_size - 1) // 2
-  padded = np.pad(x.astype(np.float64) ** 2, ((0, 0), (half, half), (half, half), (0, 0)))
-  out = np.empty_like(x, dtype=np.float64)
-  for i in range(x.shape[1]):
-    for j in range(x.shape[2]):
-      window_sum = padded[:, i : i + local_size, j : j + local_size, :].sum(axis=(1, 2))
-      out[:, i, j, :] = x[:, i, j, :] * (1 + alpha * window_sum / local_size**2) ** (-beta)
-  return out
-
-
-def _lrn_across_reference(x, local_size, alpha, beta, k):
-  half = (local_size - 1) // 2
-  squares = x.astype(np.float64) ** 2
-  out = np.empty_like(x, dtype=np.float64)
-  for c in range(x.shape[3]):
-    window_sum = squares[..., max(c - half, 0) : c + half + 1].sum(axis=-1)
-    out[..., c] = x[..., c] * (k + alpha / local_size * window_sum) ** (-beta)
-  return out
-
-
 def test_lrn_within_channel_matches_numpy_reference():
   # Activations of the scale cifar10_full sees (mean-subtracted 0..255 pixels),
   # with a large alpha too so that the normalisation is far from the identity.
   x = np.random.default_rng(0).normal(scale=60.0, size=(2, 7, 6, 4)).astype(np.float32)
   for alpha in (5e-5, 1e-2):
     got = np.asarray(lrn_within_channel(x, local_size=3, alpha=alpha, beta=0.75))
-    np.testing.assert_allclose(got, _lrn_within_reference(x, 3, alpha, 0.75), rtol=2e-5)
+    np.testing.assert_allclose(got, caffe_reference.lrn_within(x, 3, alpha, 0.75), rtol=2e-5)
   assert not np.allclose(np.asarray(lrn_within_channel(x, local_size=3, alpha=1e-2, beta=0.75)), x)
 
 
 def test_lrn_across_channels_matches_numpy_reference():
   x = np.random.default_rng(1).normal(scale=30.0, size=(2, 3, 3, 9)).astype(np.float32)
   got = np.asarray(lrn_across_channels(x, local_size=5, alpha=1e-3, beta=0.75, k=2.0))
-  np.testing.assert_allclose(got, _lrn_across_reference(x, 5, 1e-3, 0.75, 2.0), rtol=2e-5)
+  np.testing.assert_allclose(got, caffe_reference.lrn_across(x, 5, 1e-3, 0.75, 2.0), rtol=2e-5)
 
 
 @pytest.mark.parametrize("local_size", [0, 2, 4])
