@@ -14,7 +14,8 @@ The mutants are applied to a copy of ``stalesgd/`` and ``tests/`` under ``runs/m
 edits the file on disk while a mutant's tests run; others' test runs from the checkout never see a mutant).
 The copy is made afresh at every start, so a stop in the middle of a mutant leaves nothing mutated behind.
 Each module's session is ``runs/mutation/sessions/<module>.sqlite``: a stopped pass resumes where it stopped
-(cosmic-ray's ``exec`` runs only the work items without a result); a session whose module source or test
+(cosmic-ray's ``exec`` runs only the work items without a result, and the mutant a stop interrupted, recorded
+as incompetent, is forgotten first: `forget_incompetent`); a session whose module source or test
 command changed since it was made is set aside and made again, except a widening: a test file added to the
 module's list keeps the session's kills and runs its survivors again with the wider command (`session_change`).
 
@@ -806,6 +807,9 @@ def _run_module(module: Module, arguments: argparse.Namespace, controls: Sequenc
     forgotten = forget_survivors(files["session"])
     meta.setdefault("survivor_reruns", []).append({"at": _now(), "mutants": forgotten})
     print(f"{module.path}: {len(forgotten)} survivors and timeouts run again with the current tests", flush=True)
+  interrupted = forget_incompetent(files["session"])
+  if interrupted:
+    print(f"{module.path}: {len(interrupted)} incompetent results (a stopped pass) run again", flush=True)
   skipped = skip_annotation_mutants(files["session"], (ROOT / module.path).read_text(encoding="utf-8"))
   if skipped:
     print(f"{module.path}: {skipped} mutants inside unevaluated annotations skipped (equivalent)", flush=True)
@@ -829,6 +833,20 @@ def forget_survivors(session: pathlib.Path) -> list[str]:
     survived = "(UPPER(test_outcome) = 'SURVIVED' OR TRIM(output) = 'timeout')"
     jobs = [row[0] for row in database.execute(f"SELECT job_id FROM work_results WHERE {survived}")]
     database.execute(f"DELETE FROM work_results WHERE {survived}")
+  return jobs
+
+
+def forget_incompetent(session: pathlib.Path) -> list[str]:
+  """Deletes a session's incompetent results, so that its ``exec`` runs those mutants again; returns their job ids.
+
+  cosmic-ray records a mutant as incompetent when its worker raised instead of finishing the test command: here
+  that happens when a pass is stopped mid-mutant (the command is killed under it), which says nothing about the
+  mutant. Skipped mutants (``worker_outcome`` SKIPPED, no test outcome) are kept.
+  """
+  with sqlite3.connect(session) as database:
+    incompetent = "UPPER(test_outcome) = 'INCOMPETENT'"
+    jobs = [row[0] for row in database.execute(f"SELECT job_id FROM work_results WHERE {incompetent}")]
+    database.execute(f"DELETE FROM work_results WHERE {incompetent}")
   return jobs
 
 

@@ -156,6 +156,24 @@ def test_forgetting_survivors_leaves_the_other_results(tmp_path):
     assert list(database.execute("SELECT job_id, test_outcome FROM work_results")) == [("a", "KILLED")]
 
 
+def test_an_incompetent_result_is_forgotten_and_a_skipped_mutant_kept(tmp_path):
+  """A pass stopped mid-mutant leaves an INCOMPETENT row (its worker raised): it is run again at the next pass.
+  Annotation-only mutants are skipped rows with no test outcome: they stay."""
+  session = tmp_path / "session.sqlite"
+  with sqlite3.connect(session) as database:
+    database.execute("CREATE TABLE work_results (worker_outcome, output, test_outcome, diff, job_id PRIMARY KEY)")
+    rows = [
+      ("NORMAL", "", "KILLED", "a"),
+      ("EXCEPTION", "Traceback", "INCOMPETENT", "b"),
+      ("SKIPPED", mutation.ANNOTATION_ONLY, None, "c"),
+      ("NORMAL", "", "SURVIVED", "d"),
+    ]
+    database.executemany("INSERT INTO work_results VALUES (?, ?, ?, '', ?)", rows)
+  assert mutation.forget_incompetent(session) == ["b"]
+  with sqlite3.connect(session) as database:
+    assert sorted(row[0] for row in database.execute("SELECT job_id FROM work_results")) == ["a", "c", "d"]
+
+
 ANNOTATED = """\
 from __future__ import annotations
 
