@@ -89,7 +89,8 @@ def check_integer(
     ``int(value)``, or None for an allowed None.
 
   Raises:
-    ValueError: ``<name>=<value!r>; allowed: an integer >= <low> and <= <high>``.
+    ValueError: ``<name>=<value!r>; allowed: an integer >= <low> and <= <high>`` (``a Python int ...`` when
+      ``builtin_only`` refuses a NumPy integer: its type, not its value, is what is wrong).
   """
   if optional and value is None:
     return None
@@ -99,7 +100,9 @@ def check_integer(
     or (high is not None and value > high)
   ):
     bounds = _bounds(low, high, high_label=high_label)
-    reject(name, value, _allowed(f"an integer{bounds}", optional=optional, note=note))
+    numpy_integer = builtin_only and is_integer(value) and not is_integer(value, builtin_only=True)
+    kind = "a Python int" if numpy_integer else "an integer"
+    reject(name, value, _allowed(f"{kind}{bounds}", optional=optional, note=note))
   return int(value)
 
 
@@ -139,7 +142,8 @@ def check_real(
 
   Raises:
     ValueError: ``<name>=<value!r>; allowed: a finite number >= <low> and < <high>`` (``a number ...
-      (inf allowed)`` with ``allow_inf``).
+      (inf allowed)`` with ``allow_inf``; ``a finite Python int or float ...`` when
+      ``builtin_only`` refuses a NumPy scalar).
   """
   if optional and value is None:
     return None
@@ -147,7 +151,9 @@ def check_real(
   ok = ok and (low is None or (value > low if low_open else value >= low))
   ok = ok and (high is None or (value < high if high_open else value <= high))
   if not ok:
-    kind = "a number" if allow_inf else "a finite number"
+    numpy_scalar = builtin_only and is_real(value) and not is_real(value, builtin_only=True)
+    kind = "a Python int or float" if numpy_scalar else "a number"
+    kind = kind if allow_inf else f"a finite {kind[2:]}"
     bounds = _bounds(low, high, low_open=low_open, high_open=high_open)
     inf = " (inf allowed)" if allow_inf else ""
     reject(name, value, _allowed(f"{kind}{bounds}{inf}", optional=optional, note=note))

@@ -133,7 +133,8 @@ def test_reject_is_the_one_format():
     ("3", dict(low=0), "n='3'; allowed: an integer >= 0"),
     (None, dict(low=0), "n=None; allowed: an integer >= 0"),
     (0, dict(low=1, optional=True), "n=0; allowed: None or an integer >= 1"),
-    (np.int64(3), dict(low=0, builtin_only=True), "n=np.int64(3); allowed: an integer >= 0"),
+    (np.int64(3), dict(low=0, builtin_only=True), "n=np.int64(3); allowed: a Python int >= 0"),  # its type is wrong
+    (-1, dict(low=0, builtin_only=True), "n=-1; allowed: an integer >= 0"),  # a Python int: its value is wrong
     (-1, dict(low=0, note="(calls of delay)"), "n=-1; allowed: an integer >= 0 (calls of delay)"),
   ],
 )
@@ -164,7 +165,13 @@ def test_check_integer_bounds_are_inclusive_and_it_returns_a_python_int():
     (True, dict(low=0), "x=True; allowed: a finite number >= 0"),  # a bool is not a number
     ("0.1", dict(low=0), "x='0.1'; allowed: a finite number >= 0"),
     (-1, dict(low=0, optional=True), "x=-1; allowed: None or a finite number >= 0"),
-    (np.float32(0.5), dict(builtin_only=True), "x=np.float32(0.5); allowed: a finite number"),
+    (np.float32(0.5), dict(builtin_only=True), "x=np.float32(0.5); allowed: a finite Python int or float"),
+    (
+      np.float32(9),
+      dict(allow_inf=True, builtin_only=True),
+      "x=np.float32(9.0); allowed: a Python int or float (inf allowed)",
+    ),
+    (-1.0, dict(low=0, builtin_only=True), "x=-1.0; allowed: a finite number >= 0"),  # a float: its value is wrong
     (-1.0, dict(low=0, note="or a schedule"), "x=-1.0; allowed: a finite number >= 0 or a schedule"),
   ],
 )
