@@ -250,8 +250,9 @@ MODULES: tuple[Module, ...] = (
       "tests/models/test_models_zoo.py",
       "tests/models/test_models_caffe_layers.py",
       "tests/models/test_models_forward_reference.py",
+      "tests/models/test_models_dropout.py",
     ),
-    "AlexNet's decay multipliers, its forward pass and fillers",
+    "AlexNet's decay multipliers, its forward pass, fillers and dropout option",
   ),
   # studies: the rules that decide the claims.
   Module("stalesgd/studies/_seed_statistics.py", ("tests/studies/test_study_statistics.py",), "the paired interval"),

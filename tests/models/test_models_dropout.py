@@ -66,5 +66,7 @@ def test_missing_seed_is_rejected_and_evaluation_needs_none(model_and_params):
 def test_alexnet_dropout_option():
   assert get_model("alexnet", num_classes=10, dropout_rate=0.5).uses_dropout
   assert not get_model("alexnet", num_classes=10).uses_dropout
-  with pytest.raises(ValueError, match=r"dropout_rate must lie in \[0, 1\)"):
-    get_model("alexnet", num_classes=10, dropout_rate=1.0)
+  assert not get_model("alexnet", num_classes=10, dropout_rate=0.0).uses_dropout
+  for rate in (1.0, -0.5, 1.5):
+    with pytest.raises(ValueError, match=r"dropout_rate must lie in \[0, 1\)"):
+      get_model("alexnet", num_classes=10, dropout_rate=rate)

@@ -240,3 +240,55 @@ def test_a_model_specification_is_equal_only_to_itself_and_hashable():
   copy = dataclasses.replace(model)
   assert copy != model and model == model
   assert len({model, copy}) == 2
+
+
+def test_the_caffe_networks_defaults_are_their_prototxts():
+  """cifar10_full: 10 outputs on 32x32x3; bvlc_alexnet: 1000 outputs on 227x227x3 crops, two towers, no dropout
+  unless asked (the module's own defaults too, for a user who builds the flax module directly)."""
+  from stalesgd.models._alexnet import AlexNet
+  from stalesgd.models._cifar10_full import Cifar10Full
+
+  assert Cifar10Full().num_classes == 10
+  assert (AlexNet().num_classes, AlexNet().groups, AlexNet().dropout_rate) == (1000, 2, 0.0)
+  assert get_model("cifar10_full", num_classes=10).default_image_shape == (32, 32, 3)
+  assert get_model("alexnet", num_classes=10).default_image_shape == (227, 227, 3)
+
+
+@pytest.mark.parametrize("name, image_shape", [("cifar10_full", (32, 32, 3)), ("alexnet", (99, 99, 3))])
+def test_train_is_keyword_only_in_the_caffe_networks(name, image_shape):
+  """``train`` is passed by name, as everywhere in stalesgd: a positional flag after the images is refused."""
+  model = get_model(name, num_classes=10)
+  images = np.zeros((1, *image_shape), np.float32)
+  variables = {
+    "params": jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), model.parameter_shapes(image_shape))
+  }
+  assert model.module.apply(variables, images, train=False).shape == (1, 10)
+  with pytest.raises(TypeError, match="positional argument"):
+    model.module.apply(variables, images, False)
+
+
+def test_the_caffe_multiplier_rules_read_the_leaf_and_top_layer_names_at_any_depth():
+  """Caffe's multipliers by blob: the leaf name decides weight or bias whatever the nesting (a user's model may nest
+  layers), and any leaf other than ``bias`` is a weight; the names are compared by value, not identity."""
+  from stalesgd.models import _alexnet, _cifar10_full
+
+  bias = "".join(["b", "i", "a", "s"])  # built at run time: not the interned literal
+  for leaf, lr_mult, rudra_decay, alexnet_decay in [
+    (bias, 2.0, 0.0, 0.0),
+    ("kernel", 1.0, 1.0, 1.0),
+    ("alpha", 1.0, 1.0, 1.0),  # sorts before "bias"
+    ("scale", 1.0, 1.0, 1.0),  # sorts after it
+  ]:
+    path = ("tower", "conv", leaf)
+    assert _cifar10_full.caffe_learning_rate_multiplier(path) == lr_mult, leaf
+    assert _cifar10_full.rudra_weight_decay_multiplier(path) == rudra_decay, leaf
+    assert _alexnet.alexnet_weight_decay_multiplier(path) == alexnet_decay, leaf
+    # Caffe's prototxt: a layer that is neither ip1 nor conv3 keeps the usual 1 / 2 and a decay of 1 on both blobs.
+    assert _cifar10_full.caffe_prototxt_learning_rate_multiplier(path) == lr_mult, leaf
+    assert _cifar10_full.caffe_prototxt_weight_decay_multiplier(path) == 1.0, leaf
+  classifier = "".join(["i", "p", "1"])
+  assert _cifar10_full.rudra_weight_decay_multiplier((classifier, "kernel")) == 250.0
+  assert _cifar10_full.caffe_prototxt_weight_decay_multiplier((classifier, "kernel")) == 250.0
+  assert _cifar10_full.caffe_prototxt_weight_decay_multiplier((classifier, bias)) == 0.0
+  assert _cifar10_full.caffe_prototxt_weight_decay_multiplier((classifier, "alpha")) == 250.0  # a weight
+  assert _cifar10_full.caffe_prototxt_learning_rate_multiplier(("".join(["conv", "3"]), bias)) == 1.0
