@@ -245,10 +245,11 @@ def test_a_model_specification_is_equal_only_to_itself_and_hashable():
 def test_the_caffe_networks_defaults_are_their_prototxts():
   """cifar10_full: 10 outputs on 32x32x3; bvlc_alexnet: 1000 outputs on 227x227x3 crops, two towers, no dropout
   unless asked (the module's own defaults too, for a user who builds the flax module directly)."""
-  from stalesgd.models._alexnet import AlexNet
-  from stalesgd.models._cifar10_full import Cifar10Full
+  from stalesgd.models._alexnet import AlexNet, alexnet
+  from stalesgd.models._cifar10_full import Cifar10Full, cifar10_full
 
-  assert Cifar10Full().num_classes == 10
+  assert Cifar10Full().num_classes == cifar10_full().num_classes == 10
+  assert alexnet().num_classes == 1000
   assert (AlexNet().num_classes, AlexNet().groups, AlexNet().dropout_rate) == (1000, 2, 0.0)
   assert get_model("cifar10_full", num_classes=10).default_image_shape == (32, 32, 3)
   assert get_model("alexnet", num_classes=10).default_image_shape == (227, 227, 3)
@@ -291,4 +292,5 @@ def test_the_caffe_multiplier_rules_read_the_leaf_and_top_layer_names_at_any_dep
   assert _cifar10_full.caffe_prototxt_weight_decay_multiplier((classifier, "kernel")) == 250.0
   assert _cifar10_full.caffe_prototxt_weight_decay_multiplier((classifier, bias)) == 0.0
   assert _cifar10_full.caffe_prototxt_weight_decay_multiplier((classifier, "alpha")) == 250.0  # a weight
+  assert _cifar10_full.caffe_prototxt_weight_decay_multiplier((classifier, "dense", bias)) == 0.0
   assert _cifar10_full.caffe_prototxt_learning_rate_multiplier(("".join(["conv", "3"]), bias)) == 1.0
