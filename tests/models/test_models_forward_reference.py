@@ -48,7 +48,7 @@ def _cifar10_full_reference(p, x):
   return ref.dense(x, **p["ip1"])
 
 
-def _alexnet_reference(p, x, groups):
+def _alexnet_reference(p, x, groups, features_only=False):
   """bvlc_alexnet train_val.prototxt: conv1 11x11 s4 -> relu -> norm (ACROSS_CHANNELS, 5, 1e-4, 0.75) -> pool 3 s2
   -> conv2 5x5 pad 2 group 2 -> relu -> norm -> pool -> conv3 3x3 pad 1 -> relu -> conv4 3x3 pad 1 group 2 -> relu
   -> conv5 3x3 pad 1 group 2 -> relu -> pool -> fc6 -> relu -> fc7 -> relu -> fc8."""
@@ -58,8 +58,13 @@ def _alexnet_reference(p, x, groups):
   x = ref.relu(ref.conv(x, **p["conv3"], pad=1))
   x = ref.relu(ref.conv(x, **p["conv4"], pad=1, groups=groups))
   x = ref.pool(ref.relu(ref.conv(x, **p["conv5"], pad=1, groups=groups)), 3, 2, 0, "max")
-  x = ref.relu(ref.dense(x, **p["fc6"]))
-  x = ref.relu(ref.dense(x, **p["fc7"]))
+  return x if features_only else _alexnet_head(p, x)
+
+
+def _alexnet_head(p, x, dropped=(lambda h: h, lambda h: h)):
+  """fc6 -> relu6 -> drop6 -> fc7 -> relu7 -> drop7 -> fc8, the dropouts given as functions of their inputs."""
+  x = dropped[0](ref.relu(ref.dense(x, **p["fc6"])))
+  x = dropped[1](ref.relu(ref.dense(x, **p["fc7"])))
   return ref.dense(x, **p["fc8"])
 
 
@@ -83,6 +88,42 @@ def test_alexnet_forward_matches_the_prototxt(groups):
   want = _alexnet_reference(params, images, groups)
   for train in (False, True):  # dropout off by default: training and evaluation agree
     _assert_close(model.module.apply({"params": params}, images, train=train), want)
+
+
+def test_alexnet_dropout_follows_relu6_and_relu7_in_training_only():
+  """bvlc_alexnet's drop6 and drop7 (ratio 0.5) act on relu6 and relu7 in training, scaling the kept units by
+  1 / (1 - 0.5) (Caffe's and flax's inverted dropout); evaluation is the network without them. The masks are read
+  from the two dropout layers' outputs; everything else is the NumPy reference."""
+  rate = 0.5
+  model = get_model("alexnet", num_classes=10, dropout_rate=rate)
+  params = _random_params(model.parameter_shapes(SMALL_ALEXNET_IMAGE), seed=4)
+  images = np.random.default_rng(5).normal(scale=60.0, size=(2, *SMALL_ALEXNET_IMAGE)).astype(np.float32)
+  _assert_close(model.module.apply({"params": params}, images, train=False), _alexnet_reference(params, images, 2))
+
+  logits, state = model.module.apply(
+    {"params": params},
+    images,
+    train=True,
+    rngs={"dropout": jax.random.key(6)},
+    capture_intermediates=True,
+    mutable=["intermediates"],
+  )
+  dropped = [np.asarray(state["intermediates"][f"Dropout_{index}"]["__call__"][0], np.float64) for index in (0, 1)]
+  seen = []
+
+  def drop(index):
+    def apply(h):
+      kept = dropped[index] != 0
+      _assert_close(dropped[index][kept], h[kept] / (1 - rate))
+      seen.append(np.mean(kept[h > 0]))  # the share of active units kept
+      return np.where(kept, h / (1 - rate), 0.0)
+
+    return apply
+
+  # The features up to pool5 (no dropout there), then the head with the masks the layers drew.
+  features = _alexnet_reference({**params, "fc6": None, "fc7": None, "fc8": None}, images, 2, features_only=True)
+  _assert_close(logits, _alexnet_head(params, features, (drop(0), drop(1))))
+  assert all(0.4 < share < 0.6 for share in seen), seen
 
 
 def test_alexnet_initialisation_follows_bvlc_alexnet():
