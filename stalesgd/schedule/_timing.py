@@ -43,8 +43,8 @@ def _load_trace(path: str | os.PathLike[str]) -> np.ndarray:
 
   Raises:
     ValueError: naming the file, when it is missing or unreadable (truncated,
-      pickled, a ragged or non-numeric csv), not real numbers, empty, of more
-      than 2 dimensions, or holds a value that is not finite and > 0.
+      pickled, a ragged or non-numeric csv), not real numbers, empty, a 0-d
+      .npy or of more than 2 dimensions, or holds a value that is not finite and > 0.
   """
   path = os.fspath(path)
   if not path.endswith((".npy", ".csv")):
@@ -73,7 +73,7 @@ def _load_trace(path: str | os.PathLike[str]) -> np.ndarray:
   values = values.astype(np.float64)
   if values.size == 0:
     raise ValueError(f"trace must hold at least one value; {path!r} is empty")
-  if values.ndim > 2:
+  if values.ndim not in (1, 2):
     raise ValueError(f"trace must have 1 or 2 dimensions; {path!r} has shape {values.shape}")
   bad = ~np.isfinite(values) | (values <= 0)
   if np.any(bad):

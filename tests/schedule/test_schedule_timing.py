@@ -178,7 +178,7 @@ def test_a_trace_of_one_row_or_one_column_is_a_factor_per_learner(tmp_path, cont
 
 def test_a_square_trace_is_per_step_and_a_single_value_a_factor_for_one_learner(tmp_path):
   """[learners, learners] is one row per step (not a factor per learner); a csv of one value is shape [1]; an array
-  of three dimensions is refused."""
+  of three dimensions, or of none (a 0-d .npy), is refused."""
   timing = _npy_trace(tmp_path, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
   assert timing.trace_layout(3) == "per_step"
   np.testing.assert_array_equal(timing.speed_factors_for(3, seed=0), [1.0, 1.0, 1.0])
@@ -188,6 +188,9 @@ def test_a_square_trace_is_per_step_and_a_single_value_a_factor_for_one_learner(
   np.save(tmp_path / "cube.npy", np.ones((2, 2, 2)))
   with pytest.raises(ValueError, match=r"trace must have 1 or 2 dimensions; .* has shape \(2, 2, 2\)"):
     TimingModel(trace=str(tmp_path / "cube.npy"))
+  np.save(tmp_path / "scalar.npy", np.float64(2.5))  # a 0-d array: a csv of one value is the way to give one factor
+  with pytest.raises(ValueError, match=r"trace must have 1 or 2 dimensions; .* has shape \(\)"):
+    TimingModel(trace=str(tmp_path / "scalar.npy"))
 
 
 def _npy_trace(tmp_path, values) -> TimingModel:
