@@ -264,7 +264,7 @@ def test_bad_per_gradient_delays_are_refused():
   with pytest.raises(TypeError):  # and the wrapper's options
     stalesgd.delayed(optax.sgd(0.1), 1)
   for options in ({"staleness": np.int64(2)}, {"max_delay": np.int64(1)}):  # the static sizes are Python ints
-    with pytest.raises(ValueError, match="allowed: an integer >= 0"):
+    with pytest.raises(ValueError, match="allowed: a Python int >= 0"):
       stalesgd.delayed(optax.sgd(0.1), **options)
 
 

@@ -77,7 +77,7 @@ def test_jitted_updates_equal_eager_ones():
     ({"buffer_size": 0}, r"buffer_size=0; allowed: an integer >= 1"),
     ({"buffer_size": 2.0}, r"buffer_size=2\.0; allowed: an integer >= 1"),
     # A Python int only: N is static (a numpy integer could be an inject_hyperparams array's stand-in).
-    ({"buffer_size": np.int64(2)}, r"buffer_size=np\.int64\(2\); allowed: an integer >= 1"),
+    ({"buffer_size": np.int64(2)}, r"buffer_size=np\.int64\(2\); allowed: a Python int >= 1"),
     ({"activation": 1.5}, r"activation=1\.5; allowed: a finite number >= 0 and <= 1"),
     ({"momentum": -0.1}, r"momentum=-0\.1; allowed: a finite number >= 0 and <= 1"),
     ({"momentum": True}, r"momentum=True; allowed: a finite number >= 0 and <= 1"),  # a bool is not a number
