@@ -278,6 +278,38 @@ def test_two_all_reduces_needed_at_one_boundary_stay_apart(devices):
   assert report["overlap_ready"], report
 
 
+_APART_WITHOUT_THE_COMBINER = """
+import json, jax
+jax.config.update("jax_num_cpu_devices", 8)
+from stalesgd.decentral._streaming import StreamingSettings
+from tests.decentral.test_overlap_hlo import streaming_report
+report = streaming_report(StreamingSettings(local_steps=4, fragments=2, delay=2))
+print(json.dumps({"windows": report["windows"], "ready": report["overlap_ready"]}))
+"""
+
+
+@pytest.mark.slow
+def test_without_xla_cpus_all_reduce_combiner_the_two_all_reduces_stay_apart():
+  """The workaround docs/algorithms.md gives for the case above: ``--xla_disable_hlo_passes=cpu-all-reduce-combiner``
+  in XLA_FLAGS (read once, when the backend starts: a fresh process) keeps the carried and the mid-round
+  all-reduce apart, and the round is overlap-ready."""
+  import json
+  import os
+  import pathlib
+  import subprocess
+  import sys
+
+  root = pathlib.Path(__file__).resolve().parents[2]
+  flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_disable_hlo_passes=cpu-all-reduce-combiner".strip()
+  env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(root)}
+  done = subprocess.run(
+    [sys.executable, "-c", _APART_WITHOUT_THE_COMBINER], cwd=root, env=env, capture_output=True, text=True, timeout=300
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  found = json.loads(done.stdout.strip().splitlines()[-1])
+  assert found == {"windows": [[0, 1, 2], [2, 0, 2]], "ready": True}, found
+
+
 def test_overlap_windows_count_the_steps_between_a_sync_and_the_use_of_its_mean():
   # A round-end sync with tau > 0 is all-reduced at the next round's start, its window tau steps of that round.
   assert overlap_windows(StreamingSettings(local_steps=4, fragments=2, delay=1)) == [(0, 1, 1), (2, 0, 1)]
