@@ -824,31 +824,32 @@ def _run_module(module: Module, arguments: argparse.Namespace, controls: Sequenc
   _write_json(files["meta"], meta)
 
 
-def forget_survivors(session: pathlib.Path) -> list[str]:
-  """Deletes the survived and timed-out results of a cosmic-ray session, so that its ``exec`` runs those mutants
-  again (with the tests as they are now, and the session's timeout: a survivor a new test kills comes out killed,
-  a mutant that made the tests hang may now fail one quickly). Returns their job ids."""
+def _forget(session: pathlib.Path, where: str) -> list[str]:
+  """Deletes the results of a cosmic-ray session that match the SQL condition ``where``, so that its ``exec`` runs
+  those mutants again; returns their job ids. cosmic-ray stores its enums by name ("SURVIVED"); `cosmic-ray dump`
+  prints their values ("survived")."""
   with sqlite3.connect(session) as database:
-    # cosmic-ray stores its enums by name ("SURVIVED"); `cosmic-ray dump` prints their values ("survived"); a
-    # timeout is a "killed" result whose output is "timeout" (`outcome_of`).
-    survived = "(UPPER(test_outcome) = 'SURVIVED' OR TRIM(output) = 'timeout')"
-    jobs = [row[0] for row in database.execute(f"SELECT job_id FROM work_results WHERE {survived}")]
-    database.execute(f"DELETE FROM work_results WHERE {survived}")
+    jobs = [row[0] for row in database.execute(f"SELECT job_id FROM work_results WHERE {where}")]
+    database.execute(f"DELETE FROM work_results WHERE {where}")
   return jobs
+
+
+def forget_survivors(session: pathlib.Path) -> list[str]:
+  """Forgets the survived and timed-out results (a timeout is a "killed" result whose output is "timeout",
+  `outcome_of`), so the session's timeout and today's tests decide them again: a survivor a new test kills comes
+  out killed, a mutant that made the tests hang may now fail one quickly. Returns their job ids."""
+  return _forget(session, "(UPPER(test_outcome) = 'SURVIVED' OR TRIM(output) = 'timeout')")
 
 
 def forget_incompetent(session: pathlib.Path) -> list[str]:
-  """Deletes a session's incompetent results, so that its ``exec`` runs those mutants again; returns their job ids.
+  """Forgets the incompetent results; returns their job ids.
 
-  cosmic-ray records a mutant as incompetent when its worker raised instead of finishing the test command: here
-  that happens when a pass is stopped mid-mutant (the command is killed under it), which says nothing about the
-  mutant. Skipped mutants (``worker_outcome`` SKIPPED, no test outcome) are kept.
+  cosmic-ray records a mutant as incompetent when its worker raised instead of finishing the test command. A pass
+  stopped mid-mutant leaves one (the command is killed under it), which says nothing about the mutant; a mutant
+  that cannot be applied is recorded so again at every pass, at the cost of one attempt. Skipped mutants
+  (``worker_outcome`` SKIPPED, no test outcome) are kept.
   """
-  with sqlite3.connect(session) as database:
-    incompetent = "UPPER(test_outcome) = 'INCOMPETENT'"
-    jobs = [row[0] for row in database.execute(f"SELECT job_id FROM work_results WHERE {incompetent}")]
-    database.execute(f"DELETE FROM work_results WHERE {incompetent}")
-  return jobs
+  return _forget(session, "UPPER(test_outcome) = 'INCOMPETENT'")
 
 
 def _dump(session: pathlib.Path) -> list[list[Any]]:

@@ -45,6 +45,12 @@ def is_real(value: Any, *, builtin_only: bool = False) -> bool:
   return isinstance(value, kinds) and not isinstance(value, bool)
 
 
+def _refused_for_its_type_only(check: Any, value: Any, builtin_only: bool) -> bool:
+  """Whether ``builtin_only`` is what refuses ``value``: ``check`` (`is_integer`, `is_real`) admits it, but not
+  its builtin form (a NumPy scalar); the message then names the Python type rather than the range."""
+  return builtin_only and check(value) and not check(value, builtin_only=True)
+
+
 def _finite(value: Any) -> bool:
   return isinstance(value, numbers.Integral) or math.isfinite(value)
 
@@ -100,8 +106,7 @@ def check_integer(
     or (high is not None and value > high)
   ):
     bounds = _bounds(low, high, high_label=high_label)
-    numpy_integer = builtin_only and is_integer(value) and not is_integer(value, builtin_only=True)
-    kind = "a Python int" if numpy_integer else "an integer"
+    kind = "a Python int" if _refused_for_its_type_only(is_integer, value, builtin_only) else "an integer"
     reject(name, value, _allowed(f"{kind}{bounds}", optional=optional, note=note))
   return int(value)
 
@@ -151,9 +156,8 @@ def check_real(
   ok = ok and (low is None or (value > low if low_open else value >= low))
   ok = ok and (high is None or (value < high if high_open else value <= high))
   if not ok:
-    numpy_scalar = builtin_only and is_real(value) and not is_real(value, builtin_only=True)
-    kind = "a Python int or float" if numpy_scalar else "a number"
-    kind = kind if allow_inf else f"a finite {kind[2:]}"
+    noun = "Python int or float" if _refused_for_its_type_only(is_real, value, builtin_only) else "number"
+    kind = f"a {noun}" if allow_inf else f"a finite {noun}"
     bounds = _bounds(low, high, low_open=low_open, high_open=high_open)
     inf = " (inf allowed)" if allow_inf else ""
     reject(name, value, _allowed(f"{kind}{bounds}{inf}", optional=optional, note=note))

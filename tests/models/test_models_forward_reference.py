@@ -48,23 +48,23 @@ def _cifar10_full_reference(p, x):
   return ref.dense(x, **p["ip1"])
 
 
-def _alexnet_reference(p, x, groups, features_only=False):
-  """bvlc_alexnet train_val.prototxt: conv1 11x11 s4 -> relu -> norm (ACROSS_CHANNELS, 5, 1e-4, 0.75) -> pool 3 s2
-  -> conv2 5x5 pad 2 group 2 -> relu -> norm -> pool -> conv3 3x3 pad 1 -> relu -> conv4 3x3 pad 1 group 2 -> relu
-  -> conv5 3x3 pad 1 group 2 -> relu -> pool -> fc6 -> relu -> fc7 -> relu -> fc8."""
+def _alexnet_features(p, x, groups):
+  """bvlc_alexnet train_val.prototxt up to pool5: conv1 11x11 s4 -> relu -> norm (ACROSS_CHANNELS, 5, 1e-4, 0.75)
+  -> pool 3 s2 -> conv2 5x5 pad 2 group 2 -> relu -> norm -> pool -> conv3 3x3 pad 1 -> relu -> conv4 3x3 pad 1
+  group 2 -> relu -> conv5 3x3 pad 1 group 2 -> relu -> pool."""
   x = ref.pool(ref.lrn_across(ref.relu(ref.conv(x, **p["conv1"], stride=4)), 5, 1e-4, 0.75, 1.0), 3, 2, 0, "max")
   x = ref.relu(ref.conv(x, **p["conv2"], pad=2, groups=groups))
   x = ref.pool(ref.lrn_across(x, 5, 1e-4, 0.75, 1.0), 3, 2, 0, "max")
   x = ref.relu(ref.conv(x, **p["conv3"], pad=1))
   x = ref.relu(ref.conv(x, **p["conv4"], pad=1, groups=groups))
-  x = ref.pool(ref.relu(ref.conv(x, **p["conv5"], pad=1, groups=groups)), 3, 2, 0, "max")
-  return x if features_only else _alexnet_head(p, x)
+  return ref.pool(ref.relu(ref.conv(x, **p["conv5"], pad=1, groups=groups)), 3, 2, 0, "max")
 
 
-def _alexnet_head(p, x, dropped=(lambda h: h, lambda h: h)):
-  """fc6 -> relu6 -> drop6 -> fc7 -> relu7 -> drop7 -> fc8, the dropouts given as functions of their inputs."""
-  x = dropped[0](ref.relu(ref.dense(x, **p["fc6"])))
-  x = dropped[1](ref.relu(ref.dense(x, **p["fc7"])))
+def _alexnet_reference(p, x, groups):
+  """The whole network without dropout: the features, then fc6 -> relu -> fc7 -> relu -> fc8."""
+  x = _alexnet_features(p, x, groups)
+  for layer in ("fc6", "fc7"):
+    x = ref.relu(ref.dense(x, **p[layer]))
   return ref.dense(x, **p["fc8"])
 
 
@@ -109,21 +109,16 @@ def test_alexnet_dropout_follows_relu6_and_relu7_in_training_only():
     mutable=["intermediates"],
   )
   dropped = [np.asarray(state["intermediates"][f"Dropout_{index}"]["__call__"][0], np.float64) for index in (0, 1)]
-  seen = []
-
-  def drop(index):
-    def apply(h):
-      kept = dropped[index] != 0
-      _assert_close(dropped[index][kept], h[kept] / (1 - rate))
-      seen.append(np.mean(kept[h > 0]))  # the share of active units kept
-      return np.where(kept, h / (1 - rate), 0.0)
-
-    return apply
-
-  # The features up to pool5 (no dropout there), then the head with the masks the layers drew.
-  features = _alexnet_reference({**params, "fc6": None, "fc7": None, "fc8": None}, images, 2, features_only=True)
-  _assert_close(logits, _alexnet_head(params, features, (drop(0), drop(1))))
-  assert all(0.4 < share < 0.6 for share in seen), seen
+  # The features up to pool5 (no dropout there), then fc6 and fc7 each followed by the mask its layer drew.
+  x, shares = _alexnet_features(params, images, 2), []
+  for layer, out in zip(("fc6", "fc7"), dropped):
+    h = ref.relu(ref.dense(x, **params[layer]))
+    kept = out != 0
+    _assert_close(out[kept], h[kept] / (1 - rate))
+    shares.append(np.mean(kept[h > 0]))  # the share of active units kept
+    x = np.where(kept, h / (1 - rate), 0.0)
+  _assert_close(logits, ref.dense(x, **params["fc8"]))
+  assert all(0.4 < share < 0.6 for share in shares), shares
 
 
 def test_alexnet_initialisation_follows_bvlc_alexnet():
