@@ -158,6 +158,23 @@ def run_tasks_in_processes(
   return gather(tasks, echo=echo, missing_ok=True)
 
 
+def unfinished_runs(tasks: Sequence[Task]) -> str | None:
+  """Why no report can be gathered from ``tasks`` yet (the runs that have not finished), or None if none is left.
+
+  `gather` refuses with this message; ``stalesgd-reproduce --gather`` asks first, before JAX starts.
+  """
+  missing = [task for task in tasks if is_unfinished(read_outcome(task))]
+  return _unfinished_message(missing, len(tasks)) if missing else None
+
+
+def _unfinished_message(missing: Sequence[Task], num_tasks: int) -> str:
+  return (
+    f"{len(missing)} of {num_tasks} runs have not finished: "
+    + ", ".join(f"--task={task.index} ({task.label}, {task.directory})" for task in missing)
+    + "; allowed: gather once every run of the grid has finished"
+  )
+
+
 def gather(tasks: Sequence[Task], *, echo=print, missing_ok: bool = False) -> list[tuple[Task, RunOutcome]] | None:
   """Every task with the outcome its directory holds; None if a run is unfinished or preempted.
 
@@ -173,11 +190,7 @@ def gather(tasks: Sequence[Task], *, echo=print, missing_ok: bool = False) -> li
     else:
       done.append((task, outcome))
   if missing and not missing_ok:
-    raise ValueError(
-      f"{len(missing)} of {len(tasks)} runs have not finished: "
-      + ", ".join(f"--task={task.index} ({task.label}, {task.directory})" for task in missing)
-      + "; allowed: gather once every run of the grid has finished"
-    )
+    raise ValueError(_unfinished_message(missing, len(tasks)))
   if missing:
     echo(f"  {len(missing)} runs unfinished (preempted): rerun the same command to resume them")
     return None

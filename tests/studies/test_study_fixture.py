@@ -1,0 +1,85 @@
+"""A study directory written by an earlier commit's code resumes, and ``--gather`` reads it, with today's code.
+
+The fixture (``tests/fixtures/study_643a36b``, written by ``tests/fixtures/make_study_fixture.py`` with the code
+the long grids ran from) holds the demo at 2 epochs: ``8_softsync_a0_sigma`` finished, ``hardsync`` preempted
+by SIGTERM at update 13. A copy of it must be refused by ``--gather`` naming the unfinished run (one line, no
+traceback), then run to the end (the finished run read back, the preempted one resumed from its checkpoint to
+the records the old code reached uninterrupted), and then gathered into the same report.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import train_helpers
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+FIXTURE = REPOSITORY / "tests" / "fixtures" / "study_643a36b"
+TIMING_FIELDS = ("wall_time", "images_per_s")  # the host's clock, not the run's numbers
+REPORT_TABLES = ("runs.csv", "results.csv")  # one row per run; per variant over seeds
+
+
+def _facts() -> dict:
+  return json.loads((FIXTURE / "fixture.json").read_text())
+
+
+def _reproduce(workdir: pathlib.Path, compilation_cache: pathlib.Path, *flags: str) -> subprocess.CompletedProcess:
+  command = [sys.executable, "-m", "stalesgd.cli.reproduce", *_facts()["study_flags"], f"--workdir={workdir}", *flags]
+  env = {**train_helpers.main_environment(compilation_cache), "JAX_PLATFORMS": "cpu"}
+  return subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600, env=env)
+
+
+def _without_timing(records: list[dict]) -> list[dict]:
+  return [{key: value for key, value in record.items() if key not in TIMING_FIELDS} for record in records]
+
+
+def _table(path: pathlib.Path) -> list[dict[str, str]]:
+  with open(path, newline="", encoding="utf-8") as file:
+    return list(csv.DictReader(file))
+
+
+@pytest.mark.slow
+def test_an_earlier_commits_study_directory_resumes_and_gathers(tmp_path, compilation_cache):
+  facts = _facts()
+  workdir = tmp_path / "study"
+  shutil.copytree(FIXTURE, workdir)
+  finished, preempted = workdir / facts["finished"], workdir / facts["preempted"]
+  finished_records = train_helpers.read_metrics(finished)
+  assert train_helpers.read_summary(preempted)["preempted"] is True
+
+  refused = _reproduce(workdir, tmp_path / "cache", "--gather")
+  assert refused.returncode == 1, refused.stderr[-3000:]
+  lines = refused.stderr.strip().splitlines()
+  assert "Traceback" not in refused.stderr and len(lines) == 2, lines
+  assert lines[0].startswith("FATAL --gather: 1 of 2 runs have not finished: --task=0 (hardsync, seed 0, ")
+  assert str(preempted) in lines[0]
+
+  ran = _reproduce(workdir, compilation_cache, "--parallel=1")
+  assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout[-3000:]
+  assert f"resumed from the checkpoint at update {facts['preempted_at_update']} in {preempted}" in ran.stdout
+  assert f"reused the finished run in {finished}" in ran.stdout
+  summary = train_helpers.read_summary(preempted)
+  assert summary["preempted"] is False and summary["updates"] == facts["expected_updates"]
+  assert [session["stalesgd_commit"] for session in summary["sessions"]][0] == facts["commit"]
+  expected = [json.loads(line) for line in (FIXTURE / "expected_hardsync_metrics.jsonl").read_text().splitlines()]
+  assert _without_timing(train_helpers.read_metrics(preempted)) == _without_timing(expected)
+  assert train_helpers.read_metrics(finished) == finished_records  # read back, not trained again
+  report = {name: _table(workdir / name) for name in REPORT_TABLES}
+
+  for name in REPORT_TABLES:
+    (workdir / name).unlink()
+  gathered = _reproduce(workdir, compilation_cache, "--gather")
+  assert gathered.returncode == 0, gathered.stderr[-3000:]
+  assert {name: _table(workdir / name) for name in REPORT_TABLES} == report
+  errors = {row["variant"]: float(row["test_error"]) for row in report["runs.csv"]}  # each run's last evaluation
+  assert errors == {
+    "hardsync": train_helpers.evaluation_records(expected)[-1]["test_error"],
+    "8-softsync, a0/sigma": train_helpers.evaluation_records(finished_records)[-1]["test_error"],
+  }
