@@ -59,7 +59,7 @@ from jax.sharding import PartitionSpec
 
 from experiments.benchmarks.common import machine_description, paired_ratio, time_interleaved
 from stalesgd import models
-from stalesgd.decentral import DCS3GD, config_for_protocol
+from stalesgd.decentral import DCS3GD, settings_for_protocol
 from stalesgd.parallel import _sharding as sharding_lib
 
 _MODEL = flags.DEFINE_string("model", "cifar10_full", "A stalesgd.models name (a conv net).")
@@ -92,7 +92,7 @@ def build_programs(spec, params, optimizer, mesh, batch):
   """name -> a function running one step and returning something to block on."""
   programs, reports = {}, {}
   for protocol in PROTOCOLS:
-    trainer = DCS3GD(spec.loss_fn, optimizer, config_for_protocol(protocol), mesh)
+    trainer = DCS3GD(spec.loss_fn, optimizer, settings_for_protocol(protocol), mesh)
     state = trainer.init(params)
     reports[protocol] = trainer.overlap_report(state, batch)
     carry = {"state": state}

@@ -75,7 +75,7 @@ from absl import app, flags, logging
 
 from stalesgd.cli import _program as program
 from stalesgd.data._loading import SOURCES
-from stalesgd.studies import STUDIES, RunSettings, run_study
+from stalesgd.studies import STUDIES, StudySettings, run_study
 from stalesgd.studies import _processes as processes
 from stalesgd.studies._sweep import unfinished_runs
 from stalesgd.studies._tasks import plan_tasks
@@ -185,7 +185,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
   try:
-    settings = RunSettings(
+    settings = StudySettings(
       quick=_QUICK.value,
       data_source=_DATA_SOURCE.value,
       data_dir=_DATA_DIR.value,

@@ -12,16 +12,16 @@ from stalesgd.decentral._settings import (
   DEFAULT_LAMBDA_0,
   LAMBDA_MODES,
   PROTOCOLS,
-  DCS3GDConfig,
-  config_for_protocol,
+  DCS3GDSettings,
+  settings_for_protocol,
 )
 
 __all__ = [
   "DCS3GD",
-  "DCS3GDConfig",
+  "DCS3GDSettings",
   "DCS3GDState",
   "DEFAULT_LAMBDA_0",
   "LAMBDA_MODES",
   "PROTOCOLS",
-  "config_for_protocol",
+  "settings_for_protocol",
 ]

@@ -23,7 +23,7 @@ abstract and with secondary sources, docs/algorithms.md section 3)::
 with omega = 1 (DC-S3GD) or omega = 1/M (eager updates, Kale et al., arXiv
 2502.12996: Delta~ = Dbar(t-1) + (Delta_i(t) - Delta_i(t-1))/M, which is
 the same local weights for S = 1). The first S steps average zero updates
-(the queue starts empty), so D = 0 there. lambda (`DCS3GDConfig.lambda_mode`):
+(the queue starts empty), so D = 0 there. lambda (`DCS3GDSettings.lambda_mode`):
 
 * ``constant``: lambda = lambda_0;
 * ``adaptive``: lambda = lambda_0 / sqrt(MeanSquare + eps) elementwise with
@@ -54,7 +54,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from stalesgd.decentral import _hlo as hlo
-from stalesgd.decentral._settings import DCS3GDConfig
+from stalesgd.decentral._settings import DCS3GDSettings
 from stalesgd.transforms import delay_compensated_gradient, update_mean_square
 from stalesgd.transforms._hyperparameters import value_at
 
@@ -82,7 +82,7 @@ class DCS3GD:
   Example::
 
     mesh = stalesgd.parallel.learner_mesh()             # one learner per device
-    trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDConfig(), mesh)
+    trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDSettings(), mesh)
     state = trainer.init(params)
     for step in range(num_steps):
       batch = stalesgd.parallel.stack_learners(lambda w: batch_for(seed, w, step), mesh)
@@ -95,7 +95,7 @@ class DCS3GD:
   them in a separate program.
   """
 
-  def __init__(self, loss_fn: LossFn, optimizer: optax.GradientTransformation, config: DCS3GDConfig, mesh: Mesh):
+  def __init__(self, loss_fn: LossFn, optimizer: optax.GradientTransformation, settings: DCS3GDSettings, mesh: Mesh):
     """Builds the trainer; nothing is compiled until the first step.
 
     Args:
@@ -104,20 +104,20 @@ class DCS3GD:
         returned per learner in the metrics.
       optimizer: the local optimizer (any optax transform, e.g.
         ``optax.sgd(lr, momentum=0.9)``); its updates are what is averaged.
-      config: the protocol's hyperparameters.
-      mesh: a mesh with ``config.axis_name`` among its axes; one learner per
+      settings: the protocol's hyperparameters.
+      mesh: a mesh with ``settings.axis_name`` among its axes; one learner per
         device along it.
 
     Raises:
-      ValueError: the mesh has no ``config.axis_name`` axis.
+      ValueError: the mesh has no ``settings.axis_name`` axis.
     """
-    if config.axis_name not in mesh.axis_names:
-      raise ValueError(f"mesh axes {tuple(mesh.axis_names)} do not include config.axis_name={config.axis_name!r}")
+    if settings.axis_name not in mesh.axis_names:
+      raise ValueError(f"mesh axes {tuple(mesh.axis_names)} do not include settings.axis_name={settings.axis_name!r}")
     self.loss_fn = loss_fn
     self.optimizer = optimizer
-    self.config = config
+    self.settings = settings
     self.mesh = mesh
-    self.num_learners = int(mesh.shape[config.axis_name])
+    self.num_learners = int(mesh.shape[settings.axis_name])
     self._replicated = NamedSharding(mesh, PartitionSpec())
     # keep_unused fixes the entry parameters to the flattened (state, batch)
     # leaves, which `overlap_report` relies on; donation updates state in place.
@@ -127,7 +127,7 @@ class DCS3GD:
   # ---------------------------------------------------------------- state
 
   def _state_specs(self, state: DCS3GDState) -> DCS3GDState:
-    learner = PartitionSpec(self.config.axis_name)
+    learner = PartitionSpec(self.settings.axis_name)
     per_learner = lambda tree: jax.tree.map(lambda _: learner, tree)
     return DCS3GDState(
       step=PartitionSpec(),
@@ -139,14 +139,14 @@ class DCS3GD:
     )
 
   def _build_state(self, params: Any) -> DCS3GDState:
-    learners, staleness = self.num_learners, self.config.staleness
+    learners, staleness = self.num_learners, self.settings.staleness
     per_learner = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (learners,) + leaf.shape), tree)
     update_shapes = jax.eval_shape(self.optimizer.update, params, self.optimizer.init(params), params)[0]
     in_flight = None
     if staleness > 0:
       in_flight = jax.tree.map(lambda leaf: jnp.zeros((learners, staleness) + leaf.shape, leaf.dtype), update_shapes)
     mean_square = None
-    if self.config.lambda_mode == "adaptive" and self.config.corrects:
+    if self.settings.lambda_mode == "adaptive" and self.settings.corrects:
       mean_square = jax.tree.map(lambda leaf: jnp.zeros((learners,) + leaf.shape, leaf.dtype), params)
     return DCS3GDState(
       step=jnp.zeros([], jnp.int32),
@@ -220,7 +220,7 @@ class DCS3GD:
 
   def _sharded_step(self, state: DCS3GDState, batch: Any) -> tuple[DCS3GDState, dict[str, Any]]:
     state_specs = self._state_specs(state)
-    learner = PartitionSpec(self.config.axis_name)
+    learner = PartitionSpec(self.settings.axis_name)
     step_fn = jax.shard_map(
       self._learner_step,
       mesh=self.mesh,
@@ -239,7 +239,7 @@ class DCS3GD:
       in_flight=unstack(state.in_flight),
       mean_square=unstack(state.mean_square),
     )
-    if self.config.staleness == 0:
+    if self.settings.staleness == 0:
       new_local, grads, corrected, displacement, (loss, aux) = self._synchronous_update(local, unstack(batch))
     else:
       new_local, grads, corrected, displacement, (loss, aux) = self._stale_update(local, unstack(batch))
@@ -269,7 +269,7 @@ class DCS3GD:
     """S = 0: the step's own update is averaged after the backward pass."""
     loss_and_aux, grads = self._gradient(local.local_params, batch)
     updates, opt_state = self.optimizer.update(grads, local.opt_state, local.local_params)
-    averaged = jax.lax.pmean(updates, self.config.axis_name)
+    averaged = jax.lax.pmean(updates, self.settings.axis_name)
     new_local = local._replace(
       consensus_params=_add(local.consensus_params, averaged),
       local_params=_add(local.local_params, averaged),
@@ -279,13 +279,13 @@ class DCS3GD:
 
   def _stale_update(self, local: DCS3GDState, batch: Any):
     """S >= 1: average the oldest in-flight update, correct this step's gradient toward it."""
-    axis_name = self.config.axis_name
+    axis_name = self.settings.axis_name
     # Issued before the backward pass and reading only carried state: XLA may
     # run it concurrently with the forward/backward below.
     oldest = jax.tree.map(lambda queue: queue[0], local.in_flight)
     averaged = jax.lax.pmean(oldest, axis_name)
     loss_and_aux, grads = self._gradient(local.local_params, batch)
-    own_weight = 1.0 / self.num_learners if self.config.eager else 1.0
+    own_weight = 1.0 / self.num_learners if self.settings.eager else 1.0
     displacement = jax.tree.map(lambda mean, own: mean - own_weight * own, averaged, oldest)
     corrected, mean_square = self._correct(grads, displacement, local.mean_square, local.step)
     updates, opt_state = self.optimizer.update(corrected, local.opt_state, local.local_params)
@@ -304,15 +304,17 @@ class DCS3GD:
 
   def _correct(self, grads: Any, displacement: Any, mean_square: Any, step: jax.Array) -> tuple[Any, Any]:
     """g~ = g + lambda g g D with the configured lambda; returns (g~, updated MeanSquare)."""
-    config = self.config
-    if not config.corrects:
+    settings = self.settings
+    if not settings.corrects:
       return grads, mean_square
-    dc_lambda = value_at(config.dc_lambda, step)
-    if config.lambda_mode == "adaptive":
-      mean_square = update_mean_square(mean_square, grads, config.mean_square_decay)
-      corrected = delay_compensated_gradient(grads, displacement, dc_lambda, mean_square=mean_square, eps=config.eps)
+    dc_lambda = value_at(settings.dc_lambda, step)
+    if settings.lambda_mode == "adaptive":
+      mean_square = update_mean_square(mean_square, grads, settings.mean_square_decay)
+      corrected = delay_compensated_gradient(grads, displacement, dc_lambda, mean_square=mean_square, eps=settings.eps)
       return corrected, mean_square
-    corrected = delay_compensated_gradient(grads, displacement, dc_lambda, layerwise=config.lambda_mode == "layerwise")
+    corrected = delay_compensated_gradient(
+      grads, displacement, dc_lambda, layerwise=settings.lambda_mode == "layerwise"
+    )
     return corrected, mean_square
 
   # ---------------------------------------------------------------- reading the state

@@ -1,7 +1,7 @@
 """What distinguishes the all-reduce protocols: staleness, correction, eager updates.
 
-`DCS3GDConfig` holds the hyperparameters of one step of `stalesgd.decentral.DCS3GD`;
-`config_for_protocol` builds the configuration of a named protocol
+`DCS3GDSettings` holds the hyperparameters of one step of `stalesgd.decentral.DCS3GD`;
+`settings_for_protocol` builds the settings of a named protocol
 (``"dcs3gd"``, ``"s3gd"``, ``"allreduce_sync"``), which is how a training loop
 selects one from a config string.
 """
@@ -26,7 +26,7 @@ PROTOCOLS = tuple(name for name in schedule.DECENTRALIZED_PROTOCOLS if not sched
 
 
 @dataclasses.dataclass(frozen=True)
-class DCS3GDConfig:
+class DCS3GDSettings:
   """Hyperparameters of DC-S3GD and the protocols it contains.
 
   Attributes:
@@ -77,11 +77,11 @@ class DCS3GDConfig:
     return callable(self.dc_lambda) or self.dc_lambda != 0
 
 
-def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
-  """The configuration of a named all-reduce protocol.
+def settings_for_protocol(protocol: str, **overrides: Any) -> DCS3GDSettings:
+  """The settings of a named all-reduce protocol.
 
   The protocol's row of `stalesgd.schedule.PROTOCOL_TABLE` fixes some fields
-  (``fixed_settings``); the others keep `DCS3GDConfig`'s defaults unless
+  (``fixed_settings``); the others keep `DCS3GDSettings`'s defaults unless
   overridden:
 
   * ``"dcs3gd"``: DC-S3GD, staleness 1, layer-wise lambda with lambda_0 = 0.2.
@@ -92,10 +92,10 @@ def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
 
   Args:
     protocol: one of `PROTOCOLS`.
-    **overrides: `DCS3GDConfig` fields that replace the protocol's defaults.
+    **overrides: `DCS3GDSettings` fields that replace the protocol's defaults.
 
   Returns:
-    The validated configuration.
+    The validated settings.
 
   Raises:
     ValueError: unknown protocol, unknown field, or an override that
@@ -103,25 +103,25 @@ def config_for_protocol(protocol: str, **overrides: Any) -> DCS3GDConfig:
       ``allreduce_sync``).
   """
   validation.check_choice("protocol", protocol, PROTOCOLS)
-  fields = {field.name for field in dataclasses.fields(DCS3GDConfig)}
+  fields = {field.name for field in dataclasses.fields(DCS3GDSettings)}
   unknown = sorted(set(overrides) - fields)
   if unknown:
-    raise ValueError(f"unknown DCS3GDConfig fields {unknown}; allowed: {sorted(fields)}")
+    raise ValueError(f"unknown DCS3GDSettings fields {unknown}; allowed: {sorted(fields)}")
   row = schedule.protocol_row(protocol)
-  config = DCS3GDConfig(**{**row.fixed_settings, **overrides})
-  if not row.corrects and config.corrects:
+  settings = DCS3GDSettings(**{**row.fixed_settings, **overrides})
+  if not row.corrects and settings.corrects:
     raise ValueError(
-      f"protocol={protocol!r} has no correction; got dc_lambda={config.dc_lambda!r} "
+      f"protocol={protocol!r} has no correction; got dc_lambda={settings.dc_lambda!r} "
       f"(use protocol={schedule.CORRECTED_DECENTRALIZED_PROTOCOLS[0]!r})"
     )
   fixed_staleness = row.fixed_settings.get("staleness")
-  if fixed_staleness is not None and config.staleness != fixed_staleness:
+  if fixed_staleness is not None and settings.staleness != fixed_staleness:
     raise ValueError(
-      f"protocol={protocol!r} is synchronous; got staleness={config.staleness} (use protocol='s3gd' or 'dcs3gd')"
+      f"protocol={protocol!r} is synchronous; got staleness={settings.staleness} (use protocol='s3gd' or 'dcs3gd')"
     )
-  if fixed_staleness is None and not row.corrects and config.staleness == 0:  # that is allreduce_sync
+  if fixed_staleness is None and not row.corrects and settings.staleness == 0:  # that is allreduce_sync
     raise ValueError(
       f"protocol={protocol!r} is stale-synchronous and needs staleness >= 1; got staleness=0 "
       "(use protocol='allreduce_sync')"
     )
-  return config
+  return settings

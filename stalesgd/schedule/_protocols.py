@@ -6,7 +6,7 @@ rule (parameter-server protocols) or the DC-S3GD settings it fixes
 (decentralized all-reduce protocols), and its label. The simulator, the run
 config's validation (`stalesgd.training._config_checks`), the training loop's runners
 (`stalesgd.training._runners`) and the decentralized configuration
-(`stalesgd.decentral.config_for_protocol`) all read that row; adding a protocol
+(`stalesgd.decentral.settings_for_protocol`) all read that row; adding a protocol
 is one row plus, for a parameter-server protocol, one `ServerRule`
 (docs/protocols.md shows an example).
 
@@ -104,7 +104,7 @@ class Protocol:
       `ServerRule` the simulator runs; None for decentralized protocols.
     label: a run's label, formatted with the run config's fields
       (``"{n}-softsync"``); the name if empty.
-    fixed_settings: decentralized protocols: the `stalesgd.decentral.DCS3GDConfig`
+    fixed_settings: decentralized protocols: the `stalesgd.decentral.DCS3GDSettings`
       fields the protocol fixes (e.g. ``dc_lambda=0`` for S3GD).
     eager: decentralized protocols: whether the protocol takes eager updates
       (``config.eager_updates``).

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from stalesgd.studies._catalogue import STUDIES
 from stalesgd.studies._study import Claim, Study, Variant
-from stalesgd.studies._study_runs import RunSettings, study_config
+from stalesgd.studies._study_runs import StudySettings, study_config
 from stalesgd.studies._sweep import run_study
 
 __all__ = [
   "Claim",
-  "RunSettings",
   "STUDIES",
   "Study",
+  "StudySettings",
   "Variant",
   "run_study",
   "study_config",

@@ -25,7 +25,7 @@ EVALUATIONS_PER_SHORT_RUN = 4
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSettings:
+class StudySettings:
   """How a study's runs are built, beyond the grid itself: the flags of ``stalesgd-reproduce``.
 
   Attributes:
@@ -93,14 +93,14 @@ def run_directory_name(seed: int) -> str:
 
 
 def study_run(
-  study: Study, variant: Variant, settings: RunSettings = RunSettings(), *, seed: int | None = None
+  study: Study, variant: Variant, settings: StudySettings = StudySettings(), *, seed: int | None = None
 ) -> tuple[ml_collections.ConfigDict, str]:
   """The config of one run of a study and the command that builds it (modes: the module docstring).
 
   Args:
     study: the study.
     variant: one of ``study.variants``.
-    settings: the study-level flags (`RunSettings`).
+    settings: the study-level flags (`StudySettings`).
     seed: the run's seed (``config.seed``: initialisation, data order,
       augmentation and the timing model's jitter all derive from it); None
       keeps the config's.
@@ -149,7 +149,7 @@ def study_run(
 
 
 def study_config(
-  study: Study, variant: Variant, settings: RunSettings = RunSettings(), *, seed: int | None = None
+  study: Study, variant: Variant, settings: StudySettings = StudySettings(), *, seed: int | None = None
 ) -> ml_collections.ConfigDict:
   """The config of one run of a study (`study_run`'s, without the command)."""
   return study_run(study, variant, settings, seed=seed)[0]

@@ -45,7 +45,7 @@ from stalesgd.studies._outcomes import (
   run_variant,
 )
 from stalesgd.studies._study import Study
-from stalesgd.studies._study_runs import RunSettings
+from stalesgd.studies._study_runs import StudySettings
 from stalesgd.studies._tasks import Task, check_tasks, gpus_needed, plan_tasks, varied_fields
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS
 from stalesgd.utils import _run_directory as run_directory
@@ -200,7 +200,7 @@ def gather(tasks: Sequence[Task], *, echo=print, missing_ok: bool = False) -> li
 def run_study(
   study: Study,
   workdir: str | pathlib.Path,
-  settings: RunSettings = RunSettings(),
+  settings: StudySettings = StudySettings(),
   *,
   variants: Sequence[str] | None = None,
   seeds: int = 1,
@@ -224,7 +224,7 @@ def run_study(
     study: the study.
     workdir: the study's directory; variant ``v`` with seed ``s`` runs in
       ``workdir/v.slug/seed_s``.
-    settings: the study-level flags (`RunSettings`).
+    settings: the study-level flags (`StudySettings`).
     variants: run only these variants, by slug (their directory names, e.g.
       ``"15_softsync_a0_sigma"``), in the study's order; None runs them all.
     seeds: seeds per variant (0 .. seeds - 1).

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import ml_collections
 
 from stalesgd.studies._study import Study, Variant
-from stalesgd.studies._study_runs import RunSettings, run_directory_name, study_run
+from stalesgd.studies._study_runs import StudySettings, run_directory_name, study_run
 from stalesgd.training._config_checks import validate_config
 from stalesgd.training._config_readers import is_decentralized
 from stalesgd.training._run_config import flatten_config
@@ -51,7 +51,7 @@ class Task:
 def plan_tasks(
   study: Study,
   workdir: str | pathlib.Path,
-  settings: RunSettings = RunSettings(),
+  settings: StudySettings = StudySettings(),
   *,
   variants: Sequence[str] | None = None,
   seeds: int = 1,

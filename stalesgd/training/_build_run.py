@@ -31,7 +31,7 @@ from stalesgd.training._config_readers import (
 from stalesgd.training._diloco_runner import DiLoCoRunner
 from stalesgd.training._local_runs import build_outer_optimizer, local_run_options, streaming_settings
 from stalesgd.training._optimizer import build_optimizer
-from stalesgd.training._runners import DCS3GDConfig, Runner, Schedule, make_runner
+from stalesgd.training._runners import DCS3GDSettings, Runner, Schedule, make_runner
 
 
 def _num_parameters(params: Any) -> int:
@@ -70,7 +70,7 @@ class RunInputs(NamedTuple):
   schedule: Schedule
   updates_per_epoch: float
   label: str
-  decentral_settings: DCS3GDConfig | None
+  decentral_settings: DCS3GDSettings | None
   runner: Runner | None
   metric_names: tuple[str, ...]
 

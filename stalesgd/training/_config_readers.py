@@ -118,8 +118,8 @@ def is_decentralized(config: ml_collections.ConfigDict) -> bool:
   return schedule_lib.protocol_row(config.protocol).decentralized
 
 
-def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDConfig | None:
-  """The `stalesgd.decentral.DCS3GDConfig` of an all-reduce run (None for a parameter-server or outer-loop protocol).
+def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDSettings | None:
+  """The `stalesgd.decentral.DCS3GDSettings` of an all-reduce run (None for a parameter-server or outer-loop protocol).
 
   The protocol's row fixes some fields; the config sets the staleness S, eager
   updates and (where the row allows one) the correction.
@@ -136,7 +136,7 @@ def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDCon
     overrides.update(
       dc_lambda=dc_lambda(config), lambda_mode=config.delay_compensation, mean_square_decay=config.dc_decay
     )
-  return decentral.config_for_protocol(config.protocol, **overrides)
+  return decentral.settings_for_protocol(config.protocol, **overrides)
 
 
 def simulate_schedule(

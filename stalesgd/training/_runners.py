@@ -15,7 +15,7 @@ a runner) and report each block with their own metrics type, `BlockMetrics`
 a block boundary resumes exactly.
 
 Runners take typed objects only, never the run's config: the schedule, and
-for a decentralized protocol its `stalesgd.decentral.DCS3GDConfig`, both derived
+for a decentralized protocol its `stalesgd.decentral.DCS3GDSettings`, both derived
 from the config by `stalesgd.training._config_readers` (`simulate_schedule`,
 `decentral_settings`) and gathered by `stalesgd.training.build_run`, which
 calls `make_runner`. The training loop needs no layer below this one.
@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from stalesgd import decentral
 from stalesgd import engine as engine_lib
-from stalesgd.decentral import DCS3GDConfig  # a decentralized runner's settings; the type build_run names
+from stalesgd.decentral import DCS3GDSettings  # a decentralized runner's settings; the type build_run names
 from stalesgd.engine import BlockMetrics  # the parameter-server runner's report of a block
 from stalesgd.models import ModelSpec
 from stalesgd.parallel import _sharding as sharding_lib
@@ -162,7 +162,7 @@ class DecentralizedRunner:
 
   def __init__(
     self,
-    decentral_settings: DCS3GDConfig,
+    decentral_settings: DCS3GDSettings,
     model: ModelSpec,
     optimizer: optax.GradientTransformation,
     num_updates: int,
@@ -220,7 +220,7 @@ def make_runner(
   batches,
   mesh: jax.sharding.Mesh,
   *,
-  decentral_settings: DCS3GDConfig | None = None,
+  decentral_settings: DCS3GDSettings | None = None,
   local_runs: Mapping[str, Any] | None = None,
 ) -> Runner:
   """The runner for the run's protocol: DC-S3GD's given its settings, the engine's otherwise.

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from stalesgd.studies import RunSettings, Study, Variant, run_study
+from stalesgd.studies import Study, StudySettings, Variant, run_study
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -98,7 +98,7 @@ def _diverging_study() -> Study:
 @pytest.mark.slow
 def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_path):
   lines = []
-  result = run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.2), echo=lines.append)
+  result = run_study(_diverging_study(), tmp_path, StudySettings(num_epochs=0.2), echo=lines.append)
   finished, diverged = result.rows
   assert finished["status"] == "ok" and finished["published_test_error"] == 3.0
   assert diverged["status"].startswith("diverged at update ") and diverged["updates"] >= 0
@@ -114,26 +114,26 @@ def test_a_diverging_run_is_recorded_and_a_rerun_reuses_every_finished_run(tmp_p
 
   lines.clear()
   started = time.monotonic()
-  again = run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.2), echo=lines.append)
+  again = run_study(_diverging_study(), tmp_path, StudySettings(num_epochs=0.2), echo=lines.append)
   assert time.monotonic() - started < 30  # nothing trained again (the report alone takes seconds)
   assert sum("reused the finished run" in line for line in lines) == 2
   assert [row["status"] for row in again.rows] == [finished["status"], diverged["status"]]
   assert again.rows[0]["test_error"] == finished["test_error"]
 
   with pytest.raises(ValueError, match=r"holds a run of another config \(eval_every_epochs: .*num_epochs: 0.2 -> 0.3"):
-    run_study(_diverging_study(), tmp_path, RunSettings(num_epochs=0.3), echo=lines.append)
+    run_study(_diverging_study(), tmp_path, StudySettings(num_epochs=0.3), echo=lines.append)
 
 
 @pytest.mark.slow
 def test_a_preempted_run_is_resumed_not_reused(tmp_path):
   study = _diverging_study()
   study = Study(study.name, study.title, study.finding, study.variants[:1], paper_data=False, has_quick=False)
-  first = run_study(study, tmp_path, RunSettings(num_epochs=0.1), echo=lambda line: None)
+  first = run_study(study, tmp_path, StudySettings(num_epochs=0.1), echo=lambda line: None)
   summary_path = tmp_path / "hardsync" / "seed_0" / "summary.json"
   summary = json.loads(summary_path.read_text())
   summary_path.write_text(json.dumps({**summary, "preempted": True}))  # as a SIGTERM'd run leaves it
   lines = []
-  second = run_study(study, tmp_path, RunSettings(num_epochs=0.1), echo=lines.append)
+  second = run_study(study, tmp_path, StudySettings(num_epochs=0.1), echo=lines.append)
   assert not any("reused" in line for line in lines)
   assert second.rows[0]["test_error"] == first.rows[0]["test_error"]
   assert json.loads(summary_path.read_text())["preempted"] is False

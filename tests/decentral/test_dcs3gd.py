@@ -9,7 +9,7 @@ import optax
 import pytest
 from jax.sharding import Mesh
 
-from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
+from stalesgd.decentral import DCS3GD, DCS3GDSettings, settings_for_protocol
 from stalesgd.parallel import _sharding as sharding_lib
 from tests.helpers import dcs3gd_reference
 
@@ -88,7 +88,7 @@ def assert_trees_close(actual, expected, rtol=RTOL, atol=ATOL):
 )
 def test_matches_independent_reference(options, devices):
   batches = make_batches(len(devices))
-  trainer, state, _ = run(DCS3GDConfig(**options), batches)
+  trainer, state, _ = run(DCS3GDSettings(**options), batches)
   consensus, local = dcs3gd_reference.run_reference(
     loss_fn, initial_params(), batches, learning_rate=LEARNING_RATE, momentum=MOMENTUM, **options
   )
@@ -99,7 +99,9 @@ def test_matches_independent_reference(options, devices):
 
 
 def test_local_weights_are_consensus_plus_own_pending_updates(devices):
-  trainer, state, _ = run(DCS3GDConfig(staleness=2, dc_lambda=0.3, lambda_mode="constant"), make_batches(len(devices)))
+  trainer, state, _ = run(
+    DCS3GDSettings(staleness=2, dc_lambda=0.3, lambda_mode="constant"), make_batches(len(devices))
+  )
   consensus, local, pending = (
     as_numpy(trainer.consensus_params(state)),
     as_numpy(state.local_params),
@@ -115,7 +117,7 @@ def test_local_weights_are_consensus_plus_own_pending_updates(devices):
 @pytest.mark.slow
 def test_staleness_zero_is_sgd_with_batch_of_all_learners(devices):
   batches = make_batches(len(devices))
-  trainer, state, metrics = run(config_for_protocol("allreduce_sync"), batches)
+  trainer, state, metrics = run(settings_for_protocol("allreduce_sync"), batches)
   optimizer = optax.sgd(LEARNING_RATE, momentum=MOMENTUM)
   params = initial_params()
   opt_state = optimizer.init(params)
@@ -151,7 +153,7 @@ def test_one_learner_is_sgd(options, devices):
   # update differently, which moves the last bit of a few elements.
   mesh = Mesh(np.array(devices[:1]), ("learners",))
   batches = make_batches(1)
-  trainer, state, metrics = run(DCS3GDConfig(**options), batches, mesh=mesh)
+  trainer, state, metrics = run(DCS3GDSettings(**options), batches, mesh=mesh)
   assert all(step["displacement_norm"][0] == 0 and step["correction_ratio"][0] == 0 for step in metrics)
   optimizer = optax.sgd(LEARNING_RATE, momentum=MOMENTUM)
   step_fn = jax.jit(lambda params, opt_state, batch: _sgd_step(optimizer, params, opt_state, batch))
@@ -176,7 +178,7 @@ def _sgd_step(optimizer, params, opt_state, batch):
 def test_averaged_local_momentum_is_global_momentum_on_averaged_gradients(devices):
   # Momentum is linear: mean_i(-lr m_i) follows m <- beta m + mean_i g_i.
   mesh = sharding_lib.learner_mesh()
-  trainer = DCS3GD(loss_fn, optax.sgd(LEARNING_RATE, momentum=MOMENTUM), config_for_protocol("s3gd"), mesh)
+  trainer = DCS3GD(loss_fn, optax.sgd(LEARNING_RATE, momentum=MOMENTUM), settings_for_protocol("s3gd"), mesh)
   state = trainer.init(initial_params())
   gradient = jax.jit(jax.vmap(jax.grad(lambda weights, batch: loss_fn(weights, batch)[0])))
   global_momentum, expected_averages, actual_averages = None, [], []
@@ -206,9 +208,9 @@ def test_averaged_local_momentum_is_global_momentum_on_averaged_gradients(device
 
 def test_correction_is_nonzero_when_learners_disagree(devices):
   batches = make_batches(len(devices))
-  config = DCS3GDConfig(staleness=1, dc_lambda=0.5, lambda_mode="constant")
+  config = DCS3GDSettings(staleness=1, dc_lambda=0.5, lambda_mode="constant")
   corrected_trainer, corrected, metrics = run(config, batches)
-  plain_trainer, plain, _ = run(config_for_protocol("s3gd"), batches)
+  plain_trainer, plain, _ = run(settings_for_protocol("s3gd"), batches)
   assert np.all(metrics[0]["correction_ratio"] == 0)  # nothing in flight yet
   assert all(np.all(step["correction_ratio"] > 1e-4) for step in metrics[1:])
   assert all(np.all(step["displacement_norm"] > 0) for step in metrics[1:])
@@ -223,8 +225,8 @@ def test_correction_vanishes_when_learners_agree(devices):
   # update, so D = 0 up to the rounding of the mean of M equal numbers, and
   # DC-S3GD equals S3GD.
   batches = make_batches(len(devices), identical_learners=True)
-  _, corrected, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.5, lambda_mode="constant"), batches)
-  _, plain, _ = run(config_for_protocol("s3gd"), batches)
+  _, corrected, metrics = run(DCS3GDSettings(staleness=1, dc_lambda=0.5, lambda_mode="constant"), batches)
+  _, plain, _ = run(settings_for_protocol("s3gd"), batches)
   assert all(np.all(step["correction_ratio"] < 1e-6) for step in metrics)
   for actual, expected in zip(
     jax.tree.leaves(as_numpy(corrected.local_params)), jax.tree.leaves(as_numpy(plain.local_params))
@@ -234,7 +236,7 @@ def test_correction_vanishes_when_learners_agree(devices):
 
 @pytest.mark.slow
 def test_layerwise_correction_has_norm_lambda_times_gradient_norm(devices):
-  _, _, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode="layerwise"), make_batches(len(devices)))
+  _, _, metrics = run(DCS3GDSettings(staleness=1, dc_lambda=0.2, lambda_mode="layerwise"), make_batches(len(devices)))
   # Every leaf's correction is 0.2 ||g_leaf||, so the global ratio is 0.2 too.
   np.testing.assert_allclose(metrics[-1]["correction_ratio"], 0.2, rtol=1e-5)
 
@@ -243,7 +245,7 @@ def test_layerwise_correction_has_norm_lambda_times_gradient_norm(devices):
 def test_dc_lambda_accepts_a_schedule(devices):
   batches = make_batches(len(devices), steps=3)
   schedule = lambda step: jnp.where(step < 2, 0.0, 0.5)
-  _, _, metrics = run(DCS3GDConfig(staleness=1, dc_lambda=schedule, lambda_mode="constant"), batches)
+  _, _, metrics = run(DCS3GDSettings(staleness=1, dc_lambda=schedule, lambda_mode="constant"), batches)
   assert np.all(metrics[1]["correction_ratio"] == 0) and np.all(metrics[2]["correction_ratio"] > 0)
 
 
@@ -252,7 +254,7 @@ def test_dc_lambda_accepts_a_schedule(devices):
 
 def test_state_lives_on_the_learners_devices(devices):
   mesh = sharding_lib.learner_mesh()
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDConfig(staleness=2), mesh)
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1, momentum=0.9), DCS3GDSettings(staleness=2), mesh)
   state = trainer.init(initial_params())
   assert state.in_flight["hidden"].shape == (len(devices), 2, 3, 5)
   for leaf in jax.tree.leaves((state.local_params, state.opt_state, state.in_flight)):
@@ -275,7 +277,7 @@ def test_step_compiles_once_and_metrics_are_per_learner(devices):
     return loss_fn(params, batch)
 
   mesh = sharding_lib.learner_mesh()
-  trainer = DCS3GD(counting_loss, optax.sgd(0.1), DCS3GDConfig(), mesh)
+  trainer = DCS3GD(counting_loss, optax.sgd(0.1), DCS3GDSettings(), mesh)
   state = trainer.init(initial_params())
   for row in make_batches(len(devices), steps=3):
     state, metrics = trainer.step(state, sharding_lib.stack_learners(lambda learner: row[learner], mesh))
@@ -291,8 +293,8 @@ def test_step_compiles_once_and_metrics_are_per_learner(devices):
 
 
 def test_rejects_a_mesh_without_the_learners_axis(devices):
-  with pytest.raises(ValueError, match="config.axis_name='learners'"):
-    DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), jax.make_mesh((8,), ("data",)))
+  with pytest.raises(ValueError, match="settings.axis_name='learners'"):
+    DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDSettings(), jax.make_mesh((8,), ("data",)))
 
 
 @pytest.mark.parametrize(
@@ -305,7 +307,7 @@ def test_rejects_a_mesh_without_the_learners_axis(devices):
   ids=["one-learners-batch", "more-rows-than-learners", "scalar-leaf"],
 )
 def test_rejects_a_batch_without_one_row_per_learner(make_batch, shape, devices):
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), sharding_lib.learner_mesh())
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDSettings(), sharding_lib.learner_mesh())
   state = trainer.init(initial_params())
   shape = shape or rf"\({2 * len(devices)}, 4, 3\)"  # 2M rows would otherwise be split two a learner
   with pytest.raises(ValueError, match=rf"batch\['inputs'\] has shape {shape}; its leading axis must be"):
@@ -323,7 +325,7 @@ def test_rejects_a_batch_without_one_row_per_learner(make_batch, shape, devices)
 )
 def test_mean_square_is_kept_only_for_the_adaptive_correction(options, kept, devices):
   """DC-ASGD-a's MeanSquare is per learner and part of the state only where it is used (the checkpoint holds it)."""
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=1, **options), sharding_lib.learner_mesh())
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDSettings(staleness=1, **options), sharding_lib.learner_mesh())
   state = trainer.init(initial_params())
   if kept:
     assert state.mean_square["hidden"].shape == (len(devices), 3, 5)
@@ -334,16 +336,16 @@ def test_mean_square_is_kept_only_for_the_adaptive_correction(options, kept, dev
 def test_modes_named_at_run_time_correct_as_the_literals(devices):
   # The mode compared by value: strings built at run time (equal to the literals, other objects).
   batches = make_batches(len(devices))
-  layerwise = DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode="".join(["layer", "wise"]))
+  layerwise = DCS3GDSettings(staleness=1, dc_lambda=0.2, lambda_mode="".join(["layer", "wise"]))
   np.testing.assert_allclose(run(layerwise, batches)[2][-1]["correction_ratio"], 0.2, rtol=1e-5)
   options = dict(staleness=1, dc_lambda=0.05)
-  adaptive = run(DCS3GDConfig(lambda_mode="".join(["adap", "tive"]), **options), batches)[1]
-  literal = run(DCS3GDConfig(lambda_mode="adaptive", **options), batches)[1]
+  adaptive = run(DCS3GDSettings(lambda_mode="".join(["adap", "tive"]), **options), batches)[1]
+  literal = run(DCS3GDSettings(lambda_mode="adaptive", **options), batches)[1]
   np.testing.assert_array_equal(as_numpy(adaptive.mean_square)["hidden"], as_numpy(literal.mean_square)["hidden"])
 
 
 def test_staleness_zero_keeps_no_queue(devices):
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=0), sharding_lib.learner_mesh())
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDSettings(staleness=0), sharding_lib.learner_mesh())
   assert trainer.init(initial_params()).in_flight is None
 
 
@@ -352,7 +354,7 @@ def test_the_overlap_report_finds_the_one_all_reduce_and_what_it_reads(staleness
   """S = 1: one all-reduce in the step, reading exactly the in-flight queue (overlap-ready); S = 0: it reads this
   step's gradient, so the batch and the local weights, and is not."""
   trainer = DCS3GD(
-    loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=staleness, dc_lambda=0.0), sharding_lib.learner_mesh()
+    loss_fn, optax.sgd(0.1), DCS3GDSettings(staleness=staleness, dc_lambda=0.0), sharding_lib.learner_mesh()
   )
   state = trainer.init(initial_params())
   # A batch leaf the loss never reads, first in the flattened order: the step keeps it as an entry parameter, so
@@ -387,7 +389,7 @@ def test_overlap_readiness_is_one_all_reduce_reading_only_the_queue(reads, ready
   """The rule of `overlap_report`, on all-reduces given by hand in place of the compiled step's."""
   from stalesgd.decentral import _hlo as hlo
 
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=1, dc_lambda=0.0), sharding_lib.learner_mesh())
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDSettings(staleness=1, dc_lambda=0.0), sharding_lib.learner_mesh())
   state = trainer.init(initial_params())
   batch = sharding_lib.stack_learners(lambda learner: make_batches(len(devices), steps=1)[0][learner], trainer.mesh)
   numbers = {
@@ -407,14 +409,14 @@ def test_the_batch_check_compares_the_learners_by_value(devices):
   """Hundreds of learners (a GPU cluster's count) are compared by value, not identity: ints past 256 are distinct
   objects. The learner count is set as a 300-device mesh would set it and the compiled step replaced, so only the
   check runs."""
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(), sharding_lib.learner_mesh())
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDSettings(), sharding_lib.learner_mesh())
   trainer.num_learners = int("300")
   trainer._step = lambda state, batch: "stepped"
   assert trainer.step(None, {"inputs": np.zeros((300, 4, 3), np.float32)}) == "stepped"
 
 
 def test_a_step_updates_the_state_in_place_and_leaves_the_batch(devices):
-  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDConfig(staleness=1), sharding_lib.learner_mesh())
+  trainer = DCS3GD(loss_fn, optax.sgd(0.1), DCS3GDSettings(staleness=1), sharding_lib.learner_mesh())
   state = trainer.init(initial_params())
   batch = sharding_lib.stack_learners(lambda learner: make_batches(len(devices), steps=1)[0][learner], trainer.mesh)
   new_state, _ = trainer.step(state, batch)

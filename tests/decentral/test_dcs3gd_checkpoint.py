@@ -8,7 +8,7 @@ import optax
 import pytest
 from test_dcs3gd import initial_params, loss_fn, make_batches
 
-from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
+from stalesgd.decentral import DCS3GD, DCS3GDSettings, settings_for_protocol
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.training.checkpoint import Checkpointer
 
@@ -17,8 +17,8 @@ from stalesgd.training.checkpoint import Checkpointer
 @pytest.mark.parametrize(
   "config",
   [
-    DCS3GDConfig(staleness=2, dc_lambda=0.1, lambda_mode="adaptive"),  # queue and MeanSquare
-    config_for_protocol("allreduce_sync"),  # no queue, no MeanSquare (None fields)
+    DCS3GDSettings(staleness=2, dc_lambda=0.1, lambda_mode="adaptive"),  # queue and MeanSquare
+    settings_for_protocol("allreduce_sync"),  # no queue, no MeanSquare (None fields)
   ],
   ids=["adaptive-S2", "allreduce_sync"],
 )

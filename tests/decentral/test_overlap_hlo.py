@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from stalesgd.decentral import DCS3GD, DCS3GDConfig, config_for_protocol
+from stalesgd.decentral import DCS3GD, DCS3GDSettings, settings_for_protocol
 from stalesgd.decentral import _hlo as hlo
 from stalesgd.decentral._streaming import (
   StreamingSettings,
@@ -53,9 +53,9 @@ def conv_setup(config):
 @pytest.mark.parametrize(
   "config",
   [
-    DCS3GDConfig(staleness=1, dc_lambda=0.2, lambda_mode="layerwise"),
-    DCS3GDConfig(staleness=2, dc_lambda=2.0, lambda_mode="adaptive", eager=True),
-    config_for_protocol("s3gd"),
+    DCS3GDSettings(staleness=1, dc_lambda=0.2, lambda_mode="layerwise"),
+    DCS3GDSettings(staleness=2, dc_lambda=2.0, lambda_mode="adaptive", eager=True),
+    settings_for_protocol("s3gd"),
   ],
   ids=["dcs3gd-layerwise", "adaptive-eager-S2", "s3gd"],
 )
@@ -74,7 +74,7 @@ def test_one_weight_all_reduce_reading_only_the_in_flight_queue(config, devices)
 def test_synchronous_all_reduce_is_detected_as_not_overlap_ready(devices):
   # Negative control: at staleness 0 the all-reduce needs this step's gradient,
   # and the walker must see the batch and the weights among its inputs.
-  trainer, state, batch = conv_setup(config_for_protocol("allreduce_sync"))
+  trainer, state, batch = conv_setup(settings_for_protocol("allreduce_sync"))
   report = trainer.overlap_report(state, batch)
   assert report["all_reduces"] == 1 and not report["overlap_ready"]
   assert "[1]['images']" in report["update_all_reduce_reads"]

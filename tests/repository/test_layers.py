@@ -136,7 +136,7 @@ assert loss_fn(final.params, {"x": inputs, "y": targets}) < loss_fn(params, {"x"
 # DC-S3GD on the devices (one learner each).
 mesh = parallel.learner_mesh()
 trainer = decentral.DCS3GD(lambda p, b: (loss_fn(p, b), None), optax.sgd(0.05),
-                           decentral.config_for_protocol("dcs3gd"), mesh)
+                           decentral.settings_for_protocol("dcs3gd"), mesh)
 dc_state = trainer.init(params)
 for step in range(4):
   rows = lambda learner: slice(8 * (learner % 8), 8 * (learner % 8) + 8)

@@ -9,7 +9,7 @@ import pytest
 from absl import flags
 
 from stalesgd.cli import config_flag
-from stalesgd.studies import STUDIES, Claim, RunSettings, Study, Variant, study_config
+from stalesgd.studies import STUDIES, Claim, Study, StudySettings, Variant, study_config
 from stalesgd.studies._study import load_config_module, slug_of
 from stalesgd.studies._study_runs import compress_schedule, study_run
 from stalesgd.training._config_checks import validate_config
@@ -63,7 +63,7 @@ def test_every_variant_names_a_real_config_variant_fields_and_published_results(
 def test_every_run_of_every_study_validates_in_every_mode(name, mode):
   study = STUDIES[name]
   for variant in study.variants:
-    config = study_config(study, variant, RunSettings(**MODES[mode]))
+    config = study_config(study, variant, StudySettings(**MODES[mode]))
     # A decentralized run gets one host device per learner (stalesgd.training._device_layout).
     validate_config(config, num_devices=config.learners if is_decentralized(config) else NUM_DEVICES)
     for field, value in variant.overrides.items():
@@ -80,9 +80,9 @@ def test_every_run_of_every_study_validates_in_every_mode(name, mode):
 def test_num_epochs_overrides_every_mode_and_keeps_a_learning_curve():
   study = STUDIES["zhang_cifar10"]
   for mode in MODES.values():
-    config = study_config(study, study.variants[3], RunSettings(num_epochs=0.25, **mode))
+    config = study_config(study, study.variants[3], StudySettings(num_epochs=0.25, **mode))
     assert config.num_epochs == 0.25 and config.eval_every_epochs == 0.0625
-  short = study_config(study, study.variants[3], RunSettings(**MODES["npz_quick"]))
+  short = study_config(study, study.variants[3], StudySettings(**MODES["npz_quick"]))
   assert short.eval_every_epochs == study.short_epochs / 4
   assert study_config(study, study.variants[3]).eval_every_epochs == 5.0  # the paper's runs: unchanged
 
@@ -90,7 +90,7 @@ def test_num_epochs_overrides_every_mode_and_keeps_a_learning_curve():
 def test_a_data_source_is_refused_for_the_embedded_only_demo():
   study = STUDIES["demo"]
   with pytest.raises(ValueError, match="runs on the embedded data only"):
-    study_config(study, study.variants[0], RunSettings(data_source="npz", data_dir="/somewhere"))
+    study_config(study, study.variants[0], StudySettings(data_source="npz", data_dir="/somewhere"))
 
 
 def test_zhang_grid_is_the_baseline_hardsync_and_the_three_rates():
@@ -185,7 +185,7 @@ def test_variant_command_parsed_by_config_flags_gives_the_study_config():
   study = STUDIES["zhang_cifar10"]
   variant = study.variants[5]
   command = variant.command(quick=True, extra={"data_dir": "/tmp/x", "lr_decay_epochs": (3.0,)})
-  expected = study_config(study, variant, RunSettings(quick=True))
+  expected = study_config(study, variant, StudySettings(quick=True))
   expected.data_dir, expected.lr_decay_epochs = "/tmp/x", (3.0,)
   assert _config_of_command(command).to_dict() == expected.to_dict()
 
@@ -197,7 +197,7 @@ def test_study_run_command_rebuilds_its_config_in_every_mode(mode, num_epochs):
   # printed command can be rerun in the run's directory (which refuses another config).
   study = STUDIES["dcasgd_table1"]
   for variant in (*study.variants[:2], study.variants[-1]):
-    config, command = study_run(study, variant, RunSettings(num_epochs=num_epochs, **MODES[mode]))
+    config, command = study_run(study, variant, StudySettings(num_epochs=num_epochs, **MODES[mode]))
     assert _config_of_command(command).to_dict() == config.to_dict(), command
 
 
@@ -221,7 +221,7 @@ def test_schedule_compression_moves_the_warmup_with_the_decays():
   warm-up 10 x 5/90 = 0.5556 epochs, decays at 8.571 and 9.286; 0.001 -> 0.008 over the warm-up, as configured."""
   study = STUDIES["dcs3gd_cifar10"]
   variant = next(variant for variant in study.variants if variant.slug == "dc_s3gd_layer_wise_s_4")
-  config, command = study_run(study, variant, RunSettings(schedule_epochs=10.0))
+  config, command = study_run(study, variant, StudySettings(schedule_epochs=10.0))
   assert config.warmup_epochs == pytest.approx(10.0 * 5.0 / 90.0)
   assert config.lr_decay_epochs == pytest.approx((10.0 * 120.0 / 140.0, 10.0 * 130.0 / 140.0))
   assert (config.warmup_learning_rate, config.learning_rate) == (0.001, 0.008)
@@ -237,18 +237,18 @@ def test_schedule_compression_moves_the_decays_to_the_same_fractions():
   # Zhang et al.: 140 epochs, x0.1 at 120 and 130. At 20 epochs: 120 * 20 / 140 and 130 * 20 / 140.
   study = STUDIES["zhang_cifar10"]
   hardsync = study.variants[1]
-  config, command = study_run(study, hardsync, RunSettings(schedule_epochs=20.0, eval_every_epochs=1.0))
+  config, command = study_run(study, hardsync, StudySettings(schedule_epochs=20.0, eval_every_epochs=1.0))
   assert config.num_epochs == 20.0 and config.eval_every_epochs == 1.0
   assert config.lr_decay_epochs == (120.0 * 20.0 / 140.0, 130.0 * 20.0 / 140.0)
   assert config.lr_decay_epochs == pytest.approx((17.142857, 18.571429))
   assert _config_of_command(command).to_dict() == config.to_dict()
   assert compress_schedule(study_config(study, hardsync), 70.0) == {"num_epochs": 70.0, "lr_decay_epochs": (60.0, 65.0)}
   # --epochs keeps its meaning: the decay epochs stay where the config puts them.
-  assert study_config(study, hardsync, RunSettings(num_epochs=20.0)).lr_decay_epochs == (120.0, 130.0)
+  assert study_config(study, hardsync, StudySettings(num_epochs=20.0)).lr_decay_epochs == (120.0, 130.0)
   with pytest.raises(ValueError, match="num_epochs=20.0 and schedule_epochs=20.0 given together"):
-    RunSettings(num_epochs=20.0, schedule_epochs=20.0)
+    StudySettings(num_epochs=20.0, schedule_epochs=20.0)
   with pytest.raises(ValueError, match=r"eval_every_epochs=0; allowed: a number of epochs > 0"):
-    RunSettings(eval_every_epochs=0)
+    StudySettings(eval_every_epochs=0)
 
 
 def test_a_seed_sets_config_seed_and_is_part_of_the_command():

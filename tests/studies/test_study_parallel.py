@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from stalesgd.studies import RunSettings, Study, Variant, run_study
+from stalesgd.studies import Study, StudySettings, Variant, run_study
 from stalesgd.studies import _processes as processes
 from stalesgd.studies._tasks import plan_tasks
 
@@ -41,7 +41,7 @@ def test_a_parallel_sweep_gives_the_weights_of_the_same_runs_one_after_the_other
   )
   # In this process, one run after the other (8 host devices, conftest)...
   sequential = run_study(
-    study, tmp_path / "sequential", RunSettings(num_epochs=EPOCHS), seeds=2, echo=lambda line: None
+    study, tmp_path / "sequential", StudySettings(num_epochs=EPOCHS), seeds=2, echo=lambda line: None
   )
   # ... and the demo study's hardsync as 2 concurrent processes through the command line, each on the
   # study's 8 host devices.
@@ -87,7 +87,7 @@ def test_a_parallel_sweep_gives_the_weights_of_the_same_runs_one_after_the_other
 @pytest.mark.slow
 def test_a_job_array_runs_one_task_each_then_gathers(tmp_path):
   study = _study()
-  settings = RunSettings(num_epochs=EPOCHS)
+  settings = StudySettings(num_epochs=EPOCHS)
   tasks = plan_tasks(study, tmp_path, settings, seeds=1)
   assert [task.label for task in tasks] == ["hardsync, seed 0", "async dc, seed 0"]
   first = run_study(study, tmp_path, settings, only_task=0, echo=lambda line: None)

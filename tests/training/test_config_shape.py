@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from stalesgd.studies import RunSettings, Study, Variant, study_config
+from stalesgd.studies import Study, StudySettings, Variant, study_config
 from stalesgd.training import default_config
 from stalesgd.training._run_config import flatten_config, set_field
 
@@ -43,6 +43,6 @@ def test_flatten_config_names_nested_fields_with_dots():
 def test_a_study_variant_overrides_a_nested_field_and_its_command_says_so():
   variant = Variant("jittered", "demo", "hardsync", overrides={"timing.jitter_sigma": 0.25})
   study = Study("shape", "a nested override", "a field of a section is set by name", (variant,))
-  config = study_config(study, variant, RunSettings())
+  config = study_config(study, variant, StudySettings())
   assert config.timing.jitter_sigma == 0.25
   assert "--config.timing.jitter_sigma=0.25" in variant.command(quick=False)

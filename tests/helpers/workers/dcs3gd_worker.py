@@ -56,12 +56,12 @@ def train(protocol_name: str, *, steps: int, seed: int, die_at_step: int | None 
   """Runs `steps` steps on all devices; returns (trainer, final state)."""
   import optax
 
-  from stalesgd.decentral import DCS3GD, config_for_protocol
+  from stalesgd.decentral import DCS3GD, settings_for_protocol
   from stalesgd.parallel import _sharding as sharding_lib
 
   mesh = sharding_lib.learner_mesh()
   options = dict(PROTOCOL_CONFIGS[protocol_name])
-  config = config_for_protocol(options.pop("protocol"), **options)
+  config = settings_for_protocol(options.pop("protocol"), **options)
   trainer = DCS3GD(loss_fn, optax.sgd(0.05, momentum=0.9), config, mesh)
   state = trainer.init(initial_params(seed))
   for step in range(steps):

@@ -1,11 +1,11 @@
-"""DCS3GDConfig validation and the named protocols."""
+"""DCS3GDSettings validation and the named protocols."""
 
 from __future__ import annotations
 
 import optax
 import pytest
 
-from stalesgd.decentral import PROTOCOLS, DCS3GDConfig, config_for_protocol
+from stalesgd.decentral import PROTOCOLS, DCS3GDSettings, settings_for_protocol
 
 
 @pytest.mark.parametrize(
@@ -25,25 +25,25 @@ from stalesgd.decentral import PROTOCOLS, DCS3GDConfig, config_for_protocol
 )
 def test_bad_config_raises_value_error_naming_the_field(kwargs, message):
   with pytest.raises(ValueError, match=message):
-    DCS3GDConfig(**kwargs)
+    DCS3GDSettings(**kwargs)
 
 
 def test_named_protocols():
   assert PROTOCOLS == ("allreduce_sync", "s3gd", "dcs3gd")  # the table's order (stalesgd.schedule.PROTOCOL_TABLE)
-  dcs3gd = config_for_protocol("dcs3gd")
+  dcs3gd = settings_for_protocol("dcs3gd")
   assert (dcs3gd.staleness, dcs3gd.dc_lambda, dcs3gd.lambda_mode, dcs3gd.corrects) == (1, 0.2, "layerwise", True)
-  s3gd = config_for_protocol("s3gd", staleness=2)
+  s3gd = settings_for_protocol("s3gd", staleness=2)
   assert (s3gd.staleness, s3gd.corrects) == (2, False)
-  sync = config_for_protocol("allreduce_sync")
+  sync = settings_for_protocol("allreduce_sync")
   assert (sync.staleness, sync.corrects) == (0, False)
-  assert config_for_protocol("dcs3gd", dc_lambda=optax.linear_schedule(0.0, 0.2, 100)).corrects
+  assert settings_for_protocol("dcs3gd", dc_lambda=optax.linear_schedule(0.0, 0.2, 100)).corrects
 
 
 @pytest.mark.parametrize(
   "protocol, overrides, message",
   [
     ("dcs3gd_fast", {}, "protocol='dcs3gd_fast'; allowed: one of"),
-    ("dcs3gd", {"lamda": 0.1}, "unknown DCS3GDConfig fields \\['lamda'\\]"),
+    ("dcs3gd", {"lamda": 0.1}, "unknown DCS3GDSettings fields \\['lamda'\\]"),
     ("s3gd", {"dc_lambda": 0.1}, "protocol='s3gd' has no correction"),
     ("s3gd", {"staleness": 0}, "needs staleness >= 1"),
     ("allreduce_sync", {"staleness": 1}, "protocol='allreduce_sync' is synchronous"),
@@ -51,4 +51,4 @@ def test_named_protocols():
 )
 def test_protocol_overrides_that_contradict_the_protocol_are_rejected(protocol, overrides, message):
   with pytest.raises(ValueError, match=message):
-    config_for_protocol(protocol, **overrides)
+    settings_for_protocol(protocol, **overrides)
