@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,12 +17,11 @@ import jax
 import ml_collections
 
 from stalesgd import _validation as validation
-from stalesgd import models
 from stalesgd import schedule as schedule_lib
-from stalesgd.data._embedded import EMBEDDED_DATASETS
 from stalesgd.data._loading import SOURCES
 from stalesgd.data._normalization import NORMALIZATIONS
 from stalesgd.models._loss import check_loss_name
+from stalesgd.training._component_checks import check_dataset, check_model, check_optimizer
 from stalesgd.training._config_readers import is_decentralized, timing_model
 from stalesgd.training._local_runs import check_local_runs
 from stalesgd.training._run_config import (
@@ -35,8 +33,6 @@ from stalesgd.training._run_config import (
   WEIGHT_DECAY_PLACEMENTS,
   default_config,
 )
-from stalesgd.training._solvers import CAFFE_SGD, solver_call
-from stalesgd.utils._import_path import check_options, is_import_path, load_callable
 
 INT32_MAX = 2**31 - 1  # counts end up in int32 device arrays
 INT64_MAX = 2**63 - 1  # seeds (numpy and JAX take up to int64) and byte counts
@@ -175,7 +171,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int | Non
   validation.check_choice(*_field(config, "protocol"), PROTOCOLS)
   validation.check_choice(*_field(config, "data_source"), SOURCES)
   validation.check_choice(*_field(config, "normalization"), NORMALIZATIONS)
-  _check_model(config)
+  check_model(config)
   _check_multiplier_set(config)
   if not isinstance(config.loss, str):
     validation.reject("config.loss", config.loss, "'softmax_cross_entropy' or an import path 'package.module:function'")
@@ -184,7 +180,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int | Non
   validation.check_choice(*_field(config, "delay_compensation"), DELAY_COMPENSATIONS)
   validation.check_choice(*_field(config, "dc_lambda_default"), DC_LAMBDA_DEFAULTS)
   validation.check_choice(*_field(config, "weight_decay_placement"), WEIGHT_DECAY_PLACEMENTS)
-  _check_dataset(config)
+  check_dataset(config)
   validation.check_integer(*_field(config, "seed"), low=0, high=INT64_MAX, builtin_only=True)
   validation.check_integer(*_field(config, "image_size"), low=1, high=INT32_MAX, builtin_only=True)
   validation.check_integer(*_field(config, "data_workers"), low=1, high=MAX_DATA_WORKERS, builtin_only=True)
@@ -235,7 +231,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int | Non
     validation.reject("config.lr_decay_epochs", epochs, "a tuple of positive finite epoch numbers, e.g. (30, 60)")
   _check_warmup(config)
   _check_timing(config)
-  _check_optimizer(config)
+  check_optimizer(config)
 
   _check_protocol(config, num_devices)
   check_local_runs(config)
@@ -316,21 +312,6 @@ def _check_protocol(config, num_devices: int | None) -> None:
     )
 
 
-def _check_model(config) -> None:
-  """A registered model name, or an importable factory that takes the model options (built in `build_run`)."""
-  if is_import_path(config.model):
-    factory = load_callable(config.model, field="config.model")
-    check_options(
-      factory,
-      config.model_options.keys(),
-      field="config.model",
-      path=config.model,
-      options_field="config.model_options",
-    )
-    return
-  validation.check_choice(*_field(config, "model"), models.available_models() + ("package.module:factory",))
-
-
 def _check_warmup(config) -> None:
   """A warm-up has a start rate and ends before the first decay (a start rate without one is unused)."""
   if config.warmup_epochs > 0:
@@ -364,62 +345,3 @@ def _check_multiplier_set(config) -> None:
       config.multiplier_set,
       "None unless model_multipliers=True (a multiplier set chooses among the multipliers that flag turns on)",
     )
-
-
-def _check_optimizer(config) -> None:
-  """The solver's name, its options, and what the config's SGD fields mean for it (`_solvers`)."""
-  if not isinstance(config.optimizer, str):
-    validation.reject(
-      "config.optimizer", config.optimizer, "'sgd', an optax optimizer's name, or 'package.module:factory'"
-    )
-  if config.optimizer == CAFFE_SGD:
-    if config.optimizer_options.keys():
-      validation.reject(
-        "config.optimizer_options",
-        dict(config.optimizer_options.items()),
-        "empty for optimizer='sgd' (the Caffe solver)",
-      )
-    return
-  solver_call(
-    config.optimizer, dict(config.optimizer_options.items()), momentum=config.momentum, nesterov=config.nesterov
-  )
-  if config.weight_decay_placement == "unmodulated" and config.weight_decay > 0:
-    validation.reject(
-      "config.weight_decay_placement",
-      "unmodulated",
-      f"'modulated' with optimizer={config.optimizer!r}: the ablation is defined for the SGD solver only",
-    )
-
-
-def _check_dataset(config) -> None:
-  """The data set's name and directory, for the config's source (nothing is read)."""
-  name, data_dir, source = config.dataset, config.data_dir, config.data_source
-  if data_dir is not None and not isinstance(data_dir, str):
-    validation.reject("config.data_dir", data_dir, "None or the path of a directory (a str)")
-  if source == "embedded" and (not isinstance(name, str) or name not in EMBEDDED_DATASETS):
-    validation.reject("config.dataset", name, f"one of {EMBEDDED_DATASETS} for data_source='embedded'")
-  if source == "tfds" and (not isinstance(name, str) or not name or is_import_path(name)):
-    validation.reject(
-      "config.dataset", name, "a tfds data set's name for data_source='tfds' (any prepared in data_dir)"
-    )
-  if source == "python":
-    if not is_import_path(name):
-      validation.reject("config.dataset", name, "an import path 'package.module:function' for data_source='python'")
-    load_callable(name, field="config.dataset")
-  for field in ("train_split", "test_split"):
-    if config[field] is not None and (not isinstance(config[field], str) or not config[field]):
-      validation.reject(f"config.{field}", config[field], "None (the data set's usual split) or a split's name")
-  for field in ("image_key", "label_key"):
-    if not isinstance(config[field], str) or not config[field]:
-      validation.reject(f"config.{field}", config[field], "the name of a feature of the tfds data set")
-  if source == "npz":
-    if not isinstance(name, str) or not name or os.sep in name:
-      validation.reject(
-        "config.dataset", name, "a file-name prefix for data_source='npz' (<data_dir>/<dataset>_train.npz)"
-      )
-    if not data_dir:
-      validation.reject(
-        "config.data_dir",
-        data_dir,
-        "the directory holding <dataset>_train.npz and <dataset>_test.npz, for data_source='npz'",
-      )
