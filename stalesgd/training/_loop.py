@@ -8,7 +8,8 @@ ones) -> checkpoint restore -> loop with "is it time?" checks for logs,
 evaluations and checkpoints -> final evaluation, plots and summary.
 
 Everything the run writes into ``workdir`` (process 0 only) is listed, with what it holds, in
-`stalesgd.utils._run_directory`, the one owner of those names.
+`stalesgd.utils._run_directory`, the one owner of those names; ``summary.json`` and the record of the sessions
+that computed the run are `stalesgd.training._run_summary`'s.
 
 SIGTERM saves a checkpoint and returns a summary with ``preempted`` true (the
 programs then exit with `PREEMPTED_EXIT_STATUS`, 75). A non-finite
@@ -19,19 +20,17 @@ only written after the losses up to them were checked, so the last one is good.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
-from jax.experimental import multihost_utils
 
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.training import _device_layout as device_layout
@@ -43,9 +42,8 @@ from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverge
   PendingMetrics,
   TrainingDiverged,
 )
-from stalesgd.training._provenance import host, provenance, source_commit, stalesgd_version
 from stalesgd.training._run_config import flatten_config
-from stalesgd.training._runners import Schedule
+from stalesgd.training._run_summary import SESSIONS_KEY, run_summary, session_record, warn_if_code_changed
 from stalesgd.training._workdir import check_same_data, check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 from stalesgd.utils import _plots as plots
@@ -63,44 +61,6 @@ Kubernetes example's pod-failure policy and launch/slurm.sbatch's requeue read
 it), and from a failure (1, or 128 + a signal).
 """
 PENDING_METRICS_KEY = "pending_metrics"  # checkpoint metadata: per-update metrics not yet in a record
-SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
-
-
-def _session(first_update: int) -> dict[str, Any]:
-  """One session of a run: the update it started at, the code it ran (a resumed run may run other code) and the
-  host it started on (CPU, cores, load average at its start: `stalesgd.training._provenance.host`)."""
-  return {
-    "first_update": first_update,
-    "stalesgd_version": stalesgd_version(),
-    "stalesgd_commit": source_commit(),
-    "host": host(),
-  }
-
-
-def _check_sessions(sessions: list[dict[str, Any]], progress: ProgressReporter) -> None:
-  """Warns when this session runs other code than the one before it: the run is then no single version's."""
-  if len(sessions) < 2:
-    return
-  before, now = sessions[-2], sessions[-1]
-  code = lambda session: (session.get("stalesgd_version"), session.get("stalesgd_commit"))
-  if code(before) != code(now) or str(now.get("stalesgd_commit")).endswith("-dirty"):
-    progress.write(
-      f"warning: updates before {now['first_update']} were computed by stalesgd {code(before)[0]} at "
-      f"{code(before)[1]}, the rest by {code(now)[0]} at {code(now)[1]}: the bits need not equal an "
-      "uninterrupted run of either (summary.json lists every session's code under sessions)"
-    )
-
-
-def params_digest(params: Any) -> str:
-  """sha256 of the weights' bytes in tree order: equal digests mean identical weights.
-
-  Called by every process: weights sharded over several processes (the
-  engine's server state) are gathered first.
-  """
-  digest = hashlib.sha256()
-  for leaf in jax.tree_util.tree_leaves(multihost_utils.process_allgather(params, tiled=True)):
-    digest.update(np.ascontiguousarray(leaf).tobytes())
-  return digest.hexdigest()
 
 
 @dataclasses.dataclass
@@ -268,8 +228,8 @@ def _train_and_evaluate(
   updates = runner.updates_done(state)
   position = _LoopPosition(state, runner.block_at(updates), updates)
   updates_at_start = updates
-  sessions.append(_session(updates))
-  _check_sessions(sessions, progress)
+  sessions.append(session_record(updates))
+  warn_if_code_changed(sessions, progress)
 
   # ----------------------------------------------------------------- loop
   evaluator = Evaluator(
@@ -337,7 +297,7 @@ def _train_and_evaluate(
 
   # ----------------------------------------------------------------- summary and plots
   records = read_jsonl(workdir / run_directory.METRICS) if (workdir / run_directory.METRICS).exists() else []
-  summary = _summary(
+  summary = run_summary(
     config,
     label=label,
     schedule=schedule,
@@ -362,40 +322,3 @@ def _train_and_evaluate(
       plots.plot_curves([plots.Run(label, records)], workdir / run_directory.CURVES, title=label)
       plots.plot_staleness_histograms({label: schedule.gradient_staleness}, workdir / run_directory.STALENESS)
   return summary
-
-
-def _summary(
-  config: ml_collections.ConfigDict,
-  *,
-  label: str,
-  schedule: Schedule,
-  params: Any,
-  updates: int,
-  epochs: float,
-  wall_time: float,
-  records: Sequence[Mapping[str, Any]],
-  preempted: bool,
-) -> dict[str, Any]:
-  """``summary.json``: the run's last evaluation in ``records``, its schedule's statistics up to ``updates``."""
-  evaluated = [record for record in records if "test_loss" in record]  # every evaluation reports a loss
-  last = evaluated[-1] if evaluated else {}
-  staleness = schedule.staleness[:updates]
-  return {
-    "label": label,
-    "protocol": config.protocol,
-    "learners": config.learners,
-    "batch_per_learner": config.batch_per_learner,
-    "updates": updates,
-    "epochs": epochs,
-    "test_accuracy": last.get("test_accuracy"),
-    "test_error": last.get("test_error"),
-    "train_accuracy": last.get("train_accuracy"),
-    "sim_time": float(schedule.update_time[updates - 1]) if updates else 0.0,
-    "wall_time": wall_time,
-    "staleness_mean": float(staleness.mean()) if staleness.size else 0.0,
-    "staleness_max": int(staleness.max()) if staleness.size else 0,
-    "dropped_gradients": int(schedule.num_dropped),
-    "params_sha256": params_digest(params),
-    "preempted": preempted,
-    "provenance": provenance(),
-  }

@@ -1,0 +1,98 @@
+"""What a run directory records about the run: ``summary.json`` and the sessions that computed it.
+
+`run_summary` is ``summary.json``'s content (the last evaluation, the schedule's statistics, the weights' sha256,
+`provenance`); `session_record` is one session's entry under `SESSIONS_KEY` (the update it started at, its code,
+its host), kept in every checkpoint's metadata and in ``summary.json``, so a resumed run lists each code that
+computed part of it, and `warn_if_code_changed` says so when it happens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from stalesgd.training._provenance import host, provenance, source_commit, stalesgd_version
+from stalesgd.training._runners import Schedule
+from stalesgd.utils._progress import ProgressReporter
+
+SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
+
+
+def session_record(first_update: int) -> dict[str, Any]:
+  """One session of a run: the update it started at, the code it ran (a resumed run may run other code) and the
+  host it started on (CPU, cores, load average at its start: `stalesgd.training._provenance.host`)."""
+  return {
+    "first_update": first_update,
+    "stalesgd_version": stalesgd_version(),
+    "stalesgd_commit": source_commit(),
+    "host": host(),
+  }
+
+
+def warn_if_code_changed(sessions: list[dict[str, Any]], progress: ProgressReporter) -> None:
+  """Warns when this session runs other code than the one before it: the run is then no single version's."""
+  if len(sessions) < 2:
+    return
+  before, now = sessions[-2], sessions[-1]
+  code = lambda session: (session.get("stalesgd_version"), session.get("stalesgd_commit"))
+  if code(before) != code(now) or str(now.get("stalesgd_commit")).endswith("-dirty"):
+    progress.write(
+      f"warning: updates before {now['first_update']} were computed by stalesgd {code(before)[0]} at "
+      f"{code(before)[1]}, the rest by {code(now)[0]} at {code(now)[1]}: the bits need not equal an "
+      "uninterrupted run of either (summary.json lists every session's code under sessions)"
+    )
+
+
+def params_digest(params: Any) -> str:
+  """sha256 of the weights' bytes in tree order: equal digests mean identical weights.
+
+  Called by every process: weights sharded over several processes (the
+  engine's server state) are gathered first.
+  """
+  digest = hashlib.sha256()
+  for leaf in jax.tree_util.tree_leaves(multihost_utils.process_allgather(params, tiled=True)):
+    digest.update(np.ascontiguousarray(leaf).tobytes())
+  return digest.hexdigest()
+
+
+def run_summary(
+  config: ml_collections.ConfigDict,
+  *,
+  label: str,
+  schedule: Schedule,
+  params: Any,
+  updates: int,
+  epochs: float,
+  wall_time: float,
+  records: Sequence[Mapping[str, Any]],
+  preempted: bool,
+) -> dict[str, Any]:
+  """``summary.json``: the run's last evaluation in ``records``, its schedule's statistics up to ``updates``."""
+  evaluated = [record for record in records if "test_loss" in record]  # every evaluation reports a loss
+  last = evaluated[-1] if evaluated else {}
+  staleness = schedule.staleness[:updates]
+  return {
+    "label": label,
+    "protocol": config.protocol,
+    "learners": config.learners,
+    "batch_per_learner": config.batch_per_learner,
+    "updates": updates,
+    "epochs": epochs,
+    "test_accuracy": last.get("test_accuracy"),
+    "test_error": last.get("test_error"),
+    "train_accuracy": last.get("train_accuracy"),
+    "sim_time": float(schedule.update_time[updates - 1]) if updates else 0.0,
+    "wall_time": wall_time,
+    "staleness_mean": float(staleness.mean()) if staleness.size else 0.0,
+    "staleness_max": int(staleness.max()) if staleness.size else 0,
+    "dropped_gradients": int(schedule.num_dropped),
+    "params_sha256": params_digest(params),
+    "preempted": preempted,
+    "provenance": provenance(),
+  }
