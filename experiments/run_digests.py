@@ -18,6 +18,12 @@ compare::
   python -m experiments.run_digests --out=/tmp/before.json     # at the old commit
   python -m experiments.run_digests --out=/tmp/after.json --compare=/tmp/before.json
 
+The JSON records the host (`COMPARED_HOST_FIELDS`: CPU model, jax and jaxlib versions) beside the runs, and
+``--compare`` refuses to decide between files of different hosts (exit status 2): the same commit gives other
+weights for the delay-compensated runs (``async``, ``dcs3gd``) on an Intel Xeon than on an AMD EPYC
+(results/front_door_refactor_digests). A file without a host (written before it was recorded) is compared with
+a warning.
+
 Hardware and time: a CPU, 8 host devices; 10 runs of 10-20 s each (more beside other work).
 """
 
@@ -48,6 +54,9 @@ PROTOCOL_RUNS = {
   "cifar10_full": ("cifar10_full",),
 }
 """Protocol -> (tiny_run_config variant, overrides)."""
+
+COMPARED_HOST_FIELDS = ("cpu_model", "jax", "jaxlib")
+"""What must be equal for two files' digests to say anything about the code between them."""
 
 MEASURED_FIELDS = ("seconds", "wall", "time", "per_s", "provenance", "host", "compile")
 """A field whose name contains one of these is measured, not computed: left out (the simulated ``sim_time`` stays)."""
@@ -102,23 +111,45 @@ def run_digests(protocol: str, workdir: pathlib.Path) -> dict[str, str]:
   }
 
 
+def digest_host() -> dict[str, str | None]:
+  """The host the digests are taken on: its CPU model and the versions that compile the runs."""
+  from stalesgd.training._provenance import host, package_versions
+
+  return {"cpu_model": host()["cpu_model"], **package_versions(("jax", "jaxlib"))}
+
+
+def compare(digests: dict, before: dict) -> tuple[int, str]:
+  """(exit status, verdict) of ``digests`` against an earlier file: 0 unchanged, 1 changed, 2 not comparable."""
+  runs, before_runs = digests["runs"], before.get("runs", before)  # an earlier format: the runs alone
+  if "host" not in before:
+    prefix = "warning: the earlier file records no host; compare only files of one host. "
+  else:
+    differing = [field for field in COMPARED_HOST_FIELDS if digests["host"].get(field) != before["host"].get(field)]
+    if differing:
+      return 2, "NOT COMPARABLE: taken on another host (" + ", ".join(
+        f"{field} {before['host'].get(field)!r} -> {digests['host'].get(field)!r}" for field in differing
+      ) + "): take both files on one host"
+    prefix = ""
+  changed = [protocol for protocol in runs if runs[protocol] != before_runs.get(protocol)]
+  return (1, prefix + f"CHANGED: {', '.join(changed)}") if changed else (0, prefix + "unchanged")
+
+
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", required=True, help="where to write the JSON")
   parser.add_argument("--compare", help="a JSON written earlier: exit 1 unless every digest is equal")
   parser.add_argument("--protocols", nargs="*", default=list(PROTOCOL_RUNS), choices=list(PROTOCOL_RUNS))
   arguments = parser.parse_args()
-  digests = {}
+  digests = {"host": digest_host(), "runs": {}}
   with tempfile.TemporaryDirectory() as scratch:
     for protocol in arguments.protocols:
-      digests[protocol] = run_digests(protocol, pathlib.Path(scratch) / protocol)
-      print(protocol, digests[protocol]["params_sha256"][:16], flush=True)
+      digests["runs"][protocol] = run_digests(protocol, pathlib.Path(scratch) / protocol)
+      print(protocol, digests["runs"][protocol]["params_sha256"][:16], flush=True)
   pathlib.Path(arguments.out).write_text(json.dumps(digests, indent=2) + "\n")
   if arguments.compare:
-    before = json.loads(pathlib.Path(arguments.compare).read_text())
-    changed = [protocol for protocol in digests if digests[protocol] != before.get(protocol)]
-    print("unchanged" if not changed else f"CHANGED: {', '.join(changed)}")
-    return 1 if changed else 0
+    status, verdict = compare(digests, json.loads(pathlib.Path(arguments.compare).read_text()))
+    print(verdict)
+    return status
   return 0
 
 
