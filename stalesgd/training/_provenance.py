@@ -7,6 +7,8 @@ software and hardware that produced it (the exact versions tested are in
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.metadata
 import os
 import pathlib
@@ -59,6 +61,19 @@ def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
     return None
   dirty = git("status", "--porcelain", "--untracked-files=no")
   return commit + ("-dirty" if dirty else "")
+
+
+@functools.cache
+def source_digest(root: pathlib.Path = SOURCE_ROOT) -> str:
+  """sha256 of the stalesgd package's Python sources (each ``*.py`` file's path and bytes, in path order).
+
+  What a process imported, read once (the first call; a session records it at its start): two trees of one commit
+  with other uncommitted changes give other digests, where `source_commit` gives both ``<commit>-dirty``.
+  """
+  digest = hashlib.sha256()
+  for path in sorted(root.rglob("*.py")):
+    digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+  return digest.hexdigest()
 
 
 def _cpu_model() -> str | None:

@@ -17,36 +17,58 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from stalesgd.training._provenance import host, provenance, source_commit, stalesgd_version
+from stalesgd.training._provenance import host, provenance, source_commit, source_digest, stalesgd_version
 from stalesgd.training._runners import Schedule
 from stalesgd.utils._progress import ProgressReporter
 
 SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
 
 
+SOURCE_DIGEST_KEY = "stalesgd_source_sha256"  # a session's `source_digest`: its code, uncommitted changes included
+
+
 def session_record(first_update: int) -> dict[str, Any]:
-  """One session of a run: the update it started at, the code it ran (a resumed run may run other code) and the
-  host it started on (CPU, cores, load average at its start: `stalesgd.training._provenance.host`)."""
+  """One session of a run: the update it started at, the code it ran (a resumed run may run other code: version,
+  commit and `source_digest`) and the host it started on (CPU, cores, load average at its start:
+  `stalesgd.training._provenance.host`)."""
   return {
     "first_update": first_update,
     "stalesgd_version": stalesgd_version(),
     "stalesgd_commit": source_commit(),
+    SOURCE_DIGEST_KEY: source_digest(),
     "host": host(),
   }
 
 
+def ran_other_code(before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+  """Whether two sessions ran other code: their source digests differ, or, where either session has none (it
+  was recorded before digests were), their version or commit differ or the later one's tree was dirty."""
+  if before.get(SOURCE_DIGEST_KEY) and now.get(SOURCE_DIGEST_KEY):
+    return before[SOURCE_DIGEST_KEY] != now[SOURCE_DIGEST_KEY]
+  code = lambda session: (session.get("stalesgd_version"), session.get("stalesgd_commit"))
+  return code(before) != code(now) or str(now.get("stalesgd_commit")).endswith("-dirty")
+
+
 def warn_if_code_changed(sessions: list[dict[str, Any]], progress: ProgressReporter) -> None:
-  """Warns when this session runs other code than the one before it: the run is then no single version's."""
+  """Warns when this session runs other code than the one before it (`ran_other_code`): the run is then no single
+  version's."""
   if len(sessions) < 2:
     return
   before, now = sessions[-2], sessions[-1]
-  code = lambda session: (session.get("stalesgd_version"), session.get("stalesgd_commit"))
-  if code(before) != code(now) or str(now.get("stalesgd_commit")).endswith("-dirty"):
+  if ran_other_code(before, now):
     progress.write(
-      f"warning: updates before {now['first_update']} were computed by stalesgd {code(before)[0]} at "
-      f"{code(before)[1]}, the rest by {code(now)[0]} at {code(now)[1]}: the bits need not equal an "
-      "uninterrupted run of either (summary.json lists every session's code under sessions)"
+      f"warning: updates before {now['first_update']} were computed by {_code(before)}, the rest by {_code(now)}: "
+      "the bits need not equal an uninterrupted run of either (summary.json lists every session's code under "
+      "sessions)"
     )
+
+
+def _code(session: Mapping[str, Any]) -> str:
+  """``stalesgd <version> at <commit>``, and the source digest's first 12 digits where the session has one."""
+  digest = session.get(SOURCE_DIGEST_KEY)
+  return f"stalesgd {session.get('stalesgd_version')} at {session.get('stalesgd_commit')}" + (
+    f" (source {digest[:12]})" if digest else ""
+  )
 
 
 def params_digest(params: Any) -> str:

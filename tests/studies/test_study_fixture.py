@@ -67,7 +67,11 @@ def test_an_earlier_commits_study_directory_resumes_and_gathers(tmp_path, compil
   assert f"reused the finished run in {finished}" in ran.stdout
   summary = train_helpers.read_summary(preempted)
   assert summary["preempted"] is False and summary["updates"] == facts["expected_updates"]
-  assert [session["stalesgd_commit"] for session in summary["sessions"]][0] == facts["commit"]
+  old_session, new_session = summary["sessions"]  # the old code's, then today's, which records its source digest
+  assert old_session["stalesgd_commit"] == facts["commit"] and "stalesgd_source_sha256" not in old_session
+  assert new_session["first_update"] == facts["preempted_at_update"] and new_session["stalesgd_source_sha256"]
+  at, commit = facts["preempted_at_update"], facts["commit"]
+  assert f"warning: updates before {at} were computed by stalesgd 0.2.0 at {commit}, the rest by " in ran.stdout
   expected = [json.loads(line) for line in (FIXTURE / "expected_hardsync_metrics.jsonl").read_text().splitlines()]
   assert _without_timing(train_helpers.read_metrics(preempted)) == _without_timing(expected)
   assert train_helpers.read_metrics(finished) == finished_records  # read back, not trained again

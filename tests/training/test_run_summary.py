@@ -1,0 +1,71 @@
+"""The sessions a run directory records, and the warning when a resume runs other code (`_run_summary`)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from stalesgd.training._provenance import source_digest
+from stalesgd.training._run_summary import SOURCE_DIGEST_KEY, ran_other_code, warn_if_code_changed
+
+COMMIT, OTHER = "a" * 40, "b" * 40
+
+
+class _Lines:
+  def __init__(self):
+    self.lines: list[str] = []
+
+  def write(self, message: str) -> None:
+    self.lines.append(message)
+
+
+def _session(first_update: int, commit: str, digest: str | None = None) -> dict:
+  session = {"first_update": first_update, "stalesgd_version": "0.2.0", "stalesgd_commit": commit}
+  return session if digest is None else {**session, SOURCE_DIGEST_KEY: digest}
+
+
+@pytest.mark.parametrize(
+  "before, now, other",
+  [
+    (_session(0, COMMIT + "-dirty", "1" * 64), _session(9, COMMIT + "-dirty", "1" * 64), False),  # the same edits
+    (_session(0, COMMIT + "-dirty", "1" * 64), _session(9, COMMIT + "-dirty", "2" * 64), True),  # other edits
+    (_session(0, COMMIT, "1" * 64), _session(9, OTHER, "1" * 64), False),  # the same sources at two commits
+    (_session(0, COMMIT), _session(9, COMMIT, "1" * 64), False),  # no digest before: version and commit decide
+    (_session(0, COMMIT), _session(9, OTHER, "1" * 64), True),
+    (_session(0, COMMIT + "-dirty"), _session(9, COMMIT + "-dirty", "1" * 64), True),  # a dirty tree, unknown edits
+  ],
+)
+def test_other_code_is_told_by_the_source_digests_where_both_sessions_have_one(before, now, other):
+  assert ran_other_code(before, now) is other
+  lines = _Lines()
+  warn_if_code_changed([before, now], lines)
+  assert len(lines.lines) == other
+
+
+def test_the_warning_names_where_the_sessions_start_and_each_ones_code():
+  lines = _Lines()
+  warn_if_code_changed([_session(0, COMMIT), _session(5, COMMIT, "c" * 64), _session(13, OTHER, "d" * 64)], lines)
+  assert lines.lines == [
+    f"warning: updates before 13 were computed by stalesgd 0.2.0 at {COMMIT} (source cccccccccccc), the rest by "
+    f"stalesgd 0.2.0 at {OTHER} (source dddddddddddd): the bits need not equal an uninterrupted run of either "
+    "(summary.json lists every session's code under sessions)"
+  ]
+  warn_if_code_changed([_session(0, OTHER)], lines)  # one session: nothing to compare
+  assert len(lines.lines) == 1
+
+
+def test_the_source_digest_covers_each_python_files_path_and_bytes_only(tmp_path):
+  def tree(name: str, files: dict[str, str]) -> pathlib.Path:
+    root = tmp_path / name
+    for relative, text in files.items():
+      (root / relative).parent.mkdir(parents=True, exist_ok=True)
+      (root / relative).write_text(text)
+    return root
+
+  base = {"__init__.py": "x = 1\n", "sub/_m.py": "y = 2\n"}
+  digest = source_digest(tree("base", base))
+  assert len(digest) == 64 and source_digest(tree("same", {**base, "notes.txt": "not code"})) == digest
+  assert source_digest(tree("edited", {**base, "sub/_m.py": "y = 3\n"})) != digest
+  assert source_digest(tree("moved", {"__init__.py": "x = 1\n", "sub/_n.py": "y = 2\n"})) != digest
+  assert source_digest(tree("joined", {"__init__.py": "x = 1\nsub/_m.py\0y = 2\n"})) != digest
