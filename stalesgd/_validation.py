@@ -19,6 +19,7 @@ as a config that is written to JSON needs.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from collections.abc import Iterable
@@ -168,11 +169,14 @@ def check_choice(name: str, value: Any, choices: Iterable[str], *, note: str = "
   """``value``, after checking it is a str among ``choices``.
 
   Raises:
-    ValueError: ``<name>=<value!r>; allowed: one of (<choices>)``.
+    ValueError: ``<name>=<value!r>; allowed: one of (<choices>)``, then ``; did you mean '<choice>'?`` when a
+      misspelt str is close to one (`difflib.get_close_matches`, its default cutoff 0.6).
   """
   choices = tuple(choices)
   if not isinstance(value, str) or value not in choices:
-    reject(name, value, _allowed(f"one of {choices}", optional=False, note=note))
+    nearest = difflib.get_close_matches(value, choices, n=1) if isinstance(value, str) else []
+    suggestion = f"; did you mean {nearest[0]!r}?" if nearest else ""
+    reject(name, value, _allowed(f"one of {choices}", optional=False, note=note) + suggestion)
   return value
 
 

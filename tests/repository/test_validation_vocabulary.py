@@ -199,6 +199,13 @@ def test_check_choice():
   assert _message(validation.check_choice, "rule", "c", ("a", "b")) == "rule='c'; allowed: one of ('a', 'b')"
   assert _message(validation.check_choice, "rule", ["a"], ["a", "b"]) == "rule=['a']; allowed: one of ('a', 'b')"
   assert _message(validation.check_choice, "rule", np.array(["a"]), ("a",)).startswith("rule=array(")
+  protocols = ("hardsync", "softsync", "async")
+  assert _message(validation.check_choice, "config.protocol", "softsnc", protocols) == (
+    "config.protocol='softsnc'; allowed: one of ('hardsync', 'softsync', 'async'); did you mean 'softsync'?"
+  )
+  assert _message(validation.check_choice, "config.protocol", "Async", protocols).endswith("did you mean 'async'?")
+  assert "did you mean" not in _message(validation.check_choice, "config.protocol", "ps", protocols)  # none is close
+  assert "did you mean" not in _message(validation.check_choice, "config.protocol", 7, protocols)  # not a str
 
 
 def test_check_bool():
