@@ -46,8 +46,13 @@ def package_versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | No
   return versions
 
 
+@functools.cache
 def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
-  """The git commit of the stalesgd source tree, with ``-dirty`` for uncommitted changes; None outside git."""
+  """The git commit of the stalesgd source tree, with ``-dirty`` for uncommitted changes; None outside git.
+
+  Read once per process, as `source_digest` is: the code a process runs is the one it imported, whatever is
+  committed or edited later (and git is not run again for every run of a long-lived process).
+  """
 
   def git(*args: str) -> str | None:
     try:
