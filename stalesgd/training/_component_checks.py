@@ -3,7 +3,7 @@
 Each names a registered choice or an import path (``package.module:function``) and the options it is called with;
 these checks resolve the path and compare the options with the callable's signature, and for a data set check the
 fields its source reads, with nothing built or read. `stalesgd.training._config_checks.validate_config` calls
-them among its field checks, so the first bad field is reported first.
+each at its place among the field checks: of several bad fields, the same one is reported first.
 """
 
 from __future__ import annotations
