@@ -250,13 +250,12 @@ def main(argv):
     ),
   )
   if _TASK.value is not None:
-    if result.rows:
-      row = result.rows[0]
-      print(
-        f"\n{row['variant']}, seed {row['seed']}: {row['status']}, test error {row['test_error']} ({row['workdir']})"
-      )
-      if row["status"] == "preempted":
-        raise SystemExit(PREEMPTED_EXIT_STATUS)
+    if not result.rows:  # its run was preempted (a finished or diverged run has a row): the scheduler requeues it
+      task = tasks[_TASK.value]
+      print(f"\n{task.label}: preempted; run the same command again to resume it ({task.directory})")
+      raise SystemExit(PREEMPTED_EXIT_STATUS)
+    row = result.rows[0]
+    print(f"\n{row['variant']}, seed {row['seed']}: {row['status']}, test error {row['test_error']} ({row['workdir']})")
     return
   if result.table is None:
     print(f"\n{study.name}: preempted before every run finished; rerun to resume ({workdir})")

@@ -137,3 +137,28 @@ def test_a_preempted_run_is_resumed_not_reused(tmp_path):
   assert not any("reused" in line for line in lines)
   assert second.rows[0]["test_error"] == first.rows[0]["test_error"]
   assert json.loads(summary_path.read_text())["preempted"] is False
+
+
+@pytest.mark.slow
+def test_a_preempted_job_array_element_exits_75_so_its_scheduler_requeues_it(tmp_path, compilation_cache):
+  from tests.fixtures.make_study_fixture import PACED_TASK  # --task with every block slowed, so SIGTERM finds it
+
+  flags = ["--study=demo", "--epochs=2", "--variants=hardsync", f"--workdir={tmp_path}", "--task=0"]
+  metrics = tmp_path / "hardsync" / "seed_0" / "metrics.jsonl"
+  env = {**_environment(compilation_cache), "PYTHONPATH": str(REPOSITORY)}
+  element = subprocess.Popen(
+    [sys.executable, "-c", PACED_TASK, "0.2", *flags], cwd=REPOSITORY, env=env, stdout=subprocess.PIPE, text=True
+  )
+  deadline = time.monotonic() + 300
+  while not (metrics.exists() and "test_error" in metrics.read_text()):  # after the first evaluation
+    assert element.poll() is None and time.monotonic() < deadline, "the element ended before it was preempted"
+    time.sleep(0.2)
+  element.terminate()
+  output, _ = element.communicate(timeout=120)
+  assert element.returncode == 75, output[-2000:]  # launch/requeue_on_preemption.sh requeues on 75 only
+  assert f"hardsync, seed 0: preempted; run the same command again to resume it ({metrics.parent})" in output
+  again = subprocess.run(
+    [sys.executable, "-m", "stalesgd.cli.reproduce", *flags], cwd=REPOSITORY, env=env, capture_output=True, text=True
+  )
+  assert again.returncode == 0 and "resumed from the checkpoint at update" in again.stdout, again.stderr[-2000:]
+  assert "hardsync, seed 0: ok, test error " in again.stdout
