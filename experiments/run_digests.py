@@ -137,7 +137,9 @@ def compare(digests: dict, before: dict) -> tuple[int, str]:
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", required=True, help="where to write the JSON")
-  parser.add_argument("--compare", help="a JSON written earlier: exit 1 unless every digest is equal")
+  parser.add_argument(
+    "--compare", help="a JSON written earlier: exit 1 if a digest changed, 2 if it was taken on another host"
+  )
   parser.add_argument("--protocols", nargs="*", default=list(PROTOCOL_RUNS), choices=list(PROTOCOL_RUNS))
   arguments = parser.parse_args()
   digests = {"host": digest_host(), "runs": {}}

@@ -77,7 +77,7 @@ from stalesgd.cli import _program as program
 from stalesgd.data._loading import SOURCES
 from stalesgd.studies import STUDIES, StudySettings, run_study
 from stalesgd.studies import _processes as processes
-from stalesgd.studies._sweep import unfinished_runs
+from stalesgd.studies._sweep import gather_refusal
 from stalesgd.studies._tasks import plan_tasks
 from stalesgd.training import PREEMPTED_EXIT_STATUS
 from stalesgd.utils import _compilation_cache as compilation_cache
@@ -222,8 +222,8 @@ def main(argv):
   parallel = parse_parallel(_PARALLEL.value, num_tasks=len(tasks), gpu_ids=gpu_ids, cores=processes.usable_cores())
   if parallel > 1 and (_TASK.value is not None or _GATHER.value):
     raise app.UsageError(f"--parallel={_PARALLEL.value} with --task or --gather; allowed: one of them")
-  if _GATHER.value and (unfinished := unfinished_runs(tasks)):
-    raise app.UsageError(f"--gather: {unfinished}")
+  if _GATHER.value and (refusal := gather_refusal(tasks)):
+    raise app.UsageError(f"--gather: {refusal}")
   in_processes = parallel > 1
   compilation_cache.enable_compilation_cache(_COMPILATION_CACHE_DIR.value)
   study_devices = int(os.environ["JAX_NUM_CPU_DEVICES"]) if _DEVICES_CHOSEN else STUDY_CPU_DEVICES

@@ -158,8 +158,8 @@ def run_tasks_in_processes(
   return gather(tasks, echo=echo, missing_ok=True)
 
 
-def unfinished_runs(tasks: Sequence[Task]) -> str | None:
-  """Why no report can be gathered from ``tasks`` yet (the runs that have not finished), or None if none is left.
+def gather_refusal(tasks: Sequence[Task]) -> str | None:
+  """Why no report can be gathered from ``tasks`` yet (the runs that have not finished), or None if it can.
 
   `gather` refuses with this message; ``stalesgd-reproduce --gather`` asks first, before JAX starts.
   """

@@ -50,8 +50,9 @@ def package_versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | No
 def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
   """The git commit of the stalesgd source tree, with ``-dirty`` for uncommitted changes; None outside git.
 
-  Read once per process, as `source_digest` is: the code a process runs is the one it imported, whatever is
-  committed or edited later (and git is not run again for every run of a long-lived process).
+  Read once per process (the first call, at the first session's start, after the imports), as `source_digest` is:
+  a process keeps running the code it imported, whatever is committed or edited later, and git is not run again
+  for every run of a long-lived process.
   """
 
   def git(*args: str) -> str | None:
@@ -72,8 +73,9 @@ def source_commit(root: pathlib.Path = SOURCE_ROOT) -> str | None:
 def source_digest(root: pathlib.Path = SOURCE_ROOT) -> str:
   """sha256 of the stalesgd package's Python sources (each ``*.py`` file's path and bytes, in path order).
 
-  What a process imported, read once (the first call; a session records it at its start): two trees of one commit
-  with other uncommitted changes give other digests, where `source_commit` gives both ``<commit>-dirty``.
+  Read once per process, at the first call (a session records it at its start, after the imports, so a file edited
+  in between would be counted as edited): two trees of one commit with other uncommitted changes give other
+  digests, where `source_commit` gives both ``<commit>-dirty``.
   """
   digest = hashlib.sha256()
   for path in sorted(root.rglob("*.py")):

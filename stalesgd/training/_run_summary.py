@@ -22,8 +22,6 @@ from stalesgd.training._runners import Schedule
 from stalesgd.utils._progress import ProgressReporter
 
 SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
-
-
 SOURCE_DIGEST_KEY = "stalesgd_source_sha256"  # a session's `source_digest`: its code, uncommitted changes included
 
 

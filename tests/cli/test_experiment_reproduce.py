@@ -141,22 +141,17 @@ def test_a_preempted_run_is_resumed_not_reused(tmp_path):
 
 @pytest.mark.slow
 def test_a_preempted_job_array_element_exits_75_so_its_scheduler_requeues_it(tmp_path, compilation_cache):
-  from tests.fixtures.make_study_fixture import PACED_TASK  # --task with every block slowed, so SIGTERM finds it
+  from tests.fixtures.make_study_fixture import PACED_TASK, preempt_after_first_evaluation
 
   flags = ["--study=demo", "--epochs=2", "--variants=hardsync", f"--workdir={tmp_path}", "--task=0"]
   metrics = tmp_path / "hardsync" / "seed_0" / "metrics.jsonl"
   env = {**_environment(compilation_cache), "PYTHONPATH": str(REPOSITORY)}
-  element = subprocess.Popen(
-    [sys.executable, "-c", PACED_TASK, "0.2", *flags], cwd=REPOSITORY, env=env, stdout=subprocess.PIPE, text=True
+  # --task with every block slowed, so SIGTERM finds it after its first evaluation.
+  element = preempt_after_first_evaluation(
+    [sys.executable, "-c", PACED_TASK, "0.2", *flags], metrics, cwd=REPOSITORY, env=env
   )
-  deadline = time.monotonic() + 300
-  while not (metrics.exists() and "test_error" in metrics.read_text()):  # after the first evaluation
-    assert element.poll() is None and time.monotonic() < deadline, "the element ended before it was preempted"
-    time.sleep(0.2)
-  element.terminate()
-  output, _ = element.communicate(timeout=120)
-  assert element.returncode == 75, output[-2000:]  # launch/requeue_on_preemption.sh requeues on 75 only
-  assert f"hardsync, seed 0: preempted; run the same command again to resume it ({metrics.parent})" in output
+  assert element.returncode == 75, element.stdout[-2000:]  # launch/requeue_on_preemption.sh requeues on 75 only
+  assert f"hardsync, seed 0: preempted; run the same command again to resume it ({metrics.parent})" in element.stdout
   again = subprocess.run(
     [sys.executable, "-m", "stalesgd.cli.reproduce", *flags], cwd=REPOSITORY, env=env, capture_output=True, text=True
   )

@@ -19,10 +19,10 @@ import sys
 import pytest
 
 from tests.helpers import train_helpers
+from tests.helpers.fault_helpers import without_wall_clock
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = REPOSITORY / "tests" / "fixtures" / "study_643a36b"
-TIMING_FIELDS = ("wall_time", "images_per_s")  # the host's clock, not the run's numbers
 REPORT_TABLES = ("runs.csv", "results.csv")  # one row per run; per variant over seeds
 
 
@@ -34,10 +34,6 @@ def _reproduce(workdir: pathlib.Path, compilation_cache: pathlib.Path, *flags: s
   command = [sys.executable, "-m", "stalesgd.cli.reproduce", *_facts()["study_flags"], f"--workdir={workdir}", *flags]
   env = {**train_helpers.main_environment(compilation_cache), "JAX_PLATFORMS": "cpu"}
   return subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600, env=env)
-
-
-def _without_timing(records: list[dict]) -> list[dict]:
-  return [{key: value for key, value in record.items() if key not in TIMING_FIELDS} for record in records]
 
 
 def _table(path: pathlib.Path) -> list[dict[str, str]]:
@@ -73,7 +69,7 @@ def test_an_earlier_commits_study_directory_resumes_and_gathers(tmp_path, compil
   at, commit = facts["preempted_at_update"], facts["commit"]
   assert f"warning: updates before {at} were computed by stalesgd 0.2.0 at {commit}, the rest by " in ran.stdout
   expected = [json.loads(line) for line in (FIXTURE / "expected_hardsync_metrics.jsonl").read_text().splitlines()]
-  assert _without_timing(train_helpers.read_metrics(preempted)) == _without_timing(expected)
+  assert without_wall_clock(train_helpers.read_metrics(preempted)) == without_wall_clock(expected)
   assert train_helpers.read_metrics(finished) == finished_records  # read back, not trained again
   report = {name: _table(workdir / name) for name in REPORT_TABLES}
 

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import pathlib
 
 import pytest
 
 from stalesgd.training._provenance import source_digest
 from stalesgd.training._run_summary import SOURCE_DIGEST_KEY, ran_other_code, warn_if_code_changed
+from stalesgd.utils._progress import ProgressReporter
 
 COMMIT, OTHER = "a" * 40, "b" * 40
 
 
-class _Lines:
-  def __init__(self):
-    self.lines: list[str] = []
-
-  def write(self, message: str) -> None:
-    self.lines.append(message)
+def _reporter() -> tuple[ProgressReporter, io.StringIO]:
+  """The run's own reporter, writing into a string: what a user would see of the warning."""
+  stream = io.StringIO()
+  return ProgressReporter(1, stream=stream, enabled=True), stream
 
 
 def _session(first_update: int, commit: str, digest: str | None = None) -> dict:
@@ -38,21 +38,21 @@ def _session(first_update: int, commit: str, digest: str | None = None) -> dict:
 )
 def test_other_code_is_told_by_the_source_digests_where_both_sessions_have_one(before, now, other):
   assert ran_other_code(before, now) is other
-  lines = _Lines()
-  warn_if_code_changed([before, now], lines)
-  assert len(lines.lines) == other
+  reporter, printed = _reporter()
+  warn_if_code_changed([before, now], reporter)
+  assert len(printed.getvalue().splitlines()) == other
 
 
 def test_the_warning_names_where_the_sessions_start_and_each_ones_code():
-  lines = _Lines()
-  warn_if_code_changed([_session(0, COMMIT), _session(5, COMMIT, "c" * 64), _session(13, OTHER, "d" * 64)], lines)
-  assert lines.lines == [
+  reporter, printed = _reporter()
+  warn_if_code_changed([_session(0, COMMIT), _session(5, COMMIT, "c" * 64), _session(13, OTHER, "d" * 64)], reporter)
+  assert printed.getvalue().splitlines() == [
     f"warning: updates before 13 were computed by stalesgd 0.2.0 at {COMMIT} (source cccccccccccc), the rest by "
     f"stalesgd 0.2.0 at {OTHER} (source dddddddddddd): the bits need not equal an uninterrupted run of either "
     "(summary.json lists every session's code under sessions)"
   ]
-  warn_if_code_changed([_session(0, OTHER)], lines)  # one session: nothing to compare
-  assert len(lines.lines) == 1
+  warn_if_code_changed([_session(0, OTHER)], reporter)  # one session: nothing to compare
+  assert len(printed.getvalue().splitlines()) == 1
 
 
 def test_the_source_digest_covers_each_python_files_path_and_bytes_only(tmp_path):
