@@ -13,6 +13,9 @@
 #
 # GRID (each one stalesgd-reproduce command, its seeds and variants fixed here before the first run):
 #   zhang_e20        Zhang et al. on CIFAR-10 at E = 20: hardsync, 15- and 30-softsync alpha0/sigma, seeds 0-2
+#   zhang_e140       the seed papers' claims at the full 140 epochs on CIFAR-10, evaluated every epoch: hardsync and
+#                    30-softsync alpha0/sigma, then the single learner and 1-softsync at mu lambda = 120, then
+#                    15-softsync alpha0/sigma, seeds 0-2 (about 34 h of 2 cores for the first four, 43 h in all)
 #   dcs3gd_e10       DC-S3GD on CIFAR-10 at E = 10 with warm-up: S = 0, S3GD and DC-S3GD at S = 1 and 4, seeds 0-2
 #   mu_lambda_mnist  Rudra's mu x lambda rule on MNIST: the baseline and mu lambda = 120, 480, 3840, seeds 0-2
 #   dcasgd_mnist     Zheng et al.'s ordering on MNIST: SGD, ASGD, DC-ASGD-c, DC-ASGD-a at M = 4 and 8, seeds 0-2
@@ -44,6 +47,7 @@ RECORD_FILES="config.json dataset.json metrics.jsonl summary.json"
 results_dir() {  # where a grid's report and finished runs are kept in the repository
   case "$1" in
     zhang_e20) echo "$repo/results/zhang_cifar10_e20_3seeds" ;;
+    zhang_e140) echo "$repo/results/zhang_cifar10_e140_3seeds" ;;
     dcs3gd_e10) echo "$repo/results/dcs3gd_cifar10_e10_3seeds" ;;
     mu_lambda_mnist) echo "$repo/results/rudra_mu_lambda_mnist_3seeds" ;;
     dcasgd_mnist) echo "$repo/results/dcasgd_mnist_3seeds" ;;
@@ -58,6 +62,8 @@ grid_flags() {
   case "$1" in
     zhang_e20) echo "--study=zhang_cifar10 --data_source=npz --data_dir=$cifar10 --schedule_epochs=20 --eval_every=1 \
 --seeds=3 --variants=hardsync,15_softsync_a0_sigma,30_softsync_a0_sigma" ;;
+    zhang_e140) echo "--study=zhang_cifar10_e140 --data_source=npz --data_dir=$cifar10 --eval_every=1 --seeds=3 \
+--variants=hardsync,30_softsync_a0_sigma,baseline_lambda_1_mu_128,1_softsync_mu_lambda_120_mu_4,15_softsync_a0_sigma" ;;
     dcs3gd_e10) echo "--study=dcs3gd_cifar10 --data_source=npz --data_dir=$cifar10 --schedule_epochs=10 \
 --eval_every=0.5 --seeds=3 --variants=all_reduce_sgd_s_0,s3gd_s_1,dc_s3gd_layer_wise_s_1,s3gd_s_4,dc_s3gd_layer_wise_s_4" ;;
     mu_lambda_mnist) echo "--study=rudra_mu_lambda_mnist --data_source=npz --data_dir=$mnist --seeds=3 \
@@ -67,7 +73,7 @@ grid_flags() {
     delayed_digits) echo "--study=delayed_outer_step_digits --seeds=3" ;;
     eager_digits) echo "--study=eager_outer_step_digits --seeds=3" ;;
     liu_toy) echo "--study=liu_toy_async_local_sgd --seeds=3" ;;
-    *) echo "unknown grid '$1'; allowed: zhang_e20 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits liu_toy" >&2
+    *) echo "unknown grid '$1'; allowed: zhang_e20 zhang_e140 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits liu_toy" >&2
       return 2 ;;
   esac
 }

@@ -24,12 +24,14 @@ from stalesgd.studies._catalogue_zhang_rudra import (
   rudra_mu_lambda,
   zhang_cifar10,
   zhang_mnist,
+  zhang_rudra_cifar10_e140,
 )
 
 STUDIES = {
   study.name: study
   for study in (
     zhang_cifar10(),
+    zhang_rudra_cifar10_e140(),
     zhang_mnist(),
     rudra_mu_lambda(),
     rudra_mu_lambda("zhang_mnist", ZHANG_MNIST_MATCH_MARGIN),

@@ -36,7 +36,7 @@ from typing import Any
 from stalesgd.schedule import Schedule
 from stalesgd.studies import _results_readme as results_readme
 from stalesgd.studies import _seed_statistics as statistics
-from stalesgd.studies._study import Study
+from stalesgd.studies._study import Claim, Study
 from stalesgd.training._runners import DECENTRALIZED_DIAGNOSTICS
 from stalesgd.utils import _plots as plots
 from stalesgd.utils import _run_directory as run_directory
@@ -71,6 +71,7 @@ MEAN_FIELDS = (
   "displacement_norm",
 )
 FINAL = "final_test_error"
+LAST = "last_test_error"  # a run's last evaluation alone (`Study.report_last_evaluation`)
 
 
 def run_records(row: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -176,17 +177,14 @@ def band_table(study: Study, rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-  """Every claim of ``study`` decided from the runs: rule, paired interval, decision (`Claim`)."""
-  by_slug_seed = {(row["slug"], row["seed"]): row.get(FINAL) for row in rows}
+  """Every claim of ``study`` decided from the runs: rule, paired interval, decision (`Claim`).
+
+  With `Study.report_last_evaluation`, each entry also carries the paired interval of the last evaluation
+  alone (``last_evaluation_interval``, from the rows' `LAST`), which decides nothing.
+  """
   decided = []
   for claim in study.claims:
-    seeds = sorted(
-      seed
-      for slug, seed in by_slug_seed
-      if slug == claim.variant
-      and by_slug_seed.get((claim.reference, seed)) is not None
-      and by_slug_seed[slug, seed] is not None
-    )
+    seeds, gaps = _paired_gaps(claim, rows, FINAL)
     entry: dict[str, Any] = {
       "claim": claim.statement,
       "rule": claim.rule(study.last_evaluations),
@@ -198,17 +196,37 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
       entry.update(decision="not decided (no paired runs)", gap=None, low=None, high=None)
       decided.append(entry)
       continue
-    gaps = [by_slug_seed[claim.variant, seed] - by_slug_seed[claim.reference, seed] for seed in seeds]
     interval = statistics.paired_interval(gaps)
     entry.update(
       gap=statistics.spread(gaps).mean,
       low=interval and interval.low,
       high=interval and interval.high,
-      interval=interval.format() if interval else f"{gaps[0]:+.2f} (1 seed: no interval)",
+      interval=_interval_text(gaps),
     )
     entry["decision"] = claim.decide(entry["low"], entry["high"])
+    if study.report_last_evaluation:
+      _, last_gaps = _paired_gaps(claim, rows, LAST)
+      entry["last_evaluation_interval"] = _interval_text(last_gaps) if last_gaps else "none"
     decided.append(entry)
   return decided
+
+
+def _paired_gaps(claim: Claim, rows: Sequence[Mapping[str, Any]], field: str) -> tuple[list[int], list[float]]:
+  """The seeds run by both the claim's variant and its reference, and per seed variant - reference of ``field``."""
+  by_slug_seed = {(row["slug"], row["seed"]): row.get(field) for row in rows}
+  seeds = sorted(
+    seed
+    for slug, seed in by_slug_seed
+    if slug == claim.variant
+    and by_slug_seed.get((claim.reference, seed)) is not None
+    and by_slug_seed[slug, seed] is not None
+  )
+  return seeds, [by_slug_seed[claim.variant, seed] - by_slug_seed[claim.reference, seed] for seed in seeds]
+
+
+def _interval_text(gaps: Sequence[float]) -> str:
+  interval = statistics.paired_interval(gaps)
+  return interval.format() if interval else f"{gaps[0]:+.2f} (1 seed: no interval)"
 
 
 def decisions_markdown(decided: Sequence[Mapping[str, Any]]) -> str:
@@ -219,6 +237,11 @@ def decisions_markdown(decided: Sequence[Mapping[str, Any]]) -> str:
   for entry in decided:
     lines.append(
       f"- **{entry['claim']}**: {entry['decision']}. Gap {entry.get('interval', 'none')}. Rule: {entry['rule']}."
+      + (
+        f" The last evaluation alone (decides nothing): gap {entry['last_evaluation_interval']}."
+        if "last_evaluation_interval" in entry
+        else ""
+      )
     )
   return "\n".join(lines) + "\n"
 
@@ -292,6 +315,8 @@ def write_report(
   records_of = {index: run_records(row) for index, row in enumerate(rows)}
   for index, row in enumerate(rows):
     row[FINAL] = run_final_value(row, records_of[index], study.last_evaluations)
+    if study.report_last_evaluation:
+      row[LAST] = run_final_value(row, records_of[index], 1)
     row.update(_mean_diagnostics(records_of[index]))
   plots.write_results_table(rows, workdir / RUNS_FILENAME)
   table = variant_rows(study, rows)

@@ -156,6 +156,9 @@ class Study:
     claims: the published claims the grid decides (`Claim`), fixed before it
       runs.
     last_evaluations: a run's value is the mean of this many last evaluations.
+    report_last_evaluation: the decisions also give each claim's paired
+      interval of the last evaluation alone, as a second statistic that
+      decides nothing.
     bands: ``(low, high, label)`` ranges of test error (points): when given,
       the printed table shows, per variant, the band every seed's value falls
       in instead of the numbers, so that it reads the same on any machine whose
@@ -173,6 +176,7 @@ class Study:
   short_epochs: float = 1.0
   claims: tuple[Claim, ...] = ()
   last_evaluations: int = 3
+  report_last_evaluation: bool = False
   bands: tuple[tuple[float, float, str], ...] = ()
 
   def __post_init__(self):

@@ -29,6 +29,7 @@ MODES = {
 def test_the_studies_exist():
   assert set(STUDIES) == {
     "zhang_cifar10",
+    "zhang_cifar10_e140",
     "zhang_mnist",
     "rudra_mu_lambda",
     "rudra_mu_lambda_mnist",
