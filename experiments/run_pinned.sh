@@ -8,8 +8,12 @@
 #
 # `save` copies each finished run's record (config.json, dataset.json, metrics.jsonl, summary.json; no
 # checkpoints) to results/<grid's directory>/runs/, and once the whole grid has finished writes its report there
-# with this checkout's code (the report's code, not the runs'). A later run of the grid, on this machine or a
-# fresh one, first copies those records back, so finished runs are read back instead of trained again.
+# with this checkout's code (the report's code, not the runs'). An unfinished run that has written a checkpoint
+# is kept too, with its schedule.npz and its newest checkpoint only (1-16 MB for the CIFAR-10 grids), replacing
+# the one an earlier `save` kept. A later run of the grid, on this machine or a fresh one, first copies what was
+# kept back into any run directory it lacks: finished runs are read back instead of trained again, unfinished
+# ones resume from the kept checkpoint. So a session that ends with `save` and a commit loses nothing but the
+# updates since each unfinished run's newest checkpoint (config.checkpoint_every_seconds, 5 minutes).
 #
 # GRID (each one stalesgd-reproduce command, its seeds and variants fixed here before the first run):
 #   zhang_e20        Zhang et al. on CIFAR-10 at E = 20: hardsync, 15- and 30-softsync alpha0/sigma, seeds 0-2
@@ -26,7 +30,9 @@
 #                    async variant's simulated time, seeds 0-2
 #
 # The code runs from a git worktree of COMMIT under $PINNED_ROOT (default runs/pinned/code-COMMIT), with the
-# repository's .venv (make test creates it); runs go to $PINNED_ROOT/<grid>. Environment:
+# repository's .venv (make test creates it); runs go to $PINNED_ROOT/<grid>. Where the clone is laid anew between
+# sessions but the machine is kept, set PINNED_ROOT outside the clone: the runs and their checkpoints stay there,
+# and a worktree whose repository went away is made again from this clone. Environment:
 #   CIFAR10_NPZ  directory of cifar10_{train,test}.npz (docs/data.md), default /tmp/cifar10_npz
 #   MNIST_NPZ    directory of mnist_{train,test}.npz, default /tmp/mnist_npz
 #   PARALLEL     concurrent runs per grid (default 1); NICE  niceness (default 19)
@@ -83,19 +89,36 @@ finished() {  # a run directory whose summary says it finished, or that a study 
     && "$python" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["preempted"])' "$1/summary.json"; }
 }
 
+newest_checkpoint() {  # the newest complete checkpoint step of a run directory, or nothing
+  find "$1/checkpoints" -mindepth 1 -maxdepth 1 -type d -regex '.*/[0-9]+' -exec test -e '{}/_CHECKPOINT_METADATA' \; \
+    -printf '%f\n' 2>/dev/null | sort -n | tail -n 1
+}
+
 if [ "$action" = save ]; then
   for grid in "$@"; do
     flags="$(grid_flags "$grid")"
     kept="$(results_dir "$grid")"
     complete=1
     while IFS= read -r run; do
+      copy="$kept/runs/${run#"$root/$grid/"}"
       if finished "$run"; then
-        mkdir -p "$kept/runs/${run#"$root/$grid/"}"
+        rm -rf "$copy"
+        mkdir -p "$copy"
         for name in $RECORD_FILES diverged.json; do
-          [ -f "$run/$name" ] && cp "$run/$name" "$kept/runs/${run#"$root/$grid/"}/"
+          [ -f "$run/$name" ] && cp "$run/$name" "$copy/"
         done
       else
         complete=0
+        step="$(newest_checkpoint "$run")"
+        if [ -n "$step" ]; then  # unfinished: its records so far, its schedule and its newest checkpoint
+          rm -rf "$copy"
+          mkdir -p "$copy/checkpoints"
+          for name in $RECORD_FILES schedule.npz; do
+            [ -f "$run/$name" ] && cp "$run/$name" "$copy/"
+          done
+          cp -r "$run/checkpoints/$step" "$copy/checkpoints/"
+          echo "$grid: unfinished ${run#"$root/$grid/"} kept at update $step"
+        fi
       fi
     done < <(find "$root/$grid" -mindepth 2 -maxdepth 2 -type d -name 'seed_*' | sort)
     if [ "$complete" = 1 ]; then
@@ -113,6 +136,11 @@ fi
 
 commit="$(git -C "$repo" rev-parse --verify "$action^{commit}")"
 code="$root/code-${commit:0:12}"
+if [ -d "$code" ] && [ "$(git -C "$code" rev-parse HEAD 2>/dev/null)" != "$commit" ]; then
+  # made by another clone (laid anew since): its runs would record no commit; make it again from this clone
+  rm -rf "$code"
+  git -C "$repo" worktree prune
+fi
 if [ ! -d "$code" ]; then
   mkdir -p "$root"
   git -C "$repo" worktree add --detach "$code" "$commit"
@@ -122,9 +150,9 @@ for grid in "$@"; do
   flags="$(grid_flags "$grid")"
   mkdir -p "$root/$grid"
   kept="$(results_dir "$grid")/runs"
-  if [ -d "$kept" ]; then  # finished runs saved by an earlier session: read back, not trained again
-    (cd "$kept" && find . \( -name summary.json -o -name diverged.json \) -printf '%h\n' | sort -u) | while IFS= read -r run; do
-      [ -e "$root/$grid/$run" ] || { mkdir -p "$root/$grid/$run" && cp "$kept/$run"/* "$root/$grid/$run/"; }
+  if [ -d "$kept" ]; then  # runs saved by an earlier session: finished ones read back, unfinished ones resumed
+    (cd "$kept" && find . -mindepth 2 -maxdepth 2 -type d -name 'seed_*' | sort) | while IFS= read -r run; do
+      [ -e "$root/$grid/$run" ] || { mkdir -p "$root/$grid/$run" && cp -r "$kept/$run"/. "$root/$grid/$run/"; }
     done
   fi
   echo "$(date -u +%FT%TZ) start $grid at $commit on $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" \
