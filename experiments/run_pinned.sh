@@ -13,7 +13,9 @@
 # the one an earlier `save` kept. A later run of the grid, on this machine or a fresh one, first copies what was
 # kept back into any run directory it lacks: finished runs are read back instead of trained again, unfinished
 # ones resume from the kept checkpoint. So a session that ends with `save` and a commit loses nothing but the
-# updates since each unfinished run's newest checkpoint (config.checkpoint_every_seconds, 5 minutes).
+# updates since each unfinished run's newest checkpoint (config.checkpoint_every_seconds, 5 minutes). While a grid
+# is unfinished, `save` also writes its progress report (`stalesgd-reproduce --progress`: every run's test error so
+# far, marked unfinished) to results/<grid's directory>/progress/.
 #
 # GRID (each one stalesgd-reproduce command, its seeds and variants fixed here before the first run):
 #   zhang_e20        Zhang et al. on CIFAR-10 at E = 20: hardsync, 15- and 30-softsync alpha0/sigma, seeds 0-2
@@ -61,6 +63,12 @@ results_dir() {  # where a grid's report and finished runs are kept in the repos
     delayed_digits) echo "$repo/results/delayed_outer_step_digits_3seeds" ;;
     eager_digits) echo "$repo/results/eager_outer_step_digits_3seeds" ;;
     liu_toy) echo "$repo/results/liu_toy_3seeds" ;;
+  esac
+}
+
+earlier_grid() {  # a finished report drawn beside a grid's progress report (stalesgd-reproduce --compare_with)
+  case "$1" in
+    zhang_e140) echo "--compare_with=$repo/results/zhang_cifar10_e20_3seeds" ;;
   esac
 }
 
@@ -121,6 +129,13 @@ if [ "$action" = save ]; then
         fi
       fi
     done < <(find "$root/$grid" -mindepth 2 -maxdepth 2 -type d -name 'seed_*' | sort)
+    if [ "$complete" = 0 ]; then  # a progress report, marked unfinished (stalesgd.studies._progress)
+      # shellcheck disable=SC2086  # the flags are words
+      (cd "$repo" && "$python" -m stalesgd.cli.reproduce $flags $(earlier_grid "$grid") --workdir="$root/$grid" \
+        --progress >/dev/null)
+      rm -rf "$kept/progress"
+      cp -r "$root/$grid/progress" "$kept/"
+    fi
     if [ "$complete" = 1 ]; then
       # The report keeps its README's hand-kept Notes: give it the repository's, where they are written.
       [ -f "$kept/README.md" ] && cp "$kept/README.md" "$root/$grid/README.md"

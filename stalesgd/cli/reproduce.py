@@ -13,6 +13,9 @@ Studies (grids and published numbers in `stalesgd.studies._catalogue`):
   n-softsync for n in {1, 2, 4, 10, 15, 30} with alpha_0 and alpha_0/sigma,
   and Rudra's alpha_0/<sigma> at n = 30; lambda = 30, mu = 4 (15 runs of
   ``rudra_cifar10``).
+* ``zhang_cifar10_e140``: the seed papers' central claims at the uncompressed
+  140 epochs: hardsync, 30-softsync alpha_0/sigma, the single learner,
+  1-softsync at mu lambda = 120 and 15-softsync alpha_0/sigma (5 runs).
 * ``rudra_mu_lambda``: Rudra's mu lambda study: the single-learner baseline and
   1-softsync at lambda = 30 with mu lambda in {120, ..., 3840} (7 runs).
 * ``rudra_mu_lambda_mnist``: the same grid and claims on MNIST with a small CNN
@@ -34,6 +37,8 @@ Which data and how long:
   there, e.g. CIFAR-10 as npz arrays (docs/data.md) in ``/tmp/cifar10_npz``:
   ``--data_source=npz --data_dir=/tmp/cifar10_npz``;
   with ``--quick`` as well, for the study's short epoch count;
+* ``--progress``: train nothing; a progress report of an unfinished grid,
+  marked as such (``--compare_with`` draws an earlier grid beside it);
 * ``--epochs`` overrides the epochs of every run; ``--variants`` runs a
   subset, named by the runs' directory names (e.g.
   ``--variants=hardsync,30_softsync_a0_sigma``; an unknown name is refused
@@ -67,6 +72,7 @@ from stalesgd._extras import require_training_stack
 
 require_training_stack("stalesgd-reproduce")  # before the first import of the training stack
 
+import pathlib
 import shlex
 import time
 
@@ -77,6 +83,7 @@ from stalesgd.cli import _program as program
 from stalesgd.data._loading import SOURCES
 from stalesgd.studies import STUDIES, StudySettings, run_study
 from stalesgd.studies import _processes as processes
+from stalesgd.studies._progress import write_progress
 from stalesgd.studies._sweep import gather_refusal
 from stalesgd.studies._tasks import plan_tasks
 from stalesgd.training import PREEMPTED_EXIT_STATUS
@@ -134,6 +141,18 @@ _GATHER = flags.DEFINE_bool(
   "gather",
   False,
   "Train nothing: write the report from the finished runs (after a job array); refused while a run is unfinished.",
+)
+_PROGRESS = flags.DEFINE_bool(
+  "progress",
+  False,
+  "Train nothing: write a progress report of the grid so far, marked unfinished, into <workdir>/progress/ "
+  "(every run's test error so far; a claim decided only once all its runs have finished).",
+)
+_COMPARE_WITH = flags.DEFINE_string(
+  "compare_with",
+  None,
+  "With --progress: a finished report's directory whose runs of the same variants and seeds are drawn beside "
+  "these, their epochs stretched to this grid's schedule (e.g. results/zhang_cifar10_e20_3seeds).",
 )
 _LIST_TASKS = flags.DEFINE_bool("list_tasks", False, "Print the grid's runs with their --task index and exit.")
 _COMPILATION_CACHE_DIR = compilation_cache.define_flag()
@@ -215,6 +234,18 @@ def main(argv):
   if _LIST_TASKS.value:
     for task in tasks:
       print(f"--task={task.index}: {task.label} ({task.directory})")
+    return
+  if _COMPARE_WITH.value is not None and not _PROGRESS.value:
+    raise app.UsageError(f"--compare_with={_COMPARE_WITH.value} without --progress; allowed: only with --progress")
+  if _PROGRESS.value:
+    if _GATHER.value or _TASK.value is not None:
+      raise app.UsageError("--progress with --gather or --task; allowed: one of them")
+    compare_with = None if _COMPARE_WITH.value is None else pathlib.Path(_COMPARE_WITH.value)
+    try:
+      print(write_progress(study, tasks, pathlib.Path(workdir), compare_with=compare_with))
+    except FileNotFoundError as error:
+      raise app.UsageError(str(error)) from error
+    print(f"progress report in {os.path.abspath(os.path.join(workdir, 'progress'))}")
     return
   if _TASK.value is not None and not 0 <= _TASK.value < len(tasks):
     raise app.UsageError(f"--task={_TASK.value}; allowed: an index in [0, {len(tasks)}) (--list_tasks)")
