@@ -14,6 +14,9 @@ Written into the study's workdir by `stalesgd.studies.run_study` (and by
   min and max over seeds;
 * ``decisions.md`` / ``decisions.json``: every `Claim`: the rule, the paired
   95 % interval, and the decision;
+* ``preregistration.json``: whether the claims were fixed before every run
+  began, computed from what the runs recorded (`stalesgd.studies._registration`):
+  ``pre-registered``, or exploratory with the reasons;
 * ``bands.md``, for a study with `Study.bands` (the demo): per variant, the
   band its seeds' values fall in; this, with the decisions without their
   intervals, is then what the command prints, so that the printed text is
@@ -34,9 +37,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stalesgd.schedule import Schedule
+from stalesgd.studies import _registration as registrations
 from stalesgd.studies import _results_readme as results_readme
 from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._study import Claim, Study
+from stalesgd.training._provenance import SOURCE_ROOT
 from stalesgd.training._runners import DECENTRALIZED_DIAGNOSTICS
 from stalesgd.utils import _plots as plots
 from stalesgd.utils import _run_directory as run_directory
@@ -46,6 +51,7 @@ RUNS_FILENAME = "runs.csv"
 EVALUATIONS_FILENAME = "evaluations.csv"
 EVALUATIONS_OVER_SEEDS_FILENAME = "evaluations_over_seeds.csv"
 DECISIONS_FILENAME = "decisions.md"
+PREREGISTRATION_FILENAME = "preregistration.json"  # the grid's `registration_of`: status and reasons
 EVALUATION_COLUMNS = (
   "variant",
   "seed",
@@ -229,6 +235,23 @@ def _interval_text(gaps: Sequence[float]) -> str:
   return interval.format() if interval else f"{gaps[0]:+.2f} (1 seed: no interval)"
 
 
+def registration_of(
+  study: Study, rows: Sequence[Mapping[str, Any]], registration: Mapping[str, Any] | None
+) -> registrations.Registration:
+  """Whether the grid of ``rows`` was pre-registered (`stalesgd.studies._registration.judge`), each older run's
+  commit read from this source tree's repository."""
+  runs = [
+    registrations.evidence_of(f"{row['variant']}, seed {row['seed']}", pathlib.Path(row["workdir"])) for row in rows
+  ]
+  repository = SOURCE_ROOT.parent
+  return registrations.judge(
+    study,
+    runs,
+    registration=registration,
+    claims_at=lambda commit: registrations.claims_at_commit(repository, commit, study.name),
+  )
+
+
 def decisions_markdown(decided: Sequence[Mapping[str, Any]]) -> str:
   """The decisions as Markdown: one bullet per claim with its rule, interval and decision."""
   if not decided:
@@ -305,12 +328,17 @@ def bands(curves: Sequence[Mapping[str, Any]], field: str) -> list[plots.Band]:
 
 
 def write_report(
-  study: Study, rows: Sequence[dict[str, Any]], workdir: pathlib.Path, *, command: str | None = None
+  study: Study,
+  rows: Sequence[dict[str, Any]],
+  workdir: pathlib.Path,
+  *,
+  command: str | None = None,
+  registration: Mapping[str, Any] | None = None,
 ) -> str:
   """Writes every file of the module docstring and returns the per-variant Markdown table and the decisions.
 
   The rows carry every run's settings (`result_row` of the sweep); ``command`` is the study's command line,
-  recorded in ``README.md``.
+  recorded in ``README.md``; ``registration`` is the grid's registration record now (`registration_of`).
   """
   records_of = {index: run_records(row) for index, row in enumerate(rows)}
   for index, row in enumerate(rows):
@@ -355,6 +383,10 @@ def write_report(
   curves = seed_curves(rows, records_of)
   plots.write_results_table(curves, workdir / EVALUATIONS_OVER_SEEDS_FILENAME)
   decided = decisions(study, rows)
+  verdict = registration_of(study, rows, registration)
+  (workdir / PREREGISTRATION_FILENAME).write_text(
+    json.dumps({"status": verdict.status, "reasons": list(verdict.reasons)}, indent=2) + "\n", encoding="utf-8"
+  )
   decisions_text = decisions_markdown(decided)
   (workdir / DECISIONS_FILENAME).write_text(decisions_text, encoding="utf-8")
   (workdir / "decisions.json").write_text(json.dumps(decided, indent=2) + "\n", encoding="utf-8")
@@ -369,7 +401,9 @@ def write_report(
       staleness[row["variant"]] = Schedule.load(schedule_path).gradient_staleness
   if staleness:
     plots.plot_staleness_histograms(staleness, workdir / run_directory.STALENESS, title=study.title)
-  results_readme.write_readme(study, rows, workdir, table=markdown, decisions=decisions_text, command=command)
+  results_readme.write_readme(
+    study, rows, workdir, table=markdown, decisions=decisions_text, command=command, registration=verdict.describe()
+  )
   if study.bands:
     coarse = band_table(study, rows)
     (workdir / "bands.md").write_text(coarse, encoding="utf-8")

@@ -119,6 +119,7 @@ def write_readme(
   table: str,
   decisions: str,
   command: str | None,
+  registration: str = "",
 ) -> None:
   """Writes ``workdir/README.md`` (see the module docstring), keeping its ``## Notes`` section."""
   path = workdir / README_FILENAME
@@ -135,7 +136,7 @@ def write_readme(
     "\n".join(provenance_lines(rows)) + "\n",
     "## Results (test error %, mean ± std over seeds)\n",
     table.rstrip("\n") + "\n",
-    "## Decisions (rules fixed in the study before the runs)\n",
+    f"## Decisions ({registration or 'pre-registration not checked'})\n",
     decisions.rstrip("\n") + "\n",
     "## Runs\n",
     per_run_table(rows),

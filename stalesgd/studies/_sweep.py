@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import jax
 
 from stalesgd.studies import _processes as processes
+from stalesgd.studies import _registration as registration
 from stalesgd.studies import _report as report
 from stalesgd.studies._outcomes import (
   RunOutcome,
@@ -48,6 +49,7 @@ from stalesgd.studies._study import Study
 from stalesgd.studies._study_runs import StudySettings
 from stalesgd.studies._tasks import Task, check_tasks, gpus_needed, plan_tasks, varied_fields
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS
+from stalesgd.training._provenance import source_commit
 from stalesgd.utils import _run_directory as run_directory
 
 
@@ -80,6 +82,7 @@ def run_tasks_here(
   done = []
   for position, task in enumerate(tasks, start=1):
     echo(f"[{position}/{len(tasks)}] {task.label}: {task.command} --workdir={task.directory}")
+    registration.write_registration(task.directory, task.registration, source_commit())
     outcome = run_variant(task.config, task.directory, hparams_first=hparams_first)
     _echo_outcome(task, outcome, echo)
     if outcome.preempted:
@@ -280,7 +283,9 @@ def run_study(
   rows = [result_row(task, outcome, host_devices=host_devices) for task, outcome in done]
   if only_task is not None:
     return SweepResult(rows, None)
-  result = SweepResult(rows, report.write_report(study, rows, pathlib.Path(workdir), command=command))
+  result = SweepResult(
+    rows, report.write_report(study, rows, pathlib.Path(workdir), command=command, registration=tasks[0].registration)
+  )
   echo(
     f"TensorBoard: tensorboard --logdir {workdir} (HParams: every run's config, the fields the grid varies "
     "first, and its final metrics)"

@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import ml_collections
 
+from stalesgd.studies._registration import registration_record
 from stalesgd.studies._study import Study, Variant
 from stalesgd.studies._study_runs import StudySettings, run_directory_name, study_run
 from stalesgd.training._config_checks import validate_config
@@ -34,6 +36,8 @@ class Task:
     config: the run's config.
     command: the training command that rebuilds the config (`Variant.command`).
     directory: ``<study workdir>/<variant slug>/seed_<seed>``.
+    registration: the grid's `stalesgd.studies._registration.registration_record`, which the run records before
+      its first update.
   """
 
   index: int
@@ -42,6 +46,7 @@ class Task:
   config: ml_collections.ConfigDict
   command: str
   directory: pathlib.Path
+  registration: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @property
   def label(self) -> str:
@@ -64,11 +69,13 @@ def plan_tasks(
   if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
     raise ValueError(f"seeds={seeds!r}; allowed: an integer >= 1 (runs seeds 0 .. seeds - 1)")
   workdir = pathlib.Path(workdir)
+  registration = registration_record(study, seeds=seeds, settings=dataclasses.asdict(settings))
   tasks = []
   for variant in study.select(variants):
     for seed in range(seeds):
       config, command = study_run(study, variant, settings, seed=seed)
-      tasks.append(Task(len(tasks), variant, seed, config, command, workdir / variant.slug / run_directory_name(seed)))
+      directory = workdir / variant.slug / run_directory_name(seed)
+      tasks.append(Task(len(tasks), variant, seed, config, command, directory, registration))
   return tasks
 
 

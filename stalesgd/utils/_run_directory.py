@@ -19,9 +19,10 @@ Every module that writes or reads one of these names takes it from here. A run
   (`STALENESS`) and ``summary.json`` (`SUMMARY`: final metrics, wall time and its breakdown, the weights'
   sha256, provenance, and every session's code and host).
 
-A study run (`stalesgd.studies`) adds ``diverged.json`` (`DIVERGED`: the update a non-finite loss stopped the
-run at) and, when it ran as its own process, ``process.log`` (`PROCESS_LOG`). A study's own directory holds
-its report (`stalesgd.studies._report`).
+A study run (`stalesgd.studies`) adds ``registration.json`` (`REGISTRATION`: the digest of its study's claims, seeds
+and settings and its commit, written before its first update; `stalesgd.studies._registration`), ``diverged.json``
+(`DIVERGED`: the update a non-finite loss stopped the run at) and, when it ran as its own process,
+``process.log`` (`PROCESS_LOG`). A study's own directory holds its report (`stalesgd.studies._report`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ CURVES = "curves.png"
 STALENESS = "staleness.png"
 SUMMARY = "summary.json"
 DIVERGED = "diverged.json"
+REGISTRATION = "registration.json"
 PROCESS_LOG = "process.log"
 
 RUN_FILES = {
@@ -49,6 +51,7 @@ RUN_FILES = {
   STALENESS: "the histogram of gradient staleness",
   SUMMARY: "final metrics, provenance and sessions",
   DIVERGED: "where a study run diverged",
+  REGISTRATION: "the study's claims and commit when a study run began",
   PROCESS_LOG: "a study run's own process output",
 }
 """Every name a run's directory may hold (a glob for the event files), with what it is."""
