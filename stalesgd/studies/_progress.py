@@ -9,6 +9,7 @@ writes into ``<study workdir>/progress/``:
   error at the same fraction of the schedule; the claims, each decided only once every run of both its arms has
   finished (by the study's rule: `stalesgd.studies._report.decisions`), otherwise the count still to come;
 * ``progress.csv``: every evaluation so far, this grid's and the earlier grid's (stretched, below);
+* ``preregistration.json``: whether the runs begun so far were pre-registered (`stalesgd.studies._registration`);
 * ``progress.png``: test error against epoch, one line per run; the earlier grid's runs of the same variant and
   seed dashed in the same colour, their epochs stretched to this grid's schedule.
 
@@ -175,6 +176,16 @@ def write_progress(
     table.append(entry)
   plots.write_results_table(rows, out / "progress.csv", columns=("grid", "variant", "seed", "epoch", "test_error"))
   _plot(progress, earlier, out / "progress.png", title=f"{study.title}: UNFINISHED, {finished} of {len(tasks)} runs")
+  begun = [
+    {"variant": run.task.variant.label, "seed": run.task.seed, "workdir": str(run.task.directory)}
+    for run in progress
+    if run.status != "not started"
+  ]
+  verdict = report.registration_of(study, begun, tasks[0].registration if tasks else None)
+  (out / report.PREREGISTRATION_FILENAME).write_text(
+    json.dumps({"status": verdict.status, "reasons": list(verdict.reasons), "runs": len(begun)}, indent=2) + "\n",
+    encoding="utf-8",
+  )
   now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
   comparison = (
     f" Beside each run, the run of the same variant and seed in {compare_with} at the same fraction of the "
@@ -192,6 +203,8 @@ def write_progress(
       plots.markdown_table(table).strip(),
       "",
       "## Claims",
+      "",
+      f"Of the {len(begun)} runs begun so far: {verdict.describe()} (`stalesgd.studies._registration`).",
       "",
       *claim_lines(study, progress),
       "",

@@ -103,3 +103,17 @@ def test_the_claims_at_a_commit_are_read_from_that_commits_own_code():
   study = STUDIES["zhang_cifar10_e140"]
   assert registration.claims_at_commit(REPOSITORY, E140_COMMIT, study.name) == registration.claims_record(study)
   assert registration.claims_at_commit(REPOSITORY, "0" * 40, study.name) is None  # no such commit
+
+
+def test_a_committed_result_directory_is_judged_from_the_records_it_keeps(tmp_path):
+  from experiments import preregistration
+
+  (tmp_path / "README.md").write_text("stalesgd-reproduce --study=demo --seeds=2\n")
+  (tmp_path / "runs.csv").write_text("variant,slug,seed\nhardsync,hardsync,0\nhardsync,hardsync,1\n")
+  registration.write_registration(tmp_path / "runs" / "hardsync" / "seed_0", _grid(seeds=2), CLEAN)
+  (tmp_path / "summaries").mkdir()
+  (tmp_path / "summaries" / "hardsync_seed_1.json").write_text(json.dumps({"sessions": [{"stalesgd_commit": DIRTY}]}))
+  verdict = preregistration.judge_directory(tmp_path)
+  assert verdict.reasons == ("hardsync, seed 1 began from a dirty tree (bbbbbbb-dirty)",)
+  assert preregistration.main([f"{tmp_path}:demo"]) == 0
+  assert json.loads((tmp_path / "preregistration.json").read_text())["status"] == registration.EXPLORATORY
