@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stalesgd.schedule import Schedule
+from stalesgd.studies import _outcomes as outcomes
 from stalesgd.studies import _registration as registrations
 from stalesgd.studies import _results_readme as results_readme
 from stalesgd.studies import _seed_statistics as statistics
@@ -99,6 +100,24 @@ def run_final_value(row: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
   return statistics.final_value(curve, last) if curve else _number(row.get("test_error"))
 
 
+DIVERGED_PREFIX = "diverged"
+
+
+def is_diverged(row: Mapping[str, Any]) -> bool:
+  """Whether a run diverged: a non-finite loss (`run_variant`) or the collapse rule (`mark_collapse`)."""
+  return str(row.get("status", "")).startswith(DIVERGED_PREFIX)
+
+
+def mark_collapse(row: dict[str, Any], records: Sequence[Mapping[str, Any]]) -> None:
+  """Marks a finished run that fell back to chance for good as diverged (`outcomes.collapse_update`)."""
+  chance = outcomes.chance_loss(pathlib.Path(row["workdir"]))
+  if is_diverged(row) or chance is None:
+    return
+  update = outcomes.collapse_update(records, chance)
+  if update is not None:
+    row["status"] = f"{DIVERGED_PREFIX}: back at chance loss from update {update}"
+
+
 def _number(value: Any) -> float | None:
   if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
     return float(value)
@@ -127,7 +146,8 @@ def variant_rows(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[s
   order = [variant.label for variant in study.variants]
   for label in [label for label in order if any(row["variant"] == label for row in rows)]:
     runs = [row for row in rows if row["variant"] == label]
-    finals = [row[FINAL] for row in runs if row.get(FINAL) is not None]
+    finals = [row[FINAL] for row in runs if row.get(FINAL) is not None and not is_diverged(row)]
+    diverged = sum(is_diverged(row) for row in runs)
     entry: dict[str, Any] = {"variant": label, "n": runs[0].get("n"), "seeds": len(runs)}
     if finals:
       values = statistics.spread(finals)
@@ -137,9 +157,11 @@ def variant_rows(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[s
           f"{FINAL}_std": values.std,
           f"{FINAL}_min": values.low,
           f"{FINAL}_max": values.high,
-          "final (mean ± std)": values.format(),
+          "final (mean ± std)": values.format() + (f"; {diverged} diverged" if diverged else ""),
         }
       )
+    elif diverged:
+      entry["final (mean ± std)"] = f"all {diverged} diverged"
     for field, value in runs[0].items():
       if field.startswith(plots.PUBLISHED_PREFIX):
         entry[field] = value
@@ -191,6 +213,11 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
   decided = []
   for claim in study.claims:
     seeds, gaps = _paired_gaps(claim, rows, FINAL)
+    left_out = [
+      f"{row['variant']} seed {row['seed']} ({row['status']})"
+      for row in rows
+      if row["slug"] in (claim.variant, claim.reference) and is_diverged(row)
+    ]
     entry: dict[str, Any] = {
       "claim": claim.statement,
       "rule": claim.rule(study.last_evaluations),
@@ -200,6 +227,8 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
     }
     if not seeds:
       entry.update(decision="not decided (no paired runs)", gap=None, low=None, high=None)
+      if left_out:
+        entry["diverged_left_out"] = left_out
       decided.append(entry)
       continue
     interval = statistics.paired_interval(gaps)
@@ -210,6 +239,8 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
       interval=_interval_text(gaps),
     )
     entry["decision"] = claim.decide(entry["low"], entry["high"])
+    if left_out:
+      entry["diverged_left_out"] = left_out
     if study.report_last_evaluation:
       _, last_gaps = _paired_gaps(claim, rows, LAST)
       entry["last_evaluation_interval"] = _interval_text(last_gaps) if last_gaps else "none"
@@ -219,7 +250,7 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
 
 def _paired_gaps(claim: Claim, rows: Sequence[Mapping[str, Any]], field: str) -> tuple[list[int], list[float]]:
   """The seeds run by both the claim's variant and its reference, and per seed variant - reference of ``field``."""
-  by_slug_seed = {(row["slug"], row["seed"]): row.get(field) for row in rows}
+  by_slug_seed = {(row["slug"], row["seed"]): None if is_diverged(row) else row.get(field) for row in rows}
   seeds = sorted(
     seed
     for slug, seed in by_slug_seed
@@ -263,6 +294,11 @@ def decisions_markdown(decided: Sequence[Mapping[str, Any]]) -> str:
       + (
         f" The last evaluation alone (decides nothing): gap {entry['last_evaluation_interval']}."
         if "last_evaluation_interval" in entry
+        else ""
+      )
+      + (
+        " Left out, diverged (a diverged run is no error rate): " + "; ".join(entry["diverged_left_out"]) + "."
+        if entry.get("diverged_left_out")
         else ""
       )
     )
@@ -342,6 +378,7 @@ def write_report(
   """
   records_of = {index: run_records(row) for index, row in enumerate(rows)}
   for index, row in enumerate(rows):
+    mark_collapse(row, records_of[index])
     row[FINAL] = run_final_value(row, records_of[index], study.last_evaluations)
     if study.report_last_evaluation:
       row[LAST] = run_final_value(row, records_of[index], 1)

@@ -128,14 +128,18 @@ def test_report_gives_mean_and_std_over_seeds_and_decides_the_claims(tmp_path):
   table = {row["variant"]: row for row in _read_csv(tmp_path / "results.csv")}
   assert float(table["a"]["final_test_error"]) == 12.0 and float(table["a"]["final_test_error_std"]) == 2.0
   assert table["c"]["status"] == "1 diverged at update 4, 2 ok"
+  # A diverged run is no error rate: c's mean and std are its two other seeds', and the table says so.
+  assert (float(table["c"]["final_test_error"]), table["c"]["final (mean ± std)"]) == (90.0, "90.00 ± 1.41; 1 diverged")
   decided = {entry["claim"]: entry for entry in json.loads((tmp_path / "decisions.json").read_text())}
   # b - a per seed: +1, 0, -1: mean 0, s_d 1, interval 0 -+ 4.303 / sqrt(3) = [-2.48, +2.48]: crosses +-2.
   assert decided["b matches a"]["gap"] == 0.0
   assert decided["b matches a"]["high"] == pytest.approx(T_975_2 / math.sqrt(3), abs=1e-3)
   assert decided["b matches a"]["decision"] == "not decided (the interval crosses the margin)"
-  # c - a: 80, 77, 77: mean 78, s_d sqrt(3), interval 78 -+ 4.303: above 30.
-  assert decided["c fails"]["gap"] == 78.0 and decided["c fails"]["decision"] == "holds"
-  assert "**c fails**: holds" in text and "(95% interval, 3 seeds)" in text
+  # c - a without the diverged seed 0: 77, 77: interval [77, 77], above 30; the decision names the seed left out.
+  assert decided["c fails"]["gap"] == 77.0 and decided["c fails"]["decision"] == "holds"
+  assert decided["c fails"]["diverged_left_out"] == ["c seed 0 (diverged at update 4)"]
+  assert "**c fails**: holds" in text and "(95% interval, 2 seeds)" in text
+  assert "Left out, diverged (a diverged run is no error rate): c seed 0 (diverged at update 4)." in text
   over_seeds = _read_csv(tmp_path / "evaluations_over_seeds.csv")
   a_last = [row for row in over_seeds if row["variant"] == "a" and row["evaluation"] == "3"][0]
   assert float(a_last["epoch"]) == 3.0

@@ -1,0 +1,69 @@
+"""The numeric rule that calls a run diverged when it learned, then fell back to chance for good
+(`stalesgd.studies._outcomes.collapse_update`), and what the report does with such a run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from stalesgd.studies import _outcomes as outcomes
+from stalesgd.studies._report import write_report
+from stalesgd.studies._study import Claim, Study, Variant
+
+CHANCE = math.log(10)  # 2.302...; within 5 %: [2.187, 2.418]; learned: below 1.151
+
+
+def _records(losses):
+  return [{"step": 10 * (index + 1), "epoch": index + 1.0, "train_loss": loss} for index, loss in enumerate(losses)]
+
+
+@pytest.mark.parametrize(
+  "losses, update",
+  [
+    ([2.3, 1.0, 0.5, 2.30, 2.31, 2.29], 40),  # learned, then chance for its last 3 records: from update 40
+    ([2.3, 1.0, 0.5, 2.30, 2.31, 2.29, 2.30], 40),
+    ([2.3, 1.0, 0.5, 0.4, 2.31, 2.29], None),  # only 2 records at chance: not yet
+    ([2.3, 2.3, 2.3, 2.3, 2.3], None),  # never learned: a failure, not a divergence
+    ([2.3, 1.2, 2.3, 2.3, 2.3], None),  # 1.2 is not below half of chance
+    ([2.3, 1.0, 2.30, 2.31, 1.5, 2.29], None),  # left chance again: not "for the rest of the run"
+    ([2.3, 1.0, 2.0, 2.0, 2.0], None),  # 2.0 is outside 5 % of chance
+    ([2.3, 1.0, 2.19, 2.41, 2.2], 30),  # both edges of the band
+  ],
+)
+def test_the_rule_by_hand(losses, update):
+  assert outcomes.collapse_update(_records(losses), CHANCE) == update
+
+
+def test_a_collapsed_run_is_reported_as_diverged_and_left_out(tmp_path):
+  study = Study(
+    "toy",
+    "toy",
+    "b matches a",
+    (Variant("a", "demo", "hardsync"), Variant("b", "demo", "softsync_inverse")),
+    paper_data=False,
+    has_quick=False,
+    last_evaluations=1,
+    claims=(Claim("b matches a", "b", "a", "matches", 2.0),),
+  )
+  rows = []
+  for label, seed, losses, error in (
+    ("a", 0, [2.3, 0.5, 0.4, 0.3], 10.0),
+    ("a", 1, [2.3, 0.5, 0.4, 0.3], 11.0),
+    ("b", 0, [2.3, 0.5, 0.4, 0.3], 10.5),
+    ("b", 1, [2.3, 0.5, 2.3, 2.3, 2.3], 90.0),  # collapsed at update 30
+  ):
+    directory = tmp_path / label / f"seed_{seed}"
+    directory.mkdir(parents=True)
+    (directory / "dataset.json").write_text(json.dumps({"num_classes": 10}))
+    records = _records(losses)
+    records[-1]["test_error"] = error
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    rows.append({"variant": label, "slug": label, "seed": seed, "n": None, "workdir": str(directory)})
+    rows[-1].update(status="ok", test_error=error, epochs=1.0)
+  text = write_report(study, rows, tmp_path)
+  assert rows[3]["status"] == "diverged: back at chance loss from update 30"
+  assert "10.50 (1 seed); 1 diverged" in text  # b's value is its one learning seed, not an average with 90 %
+  assert "not decided (1 seed: no interval)" in text
+  assert "Left out, diverged (a diverged run is no error rate): b seed 1 (diverged: back at chance loss" in text
