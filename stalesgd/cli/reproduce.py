@@ -126,6 +126,12 @@ _SEEDS = flags.DEFINE_integer(
   "Seeds per variant: runs seeds 0 .. K-1 (config.seed: initialisation, "
   "data order and timing jitter); more seeds later reuse the finished ones.",
 )
+_FIRST_SEED = flags.DEFINE_integer(
+  "first_seed",
+  0,
+  "The first seed: runs seeds F .. F+K-1 with --seeds=K (a confirmatory grid on seeds an earlier one never used, "
+  "e.g. --first_seed=3 --seeds=3 runs seeds 3, 4, 5).",
+)
 _PARALLEL = flags.DEFINE_string(
   "parallel",
   "1",
@@ -183,6 +189,7 @@ def task_flags(task_index: int, workdir: str) -> list[str]:
     "schedule_epochs": _SCHEDULE_EPOCHS.value,
     "eval_every": _EVAL_EVERY.value,
     "seeds": _SEEDS.value,
+    "first_seed": _FIRST_SEED.value,
     "task": task_index,
     "compilation_cache_dir": _COMPILATION_CACHE_DIR.value,
   }
@@ -221,6 +228,8 @@ def main(argv):
     raise app.UsageError(f"--variants: {error}") from error
   if _SEEDS.value < 1:
     raise app.UsageError(f"--seeds={_SEEDS.value}; allowed: an integer >= 1")
+  if _FIRST_SEED.value < 0:
+    raise app.UsageError(f"--first_seed={_FIRST_SEED.value}; allowed: an integer >= 0")
   default_name = "_".join(
     [study.name] + (["quick"] if _QUICK.value else []) + ([_DATA_SOURCE.value] if _DATA_SOURCE.value else [])
   )
@@ -230,7 +239,9 @@ def main(argv):
       f"--workdir = {workdir!r}; allowed: a local path (a study's processes and its report share a local "
       "directory; a single run's stalesgd-train --workdir may be gs://)"
     )
-  tasks = plan_tasks(study, workdir, settings, variants=_VARIANTS.value, seeds=_SEEDS.value)
+  tasks = plan_tasks(
+    study, workdir, settings, variants=_VARIANTS.value, seeds=_SEEDS.value, first_seed=_FIRST_SEED.value
+  )
   if _LIST_TASKS.value:
     for task in tasks:
       print(f"--task={task.index}: {task.label} ({task.directory})")
@@ -270,6 +281,7 @@ def main(argv):
     settings,
     variants=_VARIANTS.value,
     seeds=_SEEDS.value,
+    first_seed=_FIRST_SEED.value,
     parallel=parallel,
     task_command=lambda task: processes.python_module_command(PROGRAM, task_flags(task.index, workdir)),
     cpu_devices=study_devices,

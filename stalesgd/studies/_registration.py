@@ -63,11 +63,11 @@ def claims_record(study: Study) -> dict[str, Any]:
   }
 
 
-def registration_record(study: Study, *, seeds: int, settings: Mapping[str, Any]) -> dict[str, Any]:
-  """`claims_record` with the grid's seeds and fixed settings (`StudySettings` as a mapping, less the data's
-  directory)."""
+def registration_record(study: Study, *, seeds: Sequence[int], settings: Mapping[str, Any]) -> dict[str, Any]:
+  """`claims_record` with the grid's seeds (their values) and fixed settings (`StudySettings` as a mapping, less
+  the data's directory)."""
   fixed = {field: value for field, value in sorted(settings.items()) if field not in UNCHECKED_SETTINGS}
-  return {**claims_record(study), "seeds": int(seeds), "settings": fixed}
+  return {**claims_record(study), "seeds": [int(seed) for seed in seeds], "settings": fixed}
 
 
 def digest(record: Mapping[str, Any]) -> str:

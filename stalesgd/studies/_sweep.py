@@ -207,6 +207,7 @@ def run_study(
   *,
   variants: Sequence[str] | None = None,
   seeds: int = 1,
+  first_seed: int = 0,
   parallel: int = 1,
   task_command: Callable[[Task], list[str]] | None = None,
   cpu_devices: int | None = None,
@@ -230,7 +231,8 @@ def run_study(
     settings: the study-level flags (`StudySettings`).
     variants: run only these variants, by slug (their directory names, e.g.
       ``"15_softsync_a0_sigma"``), in the study's order; None runs them all.
-    seeds: seeds per variant (0 .. seeds - 1).
+    seeds: seeds per variant (``first_seed`` .. ``first_seed + seeds - 1``).
+    first_seed: the first seed run.
     parallel: runs at once; above 1 each run is its own process, started
       with ``task_command`` (this process then starts no JAX backend).
     task_command: the command of a process that runs one task alone.
@@ -250,7 +252,7 @@ def run_study(
     The per-run rows and the report's Markdown table (`SweepResult`; no
     table when a run was preempted or only one task ran).
   """
-  tasks = plan_tasks(study, workdir, settings, variants=variants, seeds=seeds)
+  tasks = plan_tasks(study, workdir, settings, variants=variants, seeds=seeds, first_seed=first_seed)
   if only_task is not None and not 0 <= only_task < len(tasks):
     raise ValueError(
       f"task={only_task}; allowed: an index in [0, {len(tasks)}) of this grid's "

@@ -60,19 +60,24 @@ def plan_tasks(
   *,
   variants: Sequence[str] | None = None,
   seeds: int = 1,
+  first_seed: int = 0,
 ) -> list[Task]:
-  """Every run of the grid, variant by variant and seed by seed within a variant (seeds 0 .. seeds - 1).
+  """Every run of the grid, variant by variant and seed by seed within a variant (seeds ``first_seed`` ..
+  ``first_seed + seeds - 1``: a confirmatory grid names seeds its pilot or an earlier grid never used).
 
   Raises:
-    ValueError: for an unknown variant or ``seeds`` < 1.
+    ValueError: for an unknown variant, ``seeds`` < 1 or ``first_seed`` < 0.
   """
   if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
     raise ValueError(f"seeds={seeds!r}; allowed: an integer >= 1 (runs seeds 0 .. seeds - 1)")
+  if isinstance(first_seed, bool) or not isinstance(first_seed, int) or first_seed < 0:
+    raise ValueError(f"first_seed={first_seed!r}; allowed: an integer >= 0 (the first seed run)")
   workdir = pathlib.Path(workdir)
-  registration = registration_record(study, seeds=seeds, settings=dataclasses.asdict(settings))
+  seed_values = range(first_seed, first_seed + seeds)
+  registration = registration_record(study, seeds=seed_values, settings=dataclasses.asdict(settings))
   tasks = []
   for variant in study.select(variants):
-    for seed in range(seeds):
+    for seed in seed_values:
       config, command = study_run(study, variant, settings, seed=seed)
       directory = workdir / variant.slug / run_directory_name(seed)
       tasks.append(Task(len(tasks), variant, seed, config, command, directory, registration))

@@ -24,8 +24,11 @@ CLEAN, DIRTY = "a" * 40, "b" * 40 + "-dirty"
 E140_COMMIT = "6759f66b62c324a0f0c5aab5923fa5351a099631"
 
 
-def _grid(seeds: int = 3, **settings) -> dict:
-  return registration.registration_record(DEMO, seeds=seeds, settings=dataclasses.asdict(StudySettings(**settings)))
+def _grid(seeds: int = 3, first_seed: int = 0, **settings) -> dict:
+  seed_values = range(first_seed, first_seed + seeds)
+  return registration.registration_record(
+    DEMO, seeds=seed_values, settings=dataclasses.asdict(StudySettings(**settings))
+  )
 
 
 def _registered(label: str, grid: dict, commit: str | None = CLEAN) -> registration.RunEvidence:
@@ -47,6 +50,7 @@ def test_every_run_registered_now_from_a_clean_commit_is_pre_registered():
     (_registered("r", _grid(), DIRTY), "r began from a dirty tree (bbbbbbb-dirty)"),
     (_registered("r", _grid(), None), "r recorded no commit"),
     (_registered("r", _grid(seeds=1)), "r registered other claims, seeds or settings than the grid's now"),
+    (_registered("r", _grid(first_seed=3)), "r registered other claims, seeds or settings than the grid's now"),
     (_registered("r", _grid(eval_every_epochs=0.5)), "r registered other claims, seeds or settings than the grid's"),
     (registration.RunEvidence("r", None, None), "r recorded no commit"),  # e.g. a diverged run of old code
   ],
@@ -93,8 +97,13 @@ def test_a_registration_is_written_only_before_the_run_begins(tmp_path):
 
 
 def test_every_task_of_a_grid_carries_the_grids_registration(tmp_path):
-  tasks = plan_tasks(DEMO, tmp_path, StudySettings(eval_every_epochs=2.0), seeds=2)
-  expected = registration.digest(_grid(seeds=2, eval_every_epochs=2.0))
+  tasks = plan_tasks(DEMO, tmp_path, StudySettings(eval_every_epochs=2.0), seeds=2, first_seed=3)
+  assert [(task.variant.slug, task.seed, task.directory.name) for task in tasks[:2]] == [
+    ("hardsync", 3, "seed_3"),
+    ("hardsync", 4, "seed_4"),
+  ]
+  assert tasks[0].config.seed == 3
+  expected = registration.digest(_grid(seeds=2, first_seed=3, eval_every_epochs=2.0))
   assert {registration.digest(task.registration) for task in tasks} == {expected}
 
 
@@ -117,3 +126,23 @@ def test_a_committed_result_directory_is_judged_from_the_records_it_keeps(tmp_pa
   assert verdict.reasons == ("hardsync, seed 1 began from a dirty tree (bbbbbbb-dirty)",)
   assert preregistration.main([f"{tmp_path}:demo"]) == 0
   assert json.loads((tmp_path / "preregistration.json").read_text())["status"] == registration.EXPLORATORY
+
+
+def test_the_command_names_a_grids_first_seed(tmp_path):
+  import os
+  import subprocess
+  import sys
+
+  command = [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", "--variants=hardsync", "--seeds=2"]
+  listed = subprocess.run(
+    [*command, "--first_seed=3", f"--workdir={tmp_path}", "--list_tasks"],
+    capture_output=True,
+    text=True,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    timeout=300,
+  )
+  assert listed.returncode == 0, listed.stderr[-2000:]
+  assert listed.stdout.splitlines() == [
+    f"--task=0: hardsync, seed 3 ({tmp_path / 'hardsync' / 'seed_3'})",
+    f"--task=1: hardsync, seed 4 ({tmp_path / 'hardsync' / 'seed_4'})",
+  ]
