@@ -18,11 +18,19 @@ The width is chosen by cost: the engine computes every slot, valid or not, so
 the plan picks ``rows_per_block`` minimising (number of blocks x (padded slots +
 a one-slot overhead per block)), i.e. the number of gradients computed, over a
 prefix of the schedule.
+
+Required boundaries (``plan_blocks(..., boundaries=)``): updates at which a block must start, so that no block
+spans them; the training loop gives the updates after which it evaluates, so an evaluation sees the weights of
+exactly its update, not of the end of the block that crosses it. A block stops early at a boundary and the
+next one starts there (greedy again); the width is still chosen on the schedule alone, so boundaries change
+neither the shapes nor the compiled program, only how many rows of some blocks are masked. Any block may be
+split at any update (`BlockPlan.split_at`): its two parts satisfy the constraint above, as it did.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -102,6 +110,24 @@ class BlockPlan:
     """Fraction of computed gradient slots that are applied contributions."""
     applied = self.schedule.num_updates * self.contributions_per_update
     return applied / max(1, self.num_blocks * self.slots_per_block)
+
+  def split_at(self, update: int) -> BlockPlan:
+    """This plan with a block starting at ``update``: the block that holds it cut in two (itself when one starts
+    there). Both parts are valid blocks (a part of a block computes at weights that exist at its start), of the
+    same fixed shape; the other blocks stay as they are. A run resumed from a checkpoint at ``update`` (written
+    under another plan, whose blocks ended elsewhere) continues on the split plan.
+
+    Raises:
+      ValueError: ``update`` is outside [0, num_updates].
+    """
+    num_updates = self.schedule.num_updates
+    if not 0 <= update <= num_updates:
+      raise ValueError(f"update={update} is outside this plan's updates [0, {num_updates}]")
+    starts = self.block_starts
+    index = int(np.searchsorted(starts, update))
+    if starts[index] == update:
+      return self
+    return dataclasses.replace(self, block_starts=np.insert(starts, index, update).astype(np.int64))
 
   def block_of_update(self, update: int) -> int:
     """Index of the block that starts at ``update`` (`num_blocks` at the end); raises if none does."""
@@ -226,15 +252,29 @@ def unbounded_block_ends(schedule: Schedule, *, distinct_learners: bool = False)
   return end
 
 
-def _greedy_starts(reach: np.ndarray, rows_per_block: int) -> np.ndarray:
+def _greedy_starts(reach: np.ndarray, rows_per_block: int, boundaries: np.ndarray | None = None) -> np.ndarray:
+  """Greedy block starts; a block also ends at the next of the increasing ``boundaries`` (if any) after its start."""
   num_updates = reach.shape[0]
   starts = []
   update = 0
+  cut = 0  # index of the first boundary > update
   while update < num_updates:
     starts.append(update)
-    update = min(int(reach[update]), update + rows_per_block)
+    end = min(int(reach[update]), update + rows_per_block)
+    if boundaries is not None:
+      while cut < boundaries.shape[0] and boundaries[cut] <= update:
+        cut += 1
+      if cut < boundaries.shape[0]:
+        end = min(end, int(boundaries[cut]))
+    update = end
   starts.append(num_updates)
   return np.asarray(starts, dtype=np.int64)
+
+
+def _required_boundaries(boundaries, num_updates: int) -> np.ndarray:
+  """The increasing distinct updates in (0, num_updates) of ``boundaries`` (0 and the end are always boundaries)."""
+  values = np.asarray(boundaries, dtype=np.int64).reshape(-1)
+  return np.unique(values[(values > 0) & (values < num_updates)])
 
 
 def _padded_slots(rows: int, contributions: int, num_devices: int) -> int:
@@ -249,6 +289,7 @@ def plan_blocks(
   rows_per_block: int | None = None,
   max_slots_per_device: int | None = 32,
   distinct_learners: bool = False,
+  boundaries: Sequence[int] | np.ndarray = (),
 ) -> BlockPlan:
   """Cuts ``schedule`` into fixed-shape blocks for ``num_devices`` devices.
 
@@ -264,6 +305,10 @@ def plan_blocks(
     distinct_learners: a block holds at most one contribution per learner
       (the engine asks for it when learners keep an inner state between local
       runs).
+    boundaries: updates at which a block must start (no block spans one), e.g. the updates after which the
+      training loop evaluates (`stalesgd.training._config_readers.evaluation_updates`); values <= 0 or >=
+      the schedule's updates are ignored. The width (``rows_per_block``, by default) is chosen without them, so
+      they do not change the blocks' shapes.
 
   Returns:
     The `BlockPlan`.
@@ -282,7 +327,7 @@ def plan_blocks(
     schedule=schedule,
     rows_per_block=rows_per_block,
     slots_per_block=_padded_slots(rows_per_block, contributions, num_devices),
-    block_starts=_greedy_starts(reach, rows_per_block),
+    block_starts=_greedy_starts(reach, rows_per_block, _required_boundaries(boundaries, schedule.num_updates)),
   )
 
 

@@ -140,10 +140,10 @@ def test_widths_are_scored_up_to_the_longest_block_only(monkeypatch):
 
   passes, greedy = [], _blocks._greedy_starts
 
-  def counted(reach, rows):
+  def counted(reach, rows, *boundaries):
     passes.append(rows)
     assert len(passes) <= 10, f"width {rows} scored: more than the 9 widths up to the longest block"
-    return greedy(reach, rows)
+    return greedy(reach, rows, *boundaries)
 
   monkeypatch.setattr(_blocks, "_greedy_starts", counted)
   plan = engine_lib.plan_blocks(_hand_schedule(np.zeros((9, 1))), max_slots_per_device=None)
@@ -238,6 +238,47 @@ def test_a_run_resumes_only_at_a_block_start():
   assert many.block_of_update(300) == 300
   with pytest.raises(ValueError, match="update=301 is not the first update of a block of this plan"):
     many.block_of_update(301)
+
+
+def test_required_boundaries_start_blocks_and_leave_the_width_alone():
+  """Nine updates at w_0, 4 rows: greedy blocks [0, 4), [4, 8), [8, 9); boundaries 3 and 6 (and 0, 9, 12 and a
+  repeat, which are ignored): [0, 3), [3, 6), [6, 9), still 4 rows wide."""
+  schedule = _hand_schedule(np.zeros((9, 1)))
+  np.testing.assert_array_equal(engine_lib.plan_blocks(schedule, rows_per_block=4).block_starts, [0, 4, 8, 9])
+  cut = engine_lib.plan_blocks(schedule, rows_per_block=4, boundaries=[6, 3, 3, 0, 9, 12])
+  np.testing.assert_array_equal(cut.block_starts, [0, 3, 6, 9])
+  assert cut.rows_per_block == 4
+  # A simulated async schedule, a boundary every 40 updates (the updates after which liu_toy evaluates): every one
+  # starts a block, every block is valid, and the width is the one chosen without boundaries.
+  schedule = schedule_lib.simulate("async", learners=16, num_updates=300, seed=1)
+  free = engine_lib.plan_blocks(schedule, num_devices=8)
+  boundaries = np.arange(40, 300, 40)
+  assert not set(boundaries.tolist()) <= set(free.block_starts.tolist())
+  cut = engine_lib.plan_blocks(schedule, num_devices=8, boundaries=boundaries)
+  assert set(boundaries.tolist()) <= set(cut.block_starts.tolist())
+  assert (cut.rows_per_block, cut.slots_per_block) == (free.rows_per_block, free.slots_per_block)
+  assert cut.num_blocks <= free.num_blocks + boundaries.shape[0]
+  _check_plan(cut)
+
+
+def test_a_plan_splits_at_any_update_so_an_older_plans_checkpoint_resumes():
+  """Blocks [0, 2), [2, 4), [4, 5): split at 3 (inside [2, 4), where a checkpoint of another plan may be) gives
+  [2, 3), [3, 4) and leaves the rest; split at a block start is the plan itself; outside [0, 5] is refused."""
+  plan = engine_lib.plan_blocks(_hand_schedule(np.array([[0], [0], [2], [2], [4]])), rows_per_block=2)
+  split = plan.split_at(3)
+  np.testing.assert_array_equal(split.block_starts, [0, 2, 3, 4, 5])
+  np.testing.assert_array_equal(plan.block_starts, [0, 2, 4, 5])  # a new plan: this one unchanged
+  assert split.block_of_update(3) == 2 and (split.rows_per_block, split.slots_per_block) == (2, 2)
+  _check_plan(split)
+  assert plan.split_at(2) is plan and plan.split_at(5) is plan and plan.split_at(0) is plan
+  for update in (-1, 6):
+    with pytest.raises(ValueError, match=rf"update={update} is outside this plan's updates \[0, 5\]"):
+      plan.split_at(update)
+  schedule = schedule_lib.simulate("async", learners=16, num_updates=300, seed=1)
+  plan = engine_lib.plan_blocks(schedule)
+  for update in range(300):  # any update of a simulated schedule: the split plan's blocks are valid
+    if update not in set(plan.block_starts.tolist()):
+      _check_plan(plan.split_at(update))
 
 
 def test_distinct_learners_end_a_block_before_a_learners_second_contribution():
