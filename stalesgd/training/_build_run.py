@@ -21,7 +21,10 @@ from stalesgd import schedule as schedule_lib
 from stalesgd.decentral._streaming import check_settings
 from stalesgd.models._loss import is_default_loss, user_loss
 from stalesgd.training._config_readers import (
+  applied_examples,
   decentral_settings,
+  evaluation_updates,
+  examples_per_update,
   run_label,
   run_length,
   simulate_schedule,
@@ -60,6 +63,8 @@ class RunInputs(NamedTuple):
     runner: the protocol's runner on the mesh given to `build_run` (None without one).
     metric_names: what a user's loss (``config.loss``) returns per example, ``"loss"`` first; () for the
       built-in classification.
+    evaluation_updates: int64 [K], the updates after which the run evaluates (besides its last,
+      `stalesgd.training._config_readers.evaluation_updates`); a parameter-server runner's blocks start there.
   """
 
   dataset: data_lib.Dataset
@@ -73,6 +78,7 @@ class RunInputs(NamedTuple):
   decentral_settings: DCS3GDSettings | None
   runner: Runner | None
   metric_names: tuple[str, ...]
+  evaluation_updates: np.ndarray
 
 
 def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None) -> RunInputs:
@@ -135,6 +141,12 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   schedule = simulate_schedule(
     config, total_updates, parameter_bytes=4 * _num_parameters(params), inner_steps=inner_steps
   )
+  evaluations = evaluation_updates(
+    schedule.num_updates,
+    config.eval_every_epochs * per_epoch,
+    applied_examples(schedule, config.batch_per_learner),
+    examples_per_update(config),
+  )
   settings, label = decentral_settings(config), run_label(config)
   outer_loop = schedule_lib.protocol_row(config.protocol).outer_loop
   # The optimizer's step count: server updates, or (diloco, where it is the learners' inner optimizer) inner steps.
@@ -160,7 +172,16 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
     )
   elif mesh is not None:
     local_runs = None if settings is not None else local_run_options(config, timing_model(config))
-    runner = make_runner(model, optimizer, schedule, batches, mesh, decentral_settings=settings, local_runs=local_runs)
+    runner = make_runner(
+      model,
+      optimizer,
+      schedule,
+      batches,
+      mesh,
+      decentral_settings=settings,
+      local_runs=local_runs,
+      boundaries=evaluations,
+    )
   return RunInputs(
-    dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner, metric_names
+    dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner, metric_names, evaluations
   )

@@ -2,7 +2,8 @@
 layers below the training stack.
 
 The config is read here and in `stalesgd.training.build_run`, nowhere below: updates per epoch and the
-contributions per update, the examples applied under dynamic local updates (`applied_examples`), the simulated
+contributions per update, the examples applied under dynamic local updates (`applied_examples`), the updates after
+which a run evaluates (`evaluation_updates`), the simulated
 cluster's schedule (`simulate_schedule`, with `timing_model` and `protocol_options`), DC-S3GD's settings
 (`decentral_settings`, with each mode's lambda_0, `dc_lambda`) and the run's name (`run_label`).
 """
@@ -73,6 +74,33 @@ def applied_examples(schedule: schedule_lib.Schedule, batch_per_learner: int) ->
     return None
   per_update = np.asarray(local_steps, np.int64)[schedule.learner].sum(axis=1) * batch_per_learner
   return np.concatenate([np.zeros(1, np.int64), np.cumsum(per_update)])
+
+
+EVALUATION_TOLERANCE = 1e-9
+"""Relative slack with which an update's clock reaches an evaluation point (``3 x 416.67`` updates is 1250)."""
+
+
+def evaluation_updates(
+  num_updates: int, interval: float, applied: np.ndarray | None = None, examples_per_update: int = 1
+) -> np.ndarray:
+  """int64 [K], increasing: the updates after which a run evaluates (besides after its last update, always).
+
+  The points are k x ``interval`` (k = 1, 2, ...), ``interval`` = ``eval_every_epochs`` x updates per epoch, in
+  updates' worth of applied examples. Evaluation k lands after the first update u whose clock reaches its point:
+  clock(u) >= k x interval (up to `EVALUATION_TOLERANCE` relative to the interval), where clock(u) = u, or, under
+  dynamic local updates (``applied``: `applied_examples`), the examples applied by then in updates' worth,
+  ``applied[u] / examples_per_update``. Without dynamic local updates that is u = ceil(k x interval): an epoch
+  of 416.67 updates evaluates after updates 417, 834, 1250, ...; with them the point may fall inside an update's
+  examples, and the evaluation comes after that update. An update that reaches several points evaluates once.
+  The engine's blocks start at these updates (`stalesgd.engine.plan_blocks`'s ``boundaries``), so the weights
+  evaluated are those of exactly this update.
+  """
+  if applied is None:
+    clock = np.arange(num_updates + 1, dtype=np.float64)
+  else:
+    clock = np.asarray(applied[: num_updates + 1], np.float64) / examples_per_update
+  reached = np.floor(clock / interval + EVALUATION_TOLERANCE)  # points reached by each update
+  return (np.flatnonzero(np.diff(reached) > 0) + 1).astype(np.int64)
 
 
 def updates_per_epoch(config: ml_collections.ConfigDict, num_train: int) -> float:

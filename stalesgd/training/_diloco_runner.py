@@ -114,6 +114,9 @@ class DiLoCoRunner:
   def block_at(self, updates: int) -> int:
     return engine_lib.block_starting_at(self.block_starts, updates)
 
+  def resume_at(self, updates: int) -> int:
+    return self.block_at(updates)  # every round starts a block
+
   def init(self, params: Any) -> StreamingState:
     params = jax.tree.map(lambda leaf: sharding_lib.global_array(jax.device_get(leaf), self._replicated), params)
 

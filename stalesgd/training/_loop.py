@@ -7,6 +7,12 @@ emulator for parameter-server protocols, real collectives for decentralized
 ones) -> checkpoint restore -> loop with "is it time?" checks for logs,
 evaluations and checkpoints -> final evaluation, plots and summary.
 
+Evaluations come every ``config.eval_every_epochs`` epochs of applied examples, each after exactly the first
+update whose clock reaches its point (u = ceil(k x eval_every_epochs x updates per epoch) without dynamic local
+updates; `stalesgd.training._config_readers.evaluation_updates`), and after the last update. The runner's
+blocks start at those updates, so no block crosses an evaluation. Logs and checkpoints come at the first block
+end at or past their point.
+
 Everything the run writes into ``workdir`` (process 0 only) is listed, with what it holds, in
 `stalesgd.utils._run_directory`, the one owner of those names; ``summary.json`` and the record of the sessions
 that computed the run are `stalesgd.training._run_summary`'s.
@@ -25,7 +31,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -107,17 +113,10 @@ def _save_checkpoint(
     position.checkpoint_seconds += time.monotonic() - began
 
 
-def evaluation_clock(applied: np.ndarray | None, examples_per_update: int) -> Callable[[int], float]:
-  """Maps an update count to where it stands on the evaluation grid (``eval_every_epochs x`` updates per epoch).
-
-  Evaluations fall every ``eval_every_epochs`` epochs of applied examples. Every update applies
-  ``examples_per_update`` (c mu H) examples, so the clock is the update count itself; under dynamic local updates
-  (``applied``, `applied_examples`) a contribution applies mu H_m <= mu H, and the clock is the examples applied
-  by then in updates' worth, ``applied[updates] / examples_per_update``.
-  """
-  if applied is None:
-    return lambda updates: updates
-  return lambda updates: float(applied[updates]) / examples_per_update
+def _next_evaluation(evaluation_updates: np.ndarray, updates: int) -> int:
+  """The first of the run's evaluation updates strictly after ``updates`` (past the run's end when none is)."""
+  index = int(np.searchsorted(evaluation_updates, updates, side="right"))
+  return int(evaluation_updates[index]) if index < evaluation_updates.shape[0] else np.iinfo(np.int64).max
 
 
 def _next_point(value: float, interval: float) -> float:
@@ -224,9 +223,10 @@ def _train_and_evaluate(
     progress.write(f"resumed from the checkpoint at update {metadata['update']} in {workdir}")
   elif (workdir / run_directory.METRICS).exists():  # killed before its first checkpoint was whole: start over
     writer.truncate_after(0)
-  block_starts = runner.block_starts
   updates = runner.updates_done(state)
-  position = _LoopPosition(state, runner.block_at(updates), updates)
+  # A checkpoint written under an older block plan may sit inside one of today's blocks: it is split there.
+  position = _LoopPosition(state, runner.resume_at(updates), updates)
+  block_starts = runner.block_starts
   updates_at_start = updates
   sessions.append(session_record(updates))
   warn_if_code_changed(sessions, progress)
@@ -243,15 +243,15 @@ def _train_and_evaluate(
     seed=config.seed,
     metric_names=run.metric_names,
   )
-  eval_interval = config.eval_every_epochs * per_epoch
   start_time = time.monotonic()
   wall = lambda: wall_offset + time.monotonic() - start_time
   pending = PendingMetrics(schedule, examples_per_update(config), per_epoch, applied)
   pending.start(position.updates, wall())
   pending.restore(pending_snapshot)
   next_log = _next_point(position.updates, config.log_every_updates)
-  eval_clock = evaluation_clock(applied, examples_per_update(config))
-  next_eval = _next_point(eval_clock(position.updates), eval_interval)
+  # Every eval_every_epochs epochs of applied examples, after exactly the update that reaches the point (the
+  # first update whose clock reaches it: `evaluation_updates`); the engine's blocks start at these updates.
+  next_eval = _next_evaluation(run.evaluation_updates, position.updates)
   num_blocks = block_starts.shape[0] - 1
   preempted = False
   last_evaluation: dict[str, Any] = {}  # this session's (a run resumed at its end has none)
@@ -268,7 +268,7 @@ def _train_and_evaluate(
       position.block = block + 1
       position.updates = updates = int(block_starts[block + 1])
       finished = position.block == num_blocks
-      evaluate = eval_clock(updates) >= next_eval
+      evaluate = updates >= next_eval
       if updates >= next_log or evaluate or finished:
         record = pending.flush(wall())
         if evaluate or finished:
@@ -276,7 +276,7 @@ def _train_and_evaluate(
           record.update(evaluator(runner.params(position.state)))
           last_evaluation = record
           position.evaluation_seconds += time.monotonic() - began
-          next_eval = _next_point(eval_clock(updates), eval_interval)
+          next_eval = _next_evaluation(run.evaluation_updates, updates)
         writer.write_scalars(updates, record)
         progress.update(updates, {key: record[key] for key in ("train_loss", "test_error") if key in record})
         next_log = _next_point(updates, config.log_every_updates)

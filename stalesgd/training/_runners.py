@@ -11,8 +11,8 @@
 Both implement `Runner` (a typed protocol: what the training loop may ask of
 a runner) and report each block with their own metrics type, `BlockMetrics`
 (the engine's) or `StepMetrics`. A runner's state is a pytree of arrays
-(checkpointed as is); its blocks are fixed by the schedule, so a run stopped at
-a block boundary resumes exactly.
+(checkpointed as is); its blocks are fixed by the schedule (and the updates after which the run
+evaluates, which start blocks), so a run stopped at a block boundary resumes exactly.
 
 Runners take typed objects only, never the run's config: the schedule, and
 for a decentralized protocol its `stalesgd.decentral.DCS3GDSettings`, both derived
@@ -23,7 +23,7 @@ calls `make_runner`. The training loop needs no layer below this one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import jax
@@ -83,6 +83,17 @@ class Runner(Protocol[State]):
     """
     ...
 
+  def resume_at(self, updates: int) -> int:
+    """The block a run continues with once ``updates`` updates are applied (`block_at`), after making ``updates``
+    a block start if it was inside a block: a checkpoint written by older code under another block plan
+    (`ParameterServerRunner` splits that block, `stalesgd.engine.BlockPlan.split_at`; the other runners' blocks
+    are single updates). Call it once, before the first `step`, and read `block_starts` after it.
+
+    Raises:
+      ValueError: ``updates`` is outside the run.
+    """
+    ...
+
   def init(self, params: Any) -> State:
     """The state before the first update."""
     ...
@@ -111,12 +122,15 @@ class ParameterServerRunner:
     batches,
     mesh: jax.sharding.Mesh,
     local_runs: Mapping[str, Any] | None = None,
+    boundaries: Sequence[int] | np.ndarray = (),
   ):
     """``local_runs``: the engine's local-run options (``local_steps``, ``inner_optimizer``,
     ``reset_inner_state``; `stalesgd.training._local_runs.local_run_options`), one gradient per
-    contribution without them."""
+    contribution without them. ``boundaries``: updates at which a block must start (the updates after which
+    the run evaluates, `stalesgd.training._config_readers.evaluation_updates`), so that no block spans one
+    (`stalesgd.engine.plan_blocks`)."""
     self.engine = engine_lib.Engine(model.loss_fn, optimizer, has_aux=True, mesh=mesh, **(local_runs or {}))
-    self.plan = self.engine.plan(schedule)
+    self.plan = self.engine.plan(schedule, boundaries=boundaries)
     self.batches = batches
 
   @property
@@ -126,6 +140,10 @@ class ParameterServerRunner:
 
   def block_at(self, updates: int) -> int:
     return engine_lib.block_starting_at(self.block_starts, updates)
+
+  def resume_at(self, updates: int) -> int:
+    self.plan = self.plan.split_at(updates)  # the same plan unless a checkpoint of another plan ends mid-block
+    return self.block_at(updates)
 
   def init(self, params: Any) -> engine_lib.EngineState:
     return self.engine.init(params, self.plan)
@@ -192,6 +210,9 @@ class DecentralizedRunner:
   def block_at(self, updates: int) -> int:
     return engine_lib.block_starting_at(self.block_starts, updates)
 
+  def resume_at(self, updates: int) -> int:
+    return self.block_at(updates)  # every update starts a block
+
   def init(self, params: Any) -> decentral.DCS3GDState:
     return self.trainer.init(params)
 
@@ -222,6 +243,7 @@ def make_runner(
   *,
   decentral_settings: DCS3GDSettings | None = None,
   local_runs: Mapping[str, Any] | None = None,
+  boundaries: Sequence[int] | np.ndarray = (),
 ) -> Runner:
   """The runner for the run's protocol: DC-S3GD's given its settings, the engine's otherwise.
 
@@ -236,7 +258,10 @@ def make_runner(
       parameter-server protocol.
     local_runs: a parameter-server protocol's local-run options for the engine
       (`stalesgd.training._local_runs.local_run_options`).
+    boundaries: updates at which a parameter-server protocol's block must start (the run's evaluations,
+      `stalesgd.training._config_readers.evaluation_updates`); a decentralized runner's blocks are single
+      updates, which start at every update.
   """
   if decentral_settings is not None:
     return DecentralizedRunner(decentral_settings, model, optimizer, schedule.num_updates, batches, mesh)
-  return ParameterServerRunner(model, optimizer, schedule, batches, mesh, local_runs)
+  return ParameterServerRunner(model, optimizer, schedule, batches, mesh, local_runs, boundaries)

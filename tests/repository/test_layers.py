@@ -187,7 +187,7 @@ def test_both_runners_implement_the_runner_protocol():
   from stalesgd.training._runners import DecentralizedRunner, ParameterServerRunner
 
   members = [name for name in vars(training.Runner) if not name.startswith("_")]
-  assert set(members) == {"block_starts", "block_at", "init", "step", "params", "updates_done"}
+  assert set(members) == {"block_starts", "block_at", "resume_at", "init", "step", "params", "updates_done"}
   for runner in (ParameterServerRunner, DecentralizedRunner):
     assert all(callable(getattr(runner, name)) or isinstance(getattr(runner, name), property) for name in members)
     assert training.Runner not in runner.__mro__  # structural: neither inherits it, nor a shared mixin

@@ -203,12 +203,16 @@ def test_the_logged_epoch_and_images_per_s_count_the_applied_examples():
   assert fixed.epoch(3) == 0.75 and fixed._examples(1, 3) == 24
 
 
-def test_the_evaluation_clock_counts_applied_examples_in_updates_worth():
-  """c mu H = 12: applied 12, 18, 24, 36 by updates 1-4 read 1, 1.5, 2 and 3 updates' worth (the loop evaluates
-  when the clock passes a multiple of eval_every_epochs x updates per epoch); without dynamic local updates the
-  clock is the update count."""
-  from stalesgd.training._loop import evaluation_clock
+def test_evaluations_land_after_the_first_update_whose_applied_examples_reach_the_point():
+  """c mu H = 12: applied 12, 18, 24, 36, 48 by updates 1-5 read 1, 1.5, 2, 3 and 4 updates' worth. Every 1.5
+  updates' worth: point 1.5 is reached by update 2, 3.0 by update 4 and 4.5 by none; every 0.5: update 1 reaches
+  0.5 and 1.0 (one evaluation), update 4 reaches 2.5 and 3.0. Without dynamic local updates the clock is the update
+  count: every 416.67 updates (an epoch of 416.67) after updates 417, 834, 1250 (3 x 416.67 is 1250 up to rounding)."""
+  from stalesgd.training._config_readers import evaluation_updates
 
-  clock = evaluation_clock(np.array([0, 12, 18, 24, 36]), 12)
-  assert [clock(updates) for updates in range(5)] == [0.0, 1.0, 1.5, 2.0, 3.0]
-  assert [evaluation_clock(None, 12)(updates) for updates in range(5)] == [0, 1, 2, 3, 4]
+  applied = np.array([0, 12, 18, 24, 36, 48])
+  assert evaluation_updates(5, 1.5, applied, 12).tolist() == [2, 4]
+  assert evaluation_updates(5, 0.5, applied, 12).tolist() == [1, 2, 3, 4, 5]
+  assert evaluation_updates(1250, 1250 / 3).tolist() == [417, 834, 1250]
+  assert evaluation_updates(40, 10.0).tolist() == [10, 20, 30, 40]
+  assert evaluation_updates(9, 10.0).tolist() == []
