@@ -9,7 +9,8 @@ writes into ``<study workdir>/progress/``:
   error at the same fraction of the schedule; the claims, each decided only once every run of both its arms has
   finished (by the study's rule: `stalesgd.studies._report.decisions`), otherwise the count still to come;
 * ``progress.csv``: every evaluation so far, this grid's and the earlier grid's (stretched, below);
-* ``preregistration.json``: whether the runs begun so far were pre-registered (`stalesgd.studies._registration`);
+* ``preregistration.json``: whether the runs begun so far were pre-registered (`stalesgd.studies._registration`),
+  over those that have recorded how they began (a run of older code records its commit when it first stops);
 * ``progress.png``: test error against epoch, one line per run; the earlier grid's runs of the same variant and
   seed dashed in the same colour, their epochs stretched to this grid's schedule.
 
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from stalesgd.studies import _registration as registrations
 from stalesgd.studies import _report as report
 from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._outcomes import read_outcome
@@ -176,12 +178,18 @@ def write_progress(
     table.append(entry)
   plots.write_results_table(rows, out / "progress.csv", columns=("grid", "variant", "seed", "epoch", "test_error"))
   _plot(progress, earlier, out / "progress.png", title=f"{study.title}: UNFINISHED, {finished} of {len(tasks)} runs")
+  # A run in flight has recorded its commit only if it registered (a study run of today's code) or stopped once.
+  recorded = (run_directory.REGISTRATION, run_directory.SUMMARY, run_directory.DIVERGED)
   begun = [
     {"variant": run.task.variant.label, "seed": run.task.seed, "workdir": str(run.task.directory)}
     for run in progress
-    if run.status != "not started"
+    if any((run.task.directory / name).exists() for name in recorded)
   ]
-  verdict = report.registration_of(study, begun, tasks[0].registration if tasks else None)
+  verdict = (
+    report.registration_of(study, begun, tasks[0].registration if tasks else None)
+    if begun
+    else registrations.Registration(registrations.EXPLORATORY, ("no run has recorded how it began yet",))
+  )
   (out / report.PREREGISTRATION_FILENAME).write_text(
     json.dumps({"status": verdict.status, "reasons": list(verdict.reasons), "runs": len(begun)}, indent=2) + "\n",
     encoding="utf-8",
@@ -204,7 +212,8 @@ def write_progress(
       "",
       "## Claims",
       "",
-      f"Of the {len(begun)} runs begun so far: {verdict.describe()} (`stalesgd.studies._registration`).",
+      f"Of the {len(begun)} runs that have recorded how they began: {verdict.describe()} "
+      "(`stalesgd.studies._registration`).",
       "",
       *claim_lines(study, progress),
       "",

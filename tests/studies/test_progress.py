@@ -59,8 +59,8 @@ def test_only_finished_runs_count_and_a_claim_waits_for_all_its_runs(tmp_path):
   fixed = next(line for line in text.splitlines() if line.startswith("- **8-softsync"))
   assert ": holds. Gap +88.00" in fixed
   assert "not decided yet: 2 of its 4 runs have not finished." in text
-  # Written by hand: no run recorded a registration or a commit.
-  assert "Of the 5 runs begun so far: exploratory: the rule was fixed after runs began (" in text
+  # Written by hand: the 4 finished runs' summaries record no commit; the running one has recorded nothing yet.
+  assert "Of the 4 runs that have recorded how they began: exploratory: the rule was fixed after runs began (" in text
   progress = json.loads((tmp_path / "progress" / "progress.json").read_text())
   assert (progress["finished"], progress["runs"]) == (4, 6)
   assert (tmp_path / "progress" / "progress.png").read_bytes().startswith(b"\x89PNG")
