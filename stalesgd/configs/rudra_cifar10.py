@@ -8,16 +8,16 @@ n = 15 and 30, with alpha_0/sigma every n matches hardsync's ~18 %) and Rudra's 
 Commands (the studies, then one run; ``--schedule_epochs`` compresses the schedule)::
 
   stalesgd-reproduce --study=zhang_cifar10 --data_source=npz --data_dir=/tmp/cifar10_npz --schedule_epochs=20
+  stalesgd-reproduce --study=zhang_cifar10_e140 --data_source=npz --data_dir=/tmp/cifar10_npz --eval_every=1
   stalesgd-reproduce --study=rudra_mu_lambda --data_source=npz --data_dir=/tmp/cifar10_npz
   stalesgd-train --config=rudra_cifar10:softsync_inverse --config.n=30 --workdir=runs/rudra_softsync30
 
-Cost: 140 epochs not measured. At lambda = 30, mu = 4 with the schedule compressed to 20 epochs, 20 min per run
-on 2 AMD EPYC cores alone, 40-41 min beside another run (results/zhang_cifar10_e20_3seeds); the single learner,
-20 epochs, 3.6 h beside other work (results/zhang_cifar10_e20_session25).
+Cost on 2 AMD EPYC cores alone, one epoch with an evaluation: 60 s at lambda = 30, mu = 4 (hardsync and
+softsync alike), 88 s for the single learner: 2.3 and 3.4 h per 140-epoch run (results/zhang_cifar10_e140_3seeds).
 
-Result: 140 epochs not measured. At 20 epochs on the JPEG q75 copy, hardsync 25.42 ± 0.43 % test error over 3
-seeds; its softsync runs are still to come (results/zhang_cifar10_e20_3seeds). Rudra's rule on this network:
-not measured with the release's multipliers (earlier runs, superseded: results/rudra_mu_lambda_e2_conv3_fixed).
+Result: 140 epochs not measured yet (the grid of results/zhang_cifar10_e140_3seeds is running). At 20 epochs on
+the JPEG q75 copy: hardsync 25.42 ± 0.43 % test error over 3 seeds, 15- and 30-softsync alpha_0/sigma 1-3 points
+worse, "matches" not decided (results/zhang_cifar10_e20_3seeds).
 """
 
 from __future__ import annotations
