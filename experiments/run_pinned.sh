@@ -28,6 +28,8 @@
 #   streaming_digits streaming DiLoCo on the embedded digits: DiLoCo and 12 (P, tau, alpha), seeds 0-2
 #   delayed_digits   the one-round-delayed outer step against DiLoCo at M = 2, 4, 8 on the digits, seeds 0-2
 #   eager_digits     eager updates on the delayed outer step against DiLoCo at M = 2, 4, 8 on the digits, seeds 0-2
+#   liu_toy_notebook Liu et al.'s toy with the notebook's heavy-ball outer momentum (the grid of liu_toy, which ran
+#                    Nesterov), seeds 0-2
 #   liu_toy          Liu et al.'s toy: DiLoCo, async local SGD, async + delayed Nesterov + dynamic H, DiLoCo at each
 #                    async variant's simulated time, seeds 0-2
 #
@@ -63,6 +65,7 @@ results_dir() {  # where a grid's report and finished runs are kept in the repos
     delayed_digits) echo "$repo/results/delayed_outer_step_digits_3seeds" ;;
     eager_digits) echo "$repo/results/eager_outer_step_digits_3seeds" ;;
     liu_toy) echo "$repo/results/liu_toy_3seeds" ;;
+    liu_toy_notebook) echo "$repo/results/liu_toy_notebook_3seeds" ;;
   esac
 }
 
@@ -86,8 +89,8 @@ grid_flags() {
     streaming_digits) echo "--study=streaming_diloco_digits --seeds=3" ;;
     delayed_digits) echo "--study=delayed_outer_step_digits --seeds=3" ;;
     eager_digits) echo "--study=eager_outer_step_digits --seeds=3" ;;
-    liu_toy) echo "--study=liu_toy_async_local_sgd --seeds=3" ;;
-    *) echo "unknown grid '$1'; allowed: zhang_e20 zhang_e140 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits liu_toy" >&2
+    liu_toy | liu_toy_notebook) echo "--study=liu_toy_async_local_sgd --seeds=3" ;;
+    *) echo "unknown grid '$1'; allowed: zhang_e20 zhang_e140 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits liu_toy liu_toy_notebook" >&2
       return 2 ;;
   esac
 }
