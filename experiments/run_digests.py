@@ -24,7 +24,9 @@ weights for the delay-compensated runs (``async``, ``dcs3gd``) on an Intel Xeon 
 (results/front_door_refactor_digests). A file without a host (written before it was recorded) is compared with
 a warning.
 
-Hardware and time: a CPU, 8 host devices; 10 runs of 10-20 s each (more beside other work).
+Hardware and time: a CPU, 8 host devices; 15 runs of 10-20 s each (more beside other work): every
+parameter-server protocol, DC-S3GD's, and the local-run ones (asynchronous local SGD with dynamic local updates,
+DiLoCo, streaming DiLoCo, the one-round-delayed step and eager updates).
 """
 
 from __future__ import annotations
@@ -52,6 +54,29 @@ PROTOCOL_RUNS = {
   "s3gd": ("dcs3gd", "--config.protocol=s3gd", "--config.delay_compensation=none"),
   "dcs3gd": ("dcs3gd",),
   "cifar10_full": ("cifar10_full",),
+  "async_local": ("async_local",),
+  "diloco": ("hardsync", "--config.protocol=diloco", "--config.local_steps=4"),
+  "streaming_diloco": (
+    "hardsync",
+    "--config.protocol=streaming_diloco",
+    "--config.local_steps=4",
+    "--config.outer.fragments=2",
+    "--config.outer.delay=1",
+    "--config.outer.mix=0.5",
+  ),
+  "delayed_outer_step": (
+    "hardsync",
+    "--config.protocol=streaming_diloco",
+    "--config.local_steps=4",
+    "--config.outer.delay=4",
+  ),
+  "eager": (
+    "hardsync",
+    "--config.protocol=streaming_diloco",
+    "--config.local_steps=4",
+    "--config.outer.delay=4",
+    "--config.eager_updates=True",
+  ),
 }
 """Protocol -> (tiny_run_config variant, overrides)."""
 
