@@ -14,13 +14,18 @@ learner m's local weights.
   :math:`\Theta_p \leftarrow \Theta_p + \mathrm{OuterOpt}_p(\bar\Delta_p)` with the fragment's own outer state,
   and :math:`\theta_{m,p} \leftarrow \alpha\,\theta_{m,p} + (1 - \alpha)\,\Theta_p` at the local weights reached
   by then (alpha = 0 replaces the local copy).
-* **Order within one inner-step boundary:** applications of fragments synced in an earlier round, then syncs, then
-  the applications of fragments synced at that boundary with tau = 0.
+* **Order within one inner-step boundary:** the sync first, then the application landing there. A sync reads the
+  local weights the inner steps reached, before any application at the same boundary replaces them; the
+  application is of a mean from an earlier sync (tau > 0), or, at tau = 0, of the mean of the sync just taken. At
+  most one sync and one application fall on a boundary; they are of the same fragment only at tau = 0 (its own
+  mean) and at tau = H, where the fragment's previous mean lands at its next sync: Delta is taken first, then the
+  previous mean is applied, then the new one is in flight.
 
 Corners: P = 1, tau = 0, alpha = 0 is synchronous DiLoCo (Douillard et al., arXiv 2311.08105): every round ends
 with the outer step on :math:`\bar\Delta` and every learner restarting from :math:`\Theta`. P = 1, tau = H,
-alpha = 0 is the one-round-delayed outer step (as PCCL's asynchronous DiLoCo: round r's mean is applied at the end
-of round r + 1, and the learners continue meanwhile). The events of a round are the same every round (H, P, tau
+alpha = 0 is the one-round-delayed outer step (as PCCL's asynchronous DiLoCo and Kale et al.'s baseline): round
+r's mean is applied at the end of round r + 1, after round r + 1's Delta was taken, and the learners continue
+meanwhile. The events of a round are the same every round (H, P, tau
 static), so a round is one compiled program; the mean is computed by ``jax.lax.pmean`` at the sync and carried, as
 received data, until its application (the program computes what the overlapped system computes; whether the
 collective overlaps the steps on a device is a property of the schedule XLA makes, not claimed here).
@@ -112,19 +117,26 @@ def fragment_of_leaves(num_leaves: int, fragments: int) -> tuple[int, ...]:
   return tuple(index % fragments for index in range(num_leaves))
 
 
+def applied_next_round(settings: StreamingSettings, fragment: int) -> bool:
+  """Whether the fragment's mean lands in the round after its sync's (sync + tau past the round's end): its
+  application then takes the mean its previous round's sync put in flight."""
+  return (fragment + 1) * settings.local_steps // settings.fragments + settings.delay > settings.local_steps
+
+
 def round_events(settings: StreamingSettings) -> list[tuple[int, str, int]]:
-  """A round's events in order, as (inner steps done in the round, kind, fragment); kind is ``"apply"`` or
-  ``"sync"`` (module docstring: the order within one boundary)."""
+  """A round's events in order, as (inner steps done in the round, kind, fragment); kind is ``"sync"`` or
+  ``"apply"``; at one boundary the sync comes before the application (module docstring: the order within one
+  boundary). An application of a fragment `applied_next_round` is of the mean its sync of the previous round put
+  in flight."""
   steps, fragments, delay = settings.local_steps, settings.fragments, settings.delay
   events = []
   for p in range(fragments):
     sync = (p + 1) * steps // fragments
-    events.append((sync, 1, "sync", p))
+    events.append((sync, 0, "sync", p))
     if settings.eager:  # the outer step is taken at the sync itself (module docstring, *Eager updates*)
       continue
     applied = sync + delay
-    order = 2 if delay == 0 else 0  # after its own sync; else before the syncs at the same boundary
-    events.append((applied - steps if applied > steps else applied, order, "apply", p))
+    events.append((applied - steps if applied > steps else applied, 1, "apply", p))
   return [(time, kind, p) for time, _, kind, p in sorted(events)]
 
 
@@ -190,6 +202,7 @@ def sharded_streaming_round(
   owner = fragment_of_leaves(len(leaves), settings.fragments)
   events = round_events(settings)
   mix, eager, carry = settings.mix, settings.eager, carries_round_end(settings)
+  next_round = [applied_next_round(settings, p) for p in range(settings.fragments)]
   last = settings.fragments - 1
   learners = int(mesh.shape[axis_name])
   square_sum = lambda arrays: sum(jnp.sum(jnp.square(array.astype(jnp.float32))) for array in arrays)
@@ -208,6 +221,10 @@ def sharded_streaming_round(
     # sum ||Delta_m,p||^2 and ||mean||^2 of the pseudo-gradients all-reduced in this program (the agreement metric).
     done, losses, squares = 0, [], jnp.float32(0)
     reduced_squares, mean_squares = jnp.float32(0), jnp.float32(0)
+    # fresh: the means all-reduced at this round's syncs, by leaf. in_flight_leaves keeps the means of earlier
+    # syncs (the previous round's, and the carried round-end one) until the loop is done: at tau = H a fragment's
+    # previous mean is applied at the boundary of its next sync, after that sync.
+    fresh = {}
     if carry:  # the previous round's last sync, first: it reads carried state only
       members = [i for i, q in enumerate(owner) if q == last]
       carried = [unreduced_leaves[i] for i in members]
@@ -250,6 +267,7 @@ def sharded_streaming_round(
           reduced_squares, mean_squares = reduced_squares + square_sum(deltas), mean_squares + square_sum(means)
         if eager:
           # Kale et al.: the previous sync's mean with this learner's part replaced by its fresh pseudo-gradient.
+          # (in_flight_leaves holds the previous sync's mean: this round's are kept in fresh.)
           directions = [
             (in_flight_leaves[i] + (delta - own_leaves[i]) / learners).astype(delta.dtype)
             for i, delta in zip(members, deltas)
@@ -262,11 +280,14 @@ def sharded_streaming_round(
             unreduced_leaves[i] = delta
         else:
           for i, mean in zip(members, means):
-            in_flight_leaves[i] = mean
-        pending[p] = jnp.bool_(not eager)
-      else:
+            fresh[i] = mean
+      elif next_round[p]:  # the mean of the previous round's sync (none before the first round: not pending)
         outer_step(p, members, [in_flight_leaves[i] for i in members], pending[p])
-        pending[p] = jnp.bool_(False)
+      else:  # the mean of this round's sync, tau steps ago
+        outer_step(p, members, [fresh[i] for i in members], jnp.bool_(True))
+    for i, mean in fresh.items():
+      in_flight_leaves[i] = mean
+    pending = [jnp.bool_(next_round[p] and not eager) for p in range(settings.fragments)]
     if done < settings.local_steps:  # steps after the last event of the round
       segment = jax.tree.map(lambda leaf, a=done: leaf[a:], batches)
       run = local_run(
