@@ -58,7 +58,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.protocol = "diloco"
   # small_cnn on the digits has 53,002 float32 parameters (212,008 bytes, config.timing.model_bytes = 0 reads
   # them); a ring all-reduce moves 2 (M - 1) / M of them, so this bandwidth makes one take ALLREDUCE_IN_STEPS
-  # inner steps of 8 ms (a fragment of P: 1/P of that).
+  # inner steps of 8 ms (a fragment: its own share of that, docs/algorithms.md, *Fragments of layers*).
   step_seconds = config.timing.compute_time_per_example * config.batch_per_learner
   config.timing.bandwidth = 2 * 7 / 8 * MODEL_BYTES / (ALLREDUCE_IN_STEPS * step_seconds)
   if variant in ("delayed", "eager"):

@@ -5,8 +5,9 @@ one learner per device. Notation: M learners, H inner steps per round, P fragmen
 steps an all-reduce is in flight, alpha the mixing factor, :math:`\Theta` the outer weights, :math:`\theta_m`
 learner m's local weights.
 
-* **Fragments.** The weights' leaves in ``jax.tree`` order, strided: leaf i belongs to fragment i mod P (the
-  paper's strided pattern; a leaf is never split, so P is at most the number of leaves).
+* **Fragments.** Each leaf's fragment, in ``jax.tree`` leaf order: ``fragment_of_leaf`` (training runs pass whole
+  layers, strided or sequential, `stalesgd.decentral._fragments`); without it, leaf i belongs to fragment i mod P
+  (``array_strided``; a leaf is never split, so P is at most the number of leaves).
 * **Syncs.** Every learner runs inner steps without pause, keeping its local weights and inner state across
   rounds. After inner step k H/P of a round (k = 1, ..., P), fragment k - 1 is synced:
   :math:`\Delta_{m,p} = \Theta_p - \theta_{m,p}`, and its all-reduce mean :math:`\bar\Delta_p` is in flight.
@@ -39,6 +40,7 @@ carried to the next round (`StreamingState.unreduced`) and all-reduced at its st
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -112,9 +114,17 @@ def carries_round_end(settings: StreamingSettings) -> bool:
   return settings.eager or settings.delay > 0
 
 
-def fragment_of_leaves(num_leaves: int, fragments: int) -> tuple[int, ...]:
-  """Leaf i's fragment: i mod P (strided)."""
-  return tuple(index % fragments for index in range(num_leaves))
+def fragment_of_leaves(num_leaves: int, fragments: int, given: Sequence[int] | None = None) -> tuple[int, ...]:
+  """Each leaf's fragment: ``given`` (checked: one per leaf, every fragment 0..P-1 holding one), else leaf i's is
+  i mod P (strided over arrays, ``array_strided``)."""
+  if given is None:
+    return tuple(index % fragments for index in range(num_leaves))
+  given = tuple(int(fragment) for fragment in given)
+  if len(given) != num_leaves or sorted(set(given)) != list(range(fragments)):
+    validation.reject(
+      "fragment_of_leaf", given, f"one fragment per leaf ({num_leaves}), each of 0..{fragments - 1} holding one"
+    )
+  return given
 
 
 def applied_next_round(settings: StreamingSettings, fragment: int) -> bool:
@@ -148,11 +158,13 @@ def init_streaming(
   settings: StreamingSettings,
   *,
   reset_inner_state: bool = False,
+  fragment_of_leaf: Sequence[int] | None = None,
 ) -> StreamingState:
-  """The state before the first round: every copy of the weights is ``params``, nothing in flight."""
+  """The state before the first round: every copy of the weights is ``params``, nothing in flight
+  (``fragment_of_leaf``: `fragment_of_leaves`; the same as the rounds')."""
   leaves, treedef = jax.tree.flatten(params)
   settings = check_settings(settings, len(leaves))
-  owner = fragment_of_leaves(len(leaves), settings.fragments)
+  owner = fragment_of_leaves(len(leaves), settings.fragments, fragment_of_leaf)
   fragment = lambda p: [leaf for leaf, q in zip(leaves, owner) if q == p]
   per_learner = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (num_learners,) + jnp.shape(leaf)), tree)
   outer_states = tuple(per_learner(outer_optimizer.init(fragment(p))) for p in range(settings.fragments))
@@ -190,16 +202,18 @@ def sharded_streaming_round(
   reset_inner_state: bool = False,
   has_aux: bool = False,
   unroll: int | bool = True,
+  fragment_of_leaf: Sequence[int] | None = None,
 ) -> StreamingRound:
   r"""One round of H inner steps of every learner, with its fragments' syncs and applications (module docstring).
 
   ``batches``: leaves ``[M, H, ...]`` split over the learners, learner m's mini-batches r H, ..., r H + H - 1 in
   round r. With ``reset_inner_state`` a learner's inner state restarts from ``inner_optimizer.init`` at the start
-  of every round. Pure and jit-able with the loss, optimizers, mesh, settings and options bound.
+  of every round. ``fragment_of_leaf``: each leaf's fragment (`fragment_of_leaves`; the one `init_streaming` was
+  given). Pure and jit-able with the loss, optimizers, mesh, settings and options bound.
   """
   leaves, treedef = jax.tree.flatten(jax.tree.map(lambda leaf: leaf[0], state.outer_params))
   settings = check_settings(settings, len(leaves))
-  owner = fragment_of_leaves(len(leaves), settings.fragments)
+  owner = fragment_of_leaves(len(leaves), settings.fragments, fragment_of_leaf)
   events = round_events(settings)
   mix, eager, carry = settings.mix, settings.eager, carries_round_end(settings)
   next_round = [applied_next_round(settings, p) for p in range(settings.fragments)]

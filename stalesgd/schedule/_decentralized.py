@@ -27,6 +27,7 @@ update belongs in ``compute_time``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,7 @@ def simulate_allreduce(
   outer_loop: bool = False,
   fragments: int = 1,
   delay: int = 0,
+  fragment_bytes: Sequence[int] | None = None,
 ) -> Schedule:
   """Simulates ``num_updates`` steps of M learners with all-reduce staleness S.
 
@@ -69,6 +71,7 @@ def simulate_allreduce(
       ``diloco``): its compute time is the sum of H step times.
     outer_loop: time outer rounds step by step (`outer_round_ends`), with
       ``fragments`` P and ``delay`` tau of streaming DiLoCo.
+    fragment_bytes: outer loops: each fragment's bytes (`outer_round_ends`); None: P equal fragments.
 
   Returns:
     The `Schedule` of the run.
@@ -81,7 +84,7 @@ def simulate_allreduce(
       )
     steps = StepDurations(timing, learners, seed)
     step_times = np.stack([steps.first(learner, num_updates * local_steps) for learner in range(learners)], axis=1)
-    update_time = outer_round_ends(step_times, timing, local_steps, fragments, delay)
+    update_time = outer_round_ends(step_times, timing, local_steps, fragments, delay, fragment_bytes)
     if progress is not None:
       progress(num_updates, num_updates)
     return _decentralized_schedule(protocol, learners, num_updates, 0, update_time, step_times, options)
@@ -100,21 +103,40 @@ def simulate_allreduce(
 
 
 def outer_round_ends(
-  step_times: np.ndarray, timing: TimingModel, local_steps: int, fragments: int, delay: int
+  step_times: np.ndarray,
+  timing: TimingModel,
+  local_steps: int,
+  fragments: int,
+  delay: int,
+  fragment_bytes: Sequence[int] | None = None,
 ) -> np.ndarray:
   """When each outer round of (streaming) DiLoCo ends, float64 [R], from every inner step's time [R H, M].
 
   The model, step by step: learner m's clock advances by its step times without pause. Fragment p's all-reduce
-  (a ring all-reduce of model_bytes / P: ``2 (M-1)/M x model_bytes / (P bandwidth) + 2 (M-1) x latency``) starts
+  (a ring all-reduce of its bytes b_p: ``2 (M-1)/M x b_p / bandwidth + 2 (M-1) x latency``) starts
   when the slowest learner reaches its sync (after step k H / P of a round, fragment k - 1) and the link is free
   (one all-reduce at a time, in sync order); a learner that reaches the fragment's application, tau steps after
   the sync, waits until that all-reduce is done. A round ends when its slowest learner has finished its H steps
   and the round-end events (the last sync, and with tau = 0 its application). With P = 1 and tau = 0 this is
   synchronous DiLoCo: each round lasts the slowest learner's H steps plus one all-reduce of the whole model.
+
+  ``fragment_bytes``: each fragment's bytes B_p (fragment p synced after step (p + 1) H / P), of which it moves
+  b_p = model_bytes x B_p / sum B (B_p itself where the timing model's model_bytes are the weights' bytes, its
+  default; a model_bytes set otherwise is shared in the same proportions). None: b_p = model_bytes / P.
   """
   num_steps, learners = step_times.shape
-  transfer = 2 * (learners - 1) / learners * timing.transfer_time / fragments
-  fragment_allreduce = transfer + 2 * (learners - 1) * timing.latency
+  ring = 2 * (learners - 1) / learners * timing.transfer_time
+  if fragment_bytes is None:
+    transfers = [ring / fragments] * fragments
+  else:
+    if len(fragment_bytes) != fragments or min(fragment_bytes) < 0 or not sum(fragment_bytes) > 0:
+      raise ValueError(
+        f"fragment_bytes={list(fragment_bytes)}; allowed: {fragments} byte counts (one per fragment), >= 0, not all 0"
+      )
+    total = sum(fragment_bytes)
+    transfers = [ring * (size / total) for size in fragment_bytes]  # P = 1: ring * 1.0, as before
+  fragment_allreduce = [transfer + 2 * (learners - 1) * timing.latency for transfer in transfers]
+  per_fragment = local_steps // fragments
   clock = np.zeros(learners)
   link_free = 0.0
   # A fragment is named by the step of the round after which it syncs.
@@ -128,9 +150,9 @@ def outer_round_ends(
       clock = np.maximum(clock, done[p])
       del due[p]
     position = boundary % local_steps or local_steps
-    if position % (local_steps // fragments) == 0:
+    if position % per_fragment == 0:
       start = max(float(clock.max()), link_free)
-      link_free = done[position] = start + fragment_allreduce
+      link_free = done[position] = start + fragment_allreduce[position // per_fragment - 1]
       due[position] = boundary + delay
       if delay == 0:
         clock = np.maximum(clock, done[position])

@@ -250,6 +250,7 @@ def simulate(
   grace_window: float = 0.0,
   data_shards: int = 0,
   inner_steps: int = 0,
+  fragment_bytes: Any = None,
   **protocol_options: Any,
 ) -> Schedule:
   """Simulates a synchronization protocol and returns who computed what, when.
@@ -286,6 +287,9 @@ def simulate(
       which the applied contributions' inner steps reach it, ``num_updates``
       being then an upper bound (equal inner steps under dynamic local
       updates); 0 (default): exactly ``num_updates`` updates.
+    fragment_bytes: outer-loop protocols: each fragment's bytes, P of them (``streaming_diloco``'s fragments of
+      whole layers differ in size), each fragment's all-reduce moving its share of the timing model's
+      ``model_bytes`` (`stalesgd.schedule._decentralized.outer_round_ends`); None (default): P equal shares.
     **protocol_options: the protocol's options, e.g. ``n=15`` for softsync.
 
   Returns:
@@ -335,6 +339,19 @@ def simulate(
       raise ValueError(f"{name}={value} with protocol={protocol!r}; allowed: 0 (a parameter-server protocol's option)")
     if value:  # recorded only when set, so that earlier schedules keep their provenance
       recorded[name] = value
+  if fragment_bytes is not None:
+    if not row.outer_loop:
+      raise ValueError(
+        f"fragment_bytes with protocol={protocol!r}; allowed: None, or byte counts with one of "
+        f"{', '.join(OUTER_LOOP_PROTOCOLS)}"
+      )
+    fragment_bytes = [int(size) for size in fragment_bytes]
+    if len(fragment_bytes) != options.get("fragments", 1):
+      raise ValueError(
+        f"fragment_bytes={fragment_bytes}; allowed: one byte count per fragment, {options.get('fragments', 1)}"
+      )
+    if len(fragment_bytes) > 1:  # recorded only for P > 1, so that P = 1 schedules keep their provenance
+      recorded["fragment_bytes"] = fragment_bytes
   provenance = json.loads(json.dumps(recorded))
   if row.decentralized and not row.outer_loop and local_steps != 1:
     raise ValueError(
@@ -375,4 +392,5 @@ def simulate(
     outer_loop=row.outer_loop,
     fragments=options.get("fragments", 1),
     delay=options.get("delay", 0),
+    fragment_bytes=fragment_bytes,
   )

@@ -18,6 +18,7 @@ import numpy as np
 from stalesgd import data as data_lib
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
+from stalesgd.decentral._fragments import assign_fragments, fragment_layers, fragment_sizes, model_leaf_order
 from stalesgd.decentral._streaming import check_settings
 from stalesgd.models._loss import is_default_loss, user_loss
 from stalesgd.training._config_readers import (
@@ -47,6 +48,38 @@ def _label_dtype(dataset: data_lib.Dataset) -> np.dtype:
   return np.dtype(np.int32) if labels is None else labels.dtype
 
 
+class Fragments(NamedTuple):
+  """An outer-loop run's fragments (``config.outer.fragments`` and ``fragment_pattern``,
+  `stalesgd.decentral._fragments`): the pattern, each leaf's fragment in ``jax.tree`` leaf order, and each
+  fragment's parameters and layers (in the model's order)."""
+
+  pattern: str
+  of_leaf: tuple[int, ...]
+  sizes: tuple[int, ...]
+  layers: tuple[tuple[str, ...], ...]
+
+  def describe(self) -> str:
+    """One log line, e.g. ``2 fragments (strided layers): 16,512 parameters [conv1, hidden], ...``."""
+    kind = "arrays strided" if self.pattern == "array_strided" else f"{self.pattern} layers"
+    parts = ", ".join(f"{size:,} [{', '.join(names)}]" for size, names in zip(self.sizes, self.layers))
+    return f"{len(self.sizes)} fragments ({kind}), parameters [layers]: {parts}"
+
+
+def run_fragments(
+  config: ml_collections.ConfigDict, model: models.ModelSpec, params: Any, image_shape: tuple[int, int, int]
+) -> Fragments:
+  """The fragments an outer-loop run syncs (P = 1: one, the whole model).
+
+  Raises:
+    ValueError: naming ``config.outer.fragments`` and the model's number of layers (arrays for
+      ``array_strided``), if P exceeds it.
+  """
+  outer = config.outer
+  order = None if outer.fragment_pattern == "array_strided" else model_leaf_order(model, image_shape)
+  owner = assign_fragments(params, outer.fragments, outer.fragment_pattern, order, field="config.outer.fragments")
+  return Fragments(outer.fragment_pattern, owner, fragment_sizes(params, owner), fragment_layers(params, owner, order))
+
+
 class RunInputs(NamedTuple):
   """What a run trains, built from its config alone (`build_run`).
 
@@ -65,6 +98,7 @@ class RunInputs(NamedTuple):
       built-in classification.
     evaluation_updates: int64 [K], the updates after which the run evaluates (besides its last,
       `stalesgd.training._config_readers.evaluation_updates`); a parameter-server runner's blocks start there.
+    fragments: an outer-loop run's `Fragments` (each timed in the schedule for its own bytes); None otherwise.
   """
 
   dataset: data_lib.Dataset
@@ -79,6 +113,7 @@ class RunInputs(NamedTuple):
   runner: Runner | None
   metric_names: tuple[str, ...]
   evaluation_updates: np.ndarray
+  fragments: Fragments | None = None
 
 
 def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None) -> RunInputs:
@@ -138,8 +173,14 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   params = model.init(jax.random.key(config.seed), dataset.image_shape)["params"]
   per_epoch = updates_per_epoch(config, dataset.num_train)
   total_updates, inner_steps = run_length(config, dataset.num_train)
+  outer_loop = schedule_lib.protocol_row(config.protocol).outer_loop
+  fragments = run_fragments(config, model, params, dataset.image_shape) if outer_loop else None
   schedule = simulate_schedule(
-    config, total_updates, parameter_bytes=4 * _num_parameters(params), inner_steps=inner_steps
+    config,
+    total_updates,
+    parameter_bytes=4 * _num_parameters(params),
+    inner_steps=inner_steps,
+    fragment_bytes=None if fragments is None else tuple(4 * size for size in fragments.sizes),
   )
   evaluations = evaluation_updates(
     schedule.num_updates,
@@ -148,7 +189,6 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
     examples_per_update(config),
   )
   settings, label = decentral_settings(config), run_label(config)
-  outer_loop = schedule_lib.protocol_row(config.protocol).outer_loop
   # The optimizer's step count: server updates, or (diloco, where it is the learners' inner optimizer) inner steps.
   optimizer_steps_per_epoch = per_epoch * (config.local_steps if outer_loop else 1)
   optimizer = build_optimizer(config, model=model, params=params, updates_per_epoch=optimizer_steps_per_epoch)
@@ -158,7 +198,9 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
     try:
       check_settings(settings_of_rounds, len(jax.tree_util.tree_leaves(params)))
     except ValueError as error:
-      raise ValueError(f"config.outer: {error} (a fragment is a set of whole weight arrays)") from error
+      raise ValueError(
+        f"config.outer: {error} (a fragment is a set of whole layers, or of arrays with array_strided)"
+      ) from error
   if mesh is not None and outer_loop:
     runner = DiLoCoRunner(
       model,
@@ -169,6 +211,7 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
       mesh,
       settings=settings_of_rounds,
       reset_inner_state=config.outer.reset_inner_state,
+      fragment_of_leaf=fragments.of_leaf,
     )
   elif mesh is not None:
     local_runs = None if settings is not None else local_run_options(config, timing_model(config))
@@ -183,5 +226,17 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
       boundaries=evaluations,
     )
   return RunInputs(
-    dataset, model, batches, params, optimizer, schedule, per_epoch, label, settings, runner, metric_names, evaluations
+    dataset,
+    model,
+    batches,
+    params,
+    optimizer,
+    schedule,
+    per_epoch,
+    label,
+    settings,
+    runner,
+    metric_names,
+    evaluations,
+    fragments,
   )

@@ -168,10 +168,16 @@ def decentral_settings(config: ml_collections.ConfigDict) -> decentral.DCS3GDSet
 
 
 def simulate_schedule(
-  config: ml_collections.ConfigDict, num_updates: int, *, parameter_bytes: int, inner_steps: int = 0
+  config: ml_collections.ConfigDict,
+  num_updates: int,
+  *,
+  parameter_bytes: int,
+  inner_steps: int = 0,
+  fragment_bytes: tuple[int, ...] | None = None,
 ) -> schedule_lib.Schedule:
   """The simulated cluster's schedule of a run: its protocol, options and timing model, seeded by the config
-  (``num_updates`` and ``inner_steps``: `run_length`)."""
+  (``num_updates`` and ``inner_steps``: `run_length`; ``fragment_bytes``: an outer loop's fragments' bytes, each
+  all-reduce timed for its own, `stalesgd.schedule.simulate`)."""
   return schedule_lib.simulate(
     config.protocol,
     learners=config.learners,
@@ -184,6 +190,7 @@ def simulate_schedule(
     grace_window=config.grace_window,
     data_shards=config.inner.data_shards,
     inner_steps=inner_steps,
+    fragment_bytes=fragment_bytes,
   )
 
 

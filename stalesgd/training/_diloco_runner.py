@@ -47,6 +47,8 @@ class DiLoCoRunner:
     mesh: the devices, one learner each.
     settings: H, and the fragments, delay and mixing of streaming DiLoCo (P = 1, tau = 0, alpha = 0: DiLoCo).
     reset_inner_state: start every round's local run from a fresh inner state.
+    fragment_of_leaf: each leaf's fragment in ``jax.tree`` leaf order (`stalesgd.decentral._fragments`); None:
+      leaf i in fragment i mod P.
   """
 
   def __init__(
@@ -60,12 +62,14 @@ class DiLoCoRunner:
     *,
     settings: StreamingSettings,
     reset_inner_state: bool = False,
+    fragment_of_leaf: tuple[int, ...] | None = None,
   ):
     self.mesh = sharding_lib.learner_mesh(LEARNERS_AXIS, devices=list(mesh.devices.flat))
     self.num_learners = int(self.mesh.shape[LEARNERS_AXIS])
     self.settings = settings
     self.local_steps = local_steps = settings.local_steps
     self.reset_inner_state = reset_inner_state
+    self.fragment_of_leaf = fragment_of_leaf
     self.inner_optimizer, self.outer_optimizer = inner_optimizer, outer_optimizer
     self.batches = batches
     self.num_updates = num_updates
@@ -92,6 +96,7 @@ class DiLoCoRunner:
         reset_inner_state=reset_inner_state,
         has_aux=True,
         unroll=unroll,
+        fragment_of_leaf=fragment_of_leaf,
       )
       metrics = {
         "loss": out.losses[None],
@@ -128,6 +133,7 @@ class DiLoCoRunner:
         self.num_learners,
         self.settings,
         reset_inner_state=self.reset_inner_state,
+        fragment_of_leaf=self.fragment_of_leaf,
       )
 
     return jax.jit(build, out_shardings=self._state_shardings())(params)

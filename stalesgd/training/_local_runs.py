@@ -38,6 +38,7 @@ import optax
 
 from stalesgd import _validation as validation
 from stalesgd import schedule as schedule_lib
+from stalesgd.decentral._fragments import DEFAULT_FRAGMENT_PATTERN, FRAGMENT_PATTERNS
 from stalesgd.decentral._streaming import StreamingSettings
 from stalesgd.schedule._durations import dynamic_local_steps
 from stalesgd.training._solvers import solver_factory
@@ -88,10 +89,15 @@ def default_outer() -> ml_collections.ConfigDict:
   outer.fragments = 1
   outer.delay = 0
   outer.mix = 0.0
+  # How the P fragments are formed (stalesgd/decentral/_fragments.py): of whole layers in the model's order,
+  # "strided" (layer j in fragment j mod P, the paper's preference) or "sequential" (contiguous runs of layers, the
+  # largest as small as it can be); "array_strided": array i of jax.tree.leaves in fragment i mod P (the rule
+  # before layers; a config.json saved without this field with P > 1 ran it).
+  outer.fragment_pattern = DEFAULT_FRAGMENT_PATTERN
   return outer
 
 
-STREAMING_FIELDS = ("fragments", "delay", "mix")
+STREAMING_FIELDS = ("fragments", "delay", "mix", "fragment_pattern")
 
 
 def streaming_settings(config: ml_collections.ConfigDict) -> StreamingSettings:
@@ -234,6 +240,7 @@ def _check_streaming(config: ml_collections.ConfigDict, streaming: bool) -> None
     "config.outer.delay", outer.delay, low=0, high=steps, high_label="local_steps", builtin_only=True
   )
   validation.check_real("config.outer.mix", outer.mix, low=0, high=1, builtin_only=True)
+  validation.check_choice("config.outer.fragment_pattern", outer.fragment_pattern, FRAGMENT_PATTERNS)
   if config.eager_updates and outer.delay != steps:
     validation.reject(
       "config.outer.delay",
@@ -249,8 +256,8 @@ def _check_streaming(config: ml_collections.ConfigDict, streaming: bool) -> None
       validation.reject(
         f"config.outer.{field}",
         outer[field],
-        f"its default, {defaults[field]!r}, for protocol {config.protocol!r} (synchronous DiLoCo); fragments, delay "
-        "and mix are streaming_diloco's",
+        f"its default, {defaults[field]!r}, for protocol {config.protocol!r} (synchronous DiLoCo); fragments, delay, "
+        "mix and fragment_pattern are streaming_diloco's",
       )
 
 

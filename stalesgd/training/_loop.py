@@ -192,6 +192,8 @@ def _train_and_evaluate(
     f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
     f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s"
   )
+  if run.fragments is not None and len(run.fragments.sizes) > 1:  # streaming DiLoCo: each timed for its own bytes
+    progress.write(run.fragments.describe())
   if config.protocol == "drop_stale" and schedule.num_dropped == 0:
     progress.write(
       f"warning: protocol 'drop_stale' dropped no gradient: every sigma is <= config.max_staleness="
@@ -308,6 +310,12 @@ def _train_and_evaluate(
     records=records,
     preempted=preempted,
   )
+  if run.fragments is not None and len(run.fragments.sizes) > 1:
+    summary["fragments"] = {
+      "pattern": run.fragments.pattern,
+      "parameters": list(run.fragments.sizes),
+      "layers": [list(names) for names in run.fragments.layers],
+    }
   summary["wall_time_breakdown"] = {
     "startup_s": start_time - entered,  # data, model, schedule, state, restore (compilation is in the loop)
     "training_s": loop_seconds - position.evaluation_seconds - position.checkpoint_seconds,

@@ -54,11 +54,27 @@ BEHAVIOUR_BEFORE_FIELD = {
   "dc_lambda_default": _dc_lambda_default_before_it_existed,
 }
 
+
+def _fragment_pattern_before_it_existed(saved: dict) -> str:
+  """Streaming DiLoCo with P > 1 formed its fragments of arrays strided over jax.tree.leaves
+  (``"array_strided"``) before fragments were formed of whole layers; with P = 1 every pattern is the same."""
+  outer = saved.get("outer", {})
+  streaming = saved.get("protocol") == "streaming_diloco" and outer.get("fragments", 1) != 1
+  return "array_strided" if streaming else "strided"
+
+
+# The same for fields of a section (config.outer, ...): (section, field) -> the value a saved config without it ran.
+BEHAVIOUR_BEFORE_SECTION_FIELD = {("outer", "fragment_pattern"): _fragment_pattern_before_it_existed}
+
 # For a change of one of those fields from what an earlier run did: why, and the flag that resumes it as it began.
 RESUME_HINTS = {
   "multiplier_set: 'caffe'": (
     "it was started with Caffe's cifar10_full multipliers, before Rudra's release became the default: "
     "--config.multiplier_set=caffe resumes it as it began"
+  ),
+  "outer.fragment_pattern: 'array_strided'": (
+    "it was started before streaming DiLoCo's fragments were formed of whole layers, with arrays strided over "
+    "jax.tree.leaves: --config.outer.fragment_pattern=array_strided resumes it as it began"
   ),
   "dc_lambda_default: 'dc_asgd'": (
     "it was started before dc_lambda left at 0.04 meant the mode's own lambda_0, and ran lambda_0 = 0.04 "
@@ -69,6 +85,28 @@ RESUME_HINTS = {
 
 # Sections whose keys are a factory's keyword options, not fields with defaults: a missing key is not a default.
 FREE_FORM_SECTIONS = ("model_options", "optimizer_options")
+
+
+def _as_it_ran(saved: dict) -> dict:
+  """``saved`` with the fields of `BEHAVIOUR_BEFORE_SECTION_FIELD` it lacks set to what its run did."""
+  saved = dict(saved)
+  for (section, field), before in BEHAVIOUR_BEFORE_SECTION_FIELD.items():
+    if isinstance(saved.get(section), dict) and field not in saved[section]:
+      saved[section] = {**saved[section], field: before(saved)}
+  return saved
+
+
+def _section_changes_from_earlier(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
+  """``section.field: old -> new`` for the fields of `BEHAVIOUR_BEFORE_SECTION_FIELD` that ``saved`` lacks and
+  the config sets otherwise than its run did (for `RESUME_HINTS`)."""
+  current = json.loads(config.to_json())
+  found = []
+  for (section, field), before in BEHAVIOUR_BEFORE_SECTION_FIELD.items():
+    if isinstance(saved.get(section), dict) and field not in saved[section]:
+      old, new = before(saved), current.get(section, {}).get(field)
+      if old != new:
+        found.append(f"{section}.{field}: {old!r} -> {new!r}")
+  return found
 
 
 def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
@@ -83,10 +121,14 @@ def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
   counts as the value that reproduces that run (``multiplier_set``: a
   cifar10_full run saved before it ran Caffe's multipliers, ``"caffe"``;
   ``dc_lambda_default``: an adaptive or layerwise run saved before the per-mode
-  lambda_0 defaults with dc_lambda left at 0.04 ran 0.04, ``"dc_asgd"``).
+  lambda_0 defaults with dc_lambda left at 0.04 ran 0.04, ``"dc_asgd"``), and so are
+  those of `BEHAVIOUR_BEFORE_SECTION_FIELD` (``outer.fragment_pattern``: a
+  streaming_diloco run with P > 1 saved before fragments of layers ran
+  ``"array_strided"``).
   """
   current = json.loads(config.to_json())
   defaults = json.loads(default_config().to_json())
+  saved = _as_it_ran(saved)
   earlier = {field: before(saved) for field, before in BEHAVIOUR_BEFORE_FIELD.items() if field not in saved}
   saved = {**{field: defaults[field] for field in defaults.keys() - saved.keys()}, **earlier, **saved}
   # A field added later to a section (config.inner, config.timing, ...) counts as its default there too.
@@ -111,9 +153,11 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | os.PathLike
   path = epath.Path(workdir) / run_directory.CONFIG
   if not path.exists():
     return
-  changes = config_changes(json.loads(path.read_text()), config)
+  saved = json.loads(path.read_text())
+  changes = config_changes(saved, config)
   if changes:
-    hints = [hint for start, hint in RESUME_HINTS.items() if any(change.startswith(start) for change in changes)]
+    named = changes + _section_changes_from_earlier(saved, config)
+    hints = [hint for start, hint in RESUME_HINTS.items() if any(change.startswith(start) for change in named)]
     hint = "".join(f" ({hint})" for hint in hints)
     raise ValueError(
       f"{workdir} holds a run of another config ({', '.join(changes)}){hint}; allowed: the same config "

@@ -274,6 +274,13 @@ CASES = [
   Case("outer.delay", ints(0, 4), {"protocol": "streaming_diloco", "local_steps": 4}, extra=(4, 5)),
   Case("outer.mix", exactly(0.0), extra=(0.5,)),
   Case("outer.mix", numbers(0, high=1, high_inclusive=True), {"protocol": "streaming_diloco"}, extra=(1.0, 1.5)),
+  Case("outer.fragment_pattern", exactly("strided"), extra=("sequential",)),
+  Case(
+    "outer.fragment_pattern",
+    choice(("strided", "sequential", "array_strided")),
+    {"protocol": "streaming_diloco"},
+    extra=("sequential", "array_strided", "Strided", "layers"),
+  ),
   Case("timing", timing_fields, extra=("lognormal", default_config().timing.to_dict())),
   Case(
     "timing.compute_time_per_example",  # times batch_per_learner (16) it is the simulated compute time

@@ -1,0 +1,284 @@
+"""Streaming DiLoCo's fragments of whole layers (stalesgd/decentral/_fragments.py), their timing, and a run with them.
+
+The small tree below has four layers of uneven sizes, created (the model's order) as Dense_2 (16), Dense_10 (10),
+conv (55), out (4); jax flattens it sorted, Dense_10 before Dense_2, so its leaves in ``jax.tree`` order are
+0-1 Dense_10 (bias, kernel), 2-3 Dense_2, 4-5 conv, 6-7 out. Every assignment is worked out by hand in the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from stalesgd.decentral._fragments import (
+  assign_fragments,
+  balanced_runs,
+  fragment_layers,
+  fragment_sizes,
+  layers,
+  model_leaf_order,
+)
+from stalesgd.models import ModelSpec, get_model
+from stalesgd.schedule import TimingModel, simulate
+from stalesgd.schedule._decentralized import outer_round_ends
+
+ORDER = (  # the model's order: created Dense_2, Dense_10, conv, out
+  ("Dense_2", "kernel"),
+  ("Dense_2", "bias"),
+  ("Dense_10", "kernel"),
+  ("Dense_10", "bias"),
+  ("conv", "kernel"),
+  ("conv", "bias"),
+  ("out", "kernel"),
+  ("out", "bias"),
+)
+
+
+def uneven_tree():
+  shapes = {"Dense_2": ((3, 4), (4,)), "Dense_10": ((4, 2), (2,)), "conv": ((5, 10), (5,)), "out": ((3, 1), (1,))}
+  return {name: {"kernel": np.zeros(kernel), "bias": np.zeros(bias)} for name, (kernel, bias) in shapes.items()}
+
+
+def test_layers_keep_kernel_and_bias_together_in_the_models_order():
+  tree = uneven_tree()
+  found = layers(tree, ORDER)
+  assert [(layer.name, layer.leaves, layer.size) for layer in found] == [
+    ("Dense_2", (2, 3), 16),
+    ("Dense_10", (0, 1), 10),
+    ("conv", (4, 5), 55),
+    ("out", (6, 7), 4),
+  ]
+  assert [layer.name for layer in layers(tree)] == ["Dense_10", "Dense_2", "conv", "out"]  # no order: jax's
+
+
+@pytest.mark.parametrize(
+  "pattern, fragments, owner, sizes",
+  [
+    # strided: Dense_2 -> 0, Dense_10 -> 1, conv -> 0, out -> 1 (P = 2); with P = 3, out -> 0
+    ("strided", 1, (0,) * 8, (85,)),
+    ("strided", 2, (1, 1, 0, 0, 0, 0, 1, 1), (71, 14)),
+    ("strided", 3, (1, 1, 0, 0, 2, 2, 0, 0), (20, 10, 55)),
+    ("strided", 4, (1, 1, 0, 0, 2, 2, 3, 3), (16, 10, 55, 4)),
+    # sequential over 16, 10, 55, 4: P = 2 cuts 16 10 | 55 4 (max 59; 16 | 69 and 81 | 4 are worse); P = 3 cuts
+    # 16 10 | 55 | 4 (max 55; 16 | 10 | 59 and 16 | 65 | 4 are worse)
+    ("sequential", 2, (0, 0, 0, 0, 1, 1, 1, 1), (26, 59)),
+    ("sequential", 3, (0, 0, 0, 0, 1, 1, 2, 2), (26, 55, 4)),
+    # the rule before layers: array i in fragment i mod P; sorted, each bias comes before its kernel, so the
+    # biases (2 + 4 + 5 + 1) are one fragment and the kernels (8 + 12 + 50 + 3) the other
+    ("array_strided", 2, (0, 1, 0, 1, 0, 1, 0, 1), (12, 73)),
+  ],
+)
+def test_hand_computed_assignments(pattern, fragments, owner, sizes):
+  tree = uneven_tree()
+  got = assign_fragments(tree, fragments, pattern, ORDER)
+  assert got == owner
+  assert fragment_sizes(tree, got) == sizes
+  if pattern != "array_strided":  # kernel (odd jax index) and bias (even) of a layer together
+    assert all(got[i] == got[i + 1] for i in range(0, 8, 2))
+
+
+def test_fragment_layers_name_each_fragments_layers_in_the_models_order():
+  tree = uneven_tree()
+  assert fragment_layers(tree, assign_fragments(tree, 2, "strided", ORDER), ORDER) == (
+    ("Dense_2", "conv"),
+    ("Dense_10", "out"),
+  )
+
+
+def test_the_balanced_sequential_split_minimises_the_largest_fragment():
+  """Against every contiguous partition, for 300 random size lists of 1-9 layers and every P."""
+  generator = random.Random(0)
+  for _ in range(300):
+    sizes = [generator.choice([1, 2, 3, 10, 50, 400]) * generator.randint(1, 5) for _ in range(generator.randint(1, 9))]
+    for parts in range(1, len(sizes) + 1):
+      owner = balanced_runs(sizes, parts)
+      assert list(owner) == sorted(owner) and set(owner) == set(range(parts))  # contiguous, non-empty, P of them
+      largest = max(sum(s for s, p in zip(sizes, owner) if p == q) for q in range(parts))
+      best = min(
+        max(sum(sizes[a:b]) for a, b in zip((0,) + cuts, cuts + (len(sizes),)))
+        for cuts in itertools.combinations(range(1, len(sizes)), parts - 1)
+      )
+      assert largest == best, (sizes, parts, owner)
+
+
+def test_errors_name_the_field_and_what_is_allowed():
+  tree = uneven_tree()
+  with pytest.raises(ValueError, match=r"config\.outer\.fragments=5; allowed: an integer >= 1 and <= layers=4"):
+    assign_fragments(tree, 5, "strided", ORDER, field="config.outer.fragments")
+  with pytest.raises(ValueError, match=r"fragments=9; allowed: .*<= arrays=8"):
+    assign_fragments(tree, 9, "array_strided")
+  with pytest.raises(ValueError, match=r"fragment_pattern='layers'; allowed: one of \('strided', 'sequential'"):
+    assign_fragments(tree, 2, "layers")
+  with pytest.raises(ValueError, match="the model's parameter order names 2 arrays, not the 8"):
+    layers(tree, ORDER[:2])
+
+
+def test_a_single_wrapping_module_is_looked_through_and_arrays_are_layers_of_their_own():
+  wrapped = {"Net": {"a": {"kernel": np.zeros(3), "bias": np.zeros(1)}, "b": {"kernel": np.zeros(2)}}}
+  assert [(layer.name, layer.size) for layer in layers(wrapped)] == [("a", 4), ("b", 2)]
+  flat = {"w": np.zeros(2), "v": np.zeros((2, 2)), "u": np.zeros(3)}
+  assert [(layer.name, layer.size) for layer in layers(flat)] == [("u", 3), ("v", 4), ("w", 2)]
+  assert assign_fragments(flat, 3) == (0, 1, 2)  # one array per layer: the per-array rule
+
+
+class _NamedAgainstSorting(nn.Module):
+  """Layers created Dense_2, Dense_10, a_out: sorted, Dense_10 would come first."""
+
+  @nn.compact
+  def __call__(self, images, *, train):
+    del train
+    x = images.reshape(images.shape[0], -1)
+    x = nn.relu(nn.Dense(5, name="Dense_2")(x))
+    x = nn.relu(nn.Dense(3, name="Dense_10")(x))
+    return nn.Dense(2, name="a_out")(x)
+
+
+def test_the_order_is_the_models_not_the_sorted_one():
+  model = ModelSpec(name="t", module=_NamedAgainstSorting(), num_classes=2, default_image_shape=(2, 2, 1))
+  params = model.init(jax.random.key(0))["params"]  # jitted: its dict comes back sorted
+  assert list(params) == ["Dense_10", "Dense_2", "a_out"]
+  order = model_leaf_order(model)
+  assert [layer.name for layer in layers(params, order)] == ["Dense_2", "Dense_10", "a_out"]
+  # strided over (Dense_2: 25, Dense_10: 18, a_out: 8): Dense_2 and a_out in fragment 0
+  assert fragment_sizes(params, assign_fragments(params, 2, "strided", order)) == (33, 18)
+  # sorted it would have been (Dense_10 + a_out, Dense_2) = (26, 25)
+  assert fragment_sizes(params, assign_fragments(params, 2, "strided")) == (26, 25)
+
+
+def test_a_zoo_resnets_blocks_come_in_forward_order():
+  """resnet110's stage1_block10 sorts before stage1_block2; its layers are its stem, 54 blocks, its classifier."""
+  model = get_model("resnet110", num_classes=10)
+  found = layers(model.parameter_shapes(), model_leaf_order(model))
+  names = [layer.name for layer in found]
+  assert names[:4] == ["conv_init", "bn_init", "stage1_block1", "stage1_block2"]
+  assert names[11] == "stage1_block10" and names[-1] == "classifier" and len(names) == 57
+
+
+# -- timing: each fragment's all-reduce moves its own bytes
+
+
+@pytest.mark.parametrize(
+  "fragment_bytes, ends",
+  [
+    # M = 2, 16 model bytes at 4 bytes/s: the ring moves 2 (M-1)/M x 16 = 16 bytes, 4 s for the whole model.
+    # H = P = 2, tau = 1, steps of 1 s. Fragment 0 of 4 bytes (1 s), fragment 1 of 12 (3 s): f0 1-2 (applied
+    # after step 2, at 2), f1 2-5; step 3 ends at 3, waits for f1 (5); f0 5-6; step 4 ends at 6 (f0 done at 6),
+    # f1 6-9; step 5 waits until 9, f0 9-10; step 6 ends at 10, f1 10-13. Rounds end at 2, 6, 10.
+    ((4, 12), [2.0, 6.0, 10.0]),
+    # reversed, 3 s then 1 s: f0 1-4, step 2 waits until 4, f1 4-5; step 3 at 5, f0 5-8; step 4 at 6 waits until
+    # 8, f1 8-9; step 5 at 9, f0 9-12; step 6 at 10 waits until 12. Rounds end at 4, 8, 12.
+    ((12, 4), [4.0, 8.0, 12.0]),
+    # equal halves, 2 s each (as without fragment_bytes): f0 1-3, step 2 waits until 3, f1 3-5; step 3 at 4 waits
+    # until 5, f0 5-7; step 4 at 6 waits until 7, f1 7-9; ... Rounds end at 3, 7, 11.
+    ((8, 8), [3.0, 7.0, 11.0]),
+    (None, [3.0, 7.0, 11.0]),
+  ],
+)
+def test_each_fragments_all_reduce_is_timed_for_its_own_bytes(fragment_bytes, ends):
+  timing = TimingModel(model_bytes=16, bandwidth=4.0)
+  steps = np.ones((6, 2))
+  np.testing.assert_allclose(outer_round_ends(steps, timing, 2, 2, 1, fragment_bytes), ends)
+
+
+def test_fragment_bytes_are_shares_of_a_model_bytes_set_otherwise():
+  """model_bytes 32 (the timing model's, not the weights' 16): fragments of (4, 12) bytes move 8 and 24."""
+  timing = TimingModel(model_bytes=32, bandwidth=4.0)
+  steps = np.ones((2, 2))
+  # H = P = 2, tau = 0: f0 (2 s) 1-3, step 2 ends 4, f1 (6 s) 4-10
+  np.testing.assert_allclose(outer_round_ends(steps, timing, 2, 2, 0, (4, 12)), [10.0])
+
+
+@pytest.mark.parametrize("delay", [0, 1, 2])
+def test_one_fragment_is_timed_as_before_to_the_bit(delay):
+  timing = TimingModel(model_bytes=212_008, bandwidth=1e6, latency=1e-4, jitter="lognormal")
+  steps = np.random.default_rng(0).uniform(0.005, 0.01, size=(40, 3))
+  before = outer_round_ends(steps, timing, 2, 1, delay)
+  np.testing.assert_array_equal(outer_round_ends(steps, timing, 2, 1, delay, (212_008,)), before)
+
+
+def test_simulate_takes_the_fragments_bytes_and_records_them_for_p_above_one():
+  timing = TimingModel(model_bytes=16, bandwidth=4.0, jitter="deterministic")
+  common = dict(learners=2, num_updates=3, seed=0, timing=timing, local_steps=2, fragments=2, delay=1)
+  run = simulate("streaming_diloco", fragment_bytes=(4, 12), **common)
+  assert run.options["fragment_bytes"] == [4, 12]
+  equal = simulate("streaming_diloco", **common)
+  assert "fragment_bytes" not in equal.options
+  assert run.update_time.tolist() != equal.update_time.tolist()
+  one = dict(common, fragments=1)
+  assert (
+    simulate("streaming_diloco", fragment_bytes=(16,), **one).options == simulate("streaming_diloco", **one).options
+  )
+  with pytest.raises(ValueError, match=r"fragment_bytes=\[16\]; allowed: one byte count per fragment, 2"):
+    simulate("streaming_diloco", fragment_bytes=(16,), **common)
+  with pytest.raises(ValueError, match="fragment_bytes with protocol='s3gd'"):
+    simulate("s3gd", learners=2, num_updates=3, seed=0, fragment_bytes=(16,))
+
+
+# -- a run
+
+
+def test_a_streaming_run_of_a_zoo_model_with_two_fragments_of_layers_trains(tmp_path):
+  """small_cnn on the 8x8 digits, P = 2 strided layers (conv1 + hidden, conv2 + classifier): the run's log and
+  summary give the fragments' sizes, its schedule times them, and the test error falls below chance."""
+  from stalesgd.configs import diloco_digits
+  from stalesgd.training import build_run, train_and_evaluate
+
+  config = diloco_digits.get_config("streaming_p2_tau1_alpha0.5")
+  config.num_epochs, config.eval_every_epochs = 5.0, 5.0
+  summary = train_and_evaluate(config, str(tmp_path))
+  assert summary["fragments"] == {
+    "pattern": "strided",
+    "parameters": [320 + 32_896, 18_496 + 1_290],
+    "layers": [["conv1", "hidden"], ["conv2", "classifier"]],
+  }
+  assert summary["test_error"] < 50  # percent; chance is 90
+  saved = json.loads((tmp_path / "summary.json").read_text())
+  assert saved["fragments"]["parameters"] == [33_216, 19_786]
+  assert build_run(config).schedule.options["fragment_bytes"] == [4 * 33_216, 4 * 19_786]
+
+
+# -- an old run directory
+
+
+def _saved_before_fragment_pattern(config):
+  saved = json.loads(config.to_json())
+  del saved["outer"]["fragment_pattern"]
+  return saved
+
+
+def test_an_old_streaming_workdir_with_fragments_is_refused_with_the_way_to_resume_it(tmp_path):
+  """config.json of a P = 2 streaming run saved before fragment_pattern: it ran array_strided, so today's default
+  (strided layers) is another run, refused naming the flag; with the flag it resumes. A P = 1 run (any pattern is
+  the same) and a diloco run resume as they are."""
+  from stalesgd.training._workdir import check_same_run, config_changes
+  from tests.helpers.train_helpers import tiny_config
+
+  streaming = tiny_config("hardsync", protocol="streaming_diloco", local_steps=2)
+  streaming.outer.fragments = 2
+  (tmp_path / "config.json").write_text(json.dumps(_saved_before_fragment_pattern(streaming)))
+  with pytest.raises(
+    ValueError, match=r"outer: .*'fragment_pattern': 'array_strided'.*--config\.outer\.fragment_pattern=array_strided"
+  ):
+    check_same_run(streaming, tmp_path)
+  streaming.outer.fragment_pattern = "array_strided"
+  check_same_run(streaming, tmp_path)
+  one = tiny_config("hardsync", protocol="streaming_diloco", local_steps=2)
+  assert config_changes(_saved_before_fragment_pattern(one), one) == []
+  diloco = tiny_config("hardsync", protocol="diloco", local_steps=2)
+  assert config_changes(_saved_before_fragment_pattern(diloco), diloco) == []
+
+
+def test_the_streaming_program_checks_the_assignment_it_is_given():
+  from stalesgd.decentral._streaming import fragment_of_leaves
+
+  assert fragment_of_leaves(4, 2) == (0, 1, 0, 1)  # none given: strided over arrays
+  assert fragment_of_leaves(4, 2, (1, 1, 0, 0)) == (1, 1, 0, 0)
+  for bad in ((0, 0, 0, 0), (0, 1, 0), (0, 1, 2, 0)):
+    with pytest.raises(ValueError, match=r"fragment_of_leaf=.*; allowed: one fragment per leaf \(4\)"):
+      fragment_of_leaves(4, 2, bad)
