@@ -21,8 +21,8 @@ Commands::
 
 Cost on 2 CPU cores, one run at a time: the 15 runs in 26 min (results/liu_toy_3seeds).
 
-Result: with the notebook's heavy-ball, not measured yet; with Nesterov (superseded; 3 seeds, test error on the
-10,000 points): sync 15.9, async 45.5, async_dn_dylu 16.8, sync at their times 44.4 (results/liu_toy_3seeds).
+Result (3 seeds, test error on the 10,000 points): sync 16.6, async 45.6, async_dn_dylu 16.8, sync at their
+times 45.9 and 45.7 (results/liu_toy_notebook_3seeds; with Nesterov, superseded: results/liu_toy_3seeds).
 """
 
 from __future__ import annotations
