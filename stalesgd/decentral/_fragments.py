@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from stalesgd import _validation as validation
+from stalesgd._key_paths import key_path_names
 
 FRAGMENT_PATTERNS = ("strided", "sequential", "array_strided")
 """``config.outer.fragment_pattern``'s values (module docstring)."""
@@ -53,20 +54,6 @@ class Layer(NamedTuple):
   name: str
   leaves: tuple[int, ...]
   size: int
-
-
-def _names(path: tuple[Any, ...]) -> Path:
-  """A jax key path as strings: dict keys, attribute names and sequence indices (as
-  `stalesgd.utils._tree_paths.key_path_names`, which this layer may not import)."""
-  names = []
-  for key in path:
-    for attribute in ("key", "name", "idx"):  # DictKey, GetAttrKey, SequenceKey
-      if hasattr(key, attribute):
-        names.append(str(getattr(key, attribute)))
-        break
-    else:
-      names.append(str(key))
-  return tuple(names)
 
 
 def _dict_leaf_paths(tree: Any, prefix: Path = ()) -> list[Path]:
@@ -116,7 +103,7 @@ def layers(params: Any, order: Sequence[Path] | None = None) -> tuple[Layer, ...
     ValueError: if ``order`` does not name exactly the tree's leaves.
   """
   flat, _ = jax.tree_util.tree_flatten_with_path(params)
-  paths = [_names(path) for path, _ in flat]
+  paths = [key_path_names(path) for path, _ in flat]
   sizes = [math.prod(jnp.shape(leaf)) for _, leaf in flat]
   if order is not None and sorted(map(tuple, order)) != sorted(paths):
     raise ValueError(

@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from stalesgd._key_paths import key_path_names
 from stalesgd.models._batch_norm import MOMENTS_COLLECTION
-from stalesgd.utils._tree_paths import key_path_names
 
 Params = Any
 Variables = dict[str, Any]

@@ -23,9 +23,9 @@ from stalesgd._extras import TRAINING_STACK_MODULES
 PACKAGE_ROOT = pathlib.Path(stalesgd.__file__).parent
 CORE_PACKAGES = ("transforms", "schedule", "parallel", "engine", "decentral")
 PACKAGE_ORDER = CORE_PACKAGES + ("utils", "data", "models", "training", "configs", "studies", "cli")
-# Top-level modules the core may load: the validation vocabulary (standard library
-# only, so every layer imports it).
-CORE_MODULES = ("stalesgd._validation",)
+# Top-level modules the core may load: the validation vocabulary and a leaf's path as names (standard library
+# only, so every layer imports them).
+CORE_MODULES = ("stalesgd._validation", "stalesgd._key_paths")
 # The programs' list of the training stack (stalesgd._extras), by top-level package, without absl (optax itself
 # imports absl.logging), plus etils (orbax's and tfds's path library).
 TRAINING_STACK_DISTRIBUTIONS = tuple(

@@ -51,6 +51,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from stalesgd import _validation as validation
+from stalesgd._key_paths import key_path_names
 from stalesgd.training.checkpoint import _format
 from stalesgd.training.checkpoint._agreement import (
   all_processes,
@@ -68,7 +69,6 @@ from stalesgd.training.checkpoint._integrity import (
 )
 from stalesgd.utils._metrics import to_json_value
 from stalesgd.utils._paths import is_url
-from stalesgd.utils._tree_paths import key_path_names
 
 PyTree = Any
 _STATE = "state"

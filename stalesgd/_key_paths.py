@@ -1,4 +1,5 @@
-"""A pytree leaf's place as plain names: what a checkpoint migration and Caffe's per-layer multipliers match on."""
+"""A pytree leaf's place as plain names: what a checkpoint migration, Caffe's per-layer multipliers and streaming
+DiLoCo's layer fragments match on (standard library only, so every layer may import it)."""
 
 from __future__ import annotations
 
