@@ -28,6 +28,9 @@
 #   streaming_digits streaming DiLoCo on the embedded digits: DiLoCo and 12 (P, tau, alpha), seeds 0-2
 #   delayed_digits   the one-round-delayed outer step against DiLoCo at M = 2, 4, 8 on the digits, seeds 0-2
 #   eager_digits     eager updates on the delayed outer step against DiLoCo at M = 2, 4, 8 on the digits, seeds 0-2
+#   zhang_mnist_confirm  Zhang et al.'s MNIST grid again, on seeds 3-5 that no earlier run used, its claims unchanged
+#                    (confirmatory: the first grid's rule was fixed after its runs began)
+#   demo_confirm     the demo's grid again on seeds 3-5, its claims unchanged (confirmatory, as above)
 #   liu_toy_notebook Liu et al.'s toy with the notebook's heavy-ball outer momentum (the grid of liu_toy, which ran
 #                    Nesterov), seeds 0-2
 #   liu_toy          Liu et al.'s toy: DiLoCo, async local SGD, async + delayed Nesterov + dynamic H, DiLoCo at each
@@ -66,6 +69,8 @@ results_dir() {  # where a grid's report and finished runs are kept in the repos
     eager_digits) echo "$repo/results/eager_outer_step_digits_3seeds" ;;
     liu_toy) echo "$repo/results/liu_toy_3seeds" ;;
     liu_toy_notebook) echo "$repo/results/liu_toy_notebook_3seeds" ;;
+    zhang_mnist_confirm) echo "$repo/results/zhang_mnist_seeds3to5" ;;
+    demo_confirm) echo "$repo/results/demo_seeds3to5" ;;
   esac
 }
 
@@ -90,7 +95,9 @@ grid_flags() {
     delayed_digits) echo "--study=delayed_outer_step_digits --seeds=3" ;;
     eager_digits) echo "--study=eager_outer_step_digits --seeds=3" ;;
     liu_toy | liu_toy_notebook) echo "--study=liu_toy_async_local_sgd --seeds=3" ;;
-    *) echo "unknown grid '$1'; allowed: zhang_e20 zhang_e140 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits liu_toy liu_toy_notebook" >&2
+    zhang_mnist_confirm) echo "--study=zhang_mnist --data_source=npz --data_dir=$mnist --first_seed=3 --seeds=3" ;;
+    demo_confirm) echo "--study=demo --first_seed=3 --seeds=3" ;;
+    *) echo "unknown grid '$1'; allowed: zhang_e20 zhang_e140 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits liu_toy liu_toy_notebook zhang_mnist_confirm demo_confirm" >&2
       return 2 ;;
   esac
 }
