@@ -31,6 +31,11 @@
 #   zhang_mnist_confirm  Zhang et al.'s MNIST grid again, on seeds 3-5 that no earlier run used, its claims unchanged
 #                    (confirmatory: the first grid's rule was fixed after its runs began)
 #   demo_confirm     the demo's grid again on seeds 3-5, its claims unchanged (confirmatory, as above)
+#   kale_pilot       the pilot of kale_outer_steps_digits: DiLoCo, the one-round-delayed step and eager at M = 2, 4, 8,
+#                    outer rate in {0.1, 0.2, 0.35, 0.5, 0.7}, seeds 100-101, on a validation split (90 runs)
+#   kale_digits      its decision grid at the rates kale_pilot chose (run kale_pilot first), seeds 0-2
+#   streaming_pilot  the pilot of streaming_diloco_digits_piloted (DiLoCo and 12 streaming variants, 130 runs)
+#   streaming_piloted  its decision grid at the rates streaming_pilot chose, seeds 0-2
 #   liu_toy_notebook Liu et al.'s toy with the notebook's heavy-ball outer momentum (the grid of liu_toy, which ran
 #                    Nesterov), seeds 0-2
 #   liu_toy          Liu et al.'s toy: DiLoCo, async local SGD, async + delayed Nesterov + dynamic H, DiLoCo at each
@@ -70,6 +75,10 @@ results_dir() {  # where a grid's report and finished runs are kept in the repos
     liu_toy) echo "$repo/results/liu_toy_3seeds" ;;
     liu_toy_notebook) echo "$repo/results/liu_toy_notebook_3seeds" ;;
     zhang_mnist_confirm) echo "$repo/results/zhang_mnist_seeds3to5" ;;
+    kale_pilot) echo "$repo/results/kale_outer_steps_digits_pilot" ;;
+    kale_digits) echo "$repo/results/kale_outer_steps_digits_3seeds" ;;
+    streaming_pilot) echo "$repo/results/streaming_diloco_digits_piloted_pilot" ;;
+    streaming_piloted) echo "$repo/results/streaming_diloco_digits_piloted_3seeds" ;;
     demo_confirm) echo "$repo/results/demo_seeds3to5" ;;
   esac
 }
@@ -97,7 +106,11 @@ grid_flags() {
     liu_toy | liu_toy_notebook) echo "--study=liu_toy_async_local_sgd --seeds=3" ;;
     zhang_mnist_confirm) echo "--study=zhang_mnist --data_source=npz --data_dir=$mnist --first_seed=3 --seeds=3" ;;
     demo_confirm) echo "--study=demo --first_seed=3 --seeds=3" ;;
-    *) echo "unknown grid '$1'; allowed: zhang_e20 zhang_e140 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits liu_toy liu_toy_notebook zhang_mnist_confirm demo_confirm" >&2
+    kale_pilot) echo "--study=kale_outer_steps_digits --pilot" ;;
+    kale_digits) echo "--study=kale_outer_steps_digits --seeds=3 --pilot_dir=$root/kale_pilot" ;;
+    streaming_pilot) echo "--study=streaming_diloco_digits_piloted --pilot" ;;
+    streaming_piloted) echo "--study=streaming_diloco_digits_piloted --seeds=3 --pilot_dir=$root/streaming_pilot" ;;
+    *) echo "unknown grid '$1'; allowed: zhang_e20 zhang_e140 dcs3gd_e10 mu_lambda_mnist dcasgd_mnist streaming_digits delayed_digits eager_digits liu_toy liu_toy_notebook zhang_mnist_confirm demo_confirm kale_pilot kale_digits streaming_pilot streaming_piloted" >&2
       return 2 ;;
   esac
 }

@@ -39,6 +39,12 @@ Which data and how long:
   with ``--quick`` as well, for the study's short epoch count;
 * ``--progress``: train nothing; a progress report of an unfinished grid,
   marked as such (``--compare_with`` draws an earlier grid beside it);
+* a study with a pilot (``kale_outer_steps_digits``, ``streaming_diloco_digits_piloted``)
+  chooses a setting first: ``--pilot`` runs the pilot's grid on its own seeds,
+  evaluated on a validation split held out of the training data, and writes
+  the value chosen per variant family into ``<workdir>/choice.json``; the
+  decision grid then reads it from ``--pilot_dir`` (default
+  ``<workdir>/pilot``) and refuses to start without it (docs/studies.md, *Pilots*);
 * ``--epochs`` overrides the epochs of every run; ``--variants`` runs a
   subset, named by the runs' directory names (e.g.
   ``--variants=hardsync,30_softsync_a0_sigma``; an unknown name is refused
@@ -82,6 +88,7 @@ from absl import app, flags, logging
 from stalesgd.cli import _program as program
 from stalesgd.data._loading import SOURCES
 from stalesgd.studies import STUDIES, StudySettings, run_study
+from stalesgd.studies import _pilot as pilots
 from stalesgd.studies import _processes as processes
 from stalesgd.studies._progress import write_progress
 from stalesgd.studies._sweep import gather_refusal
@@ -160,6 +167,19 @@ _COMPARE_WITH = flags.DEFINE_string(
   "With --progress: a finished report's directory whose runs of the same variants and seeds are drawn beside "
   "these, their epochs stretched to this grid's schedule (e.g. results/zhang_cifar10_e20_3seeds).",
 )
+_PILOT = flags.DEFINE_bool(
+  "pilot",
+  False,
+  "Run the study's pilot instead of its decision grid: every variant at every value of the pilot's grid, on the "
+  "pilot's seeds (not --seeds), evaluated on a validation split held out of the training data; at its end the "
+  "value chosen per variant family is written to <workdir>/choice.json (docs/studies.md, Pilots).",
+)
+_PILOT_DIR = flags.DEFINE_string(
+  "pilot_dir",
+  None,
+  "For a study with a pilot: the directory where its pilot ran (--pilot --workdir=...), whose choice.json sets "
+  "the decision grid's values (default <workdir>/pilot).",
+)
 _LIST_TASKS = flags.DEFINE_bool("list_tasks", False, "Print the grid's runs with their --task index and exit.")
 _COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 flags.mark_flag_as_required("study")
@@ -190,9 +210,12 @@ def task_flags(task_index: int, workdir: str) -> list[str]:
     "eval_every": _EVAL_EVERY.value,
     "seeds": _SEEDS.value,
     "first_seed": _FIRST_SEED.value,
+    "pilot_dir": _PILOT_DIR.value and os.path.abspath(_PILOT_DIR.value),
     "task": task_index,
     "compilation_cache_dir": _COMPILATION_CACHE_DIR.value,
   }
+  if _PILOT.value:  # the pilot runs its own seeds
+    del values["seeds"], values["first_seed"]
   result = [
     f"--{name}={value!r}" if isinstance(value, float) else f"--{name}={value}"
     for name, value in values.items()
@@ -200,9 +223,39 @@ def task_flags(task_index: int, workdir: str) -> list[str]:
   ]
   if _QUICK.value:
     result.append("--quick")
+  if _PILOT.value:
+    result.append("--pilot")
   if _VARIANTS.value is not None:
     result.append("--variants=" + ",".join(_VARIANTS.value))
   return result
+
+
+def resolve_study(study, workdir: str):
+  """The study this command runs, with its seeds: the one named; its pilot's grid and seeds with ``--pilot``;
+  for a study with a pilot, its decision grid at the values the finished pilot chose (copied beside it)."""
+  if _SEEDS.value < 1:
+    raise app.UsageError(f"--seeds={_SEEDS.value}; allowed: an integer >= 1")
+  if _FIRST_SEED.value < 0:
+    raise app.UsageError(f"--first_seed={_FIRST_SEED.value}; allowed: an integer >= 0")
+  if study.pilot is None:
+    if _PILOT.value or _PILOT_DIR.value is not None:
+      piloted = sorted(name for name, entry in STUDIES.items() if entry.pilot is not None)
+      raise app.UsageError(f"--pilot/--pilot_dir: study {study.name!r} has no pilot; allowed: one of {piloted}")
+    return study, _SEEDS.value, _FIRST_SEED.value
+  if _PILOT.value:
+    if flags.FLAGS["seeds"].present or flags.FLAGS["first_seed"].present or _PILOT_DIR.value is not None:
+      raise app.UsageError(
+        f"--pilot with --seeds, --first_seed or --pilot_dir; allowed: none of them (the pilot runs its own seeds "
+        f"{study.pilot.record()['seeds']})"
+      )
+    return pilots.pilot_study(study), study.pilot.seeds, study.pilot.first_seed
+  pilot_dir = _PILOT_DIR.value or os.path.join(workdir, pilots.DEFAULT_PILOT_DIRECTORY)
+  try:
+    choice = pilots.read_choice(study, pilot_dir)
+  except (FileNotFoundError, ValueError) as error:
+    raise app.UsageError(f"--pilot_dir: {error}") from error
+  pilots.copy_choice(pilot_dir, workdir)
+  return pilots.with_choice(study, choice), _SEEDS.value, _FIRST_SEED.value
 
 
 def main(argv):
@@ -221,27 +274,21 @@ def main(argv):
     )
   except ValueError as error:
     raise app.UsageError(f"--epochs/--schedule_epochs/--eval_every: {error}") from error
-  study = STUDIES[_STUDY.value]
+  default_name = "_".join(
+    [_STUDY.value] + (["quick"] if _QUICK.value else []) + ([_DATA_SOURCE.value] if _DATA_SOURCE.value else [])
+  )
+  workdir = _WORKDIR.value or os.path.join("runs", default_name + ("_pilot" if _PILOT.value else ""))
+  study, seeds, first_seed = resolve_study(STUDIES[_STUDY.value], workdir)
   try:
     study.select(_VARIANTS.value)
   except ValueError as error:
     raise app.UsageError(f"--variants: {error}") from error
-  if _SEEDS.value < 1:
-    raise app.UsageError(f"--seeds={_SEEDS.value}; allowed: an integer >= 1")
-  if _FIRST_SEED.value < 0:
-    raise app.UsageError(f"--first_seed={_FIRST_SEED.value}; allowed: an integer >= 0")
-  default_name = "_".join(
-    [study.name] + (["quick"] if _QUICK.value else []) + ([_DATA_SOURCE.value] if _DATA_SOURCE.value else [])
-  )
-  workdir = _WORKDIR.value or os.path.join("runs", default_name)
   if paths.is_url(workdir):
     raise app.UsageError(
       f"--workdir = {workdir!r}; allowed: a local path (a study's processes and its report share a local "
       "directory; a single run's stalesgd-train --workdir may be gs://)"
     )
-  tasks = plan_tasks(
-    study, workdir, settings, variants=_VARIANTS.value, seeds=_SEEDS.value, first_seed=_FIRST_SEED.value
-  )
+  tasks = plan_tasks(study, workdir, settings, variants=_VARIANTS.value, seeds=seeds, first_seed=first_seed)
   if _LIST_TASKS.value:
     for task in tasks:
       print(f"--task={task.index}: {task.label} ({task.directory})")
@@ -280,8 +327,8 @@ def main(argv):
     workdir,
     settings,
     variants=_VARIANTS.value,
-    seeds=_SEEDS.value,
-    first_seed=_FIRST_SEED.value,
+    seeds=seeds,
+    first_seed=first_seed,
     parallel=parallel,
     task_command=lambda task: processes.python_module_command(PROGRAM, task_flags(task.index, workdir)),
     cpu_devices=study_devices,
@@ -303,6 +350,12 @@ def main(argv):
   if result.table is None:
     print(f"\n{study.name}: preempted before every run finished; rerun to resume ({workdir})")
     raise SystemExit(PREEMPTED_EXIT_STATUS)
+  if _PILOT.value:
+    print(f"\n{study.name}: {study.finding}\n")
+    print(result.table)
+    print(pilots.write_choice(STUDIES[_STUDY.value], result.rows, workdir))
+    print(f"choice written to {os.path.abspath(os.path.join(workdir, pilots.CHOICE_FILENAME))}")
+    return
   print(f"\n{study.name}. The published claims this grid decides: {study.finding}\n")
   print(result.table)
   print(

@@ -32,9 +32,12 @@ class Dataset:
     name: e.g. ``"cifar10"``.
     source: where it was read from: ``"tfds"``, ``"npz"``, ``"embedded"`` or ``"python"``.
     train: the training split.
-    test: the evaluation split (tfds ``imagenet2012``: ``validation``).
+    test: the evaluation split (tfds ``imagenet2012``: ``validation``; with ``evaluation_split`` "validation",
+      examples held out of the training data, `stalesgd.data._validation_split`).
     num_classes: number of classes; None for float targets (a task other than classification).
     normalization: uint8 -> float32 input transform, fitted on ``train``.
+    evaluation_split: what ``test`` holds: ``"test"`` (the data set's test split) or ``"validation"`` (held out of
+      its training split, the test split set aside unread). A run's ``test_*`` metrics are on this split.
   """
 
   name: str
@@ -43,6 +46,7 @@ class Dataset:
   test: ImageSource
   num_classes: int | None
   normalization: Normalization
+  evaluation_split: str = "test"
 
   def __post_init__(self):
     if self.train.image_shape != self.test.image_shape:
@@ -98,8 +102,11 @@ class Dataset:
     return digests
 
   def description(self) -> dict[str, Any]:
-    """What the data is, from the data, as JSON values: a run's ``dataset.json``."""
+    """What the data is, from the data, as JSON values: a run's ``dataset.json`` (``evaluation_split`` only where
+    it is not the test split)."""
+    held_out = {} if self.evaluation_split == "test" else {"evaluation_split": self.evaluation_split}
     return {
+      **held_out,
       "name": self.name,
       "source": self.source,
       "num_classes": self.num_classes,

@@ -26,6 +26,7 @@ from stalesgd.data._normalization import NORMALIZATIONS, fit_normalization
 from stalesgd.data._npz_source import load_npz_splits
 from stalesgd.data._python_source import load_python_splits
 from stalesgd.data._tfds_source import load_tfds_splits
+from stalesgd.data._validation_split import hold_out_validation
 from stalesgd.utils._import_path import is_import_path
 
 SOURCES = ("tfds", "npz", "embedded", "python")
@@ -57,6 +58,7 @@ def load_dataset(
   test_split: str | None = None,
   image_key: str = "image",
   label_key: str = "label",
+  validation_fraction: float = 0.0,
 ) -> Dataset:
   """Loads a data set and fits its input normalisation on the training split.
 
@@ -72,6 +74,9 @@ def load_dataset(
       data sets); the images do not depend on it.
     train_split, test_split: tfds splits (None: the data set's usual ones).
     image_key, label_key: tfds features holding the image and the class label.
+    validation_fraction: 0 evaluates on the test split; in (0, 1), on that share of the training split held out
+      (`stalesgd.data._validation_split.hold_out_validation`), training on the rest and never reading the test
+      split (the returned ``test`` is the validation split, ``evaluation_split`` says so).
 
   Returns:
     The `Dataset`.
@@ -103,6 +108,10 @@ def load_dataset(
   else:
     train, test = load_digits_splits()
     num_classes = 10
+  evaluation_split = "test"
+  if validation_fraction:
+    train, test = hold_out_validation(train, validation_fraction)
+    evaluation_split = "validation"
   return Dataset(
     name=name,
     source=source,
@@ -110,4 +119,5 @@ def load_dataset(
     test=test,
     num_classes=num_classes,
     normalization=fit_normalization(normalization, train),
+    evaluation_split=evaluation_split,
   )

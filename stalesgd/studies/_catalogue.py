@@ -16,8 +16,10 @@ from stalesgd.studies._catalogue_digits import async_adam, demo
 from stalesgd.studies._catalogue_outer_loops import (
   delayed_outer_step_digits,
   eager_outer_step_digits,
+  kale_outer_steps_digits,
   liu_toy_async_local_sgd,
   streaming_diloco_digits,
+  streaming_diloco_digits_piloted,
 )
 from stalesgd.studies._catalogue_zhang_rudra import (
   ZHANG_MNIST_MATCH_MARGIN,
@@ -43,6 +45,8 @@ STUDIES = {
     streaming_diloco_digits(),
     delayed_outer_step_digits(),
     eager_outer_step_digits(),
+    kale_outer_steps_digits(),
+    streaming_diloco_digits_piloted(),
     liu_toy_async_local_sgd(),
   )
 }

@@ -41,9 +41,12 @@ UNCHECKED_SETTINGS = ("data_dir",)  # where the data lies on one machine is not 
 
 def claims_record(study: Study) -> dict[str, Any]:
   """What a study's claims fix: each claim's variant, reference, kind and margin, the rule's number of last
-  evaluations, and the config (file, variant, overrides) of every variant a claim names."""
+  evaluations, the config (file, variant, overrides) of every variant a claim names, and a pilot's definition
+  (`stalesgd.studies._study.Pilot.record`; a piloted decision grid's overrides hold the values it chose)."""
   named = {slug for claim in study.claims for slug in (claim.variant, claim.reference)}
+  pilot = {} if study.pilot is None else {"pilot": study.pilot.record()}  # absent before pilots: digests unchanged
   return {
+    **pilot,
     "study": study.name,
     "last_evaluations": study.last_evaluations,
     "claims": [

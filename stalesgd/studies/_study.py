@@ -31,6 +31,8 @@ class Variant:
     overrides: config fields set after ``get_config`` (e.g. ``{"n": 15}``).
     published: the paper's numbers for this run, by result field
       (``{"test_error": 18.0}``).
+    family: in a study with a `Pilot`, the group of variants that share the value the pilot chooses (e.g.
+      ``"synchronous M=4"``); None elsewhere.
   """
 
   label: str
@@ -38,6 +40,7 @@ class Variant:
   config_variant: str
   overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   published: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  family: str | None = None
 
   @property
   def slug(self) -> str:
@@ -67,6 +70,53 @@ def _flag_value(value: Any) -> str:
   if isinstance(value, (tuple, list)):
     value = "(" + ",".join(str(item) for item in value) + ("," if len(value) == 1 else "") + ")"
   return shlex.quote(str(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class Pilot:
+  """A setting a study chooses before its decision runs, on seeds and data the decision never uses.
+
+  Every variant of the study runs once per value of ``values`` and per pilot seed, with ``validation_fraction``
+  of the training data held out and evaluated on (`stalesgd.data._validation_split`; the test split is never
+  read). Per `Variant.family`, the value chosen is the one with the lowest mean validation error over the
+  family's runs (each run's value: the mean of its last `Study.last_evaluations` evaluations), among the values
+  none of whose runs diverged (`stalesgd.studies._report.is_diverged`); equal means go to the smaller value. The
+  decision grid then runs every variant of a family at its chosen value (`stalesgd.studies._pilot`).
+
+  Attributes:
+    field: the config field chosen (dotted for a section, e.g. ``"outer.learning_rate"``).
+    values: the grid, fixed before the pilot runs.
+    first_seed: the first pilot seed; the pilot runs ``first_seed`` .. ``first_seed + seeds - 1``, seeds the
+      decision grid (seeds 0, 1, 2, ...; a confirmatory grid 3, 4, 5) never uses.
+    seeds: pilot seeds per value.
+    validation_fraction: the share of the training split held out (`config.validation_fraction`).
+  """
+
+  field: str
+  values: tuple[float, ...]
+  first_seed: int = 100
+  seeds: int = 2
+  validation_fraction: float = 0.2
+
+  def __post_init__(self):
+    if not self.values or len(set(self.values)) != len(self.values):
+      raise ValueError(f"pilot values={self.values!r}; allowed: a non-empty tuple of distinct values")
+    if self.first_seed < 10 or self.seeds < 1:
+      raise ValueError(
+        f"pilot first_seed={self.first_seed!r}, seeds={self.seeds!r}; allowed: first_seed >= 10 (the decision "
+        "grids' seeds start at 0) and seeds >= 1"
+      )
+    if not 0.0 < self.validation_fraction < 1.0:
+      raise ValueError(f"pilot validation_fraction={self.validation_fraction!r}; allowed: a number in (0, 1)")
+
+  def record(self) -> dict[str, Any]:
+    """The pilot's definition as JSON values (part of the study's registration, and of its choice file)."""
+    return {
+      "field": self.field,
+      "values": [float(value) for value in self.values],
+      "seeds": list(range(self.first_seed, self.first_seed + self.seeds)),
+      "validation_fraction": float(self.validation_fraction),
+    }
 
 
 CLAIM_KINDS = ("matches", "worse")
@@ -165,6 +215,8 @@ class Study:
       floating-point results move the numbers within their bands (the demo;
       a value outside every band, or seeds in different bands, is printed as
       such).
+    pilot: a setting chosen per variant family before the decision runs (`Pilot`); every variant then names
+      its ``family``.
   """
 
   name: str
@@ -178,6 +230,7 @@ class Study:
   last_evaluations: int = 3
   report_last_evaluation: bool = False
   bands: tuple[tuple[float, float, str], ...] = ()
+  pilot: Pilot | None = None
 
   def __post_init__(self):
     labels = [variant.label for variant in self.variants]
@@ -185,6 +238,14 @@ class Study:
     if not labels or len(set(labels)) != len(labels) or len(set(slugs)) != len(slugs):
       raise ValueError(
         f"study {self.name!r}: variant labels {labels} must be non-empty and unique (also as directory names)"
+      )
+    families = [variant.family for variant in self.variants]
+    if (self.pilot is None) != all(family is None for family in families) or (
+      self.pilot is not None and None in families
+    ):
+      raise ValueError(
+        f"study {self.name!r}: variant families {families}; allowed: a family for every variant with a pilot, "
+        "none without one"
       )
     for claim in self.claims:
       for slug in (claim.variant, claim.reference):

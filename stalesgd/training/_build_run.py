@@ -142,6 +142,7 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
     test_split=config.test_split,
     image_key=config.image_key,
     label_key=config.label_key,
+    validation_fraction=config.validation_fraction,
   )
   if dataset.num_classes is None and is_default_loss(config.loss):
     raise ValueError(

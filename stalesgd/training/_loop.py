@@ -192,6 +192,11 @@ def _train_and_evaluate(
     f"{dataset.num_train} examples), staleness mean {schedule.gradient_staleness.mean():.2f} "
     f"max {schedule.max_staleness}, simulated time {schedule.update_time[-1]:.1f} s"
   )
+  if dataset.evaluation_split != "test":
+    progress.write(
+      f"evaluating on a {dataset.evaluation_split} split of {dataset.num_test} examples held out of the training "
+      f"data (config.validation_fraction={config.validation_fraction:g}); the test split is not read"
+    )
   if run.fragments is not None and len(run.fragments.sizes) > 1:  # streaming DiLoCo: each timed for its own bytes
     progress.write(run.fragments.describe())
   if config.protocol == "drop_stale" and schedule.num_dropped == 0:

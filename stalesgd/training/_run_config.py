@@ -53,6 +53,10 @@ def default_config() -> ml_collections.ConfigDict:
   config.test_split = config_dict.placeholder(str)
   config.image_key = "image"
   config.label_key = "label"
+  # 0: evaluate on the test split. In (0, 1): hold out that share of the training split (the same examples for
+  # every seed, stalesgd.data._validation_split), train on the rest and evaluate on it; the test split is never
+  # read (a study's pilot, docs/studies.md). The run's test_* metrics are then the validation split's.
+  config.validation_fraction = 0.0
   config.normalization = "per_channel"  # per_pixel_mean (Caffe/Rudra) | per_channel | unit | raw
   # Training augmentation (off in Rudra and DC-ASGD Table 1), by the data set's kind: in memory (CIFAR-10,
   # MNIST, npz) a pad-4 random crop + flip; tfds imagenet2012 (decoded lazily) the Inception random-resized

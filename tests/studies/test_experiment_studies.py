@@ -40,6 +40,8 @@ def test_the_studies_exist():
     "delayed_outer_step_digits",
     "eager_outer_step_digits",
     "liu_toy_async_local_sgd",
+    "kale_outer_steps_digits",
+    "streaming_diloco_digits_piloted",
     "demo",
     "async_adam",
   }
