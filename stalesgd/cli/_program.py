@@ -66,7 +66,8 @@ def run_main(main: Callable[[list[str]], None], module: ModuleType) -> None:
 
   absl's short help lists the flags of the module ``sys.argv[0]`` names: the
   console script or a wrapper (tests/helpers/workers/paced_main.py) rather
-  than the module that defines them, so they are declared key flags of that program as well.
+  than the module that defines them, so they are declared key flags of that program as well; and ``--help``
+  prints ``module``'s docstring (the program's usage and examples), which absl reads from ``__main__``.
   """
   from absl import (
     app,
@@ -75,4 +76,8 @@ def run_main(main: Callable[[list[str]], None], module: ModuleType) -> None:
 
   for flag in flags.FLAGS.get_key_flags_for_module(module):
     flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  entry = sys.modules.get("__main__")
+  if entry is not None and entry is not module and not entry.__doc__:
+    # absl's --help prints the docstring of __main__: a console script's wrapper has none (an empty usage line).
+    entry.__doc__ = module.__doc__
   app.run(_one_line_usage_errors(main), flags_parser=_parse_flags)
