@@ -16,6 +16,7 @@ e.g. ``--config.n=15``, so that every run is one config string plus overrides.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -34,7 +35,9 @@ class ConfigArguments(NamedTuple):
   quick: bool
 
 
-def parse_config_argument(arg: str | None, *, variants: Sequence[str], default: str) -> ConfigArguments:
+def parse_config_argument(
+  arg: str | None, *, variants: Sequence[str], default: str, has_quick: bool = True
+) -> ConfigArguments:
   """Parses ``"[quick,][VARIANT]"`` (tokens comma-separated, any order).
 
   Args:
@@ -42,6 +45,8 @@ def parse_config_argument(arg: str | None, *, variants: Sequence[str], default: 
       selects the default variant.
     variants: the variant names the config file offers.
     default: the variant used when ``arg`` names none; one of ``variants``.
+    has_quick: whether the file has a ``quick`` variant; without one, ``quick`` is an unknown token and no
+      message offers it.
 
   Returns:
     The variant and whether ``quick`` was given.
@@ -52,12 +57,18 @@ def parse_config_argument(arg: str | None, *, variants: Sequence[str], default: 
   if default not in variants:
     raise ValueError(f"default={default!r} is not a variant; allowed: {tuple(variants)}")
   tokens = [token.strip() for token in (arg or "").split(",") if token.strip()]
-  allowed = f"{QUICK!r} and at most one of {tuple(variants)}, comma-separated"
+  if has_quick:
+    allowed = f"{QUICK!r} and at most one of {tuple(variants)}, comma-separated"
+  else:
+    allowed = f"one of {tuple(variants)} (this config has no {QUICK!r} variant)"
   if len(set(tokens)) != len(tokens):
     raise ValueError(f"config argument {arg!r} repeats a token; allowed: {allowed}")
-  unknown = [token for token in tokens if token != QUICK and token not in variants]
+  known = (*variants, QUICK) if has_quick else tuple(variants)
+  unknown = [token for token in tokens if token not in known]
   if unknown:
-    raise ValueError(f"config argument {arg!r} has unknown token(s) {unknown}; allowed: {allowed}")
+    nearest = difflib.get_close_matches(unknown[0], known, n=1)
+    hint = f" (did you mean {nearest[0]!r}?)" if nearest else ""
+    raise ValueError(f"config argument {arg!r} has unknown token(s) {unknown}{hint}; allowed: {allowed}")
   named = [token for token in tokens if token != QUICK]
   if len(named) > 1:
     raise ValueError(f"config argument {arg!r} names {len(named)} variants {named}; allowed: {allowed}")

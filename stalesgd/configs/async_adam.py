@@ -32,9 +32,7 @@ ADAM_LEARNING_RATE = 0.003
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The run selected by ``arg`` (one of `VARIANTS`; see the module docstring)."""
-  arguments = parse_config_argument(arg, variants=VARIANTS, default="async")
-  if arguments.quick:
-    raise ValueError(f"config argument {arg!r}: async_adam has no 'quick' variant (it runs in seconds)")
+  arguments = parse_config_argument(arg, variants=VARIANTS, default="async", has_quick=False)
   config = default_config()
   config.dataset, config.data_source = "digits", "embedded"
   config.model = "small_cnn"

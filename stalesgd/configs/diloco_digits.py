@@ -40,9 +40,7 @@ MODEL_BYTES = 212_008  # small_cnn's 53,002 float32 parameters on 8x8x1 images
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The run selected by ``arg`` (one of `VARIANTS`; see the module docstring)."""
-  arguments = parse_config_argument(arg, variants=VARIANTS, default="diloco")
-  if arguments.quick:
-    raise ValueError(f"config argument {arg!r}: no 'quick' variant (a run takes seconds); allowed: one of {VARIANTS}")
+  arguments = parse_config_argument(arg, variants=VARIANTS, default="diloco", has_quick=False)
   variant = arguments.variant
   config = default_config()
   config.dataset, config.data_source = "digits", "embedded"

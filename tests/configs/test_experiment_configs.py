@@ -121,9 +121,19 @@ def test_an_unknown_variant_is_rejected_by_every_file():
       module.get_config("nonexistent")
 
 
-def test_demo_has_no_quick_variant():
-  with pytest.raises(ValueError, match="the demo has no 'quick' variant"):
-    CONFIG_MODULES["demo"].get_config("quick,hardsync")
+@pytest.mark.parametrize("name", ["demo", "diloco_digits", "async_adam"])
+def test_a_config_without_quick_refuses_it_and_never_offers_it(name):
+  with pytest.raises(ValueError, match="no 'quick' variant") as refused:
+    CONFIG_MODULES[name].get_config("quick")
+  assert "'quick' and" not in str(refused.value)
+
+
+def test_a_misspelt_variant_is_offered_the_nearest_variant_the_config_accepts():
+  with pytest.raises(ValueError) as refused:
+    CONFIG_MODULES["demo"].get_config("softsnc")
+  message = str(refused.value)
+  assert "did you mean 'softsync_fixed'?" in message or "did you mean 'softsync_inverse'?" in message
+  assert "'quick'" not in message.split("allowed:", 1)[1].replace("no 'quick' variant", "")
 
 
 # ----------------------------------------------------------------------------- every file builds
