@@ -7,6 +7,14 @@ the updates in schedule order with plain optax calls. Nothing is batched,
 sharded or buffered, so it is slow and obviously right; every engine test
 compares against it.
 
+Written from the parameter-server protocol's text (docs/algorithms.md: a contribution's gradient is computed at
+the weight version its learner pulled, and an update u that applies it sees staleness sigma = u - that version).
+It computes sigma itself from the version whose weights it used, never through `Schedule.staleness` /
+`staleness_of`, which the engine's blocks read. What it shares with the code under test: the schedule's raw
+arrays (timestamp, learner, batch_index: the input, not the engine) and the optimizer object the test builds (the
+transforms are pinned by their own equations, tests/helpers/optimizer_equations.py; here they are the same on
+both sides on purpose, so a difference is the engine's).
+
 Also holds the tiny models and data the engine tests share.
 """
 
@@ -35,9 +43,10 @@ def run_oracle(loss_fn, optimizer, params, schedule: Schedule, batch_fn, *, num_
   history = {0: jax.tree_util.tree_map(jnp.asarray, params)}
   weights, state = history[0], optimizer.init(history[0])
   for update in range(num_updates):
-    grads, stale = [], []
+    grads, stale, sigma = [], [], []
     for slot in range(schedule.contributions_per_update):
       version = int(schedule.timestamp[update, slot])
+      sigma.append(update - version)  # the versions applied since this gradient's weights were pulled
       learner = schedule.learner[update, slot : slot + 1]
       batch = batch_fn(learner, schedule.batch_index[update, slot : slot + 1])
       grads.append(gradient(history[version], jax.tree_util.tree_map(lambda leaf: leaf[0], batch)))
@@ -46,7 +55,7 @@ def run_oracle(loss_fn, optimizer, params, schedule: Schedule, batch_fn, *, num_
       weights,
       state,
       _stack(grads),
-      jnp.asarray(schedule.staleness[update], jnp.int32),
+      jnp.asarray(sigma, jnp.int32),
       _stack(stale),
       jnp.asarray(schedule.learner[update], jnp.int32),
     )
