@@ -24,7 +24,7 @@ from __future__ import annotations
 import ml_collections
 
 from stalesgd.configs.arguments import parse_config_argument
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 VARIANTS = ("hardsync", "async", "async_inverse")
 ADAM_LEARNING_RATE = 0.003

@@ -25,7 +25,7 @@ import ml_collections
 
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")
 DEFAULT_LEARNERS = 8

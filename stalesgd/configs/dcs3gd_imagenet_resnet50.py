@@ -27,7 +27,7 @@ import ml_collections
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.imagenet import use_imagenet
 from stalesgd.configs.quick import run_a_few_imagenet_updates
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")
 DEFAULT_LEARNERS, BATCH_PER_LEARNER = 8, 128

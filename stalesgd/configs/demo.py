@@ -23,7 +23,7 @@ from __future__ import annotations
 import ml_collections
 
 from stalesgd.configs.arguments import parse_config_argument
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 VARIANTS = ("hardsync", "softsync_fixed", "softsync_inverse", "async_dc")
 # Chosen so that no variant is chaotic (docs/studies.md, *The demo*): at 0.03 hardsync and alpha_0/sigma

@@ -11,16 +11,16 @@ Commands::
 
   stalesgd-train --config=diloco_digits:streaming_p2_tau5_alpha0.5 --workdir=runs/streaming1
   stalesgd-reproduce --study=streaming_diloco_digits --seeds=3
-  stalesgd-reproduce --study=delayed_outer_step_digits --seeds=3
-  stalesgd-reproduce --study=eager_outer_step_digits --seeds=3
+  stalesgd-reproduce --study=delayed_outer_step_digits  # or stalesgd-reproduce --study=eager_outer_step_digits
+  stalesgd-reproduce --study=kale_outer_steps_digits --pilot --workdir=runs/kale/pilot  # then --seeds=3
+  stalesgd-reproduce --study=streaming_diloco_digits_piloted --pilot --workdir=runs/st/pilot  # then --seeds=3
 
-Cost: 15-60 s per run on 2 CPU cores beside other work; the 39 runs of the streaming grid took 18 min
-(results/streaming_diloco_digits_3seeds).
+Cost: 15-60 s per run on 2 CPU cores beside other work (results/kale_outer_steps_digits_3seeds: 27 runs, 282 s).
 
-Result (3 seeds): DiLoCo 2.2 %, streaming 1.2-2.0 % (results/streaming_diloco_digits_3seeds); eager 33-91 % at
-the outer rate 0.7 (results/eager_outer_step_digits_3seeds). The delayed step: not measured since its event-order
-fix (results/delayed_outer_step_digits_3seeds measured the bug: Delta = 0 from round 1 on).
-The inner rate 0.01 was chosen on one DiLoCo run before the grids (0.03 made DiLoCo diverge).
+Result (3 seeds): at the outer rate 0.7, DiLoCo 2.2 %, streaming 1.2-2.0 % (results/streaming_diloco_digits_3seeds,
+fragments of arrays), eager 33-91 % (unstable). At outer rates piloted per family (0.1-0.2), DiLoCo 1.3-1.6 %, the
+one-round-delayed step 1.1-1.6 %, eager 1.2-1.3 % at M = 2, 4, 8 (results/kale_outer_steps_digits_3seeds).
+Inner rate 0.01: chosen on one DiLoCo run before the grids (0.03 made DiLoCo diverge).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import ml_collections
 
 from stalesgd.configs.arguments import parse_config_argument
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 LOCAL_STEPS = 20
 STREAMING = tuple((fragments, delay, mix) for fragments in (1, 2, 4) for delay in (1, 5) for mix in (0.0, 0.5))

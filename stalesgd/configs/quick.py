@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.training._config_readers import examples_per_update
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config, examples_per_update
 
 DATA_FIELDS = ("dataset", "data_source", "data_dir", "normalization", "augment", "image_size")
 MODEL_FIELDS = ("model", "model_options", "model_multipliers", "multiplier_set")

@@ -26,7 +26,7 @@ import ml_collections
 
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 30, 4, 15
 BASELINE_BATCH = 128

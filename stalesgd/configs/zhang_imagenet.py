@@ -27,7 +27,7 @@ import ml_collections
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.imagenet import use_imagenet
 from stalesgd.configs.quick import run_a_few_imagenet_updates
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse")
 LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 18, 16, 18

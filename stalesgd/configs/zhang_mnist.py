@@ -29,7 +29,7 @@ import ml_collections
 from stalesgd.configs import rudra_cifar10
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse", "softsync_inverse_mean") + tuple(
   f"mu_lambda_{rudra_cifar10.LEARNERS * batch}" for batch in rudra_cifar10.MU_LAMBDA_BATCHES

@@ -204,7 +204,11 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int | Non
   validation.check_integer(*_field(config, "allreduce_staleness"), low=1, high=INT32_MAX, builtin_only=True)
   validation.check_real(*_field(config, "num_epochs"), low=0, low_open=True, builtin_only=True)
   validation.check_real(
-    *_field(config, "validation_fraction"), low=0, high=1, high_open=True, builtin_only=True,
+    *_field(config, "validation_fraction"),
+    low=0,
+    high=1,
+    high_open=True,
+    builtin_only=True,
     note="(0: evaluate on the test split; in (0, 1): on that share of the training split, held out)",
   )
   validation.check_real(*_field(config, "learning_rate"), low=0, low_open=True, builtin_only=True)

@@ -96,8 +96,12 @@ def test_a_value_with_a_diverged_run_is_never_chosen_however_low_its_other_runs(
 
 def test_equal_means_go_to_the_smaller_value_and_all_diverged_chooses_none():
   rows = [_row("A M=2", value, seed, 3.0) for value in (0.5, 0.2) for seed in (100, 101)]
-  rows += [_row(label, value, seed, 90.0, "diverged at update 7") for label in ("B M=2", "C M=2")
-           for value in (0.2, 0.5) for seed in (100, 101)]
+  rows += [
+    _row(label, value, seed, 90.0, "diverged at update 7")
+    for label in ("B M=2", "C M=2")
+    for value in (0.2, 0.5)
+    for seed in (100, 101)
+  ]
   choice = pilots.choose(_study(), rows)
   assert choice["families"]["sync"]["chosen"] == 0.2
   assert choice["families"]["eager"]["chosen"] is None
@@ -105,8 +109,12 @@ def test_equal_means_go_to_the_smaller_value_and_all_diverged_chooses_none():
 
 def test_the_decision_grid_reads_the_choice_and_refuses_another_pilots(tmp_path):
   study = _study()
-  rows = [_row(label, value, seed, 2.0 if value == 0.5 else 3.0) for label in ("A M=2", "B M=2", "C M=2")
-          for value in (0.2, 0.5) for seed in (100, 101)]
+  rows = [
+    _row(label, value, seed, 2.0 if value == 0.5 else 3.0)
+    for label in ("A M=2", "B M=2", "C M=2")
+    for value in (0.2, 0.5)
+    for seed in (100, 101)
+  ]
   with pytest.raises(FileNotFoundError, match="--pilot"):
     pilots.read_choice(study, tmp_path)
   pilots.write_choice(study, rows, tmp_path)
