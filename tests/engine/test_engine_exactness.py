@@ -55,7 +55,9 @@ def simulate(protocol_name: str, learners: int, seed: int = 0):
   protocol, options = PROTOCOLS[protocol_name]
   if options == "n=learners":
     options = {"n": learners}
-  return schedule_lib.simulate(protocol, learners=learners, num_updates=NUM_UPDATES, seed=seed, **options)
+  return schedule_lib.simulate(
+    protocol, learners=learners, num_updates=NUM_UPDATES, seed=seed, record_events=True, **options
+  )  # the oracle reads each gradient's version from the recorded pulls
 
 
 def run_engine(model: str, optimizer_kind: str, schedule, *, devices=None, plan_options=None, **engine_options):
@@ -68,9 +70,22 @@ def run_engine(model: str, optimizer_kind: str, schedule, *, devices=None, plan_
   return jax.tree_util.tree_map(np.asarray, state.params)
 
 
+# make_optimizer's chains as the oracle's numpy server step writes them (tests/helpers/engine_oracle.py).
+ORACLE_OPTIMIZERS = {
+  "plain": {"learning_rate": LEARNING_RATE, "momentum": 0.9},
+  "staleness_dc": {
+    "learning_rate": LEARNING_RATE,
+    "momentum": 0.9,
+    "staleness_rule": "inverse",
+    "dc_lambda": 2.0,
+    "dc_decay": 0.95,
+  },
+}
+
+
 def oracle(model: str, optimizer_kind: str, schedule):
   loss_fn, init_params, input_shape = MODELS[model]
-  return run_oracle(loss_fn, make_optimizer(optimizer_kind), init_params(), schedule, Data(input_shape))
+  return run_oracle(loss_fn, init_params(), schedule, Data(input_shape), **ORACLE_OPTIMIZERS[optimizer_kind])
 
 
 # One of the cheapest cases (about 2 s in the full suite) runs in `make test-fast`; the whole matrix in `make test`.

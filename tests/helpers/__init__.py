@@ -8,7 +8,8 @@ starts (``PYTHONPATH``, set by `multiprocess_harness.process_environment`,
 * `dcs3gd_reference`: a closed-form numpy DC-S3GD, the oracle of
   tests/decentral/test_dcs3gd.py.
 * `engine_oracle`: small models, data and a plain sequential replay of a
-  schedule, the oracle the engine's blocks must match exactly.
+  schedule (each gradient's version from the recorded pulls, the server step
+  in numpy), the oracle the engine's blocks must match.
 * `fault_helpers`: the fault-injection tests' runs (tiny runs reading the
   digits from npz files, in-process or on the command line) and comparisons.
 * `multiprocess_harness`: runs one program as N JAX processes on 127.0.0.1

@@ -3,17 +3,23 @@
 It keeps every past weight version in a Python dict, computes each gradient
 alone (one jitted gradient call per contribution, at the weights the
 contribution's learner pulled, on that learner's own mini-batch) and applies
-the updates in schedule order with plain optax calls. Nothing is batched,
-sharded or buffered, so it is slow and obviously right; every engine test
-compares against it.
+the updates in schedule order with a server optimizer written in numpy. Nothing
+is batched, sharded or buffered, so it is slow and obviously right; every engine
+test compares against it.
 
-Written from the parameter-server protocol's text (docs/algorithms.md: a contribution's gradient is computed at
-the weight version its learner pulled, and an update u that applies it sees staleness sigma = u - that version).
-It computes sigma itself from the version whose weights it used, never through `Schedule.staleness` /
-`staleness_of`, which the engine's blocks read. What it shares with the code under test: the schedule's raw
-arrays (timestamp, learner, batch_index: the input, not the engine) and the optimizer object the test builds (the
-transforms are pinned by their own equations, tests/helpers/optimizer_equations.py; here they are the same on
-both sides on purpose, so a difference is the engine's).
+Written from the parameter-server protocol's text, docs/algorithms.md §1: a learner pulls w_t with its timestamp
+t, computes its gradient there and pushes it; update u that applies a gradient computed at timestamp j sees
+staleness sigma = u - j. The version j of each contribution is read from the pulls in the schedule's event trace
+(`contribution_versions`: the START event of learner m's k-th gradient records the timestamp of the weights it
+pulled), never from ``Schedule.timestamp`` or ``Schedule.staleness`` / ``staleness_of``, which the engine's blocks
+read; sigma = u - j is computed here. The server optimizer (`server_step`) is the equations of docs/algorithms.md
+§1-§2 in float64 numpy: DC-ASGD-a (Zheng et al.; MeanSquare blended once per update with the mean g*g over its c
+gradients, docs/semantics.md §6), Zhang et al.'s alpha0/sigma (eq. 3) and average (eq. 2), then optax.sgd's
+momentum v <- avg + mu v, w <- w - alpha v.
+
+What it shares with the code under test: the schedule (its input: which learners' k-th gradients update u
+applies, in arrival order, and the event trace a simulation with ``record_events=True`` attaches) and the loss;
+gradients are `jax.grad` at float32 weights, the rest is numpy. It imports nothing from stalesgd.
 
 Also holds the tiny models and data the engine tests share.
 """
@@ -25,53 +31,139 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from stalesgd.schedule import Schedule
-
 NUM_EXAMPLES = 512
 BATCH_PER_LEARNER = 4
 
+# EventTrace.kind as documented there: a learner starts computing at the weights it pulled (START), the server
+# receives its gradient (ARRIVE). Written out, not imported.
+PULL, PUSH = 0, 1
 
-def run_oracle(loss_fn, optimizer, params, schedule: Schedule, batch_fn, *, num_updates: int | None = None):
-  """Final weights after walking ``schedule`` update by update."""
-  num_updates = schedule.num_updates if num_updates is None else num_updates
-  gradient = jax.jit(jax.grad(loss_fn))
-  apply_update = jax.jit(
-    lambda params, state, grads, staleness, stale, learner: _apply(
-      optimizer, params, state, grads, staleness, stale, learner
+
+def contribution_versions(schedule) -> tuple[np.ndarray, np.ndarray]:
+  """(version j, staleness u - j), int64 [U, c] each, of every applied contribution, from the pulls and pushes.
+
+  Learner m's k-th gradient is computed at the weights its k-th pull returned; the trace's START event of (m, k)
+  records their server timestamp. Update u applies row u's contributions, so sigma = u - j. As the protocol says,
+  a gradient reaches the server after it was computed and is applied once it has: j <= (server timestamp at its
+  push) <= u, checked here.
+  """
+  events = schedule.events
+  if events is None:
+    raise ValueError(
+      "the engine oracle reads who pulled which version from the event trace: simulate(..., record_events=True)"
     )
-  )
-  history = {0: jax.tree_util.tree_map(jnp.asarray, params)}
-  weights, state = history[0], optimizer.init(history[0])
+  pulled, pushed = {}, {}
+  for kind, learner, k, timestamp in zip(
+    events.kind.tolist(), events.learner.tolist(), events.batch_index.tolist(), events.timestamp.tolist()
+  ):
+    record = pulled if kind == PULL else pushed if kind == PUSH else None
+    if record is None or (learner, k) in record:
+      raise ValueError(f"event of kind {kind} for learner {learner}'s gradient {k}: unknown kind or seen twice")
+    record[(learner, k)] = timestamp
+  updates, contributions = schedule.learner.shape
+  versions = np.zeros((updates, contributions), np.int64)
+  for update in range(updates):
+    for slot in range(contributions):
+      key = (int(schedule.learner[update, slot]), int(schedule.batch_index[update, slot]))
+      versions[update, slot] = pulled[key]
+      if not pulled[key] <= pushed[key] <= update:
+        raise ValueError(
+          f"learner {key[0]}'s gradient {key[1]}: pulled at {pulled[key]}, pushed at {pushed[key]}, applied by {update}"
+        )
+  return versions, np.arange(updates, dtype=np.int64)[:, None] - versions
+
+
+def server_step(
+  weights,
+  velocity,
+  mean_square,
+  grads,
+  stale,
+  staleness,
+  *,
+  learning_rate,
+  momentum,
+  staleness_rule,
+  dc_lambda,
+  dc_decay,
+  dc_eps,
+):
+  """One server update in float64 numpy (dicts of arrays; ``grads`` and ``stale`` lists of c dicts).
+
+  DC-ASGD-a when ``dc_lambda`` is not None: MeanSquare <- m MeanSquare + (1 - m) mean_k g_k * g_k, then
+  g~_k = g_k + lambda0 / sqrt(MeanSquare + eps) * g_k * g_k * (w - w_bak,k). s(sigma) = 1/sigma for sigma > 0 and 1
+  at 0 with ``staleness_rule="inverse"``, 1 with None. avg = (1/c) sum_k s(sigma_k) g~_k; v <- avg + mu v;
+  w <- w - alpha v. Returns (weights, velocity, mean_square).
+  """
+  c = len(grads)
+  if staleness_rule is None:
+    scales = [1.0] * c
+  elif staleness_rule == "inverse":
+    scales = [1.0 / sigma if sigma > 0 else 1.0 for sigma in staleness]
+  else:
+    raise ValueError(staleness_rule)
+  new_weights, new_velocity, new_mean_square = {}, {}, {}
+  for name, w in weights.items():
+    g = [grad[name] for grad in grads]
+    if dc_lambda is not None:
+      new_mean_square[name] = dc_decay * mean_square[name] + (1.0 - dc_decay) * sum(x * x for x in g) / c
+      rate = dc_lambda / np.sqrt(new_mean_square[name] + dc_eps)
+      g = [x + rate * x * x * (w - old[name]) for x, old in zip(g, stale)]
+    average = sum(scale * x for scale, x in zip(scales, g)) / c
+    new_velocity[name] = average + momentum * velocity[name]
+    new_weights[name] = w - learning_rate * new_velocity[name]
+  return new_weights, new_velocity, new_mean_square
+
+
+def run_oracle(
+  loss_fn,
+  params,
+  schedule,
+  batch_fn,
+  *,
+  learning_rate: float,
+  momentum: float,
+  staleness_rule: str | None = None,
+  dc_lambda: float | None = None,
+  dc_decay: float = 0.95,
+  dc_eps: float = 1e-7,
+  num_updates: int | None = None,
+):
+  """Final weights (float64 numpy) after walking ``schedule`` update by update with `server_step`."""
+  num_updates = schedule.num_updates if num_updates is None else num_updates
+  versions, staleness = contribution_versions(schedule)
+  gradient = jax.jit(jax.grad(loss_fn))
+  weights = {name: np.asarray(value, np.float64) for name, value in params.items()}
+  history = {0: weights}
+  velocity = {name: np.zeros_like(value) for name, value in weights.items()}
+  mean_square = {name: np.zeros_like(value) for name, value in weights.items()}
   for update in range(num_updates):
-    grads, stale, sigma = [], [], []
+    grads, stale = [], []
     for slot in range(schedule.contributions_per_update):
-      version = int(schedule.timestamp[update, slot])
-      sigma.append(update - version)  # the versions applied since this gradient's weights were pulled
+      pulled = history[int(versions[update, slot])]
       learner = schedule.learner[update, slot : slot + 1]
-      batch = batch_fn(learner, schedule.batch_index[update, slot : slot + 1])
-      grads.append(gradient(history[version], jax.tree_util.tree_map(lambda leaf: leaf[0], batch)))
-      stale.append(history[version])
-    weights, state = apply_update(
+      batch = jax.tree_util.tree_map(
+        lambda leaf: leaf[0], batch_fn(learner, schedule.batch_index[update, slot : slot + 1])
+      )
+      at = {name: jnp.asarray(value, jnp.float32) for name, value in pulled.items()}
+      grads.append({name: np.asarray(value, np.float64) for name, value in gradient(at, batch).items()})
+      stale.append(pulled)
+    weights, velocity, mean_square = server_step(
       weights,
-      state,
-      _stack(grads),
-      jnp.asarray(sigma, jnp.int32),
-      _stack(stale),
-      jnp.asarray(schedule.learner[update], jnp.int32),
+      velocity,
+      mean_square,
+      grads,
+      stale,
+      staleness[update].tolist(),
+      learning_rate=learning_rate,
+      momentum=momentum,
+      staleness_rule=staleness_rule,
+      dc_lambda=dc_lambda,
+      dc_decay=dc_decay,
+      dc_eps=dc_eps,
     )
     history[update + 1] = weights
   return weights
-
-
-def _apply(optimizer, params, state, grads, staleness, stale_params, learner):
-  updates, state = optimizer.update(
-    grads, state, params, staleness=staleness, stale_params=stale_params, learner=learner
-  )
-  return optax.apply_updates(params, updates), state
-
-
-def _stack(trees):
-  return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
 class Data:
