@@ -229,6 +229,7 @@ CASES = [
   Case("eager_updates", exactly(False)),
   Case("eager_updates", flags, {"protocol": "s3gd"}),
   Case("num_epochs", numbers(0, strict=True)),
+  Case("validation_fraction", numbers(0, high=1)),
   Case("local_steps", ints(1)),
   Case("local_steps", ints(1, 1), {"protocol": "s3gd"}, extra=(2,)),
   Case("inner", inner_fields, extra=("sgd", default_config().inner.to_dict())),
