@@ -254,7 +254,8 @@ def resolve_study(study, workdir: str):
     choice = pilots.read_choice(study, pilot_dir)
   except (FileNotFoundError, ValueError) as error:
     raise app.UsageError(f"--pilot_dir: {error}") from error
-  pilots.copy_choice(pilot_dir, workdir)
+  if _TASK.value is None:  # once, by the process that writes the report, not by each of its --task processes
+    pilots.copy_choice(pilot_dir, workdir)
   return pilots.with_choice(study, choice), _SEEDS.value, _FIRST_SEED.value
 
 

@@ -78,13 +78,10 @@ def _require_pilot(study: Study):
 
 
 def _cells(study: Study) -> dict[str, tuple[str, float]]:
-  """The pilot run's slug -> (its family, its value)."""
-  pilot = _require_pilot(study)
-  return {
-    _pilot_variant(variant, pilot.field, value, pilot.validation_fraction).slug: (variant.family, value)
-    for variant in study.variants
-    for value in pilot.values
-  }
+  """The pilot run's slug -> (its family, its value), in `pilot_study`'s order (variant by variant, each value)."""
+  values = _require_pilot(study).values
+  cells = [(variant.family, value) for variant in study.variants for value in values]
+  return {variant.slug: cell for variant, cell in zip(pilot_study(study).variants, cells, strict=True)}
 
 
 def choose(study: Study, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
