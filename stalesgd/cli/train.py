@@ -12,6 +12,8 @@ that defines the run's flags (flax-examples style):
   command line, e.g. ``--config.learners=30 --config.protocol=async``;
 * ``--workdir``: metrics, checkpoints, plots and the summary; a job restarted
   with the same workdir resumes from its latest checkpoint;
+* ``--config_help``: every config field by section, with its value, the values it
+  takes and what it does (with ``--config``, that config's values), then exits;
 * on a CPU, unless ``JAX_NUM_CPU_DEVICES`` is set, a single-process run
   emulates its learners on the number of host devices it runs fastest on
   (`stalesgd.training._device_layout`: about 4 learners per device, at most 8;
@@ -28,6 +30,7 @@ Examples (a packaged config by name; a config file of your own by its path)::
   stalesgd-train --config=rudra_cifar10:quick \
       --config.protocol=softsync --config.n=4 --workdir=runs/rudra_quick
   stalesgd-train --config=path/to/my_config.py:ARG --workdir=runs/mine
+  stalesgd-train --config=rudra_cifar10:quick --config_help   # every field and its value
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from stalesgd.cli import _program as program
 from stalesgd.cli import config_flag
 from stalesgd.training import _device_layout as device_layout
 from stalesgd.training._config_checks import validate_config
+from stalesgd.training._run_config import describe_config
 from stalesgd.utils import _compilation_cache as compilation_cache
 from stalesgd.utils import _distributed as distributed
 from stalesgd.utils import _paths as paths
@@ -89,12 +93,23 @@ _DISTRIBUTED = flags.DEFINE_enum(
   "process whatever the environment says.",
 )
 _COMPILATION_CACHE_DIR = compilation_cache.define_flag()
-flags.mark_flags_as_required(["config", "workdir"])
+_CONFIG_HELP = flags.DEFINE_bool(
+  "config_help",
+  False,
+  "Print every config field by section (its --config.<field> flag, value, allowed values and doc) and exit; "
+  "with --config, that config's values, else the defaults.",
+)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if _CONFIG_HELP.value:
+    print(describe_config(_CONFIG.value))
+    return
+  for flag in (_CONFIG, _WORKDIR):  # required, except with --config_help
+    if flag.value is None:
+      raise app.UsageError(f"--{flag.name} is required (e.g. --config=demo --workdir=runs/demo)")
   try:  # before JAX starts, the data loads or the step compiles
     paths.check_workdir(_WORKDIR.value)
     validate_config(_CONFIG.value, num_devices=None)

@@ -296,8 +296,12 @@ class Engine:
     """
     if self.gradient_strategy == "unroll" and self.mesh.devices.flat[0].platform == "cpu":
       options.setdefault("max_slots_per_device", UNROLLED_SLOTS_PER_DEVICE)
-    recorded = (schedule.options.get("local_steps", 1), schedule.options.get("learner_local_steps"))
-    mine = (self.local_steps, None if self.learner_local_steps is None else self.learner_local_steps.tolist())
+
+    def as_list(steps: np.ndarray | None) -> list[int] | None:
+      return None if steps is None else steps.tolist()
+
+    recorded = (schedule.local_steps, as_list(schedule.learner_local_steps))
+    mine = (self.local_steps, as_list(self.learner_local_steps))
     if recorded != mine:
       raise ValueError(
         f"the schedule was simulated with (local_steps, learner_local_steps) = {recorded} and the engine runs "

@@ -174,6 +174,17 @@ class Schedule:
   def contributions_per_update(self) -> int:
     return int(self.learner.shape[1])
 
+  @property
+  def local_steps(self) -> int:
+    """H: the inner steps of a contribution the simulation timed (1: one gradient)."""
+    return int(self.options.get("local_steps", 1))
+
+  @property
+  def learner_local_steps(self) -> np.ndarray | None:
+    """int64 [learners]: each learner's H_m under dynamic local updates; None without them (H for all)."""
+    steps = self.options.get("learner_local_steps")
+    return None if steps is None else np.asarray(steps, np.int64)
+
   def staleness_of(self, first: int, stop: int) -> np.ndarray:
     """int64 [stop - first, c]: sigma = u - j of each contribution applied by updates u in [first, stop).
 

@@ -33,7 +33,7 @@ from stalesgd.training._config_readers import (
   updates_per_epoch,
 )
 from stalesgd.training._diloco_runner import DiLoCoRunner
-from stalesgd.training._local_runs import build_outer_optimizer, local_run_options, streaming_settings
+from stalesgd.training._local_runs import build_outer_optimizer, local_runs_of, streaming_settings
 from stalesgd.training._optimizer import build_optimizer
 from stalesgd.training._runners import DCS3GDSettings, Runner, Schedule, make_runner
 
@@ -185,7 +185,8 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
   )
   evaluations = evaluation_updates(
     schedule.num_updates,
-    config.eval_every_epochs * per_epoch,
+    config.eval_every_epochs,
+    per_epoch,
     applied_examples(schedule, config.batch_per_learner),
     examples_per_update(config),
   )
@@ -215,7 +216,7 @@ def build_run(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None 
       fragment_of_leaf=fragments.of_leaf,
     )
   elif mesh is not None:
-    local_runs = None if settings is not None else local_run_options(config, timing_model(config))
+    local_runs = None if settings is not None else local_runs_of(config, timing_model(config))
     runner = make_runner(
       model,
       optimizer,

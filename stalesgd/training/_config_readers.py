@@ -67,12 +67,12 @@ def examples_per_update(config: ml_collections.ConfigDict) -> int:
 def applied_examples(schedule: schedule_lib.Schedule, batch_per_learner: int) -> np.ndarray | None:
   """int64 [U + 1]: the examples applied by the end of each update (from 0 before the first), under dynamic local
   updates: learner m's contribution applies mu H_m examples, H_m its local steps (the schedule's
-  ``learner_local_steps`` option). None without them: every update then applies `examples_per_update`.
+  ``learner_local_steps``). None without them: every update then applies `examples_per_update`.
   """
-  local_steps = schedule.options.get("learner_local_steps")
+  local_steps = schedule.learner_local_steps
   if local_steps is None:
     return None
-  per_update = np.asarray(local_steps, np.int64)[schedule.learner].sum(axis=1) * batch_per_learner
+  per_update = local_steps[schedule.learner].sum(axis=1) * batch_per_learner
   return np.concatenate([np.zeros(1, np.int64), np.cumsum(per_update)])
 
 
@@ -80,26 +80,40 @@ EVALUATION_TOLERANCE = 1e-9
 """Relative slack with which an update's clock reaches an evaluation point (``3 x 416.67`` updates is 1250)."""
 
 
+def epochs_applied(
+  updates: np.ndarray | int, per_epoch: float, applied: np.ndarray | None = None, examples_per_update: int = 1
+) -> np.ndarray:
+  """float64, the shape of ``updates``: the epochs of examples applied by the end of each of ``updates``.
+
+  ``u / per_epoch``, or under dynamic local updates (``applied``: `applied_examples`)
+  ``applied[u] / (per_epoch x examples_per_update)``. The run's one clock: the records' ``epoch`` and the updates
+  after which the run evaluates (`evaluation_updates`) both read it.
+  """
+  if applied is None:
+    return np.asarray(updates, np.float64) / per_epoch
+  return np.asarray(applied, np.float64)[updates] / (per_epoch * examples_per_update)
+
+
 def evaluation_updates(
-  num_updates: int, interval: float, applied: np.ndarray | None = None, examples_per_update: int = 1
+  num_updates: int,
+  every_epochs: float,
+  per_epoch: float,
+  applied: np.ndarray | None = None,
+  examples_per_update: int = 1,
 ) -> np.ndarray:
   """int64 [K], increasing: the updates after which a run evaluates (besides after its last update, always).
 
-  The points are k x ``interval`` (k = 1, 2, ...), ``interval`` = ``eval_every_epochs`` x updates per epoch, in
-  updates' worth of applied examples. Evaluation k lands after the first update u whose clock reaches its point:
-  clock(u) >= k x interval (up to `EVALUATION_TOLERANCE` relative to the interval), where clock(u) = u, or, under
-  dynamic local updates (``applied``: `applied_examples`), the examples applied by then in updates' worth,
-  ``applied[u] / examples_per_update``. Without dynamic local updates that is u = ceil(k x interval): an epoch
-  of 416.67 updates evaluates after updates 417, 834, 1250, ...; with them the point may fall inside an update's
-  examples, and the evaluation comes after that update. An update that reaches several points evaluates once.
-  The engine's blocks start at these updates (`stalesgd.engine.plan_blocks`'s ``boundaries``), so the weights
-  evaluated are those of exactly this update.
+  The points are k x ``every_epochs`` (k = 1, 2, ...) on the run's clock, `epochs_applied` (``per_epoch``
+  updates per epoch; ``applied``: the examples applied by each update under dynamic local updates). Evaluation
+  k lands after the first update u whose clock reaches its point, epochs(u) >= k x ``every_epochs`` (up to
+  `EVALUATION_TOLERANCE` relative to it). Without dynamic local updates that is u = ceil(k x ``every_epochs`` x
+  ``per_epoch``): an epoch of 416.67 updates evaluates after updates 417, 834, 1250, ...; with them the point may
+  fall inside an update's examples, and the evaluation comes after that update. An update that reaches several
+  points evaluates once. The engine's blocks start at these updates (`stalesgd.engine.plan_blocks`'s
+  ``boundaries``), so the weights evaluated are those of exactly this update.
   """
-  if applied is None:
-    clock = np.arange(num_updates + 1, dtype=np.float64)
-  else:
-    clock = np.asarray(applied[: num_updates + 1], np.float64) / examples_per_update
-  reached = np.floor(clock / interval + EVALUATION_TOLERANCE)  # points reached by each update
+  epochs = epochs_applied(np.arange(num_updates + 1), per_epoch, applied, examples_per_update)
+  reached = np.floor(epochs / every_epochs + EVALUATION_TOLERANCE)  # points reached by each update
   return (np.flatnonzero(np.diff(reached) > 0) + 1).astype(np.int64)
 
 

@@ -29,7 +29,8 @@ Nesterov SGD at rate 0.7 with momentum 0.9 (Douillard et al., arXiv 2311.08105).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import ml_collections
@@ -41,60 +42,104 @@ from stalesgd import schedule as schedule_lib
 from stalesgd.decentral._fragments import DEFAULT_FRAGMENT_PATTERN, FRAGMENT_PATTERNS
 from stalesgd.decentral._streaming import StreamingSettings
 from stalesgd.schedule._durations import dynamic_local_steps
+from stalesgd.training._config_fields import Choice, Field, Flag, Integer, Options, Real, Section, Text
 from stalesgd.training._solvers import solver_factory
 from stalesgd.utils._import_path import accepted_options, check_options
 
 SGD = "sgd"  # a section's optimizer default: optax.sgd (no schedule: the rate is constant)
-SECTIONS = ("inner", "outer")
+_OPTIMIZER_NAMES = "'sgd', an optax optimizer's name, or 'package.module:factory'"
+
+
+INNER = Section(
+  "inner",
+  "the parameter-server learners' inner optimizer and local runs (docs/algorithms.md §7)",
+  (
+    Field("optimizer", SGD, Text(_OPTIMIZER_NAMES), "'sgd' (optax.sgd), an optax optimizer's name or a factory"),
+    Field("learning_rate", 1.0, Real(0, low_open=True), "the inner rate (1 with H = 1: a contribution is a gradient)"),
+    Field("momentum", 0.0, Real(0, 1, high_open=True), "the inner momentum"),
+    Field("nesterov", False, Flag(), "Nesterov inner momentum"),
+    Field("options", ml_collections.ConfigDict, Options("b1=0.9"), "further keyword options of the inner optimizer"),
+    Field(
+      "reset_state",
+      False,
+      Flag(),
+      "start every local run from a fresh inner state (the asynchronous DiLoCo notebook re-creates its AdamW)",
+    ),
+    Field(
+      "dynamic_min_steps",
+      0,
+      Integer(0, "local_steps"),
+      "Liu et al.'s dynamic local updates: H_min >= 1 gives learner m max(floor(H v_m / v_max), H_min) steps, v_m "
+      "its speed; 0: H for every learner",
+    ),
+    Field(
+      "data_shards",
+      0,
+      Integer(0),
+      "S >= 1 splits the data into S streams, each starting local run taking the least-visited one (the notebook's); "
+      "0: each learner its own",
+    ),
+    Field(
+      "cosine_steps",
+      0,
+      Integer(0, 2**62),
+      "T of a cosine inner rate keyed to the local run's data stream (the notebook's); 0: a constant rate",
+    ),
+    Field("cosine_final_rate", 1e-6, Real(0), "the cosine rate's final value"),
+    Field(
+      "restart_at_peak",
+      False,
+      Flag(),
+      "the first step of every re-created inner optimizer runs at learning_rate (the notebook's scheduler)",
+    ),
+  ),
+  nested=True,
+)
+
+OUTER = Section(
+  "outer",
+  "the outer step of diloco and streaming_diloco; DiLoCo's Nesterov SGD (Douillard et al. 2023) by default",
+  (
+    Field("optimizer", SGD, Text(_OPTIMIZER_NAMES), "'sgd' (optax.sgd), an optax optimizer's name or a factory"),
+    Field("learning_rate", 0.7, Real(0, low_open=True), "the outer rate"),
+    Field("momentum", 0.9, Real(0, 1, high_open=True), "the outer momentum"),
+    Field("nesterov", True, Flag(), "Nesterov outer momentum"),
+    Field("options", ml_collections.ConfigDict, Options("b1=0.9"), "further keyword options of the outer optimizer"),
+    Field("reset_inner_state", False, Flag(), "start every local run from a fresh inner state (DiLoCo keeps it)"),
+    Field(
+      "fragments",
+      1,
+      Integer(1, "local_steps"),
+      "streaming_diloco (Douillard et al. 2025): P fragments synced in turn; P divides H",
+    ),
+    Field(
+      "delay",
+      0,
+      Integer(0, "local_steps"),
+      "tau: a fragment's mean is applied tau inner steps after its sync (tau = H with P = 1: the one-round-delayed "
+      "outer step)",
+    ),
+    Field("mix", 0.0, Real(0, 1), "alpha: a local copy becomes alpha theta + (1 - alpha) Theta"),
+    Field(
+      "fragment_pattern",
+      DEFAULT_FRAGMENT_PATTERN,
+      Choice(FRAGMENT_PATTERNS),
+      "fragments of whole layers in the model's order: strided (the paper's preference) or sequential (balanced); "
+      "array_strided: array i of jax.tree.leaves in fragment i mod P (the rule before layers)",
+    ),
+  ),
+  nested=True,
+)
 
 
 def default_inner() -> ml_collections.ConfigDict:
-  """``config.inner``: the parameter-server learners' inner optimizer (module docstring)."""
-  inner = ml_collections.ConfigDict()
-  inner.optimizer = SGD
-  inner.learning_rate = 1.0
-  inner.momentum = 0.0
-  inner.nesterov = False
-  inner.options = ml_collections.ConfigDict()
-  inner.reset_state = False
-  # Dynamic local updates (Liu et al.): H_min >= 1 gives learner m H_m = max(floor(H v_m / v_max), H_min) steps, v_m
-  # its speed from the timing model's speed factors; 0 (default): H for every learner.
-  inner.dynamic_min_steps = 0
-  # Data shards (the asynchronous DiLoCo notebook): S >= 1 splits the data into S streams and gives each starting
-  # local run the least-visited one, read from where the shard's earlier runs stopped; 0: each learner its own.
-  inner.data_shards = 0
-  # A cosine inner rate keyed to the local run's data stream (the notebook's): step n of the stream (a shard's step
-  # count with data_shards, else the learner's own inner steps) runs at
-  # final + (learning_rate - final) (1 + cos(pi min(n / T, 1))) / 2, T = cosine_steps; 0: a constant rate.
-  inner.cosine_steps = 0
-  inner.cosine_final_rate = 1e-6
-  # The notebook's scheduler sets a rate only after each step, so the first step of every (re-created) inner
-  # optimizer runs at learning_rate: True does the same.
-  inner.restart_at_peak = False
-  return inner
+  """``config.inner`` at its defaults (`INNER`)."""
+  return INNER.defaults()
 
 
 def default_outer() -> ml_collections.ConfigDict:
-  """``config.outer``: the outer step of ``diloco`` (module docstring); DiLoCo's Nesterov SGD by default."""
-  outer = ml_collections.ConfigDict()
-  outer.optimizer = SGD
-  outer.learning_rate = 0.7
-  outer.momentum = 0.9
-  outer.nesterov = True
-  outer.options = ml_collections.ConfigDict()
-  outer.reset_inner_state = False
-  # streaming_diloco (Douillard et al., arXiv 2501.18512): P fragments synced in turn (P divides H), each mean
-  # applied `delay` = tau inner steps after its sync (0 <= tau <= H), local copies mixed with `mix` = alpha.
-  # diloco is P = 1, tau = 0, alpha = 0; P = 1, tau = H, alpha = 0 is the one-round-delayed outer step.
-  outer.fragments = 1
-  outer.delay = 0
-  outer.mix = 0.0
-  # How the P fragments are formed (stalesgd/decentral/_fragments.py): of whole layers in the model's order,
-  # "strided" (layer j in fragment j mod P, the paper's preference) or "sequential" (contiguous runs of layers, the
-  # largest as small as it can be); "array_strided": array i of jax.tree.leaves in fragment i mod P (the rule
-  # before layers; a config.json saved without this field with P > 1 ran it).
-  outer.fragment_pattern = DEFAULT_FRAGMENT_PATTERN
-  return outer
+  """``config.outer`` at its defaults (`OUTER`)."""
+  return OUTER.defaults()
 
 
 STREAMING_FIELDS = ("fragments", "delay", "mix", "fragment_pattern")
@@ -179,9 +224,29 @@ def cosine_step_scale(
   return scale
 
 
-def local_run_options(config: ml_collections.ConfigDict, timing: schedule_lib.TimingModel) -> dict[str, Any]:
-  """The `stalesgd.engine.Engine` keyword arguments of a parameter-server run's local runs (``timing``: the run's
-  timing model, whose speed factors give dynamic local updates their H_m)."""
+@dataclasses.dataclass(frozen=True)
+class LocalRuns:
+  """A parameter-server run's local runs, as `stalesgd.engine.Engine` takes them (the default: one gradient per
+  contribution).
+
+  Attributes:
+    local_steps: H, the inner steps of a contribution.
+    inner_optimizer: each learner's inner optimizer (None: the engine's default, SGD at rate 1).
+    reset_inner_state: whether every local run starts from a fresh inner state.
+    learner_local_steps: int [learners], H_m of dynamic local updates; None: H for every learner.
+    inner_step_scale: the inner steps' rate factors of a cosine rate keyed to the data stream; None: constant.
+  """
+
+  local_steps: int = 1
+  inner_optimizer: optax.GradientTransformation | None = None
+  reset_inner_state: bool = False
+  learner_local_steps: np.ndarray | None = None
+  inner_step_scale: Callable[[np.ndarray, int], np.ndarray] | None = None
+
+
+def local_runs_of(config: ml_collections.ConfigDict, timing: schedule_lib.TimingModel) -> LocalRuns:
+  """The `LocalRuns` of a parameter-server run (``timing``: the run's timing model, whose speed factors give
+  dynamic local updates their H_m)."""
   inner = config.inner
   steps, minimum = config.local_steps, inner.dynamic_min_steps
   per_learner = dynamic_local_steps(timing, config.learners, config.seed, steps, minimum) if minimum else None
@@ -190,35 +255,11 @@ def local_run_options(config: ml_collections.ConfigDict, timing: schedule_lib.Ti
     scale = cosine_step_scale(
       inner.learning_rate, inner.cosine_final_rate, inner.cosine_steps, restart_at_peak=inner.restart_at_peak
     )
-  return {
-    "local_steps": steps,
-    "inner_optimizer": build_inner_optimizer(inner),
-    "reset_inner_state": inner.reset_state,
-    "learner_local_steps": per_learner,
-    "inner_step_scale": scale,
-  }
-
-
-def _check_section(config: ml_collections.ConfigDict, section: str, reset_field: str) -> None:
-  fields = config[section]
-  name = f"config.{section}"
-  if not isinstance(fields.optimizer, str):
-    validation.reject(
-      f"{name}.optimizer", fields.optimizer, "'sgd', an optax optimizer's name, or 'package.module:factory'"
-    )
-  validation.check_real(f"{name}.learning_rate", fields.learning_rate, low=0, low_open=True, builtin_only=True)
-  validation.check_real(f"{name}.momentum", fields.momentum, low=0, high=1, high_open=True, builtin_only=True)
-  validation.check_bool(f"{name}.nesterov", fields.nesterov)
-  validation.check_bool(f"{name}.{reset_field}", fields[reset_field])
-  if not isinstance(fields.options, (ml_collections.ConfigDict, Mapping)) or not all(
-    isinstance(key, str) for key in fields.options
-  ):
-    validation.reject(f"{name}.options", fields.options, "a mapping of option names to values (e.g. b1=0.9)")
-  _solver_call(fields, section)
+  return LocalRuns(steps, build_inner_optimizer(inner), inner.reset_state, per_learner, scale)
 
 
 def _require_defaults(config: ml_collections.ConfigDict, section: str, why: str) -> None:
-  defaults = {"inner": default_inner, "outer": default_outer}[section]()
+  defaults = {"inner": INNER, "outer": OUTER}[section].defaults()
   for field in sorted(defaults.keys()):
     value = config[section][field]
     default = defaults[field]
@@ -231,16 +272,10 @@ def _require_defaults(config: ml_collections.ConfigDict, section: str, why: str)
 
 
 def _check_streaming(config: ml_collections.ConfigDict, streaming: bool) -> None:
-  """Streaming DiLoCo's fields; a protocol that does not stream keeps P = 1, tau = 0, alpha = 0."""
+  """Streaming DiLoCo's fields together; a protocol that does not stream keeps P = 1, tau = 0, alpha = 0."""
   outer, steps = config.outer, config.local_steps
-  validation.check_integer("config.outer.fragments", outer.fragments, low=1, high=steps, builtin_only=True)
   if steps % outer.fragments:
     validation.reject("config.outer.fragments", outer.fragments, f"a divisor of config.local_steps={steps}")
-  validation.check_integer(
-    "config.outer.delay", outer.delay, low=0, high=steps, high_label="local_steps", builtin_only=True
-  )
-  validation.check_real("config.outer.mix", outer.mix, low=0, high=1, builtin_only=True)
-  validation.check_choice("config.outer.fragment_pattern", outer.fragment_pattern, FRAGMENT_PATTERNS)
   if config.eager_updates and outer.delay != steps:
     validation.reject(
       "config.outer.delay",
@@ -250,7 +285,7 @@ def _check_streaming(config: ml_collections.ConfigDict, streaming: bool) -> None
     )
   if streaming:
     return
-  defaults = default_outer()
+  defaults = OUTER.defaults()
   for field in STREAMING_FIELDS:
     if outer[field] != defaults[field]:
       validation.reject(
@@ -262,37 +297,24 @@ def _check_streaming(config: ml_collections.ConfigDict, streaming: bool) -> None
 
 
 def check_local_runs(config: ml_collections.ConfigDict) -> None:
-  """``config.local_steps``, ``config.inner`` and ``config.outer``, and which of them the protocol uses.
+  """The checks that relate ``config.local_steps``, ``config.inner`` and ``config.outer`` to each other and to the
+  protocol (each field's own range is its declaration's, `INNER` and `OUTER`).
 
   Raises:
     ValueError: naming the field; a section a protocol does not use must keep its defaults (module docstring),
       and the all-reduce protocols take H = 1 only.
   """
-  validation.check_integer("config.local_steps", config.local_steps, low=1, high=2**31 - 1, builtin_only=True)
-  validation.check_integer(
-    "config.inner.dynamic_min_steps",
-    config.inner.dynamic_min_steps,
-    low=0,
-    high=config.local_steps,
-    high_label="local_steps",
-    builtin_only=True,
-  )
   inner = config.inner
-  validation.check_integer("config.inner.data_shards", inner.data_shards, low=0, high=2**31 - 1, builtin_only=True)
-  validation.check_integer("config.inner.cosine_steps", inner.cosine_steps, low=0, high=2**62, builtin_only=True)
-  validation.check_real("config.inner.cosine_final_rate", inner.cosine_final_rate, low=0, builtin_only=True)
-  validation.check_bool("config.inner.restart_at_peak", inner.restart_at_peak)
   if inner.restart_at_peak and not inner.cosine_steps:
     validation.reject(
       "config.inner.restart_at_peak", True, "False without a cosine rate (config.inner.cosine_steps = 0: constant)"
     )
-  validation.check_real("config.grace_window", config.grace_window, low=0, builtin_only=True)
   if config.grace_window and config.protocol != "async":
     validation.reject(
       "config.grace_window", config.grace_window, f"0.0 for protocol {config.protocol!r} (a window is async's)"
     )
-  _check_section(config, "inner", "reset_state")
-  _check_section(config, "outer", "reset_inner_state")
+  _solver_call(config.inner, "inner")
+  _solver_call(config.outer, "outer")
   protocol = config.protocol
   row = schedule_lib.protocol_row(protocol)
   if not row.decentralized:

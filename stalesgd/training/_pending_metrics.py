@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from stalesgd.training._config_readers import epochs_applied
 from stalesgd.training._runners import RunnerMetrics, Schedule  # the schedule a runner runs
 
 
@@ -117,10 +118,8 @@ class PendingMetrics:
     return int(self.applied[stop] - self.applied[first])
 
   def epoch(self, update: int) -> float:
-    """The epochs of examples applied by the end of ``update`` updates."""
-    if self.applied is None:
-      return update / self.per_epoch
-    return float(self.applied[update]) / (self.per_epoch * self.examples_per_update)
+    """The epochs of examples applied by the end of ``update`` updates (the run's clock, `epochs_applied`)."""
+    return float(epochs_applied(update, self.per_epoch, self.applied, self.examples_per_update))
 
   def flush(self, wall_time: float) -> dict[str, float]:
     """The record of the updates since the last flush; raises on a non-finite loss."""

@@ -39,6 +39,7 @@ from stalesgd.models import ModelSpec
 from stalesgd.parallel import _sharding as sharding_lib
 from stalesgd.parallel._dispatch import DispatchLimiter
 from stalesgd.schedule import Schedule  # also the type the training loop names, through this layer
+from stalesgd.training._local_runs import LocalRuns
 
 
 class StepMetrics(NamedTuple):
@@ -121,15 +122,24 @@ class ParameterServerRunner:
     schedule: Schedule,
     batches,
     mesh: jax.sharding.Mesh,
-    local_runs: Mapping[str, Any] | None = None,
+    local_runs: LocalRuns = LocalRuns(),
     boundaries: Sequence[int] | np.ndarray = (),
   ):
-    """``local_runs``: the engine's local-run options (``local_steps``, ``inner_optimizer``,
-    ``reset_inner_state``; `stalesgd.training._local_runs.local_run_options`), one gradient per
-    contribution without them. ``boundaries``: updates at which a block must start (the updates after which
+    """``local_runs``: the contributions' local runs (`stalesgd.training._local_runs.local_runs_of`); by default
+    one gradient per contribution. ``boundaries``: updates at which a block must start (the updates after which
     the run evaluates, `stalesgd.training._config_readers.evaluation_updates`), so that no block spans one
     (`stalesgd.engine.plan_blocks`)."""
-    self.engine = engine_lib.Engine(model.loss_fn, optimizer, has_aux=True, mesh=mesh, **(local_runs or {}))
+    self.engine = engine_lib.Engine(
+      model.loss_fn,
+      optimizer,
+      has_aux=True,
+      mesh=mesh,
+      local_steps=local_runs.local_steps,
+      inner_optimizer=local_runs.inner_optimizer,
+      reset_inner_state=local_runs.reset_inner_state,
+      learner_local_steps=local_runs.learner_local_steps,
+      inner_step_scale=local_runs.inner_step_scale,
+    )
     self.plan = self.engine.plan(schedule, boundaries=boundaries)
     self.batches = batches
 
@@ -242,7 +252,7 @@ def make_runner(
   mesh: jax.sharding.Mesh,
   *,
   decentral_settings: DCS3GDSettings | None = None,
-  local_runs: Mapping[str, Any] | None = None,
+  local_runs: LocalRuns | None = None,
   boundaries: Sequence[int] | np.ndarray = (),
 ) -> Runner:
   """The runner for the run's protocol: DC-S3GD's given its settings, the engine's otherwise.
@@ -256,12 +266,12 @@ def make_runner(
     decentral_settings: a decentralized protocol's settings
       (`stalesgd.training._config_readers.decentral_settings`); None for a
       parameter-server protocol.
-    local_runs: a parameter-server protocol's local-run options for the engine
-      (`stalesgd.training._local_runs.local_run_options`).
+    local_runs: a parameter-server protocol's local runs (`stalesgd.training._local_runs.local_runs_of`);
+      None: one gradient per contribution.
     boundaries: updates at which a parameter-server protocol's block must start (the run's evaluations,
       `stalesgd.training._config_readers.evaluation_updates`); a decentralized runner's blocks are single
       updates, which start at every update.
   """
   if decentral_settings is not None:
     return DecentralizedRunner(decentral_settings, model, optimizer, schedule.num_updates, batches, mesh)
-  return ParameterServerRunner(model, optimizer, schedule, batches, mesh, local_runs, boundaries)
+  return ParameterServerRunner(model, optimizer, schedule, batches, mesh, local_runs or LocalRuns(), boundaries)

@@ -13,19 +13,9 @@ import os
 import ml_collections
 from etils import epath
 
-from stalesgd.training._run_config import STORED_DC_LAMBDA, default_config
+from stalesgd.training._run_config import RESUMABLE_FIELDS, STORED_DC_LAMBDA, default_config
 from stalesgd.utils import _run_directory as run_directory
 from stalesgd.utils._paths import write_whole
-
-# Fields a resumed run may change: they decide when to log, save, how to batch
-# evaluation or how many threads decode, never the weights or the metrics' values.
-RESUMABLE_CHANGES = (
-  "log_every_updates",
-  "checkpoint_every_seconds",
-  "keep_checkpoints",
-  "eval_batch_size",
-  "data_workers",
-)
 
 
 def _multiplier_set_before_it_existed(saved: dict) -> str | None:
@@ -110,7 +100,7 @@ def _section_changes_from_earlier(saved: dict, config: ml_collections.ConfigDict
 
 
 def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
-  """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_CHANGES`.
+  """``field: old -> new`` for every top-level field that differs, except `RESUMABLE_FIELDS`.
 
   A field that ``saved`` lacks but `default_config` has (at the top level or in
   a section such as ``inner``) was added after the run was saved; it counts as
@@ -138,7 +128,7 @@ def config_changes(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
   return [
     f"{field}: {saved.get(field)!r} -> {current.get(field)!r}"
     for field in sorted(saved.keys() | current.keys())
-    if field not in RESUMABLE_CHANGES and saved.get(field) != current.get(field)
+    if field not in RESUMABLE_FIELDS and saved.get(field) != current.get(field)
   ]
 
 
@@ -161,7 +151,7 @@ def check_same_run(config: ml_collections.ConfigDict, workdir: str | os.PathLike
     hint = "".join(f" ({hint})" for hint in hints)
     raise ValueError(
       f"{workdir} holds a run of another config ({', '.join(changes)}){hint}; allowed: the same config "
-      f"(only {', '.join(RESUMABLE_CHANGES)} may change on resume), or another workdir"
+      f"(only {', '.join(RESUMABLE_FIELDS)} may change on resume), or another workdir"
     )
 
 

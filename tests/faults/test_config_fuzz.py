@@ -264,7 +264,7 @@ CASES = [
   Case("outer.options", empty_mapping, {"protocol": "diloco"}, extra=({}, {"b1": 0.9}, "b1=0.9", {"momentum": 0.9})),
   Case("outer.reset_inner_state", exactly(False), extra=(True,)),
   Case("outer.reset_inner_state", flags, {"protocol": "diloco"}),
-  Case("outer.fragments", exactly(1), extra=(2,)),
+  Case("outer.fragments", ints(1, 1), extra=(2,)),  # a count: 1.0 is refused whatever the protocol
   Case(
     "outer.fragments",
     lambda value: _is_int(value) and value in (1, 2, 4),  # the divisors of H = 4

@@ -12,7 +12,7 @@ import pytest
 
 from stalesgd.training import default_config, validate_config
 from stalesgd.training._config_readers import applied_examples, run_label, timing_model, updates_per_epoch
-from stalesgd.training._local_runs import build_inner_optimizer, local_run_options
+from stalesgd.training._local_runs import build_inner_optimizer, local_runs_of
 from stalesgd.training._pending_metrics import PendingMetrics
 
 
@@ -23,7 +23,7 @@ def test_the_defaults_are_one_step_of_stateless_sgd_at_rate_one():
   gradient = jnp.array([0.5, -0.0, 3.0])
   updates, state = inner.update(gradient, inner.init(gradient))
   assert jnp.array_equal(-updates, gradient) and not jax.tree.leaves(state)  # u = -g, no state to keep
-  assert local_run_options(config, timing_model(config))["reset_inner_state"] is False
+  assert local_runs_of(config, timing_model(config)).reset_inner_state is False
 
 
 def test_h_local_steps_per_contribution_make_h_times_fewer_updates_per_epoch_and_show_in_the_label():
@@ -159,9 +159,9 @@ def test_the_keyed_cosine_by_hand():
 
 def test_the_engine_gets_the_keyed_cosine_only_when_asked():
   config = default_config()
-  assert local_run_options(config, timing_model(config))["inner_step_scale"] is None
+  assert local_runs_of(config, timing_model(config)).inner_step_scale is None
   config.inner.cosine_steps, config.inner.learning_rate = 8, 2e-4
-  scale = local_run_options(config, timing_model(config))["inner_step_scale"]
+  scale = local_runs_of(config, timing_model(config)).inner_step_scale
   np.testing.assert_allclose(scale(np.array([4]), 1), [[0.5025]], rtol=2e-6)
 
 
@@ -211,8 +211,9 @@ def test_evaluations_land_after_the_first_update_whose_applied_examples_reach_th
   from stalesgd.training._config_readers import evaluation_updates
 
   applied = np.array([0, 12, 18, 24, 36, 48])
-  assert evaluation_updates(5, 1.5, applied, 12).tolist() == [2, 4]
-  assert evaluation_updates(5, 0.5, applied, 12).tolist() == [1, 2, 3, 4, 5]
-  assert evaluation_updates(1250, 1250 / 3).tolist() == [417, 834, 1250]
-  assert evaluation_updates(40, 10.0).tolist() == [10, 20, 30, 40]
-  assert evaluation_updates(9, 10.0).tolist() == []
+  # Arguments: updates, every_epochs, per_epoch (, applied, c mu H); one epoch of one update's worth here.
+  assert evaluation_updates(5, 1.5, 1.0, applied, 12).tolist() == [2, 4]
+  assert evaluation_updates(5, 0.5, 1.0, applied, 12).tolist() == [1, 2, 3, 4, 5]
+  assert evaluation_updates(1250, 1.0, 1250 / 3).tolist() == [417, 834, 1250]
+  assert evaluation_updates(40, 0.25, 40.0).tolist() == [10, 20, 30, 40]
+  assert evaluation_updates(9, 10.0, 1.0).tolist() == []

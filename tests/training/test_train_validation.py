@@ -24,7 +24,7 @@ from stalesgd.training._config_readers import dc_lambda
 from stalesgd.training._loop import train_and_evaluate
 from stalesgd.training._workdir import (
   FIELDS_OF_THE_PER_MODE_DEFAULTS,
-  RESUMABLE_CHANGES,
+  RESUMABLE_FIELDS,
   check_same_run,
   config_changes,
 )
@@ -168,8 +168,16 @@ def test_a_workdir_of_another_config_is_refused_before_anything_runs(tmp_path, c
 
 
 def test_only_logging_and_checkpoint_cadences_may_change_on_resume():
+  # Written out here, not read from the declarations: a field marked resumable by mistake fails this test.
+  assert set(RESUMABLE_FIELDS) == {
+    "log_every_updates",
+    "checkpoint_every_seconds",
+    "keep_checkpoints",
+    "eval_batch_size",
+    "data_workers",
+  }
   saved = json.loads(tiny_config("hardsync").to_json())
-  cadences = {field: 1 for field in RESUMABLE_CHANGES if field != "eval_batch_size"}
+  cadences = {field: 1 for field in RESUMABLE_FIELDS if field != "eval_batch_size"}
   assert config_changes(saved, tiny_config("hardsync", eval_batch_size=64, **cadences)) == []
   assert config_changes(saved, tiny_config("hardsync", seed=3)) == ["seed: 0 -> 3"]
 
