@@ -32,8 +32,7 @@ import math
 import ml_collections
 
 from stalesgd.configs.arguments import parse_config_argument
-from stalesgd.training import default_config
-from stalesgd.training._config_readers import run_length, simulate_schedule
+from stalesgd.training import default_config, run_length, simulate_schedule
 
 VARIANTS = ("sync", "async", "async_dn_dylu", "sync_at_async_time", "sync_at_dn_dylu_time")
 HIDDEN = 1024

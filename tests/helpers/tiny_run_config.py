@@ -35,7 +35,7 @@ from __future__ import annotations
 import ml_collections
 import numpy as np
 
-from stalesgd.training._run_config import default_config
+from stalesgd.training import default_config
 
 VARIANTS = ("hardsync", "async_dc", "dcs3gd", "async_local", "cifar10_full")
 
