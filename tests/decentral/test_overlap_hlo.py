@@ -10,13 +10,8 @@ import pytest
 
 from stalesgd.decentral import DCS3GD, DCS3GDSettings, settings_for_protocol
 from stalesgd.decentral import _hlo as hlo
-from stalesgd.decentral._streaming import (
-  StreamingSettings,
-  init_streaming,
-  overlap_report,
-  overlap_windows,
-  sharded_streaming_round,
-)
+from stalesgd.decentral._streaming import StreamingSettings, init_streaming, sharded_streaming_round
+from stalesgd.decentral._streaming_overlap import overlap_report, overlap_windows
 from stalesgd.parallel import _sharding as sharding_lib
 
 
