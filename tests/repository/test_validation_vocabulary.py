@@ -41,6 +41,7 @@ CONCEPT_CHECKS = {
   ("training/_component_checks.py", "check_dataset"): "a config's data set and the fields its source reads",
   ("training/_component_checks.py", "check_model"): "a config's model: a registered name or a factory and its options",
   ("training/_component_checks.py", "check_optimizer"): "a config's solver, its options, what the SGD fields mean",
+  ("training/_config_fields.py", "check_fields"): "a config section's fields, each by the kind its declaration names",
   ("training/_local_runs.py", "check_local_runs"): "a run's local-run fields together with its protocol",
   ("training/_workdir.py", "check_same_run"): "a run directory holds a run of this config",
   ("training/_workdir.py", "check_same_data"): "a resumed run reads the data its run directory recorded",

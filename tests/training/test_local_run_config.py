@@ -183,10 +183,10 @@ def test_dynamic_local_updates_end_at_equal_inner_steps():
 def test_under_dynamic_local_updates_an_update_applies_its_learners_steps_times_mu():
   """H_m = (4, 2), mu = 3, one contribution per update from learners 0, 1, 1, 0: 12, 6, 6, 12 examples."""
   schedule = types.SimpleNamespace(
-    options={"learner_local_steps": [4, 2]}, learner=np.array([[0], [1], [1], [0]], np.int32)
+    learner_local_steps=np.array([4, 2], np.int64), learner=np.array([[0], [1], [1], [0]], np.int32)
   )
   assert applied_examples(schedule, 3).tolist() == [0, 12, 18, 24, 36]
-  assert applied_examples(types.SimpleNamespace(options={}, learner=schedule.learner), 3) is None
+  assert applied_examples(types.SimpleNamespace(learner_local_steps=None, learner=schedule.learner), 3) is None
   # Two contributions per update: both learners' steps.
   schedule.learner = np.array([[0, 1], [1, 1]], np.int32)
   assert applied_examples(schedule, 1).tolist() == [0, 6, 10]
