@@ -293,6 +293,12 @@ def test_command(module: Module, python: str = str(PROJECT_PYTHON)) -> str:
   return shlex.join([*words, *module.tests])
 
 
+def summary_test_command(module: Module) -> str:
+  """`test_command` as ``results/mutation/summary.json`` records it: the project's interpreter relative to the
+  repository root (``.venv/bin/python``), so that the committed summary names no absolute path of the machine."""
+  return test_command(module, python=PROJECT_PYTHON.relative_to(ROOT).as_posix())
+
+
 def apply_control(source: str, old: str, new: str) -> str:
   """``source`` with its one occurrence of ``old`` replaced; refuses an absent or ambiguous ``old``."""
   count = source.count(old)
@@ -869,7 +875,10 @@ def kept_from_summary(entry: Mapping[str, Any] | None, module: Module, written: 
   """
   if entry is None or entry.get("status") != "done":
     return None
-  if (entry.get("source_sha256"), entry.get("test_command")) != (_sha256(ROOT / module.path), test_command(module)):
+  if (entry.get("source_sha256"), entry.get("test_command")) != (
+    _sha256(ROOT / module.path),
+    summary_test_command(module),
+  ):
     return None
   return {
     **entry,
@@ -891,7 +900,7 @@ def write_summary(controls: Sequence[Mapping[str, Any]], note: str | None = None
     files = _module_files(module)
     meta = _read_json(files["meta"], None)
     entry: dict[str, Any] = {"module": module.path, "what": module.what, "tests": list(module.tests)}
-    entry["test_command"] = test_command(module)
+    entry["test_command"] = summary_test_command(module)
     kept = kept_from_summary(kept_entries.get(module.path), module, previous.get("written"))
     summary = None
     if meta is not None and meta["baseline_passed"] and not _is_stale(meta, module):

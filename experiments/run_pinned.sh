@@ -8,14 +8,15 @@
 #
 # `save` copies each finished run's record (config.json, dataset.json, metrics.jsonl, summary.json; no
 # checkpoints) to results/<grid's directory>/runs/, and once the whole grid has finished writes its report there
-# with this checkout's code (the report's code, not the runs'). An unfinished run that has written a checkpoint
-# is kept too, with its schedule.npz and its newest checkpoint only (1-16 MB for the CIFAR-10 grids), replacing
-# the one an earlier `save` kept. A later run of the grid, on this machine or a fresh one, first copies what was
-# kept back into any run directory it lacks: finished runs are read back instead of trained again, unfinished
-# ones resume from the kept checkpoint. So a session that ends with `save` and a commit loses nothing but the
-# updates since each unfinished run's newest checkpoint (config.checkpoint_every_seconds, 5 minutes). While a grid
-# is unfinished, `save` also writes its progress report (`stalesgd-reproduce --progress`: every run's test error so
-# far, marked unfinished) to results/<grid's directory>/progress/.
+# with this checkout's code (the report's code, not the runs'); it then rewrites what it saved with this checkout's
+# experiments/relative_result_paths.py, so that results/ names no absolute path of this machine. An unfinished run
+# that has written a checkpoint is kept too, with its schedule.npz and its newest checkpoint only (1-16 MB for the
+# CIFAR-10 grids), replacing the one an earlier `save` kept. A later run of the grid, on this machine or a fresh
+# one, first copies what was kept back into any run directory it lacks: finished runs are read back instead of
+# trained again, unfinished ones resume from the kept checkpoint. So a session that ends with `save` and a commit
+# loses nothing but the updates since each unfinished run's newest checkpoint (config.checkpoint_every_seconds,
+# 5 minutes). While a grid is unfinished, `save` also writes its progress report (`stalesgd-reproduce --progress`:
+# every run's test error so far, marked unfinished) to results/<grid's directory>/progress/.
 #
 # GRID (each one stalesgd-reproduce command, its seeds and variants fixed here before the first run):
 #   zhang_e20        Zhang et al. on CIFAR-10 at E = 20: hardsync, 15- and 30-softsync alpha0/sigma, seeds 0-2
@@ -85,7 +86,7 @@ results_dir() {  # where a grid's report and finished runs are kept in the repos
 
 earlier_grid() {  # a finished report drawn beside a grid's progress report (stalesgd-reproduce --compare_with)
   case "$1" in
-    zhang_e140) echo "--compare_with=$repo/results/zhang_cifar10_e20_3seeds" ;;
+    zhang_e140) echo "--compare_with=results/zhang_cifar10_e20_3seeds" ;;  # relative: the report names it as given
   esac
 }
 
@@ -167,6 +168,9 @@ if [ "$action" = save ]; then
       find "$root/$grid" -maxdepth 1 -type f ! -name sessions.log -exec cp {} "$kept/" \;
       cp "$root/$grid/sessions.log" "$kept/"
     fi
+    # The report, the progress report and hand-kept Notes with no absolute path of this machine: workdirs relative to
+    # the study's directory, data directories as $DATA_DIR (the reports may come from code older than these rules).
+    "$python" "$repo/experiments/relative_result_paths.py" "$kept"
     echo "$grid: finished runs kept in $kept/runs$([ "$complete" = 1 ] && echo ", report written")"
   done
   exit 0

@@ -3,7 +3,9 @@
 Each config module's docstring says, in about 20 lines, what it reproduces (the paper, its table or figure), its
 ``stalesgd-train --config=NAME`` command (and ``stalesgd-reproduce --study=...`` where a study runs it), its
 cost on named hardware and the result it reaches, each citing the ``results/`` directory that holds the number
-or saying "not measured"; its ``get_config`` gives the setting and the variants. ``arguments.py`` defines the
+or saying "not measured"; its ``RESULTS`` holds the numbers that *Result* quotes as data
+(`stalesgd.configs._results.ConfigResult`: directory, variant, statistic, value; a test checks them against each
+directory's ``results.csv``); its ``get_config`` gives the setting and the variants. ``arguments.py`` defines the
 ``[quick,]VARIANT`` argument grammar they share, ``quick.py`` what their ``quick`` variants share and
 ``imagenet.py`` the ImageNet configs' input pipeline (those three are helpers, not configs).
 

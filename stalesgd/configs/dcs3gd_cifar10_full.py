@@ -26,8 +26,18 @@ from __future__ import annotations
 import ml_collections
 
 from stalesgd.configs import rudra_cifar10
+from stalesgd.configs._results import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
+
+# The numbers the docstring's Result quotes, checked against results/ (tests/configs/test_config_results.py).
+RESULTS = (
+  ConfigResult("results/dcs3gd_cifar10_e10_3seeds", "all-reduce SGD (S=0)", value=36.56, std=0.27),
+  ConfigResult("results/dcs3gd_cifar10_e10_3seeds", "DC-S3GD layer-wise, S=1", value=37.13, std=0.55),
+  ConfigResult("results/dcs3gd_cifar10_e10_3seeds", "DC-S3GD layer-wise, S=4", value=45.49, std=0.78),
+  ConfigResult("results/dcs3gd_cifar10_e10_3seeds", "S3GD, S=1", value=37.73, std=0.76),
+  ConfigResult("results/dcs3gd_cifar10_e10_3seeds", "S3GD, S=4", value=46.6, std=0.37),
+)
 
 VARIANTS = ("dcs3gd", "s3gd", "allreduce_sync")
 LEARNERS, BATCH_PER_LEARNER = 8, 128

@@ -31,8 +31,18 @@ import math
 
 import ml_collections
 
+from stalesgd.configs._results import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.training import default_config, run_length, simulate_schedule
+
+# The numbers the docstring's Result quotes, checked against results/ (tests/configs/test_config_results.py).
+RESULTS = (
+  ConfigResult("results/liu_toy_notebook_3seeds", "DiLoCo", value=16.6, decimals=1),
+  ConfigResult("results/liu_toy_notebook_3seeds", "async local SGD", value=45.6, decimals=1),
+  ConfigResult("results/liu_toy_notebook_3seeds", "async + delayed Nesterov + dynamic H", value=16.8, decimals=1),
+  ConfigResult("results/liu_toy_notebook_3seeds", "DiLoCo at async's time", value=45.9, decimals=1),
+  ConfigResult("results/liu_toy_notebook_3seeds", "DiLoCo at DN+DyLU's time", value=45.7, decimals=1),
+)
 
 VARIANTS = ("sync", "async", "async_dn_dylu", "sync_at_async_time", "sync_at_dn_dylu_time")
 HIDDEN = 1024

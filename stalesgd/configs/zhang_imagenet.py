@@ -24,10 +24,15 @@ from __future__ import annotations
 
 import ml_collections
 
+from stalesgd.configs._results import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.imagenet import use_imagenet
 from stalesgd.configs.quick import run_a_few_imagenet_updates
 from stalesgd.training import default_config
+
+# The numbers the docstring's Result quotes, checked against results/ (tests/configs/test_config_results.py): none,
+# its Result is not measured.
+RESULTS: tuple[ConfigResult, ...] = ()
 
 VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse")
 LEARNERS, BATCH_PER_LEARNER, SOFTSYNC_N = 18, 16, 18

@@ -27,9 +27,22 @@ from __future__ import annotations
 import ml_collections
 
 from stalesgd.configs import rudra_cifar10
+from stalesgd.configs._results import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.training import default_config
+
+# The numbers the docstring's Result quotes, checked against results/ (tests/configs/test_config_results.py).
+RESULTS = (
+  ConfigResult("results/zhang_mnist_3seeds", "hardsync", value=1.32, std=0.1),
+  ConfigResult("results/zhang_mnist_3seeds", "15-softsync, a0/sigma", value=1.25, std=0.06),
+  ConfigResult("results/zhang_mnist_3seeds", "30-softsync, a0/sigma", value=1.35, std=0.09),
+  ConfigResult("results/zhang_mnist_3seeds", "15-softsync, a0", value=88.97),
+  ConfigResult("results/zhang_mnist_3seeds", "30-softsync, a0", value=89.16),
+  ConfigResult("results/rudra_mu_lambda_mnist_3seeds", "1-softsync, mu*lambda=120 (mu=4)", value=1.33, std=0.14),
+  ConfigResult("results/rudra_mu_lambda_mnist_3seeds", "baseline (lambda=1, mu=128)", value=1.37, std=0.09),
+  ConfigResult("results/rudra_mu_lambda_mnist_3seeds", "1-softsync, mu*lambda=3840 (mu=128)", value=35.74, std=3.71),
+)
 
 VARIANTS = ("baseline", "hardsync", "softsync_fixed", "softsync_inverse", "softsync_inverse_mean") + tuple(
   f"mu_lambda_{rudra_cifar10.LEARNERS * batch}" for batch in rudra_cifar10.MU_LAMBDA_BATCHES

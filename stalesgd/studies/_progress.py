@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from stalesgd.studies import _portable_paths as portable
 from stalesgd.studies import _registration as registrations
 from stalesgd.studies import _report as report
 from stalesgd.studies import _seed_statistics as statistics
@@ -196,8 +197,8 @@ def write_progress(
   )
   now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
   comparison = (
-    f" Beside each run, the run of the same variant and seed in {compare_with} at the same fraction of the "
-    "schedule (its epochs stretched to this one's)."
+    f" Beside each run, the run of the same variant and seed in {portable.portable_path(compare_with, workdir)} at "
+    "the same fraction of the schedule (its epochs stretched to this one's)."
     if compare_with is not None
     else ""
   )

@@ -5,7 +5,9 @@ Written into the study's workdir by `stalesgd.studies.run_study` (and by
 
 * ``runs.csv``: one row per run (variant x seed): its settings, results, final
   value (mean of its last `Study.last_evaluations` test errors), status,
-  directory and command;
+  directory and command, with no absolute path of the machine (the directory
+  relative to the study's, the data directory as ``$DATA_DIR``:
+  `stalesgd.studies._portable_paths`);
 * ``results.csv`` / ``results.md``: one row per variant: the final value's
   mean ± std over seeds with min/max, the published number beside it, and the
   means of the other summary fields;
@@ -38,6 +40,7 @@ from typing import Any
 
 from stalesgd.schedule import Schedule
 from stalesgd.studies import _outcomes as outcomes
+from stalesgd.studies import _portable_paths as portable
 from stalesgd.studies import _registration as registrations
 from stalesgd.studies import _results_readme as results_readme
 from stalesgd.studies import _seed_statistics as statistics
@@ -101,6 +104,10 @@ def run_final_value(row: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
 
 
 DIVERGED_PREFIX = "diverged"
+# A claim's decision where no seed has a value of both arms: one arm was never run in this grid, or no seed has
+# both (e.g. every run of one arm diverged).
+NOT_RUN = "not run"
+NO_PAIRED_RUNS = "not decided (no paired runs)"
 
 
 def is_diverged(row: Mapping[str, Any]) -> bool:
@@ -208,7 +215,8 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
   """Every claim of ``study`` decided from the runs: rule, paired interval, decision (`Claim`).
 
   With `Study.report_last_evaluation`, each entry also carries the paired interval of the last evaluation
-  alone (``last_evaluation_interval``, from the rows' `LAST`), which decides nothing.
+  alone (``last_evaluation_interval``, from the rows' `LAST`), which decides nothing. A claim one of whose arms
+  has no run in ``rows`` is `NOT_RUN` (its ``not_run``: the slugs missing), not a decision with an empty gap.
   """
   decided = []
   for claim in study.claims:
@@ -226,7 +234,10 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
       "seeds": len(seeds),
     }
     if not seeds:
-      entry.update(decision="not decided (no paired runs)", gap=None, low=None, high=None)
+      missing = [slug for slug in (claim.variant, claim.reference) if not any(row["slug"] == slug for row in rows)]
+      entry.update(decision=NOT_RUN if missing else NO_PAIRED_RUNS, gap=None, low=None, high=None)
+      if missing:
+        entry["not_run"] = missing
       if left_out:
         entry["diverged_left_out"] = left_out
       decided.append(entry)
@@ -289,8 +300,14 @@ def decisions_markdown(decided: Sequence[Mapping[str, Any]]) -> str:
     return "This study states no claim to decide.\n"
   lines = []
   for entry in decided:
+    if "interval" in entry:
+      gap = f" Gap {entry['interval']}."
+    elif entry.get("not_run"):
+      gap = f" No run of {' or '.join(f'`{slug}`' for slug in entry['not_run'])} in this grid."
+    else:
+      gap = " No seed has a value of both arms."
     lines.append(
-      f"- **{entry['claim']}**: {entry['decision']}. Gap {entry.get('interval', 'none')}. Rule: {entry['rule']}."
+      f"- **{entry['claim']}**: {entry['decision']}.{gap} Rule: {entry['rule']}."
       + (
         f" The last evaluation alone (decides nothing): gap {entry['last_evaluation_interval']}."
         if "last_evaluation_interval" in entry
@@ -383,7 +400,7 @@ def write_report(
     if study.report_last_evaluation:
       row[LAST] = run_final_value(row, records_of[index], 1)
     row.update(_mean_diagnostics(records_of[index]))
-  plots.write_results_table(rows, workdir / RUNS_FILENAME)
+  plots.write_results_table([portable.portable_row(row, workdir) for row in rows], workdir / RUNS_FILENAME)
   table = variant_rows(study, rows)
   plots.write_results_table(table, workdir / "results.csv")
   columns = [
@@ -439,7 +456,13 @@ def write_report(
   if staleness:
     plots.plot_staleness_histograms(staleness, workdir / run_directory.STALENESS, title=study.title)
   results_readme.write_readme(
-    study, rows, workdir, table=markdown, decisions=decisions_text, command=command, registration=verdict.describe()
+    study,
+    rows,
+    workdir,
+    table=markdown,
+    decisions=decisions_text,
+    command=None if command is None else portable.portable_text(command, workdir),
+    registration=verdict.describe(),
   )
   if study.bands:
     coarse = band_table(study, rows)

@@ -271,7 +271,7 @@ def test_a_finished_module_keeps_its_summary_entry_only_for_the_source_it_was_ma
     "module": module.path,
     "status": "done",
     "source_sha256": mutation._sha256(REPOSITORY / module.path),
-    "test_command": mutation.test_command(module),
+    "test_command": mutation.summary_test_command(module),
     "killed": 3,
   }
   kept = mutation.kept_from_summary(entry, module, "2026-12-04T00:00:00Z")

@@ -258,7 +258,10 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
   write_report(study, [dict(row) for row in rows if row["variant"] == "va"], tmp_path / "a_only")
   assert [row["variant"] for row in _read_csv(tmp_path / "a_only" / "results.csv")] == ["va"]
   decided = json.loads((tmp_path / "a_only" / "decisions.json").read_text())
-  assert [entry["decision"] for entry in decided] == ["not decided (no paired runs)"] * 2
+  # vb never ran: both claims are "not run", naming it, and print no gap at all.
+  assert [(entry["decision"], entry["not_run"]) for entry in decided] == [("not run", ["vb"])] * 2
+  assert "not run. No run of `vb` in this grid. Rule:" in (tmp_path / "a_only" / "decisions.md").read_text()
+  assert "Gap" not in (tmp_path / "a_only" / "decisions.md").read_text()
   (tmp_path / "b_only").mkdir()
   write_report(study, [dict(row) for row in rows if row["variant"] == "vb"], tmp_path / "b_only")
   assert [row["variant"] for row in _read_csv(tmp_path / "b_only" / "results.csv")] == ["vb"]
