@@ -4,7 +4,7 @@ Each config module's docstring says, in about 20 lines, what it reproduces (the 
 ``stalesgd-train --config=NAME`` command (and ``stalesgd-reproduce --study=...`` where a study runs it), its
 cost on named hardware and the result it reaches, each citing the ``results/`` directory that holds the number
 or saying "not measured"; its ``RESULTS`` holds the numbers that *Result* quotes as data
-(`stalesgd.configs._results.ConfigResult`: directory, variant, statistic, value; a test checks them against each
+(`ConfigResult`: directory, variant, statistic, value; a test checks them against each
 directory's ``results.csv``); its ``get_config`` gives the setting and the variants. ``arguments.py`` defines the
 ``[quick,]VARIANT`` argument grammar they share, ``quick.py`` what their ``quick`` variants share and
 ``imagenet.py`` the ImageNet configs' input pipeline (those three are helpers, not configs).
@@ -20,11 +20,13 @@ from __future__ import annotations
 import os
 import pathlib
 
+from stalesgd.configs._results import ConfigResult
+
 _CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 # Modules of this package that configs import, and that are no config themselves.
 _HELPER_MODULES = ("arguments", "imagenet", "quick")
 
-__all__ = ["config_path", "names", "resolve"]
+__all__ = ["ConfigResult", "config_path", "names", "resolve"]
 
 
 def names() -> tuple[str, ...]:

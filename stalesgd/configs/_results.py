@@ -9,6 +9,7 @@ printed precision, and that the docstring's *Result* prints the same number, so 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 __all__ = ["ConfigResult", "FINAL", "LAST", "STATISTIC_COLUMNS"]
 
@@ -35,6 +36,9 @@ class ConfigResult:
       prints none.
     decimals: the decimals printed, for value and std alike.
   """
+
+  FINAL: ClassVar[str] = FINAL
+  LAST: ClassVar[str] = LAST
 
   directory: str
   variant: str

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.configs._results import ConfigResult
+from stalesgd.configs import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.training import default_config
 

@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.configs._results import LAST, ConfigResult
+from stalesgd.configs import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.training import default_config
 
 # The numbers the docstring's Result quotes, checked against results/ (tests/configs/test_config_results.py).
 RESULTS = (
-  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "SGD, M=1", LAST, value=51.9, decimals=1),
-  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "SSGD, M=4", LAST, value=62.2, decimals=1),
-  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "ASGD, M=4", LAST, value=77.9, decimals=1),
-  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "DC-ASGD-c, M=4", LAST, value=76.9, decimals=1),
-  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "DC-ASGD-a, M=4", LAST, value=90.0, decimals=1),
+  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "SGD, M=1", ConfigResult.LAST, value=51.9, decimals=1),
+  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "SSGD, M=4", ConfigResult.LAST, value=62.2, decimals=1),
+  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "ASGD, M=4", ConfigResult.LAST, value=77.9, decimals=1),
+  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "DC-ASGD-c, M=4", ConfigResult.LAST, value=76.9, decimals=1),
+  ConfigResult("results/dcasgd_table1_jpeg_1epoch", "DC-ASGD-a, M=4", ConfigResult.LAST, value=90.0, decimals=1),
 )
 
 VARIANTS = ("sgd", "asgd", "ssgd", "dcasgd_c", "dcasgd_a", "dcasgd_a_bc")

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.configs import dcasgd_cifar10_resnet20, zhang_mnist
-from stalesgd.configs._results import ConfigResult
+from stalesgd.configs import ConfigResult, dcasgd_cifar10_resnet20, zhang_mnist
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.configs._results import ConfigResult
+from stalesgd.configs import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.imagenet import use_imagenet
 from stalesgd.configs.quick import run_a_few_imagenet_updates

@@ -31,7 +31,7 @@ import math
 
 import ml_collections
 
-from stalesgd.configs._results import ConfigResult
+from stalesgd.configs import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.training import default_config, run_length, simulate_schedule
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.configs._results import ConfigResult
+from stalesgd.configs import ConfigResult
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.training import default_config

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from stalesgd.configs import rudra_cifar10
-from stalesgd.configs._results import ConfigResult
+from stalesgd.configs import ConfigResult, rudra_cifar10
 from stalesgd.configs.arguments import parse_config_argument
 from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.training import default_config
