@@ -47,3 +47,16 @@ def test_every_row_says_what_its_results_computed():
     assert linked, row[CLAIM]
     expected = "pre-registered" if all(_status(d) == "pre-registered" for d in linked) else "exploratory"
     assert row["rule fixed"].split(" ")[0] == expected, (row[CLAIM], linked)
+
+
+def test_every_results_readme_says_pre_registered_or_exploratory_as_computed():
+  """Where a directory holds a computed ``preregistration.json``, its README says that status; elsewhere (no claim,
+  or runs from before the digests were recorded) it says "exploratory"."""
+  for directory in sorted(path for path in (REPOSITORY / "results").iterdir() if (path / "README.md").exists()):
+    text = (directory / "README.md").read_text().lower()
+    try:
+      status = _status(directory.name)
+    except AssertionError:
+      status = "exploratory"
+    expected = "pre-registered" if status == "pre-registered" else "exploratory"
+    assert expected in text, (directory.name, expected)
