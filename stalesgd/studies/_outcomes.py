@@ -24,8 +24,8 @@ from stalesgd.schedule import Schedule
 from stalesgd.studies._tasks import Task, command_with_workdir
 from stalesgd.training import _loop as train
 from stalesgd.training._config_readers import protocol_options
-from stalesgd.utils import _plots as plots
 from stalesgd.utils import _run_directory as run_directory
+from stalesgd.utils import _tables as tables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +165,7 @@ def result_row(task: Task, outcome: RunOutcome, *, host_devices: int | None = No
     )
     row["status"] = "preempted" if outcome.preempted else "ok"
   for field, value in variant.published.items():
-    row[plots.PUBLISHED_PREFIX + field] = value
+    row[tables.PUBLISHED_PREFIX + field] = value
   row.update(host_devices=host_devices, workdir=str(workdir), command=command_with_workdir(task, host_devices))
   return row
 

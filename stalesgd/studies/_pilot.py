@@ -22,7 +22,7 @@ from typing import Any
 
 from stalesgd.studies._report import FINAL, is_diverged
 from stalesgd.studies._study import Study, Variant
-from stalesgd.utils import _plots as plots
+from stalesgd.utils import _tables as tables
 
 CHOICE_FILENAME = "choice.json"
 CHOICE_MARKDOWN = "choice.md"
@@ -138,7 +138,7 @@ def choice_markdown(choice: Mapping[str, Any]) -> str:
     f"{', '.join(str(seed) for seed in pilot['seeds'])}; {pilot['validation_fraction']:g} of the training split "
     f"held out, the test split unread). Rule: {choice['rule']}.\n\n"
   )
-  return heading + plots.markdown_table(rows, ["family", *values, "chosen"])
+  return heading + tables.markdown_table(rows, ["family", *values, "chosen"])
 
 
 def write_choice(study: Study, rows: Sequence[Mapping[str, Any]], directory: str | pathlib.Path) -> str:

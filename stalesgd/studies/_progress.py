@@ -42,6 +42,7 @@ from stalesgd.studies._study import Study
 from stalesgd.studies._tasks import Task
 from stalesgd.utils import _plots as plots
 from stalesgd.utils import _run_directory as run_directory
+from stalesgd.utils import _tables as tables
 from stalesgd.utils._metrics import read_jsonl
 
 PROGRESS_DIRECTORY = "progress"
@@ -177,7 +178,7 @@ def write_progress(
       same_point = _at(old, points[-1][0]) if points else None
       entry["earlier grid at the same point (%)"] = "" if same_point is None else f"{same_point:.2f}"
     table.append(entry)
-  plots.write_results_table(rows, out / "progress.csv", columns=("grid", "variant", "seed", "epoch", "test_error"))
+  tables.write_results_table(rows, out / "progress.csv", columns=("grid", "variant", "seed", "epoch", "test_error"))
   _plot(progress, earlier, out / "progress.png", title=f"{study.title}: UNFINISHED, {finished} of {len(tasks)} runs")
   # A run in flight has recorded its commit only if it registered (a study run of today's code) or stopped once.
   recorded = (run_directory.REGISTRATION, run_directory.SUMMARY, run_directory.DIVERGED)
@@ -209,7 +210,7 @@ def write_progress(
       "A progress report, not a result: a run counts only at its last epoch, and a claim is decided only once "
       f"every run of both its arms has finished.{comparison}",
       "",
-      plots.markdown_table(table).strip(),
+      tables.markdown_table(table).strip(),
       "",
       "## Claims",
       "",

@@ -49,6 +49,7 @@ from stalesgd.training._provenance import SOURCE_ROOT
 from stalesgd.training._runners import DECENTRALIZED_DIAGNOSTICS
 from stalesgd.utils import _plots as plots
 from stalesgd.utils import _run_directory as run_directory
+from stalesgd.utils import _tables as tables
 from stalesgd.utils._metrics import read_jsonl
 
 RUNS_FILENAME = "runs.csv"
@@ -170,7 +171,7 @@ def variant_rows(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[s
     elif diverged:
       entry["final (mean ± std)"] = f"all {diverged} diverged"
     for field, value in runs[0].items():
-      if field.startswith(plots.PUBLISHED_PREFIX):
+      if field.startswith(tables.PUBLISHED_PREFIX):
         entry[field] = value
     for field in MEAN_FIELDS:
       present = [_number(row.get(field)) for row in runs]
@@ -208,7 +209,7 @@ def band_table(study: Study, rows: Sequence[Mapping[str, Any]]) -> str:
         else "seeds in different bands: " + "; ".join(found),
       }
     )
-  return plots.markdown_table(table)
+  return tables.markdown_table(table)
 
 
 def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -400,9 +401,9 @@ def write_report(
     if study.report_last_evaluation:
       row[LAST] = run_final_value(row, records_of[index], 1)
     row.update(_mean_diagnostics(records_of[index]))
-  plots.write_results_table([portable.portable_row(row, workdir) for row in rows], workdir / RUNS_FILENAME)
+  tables.write_results_table([portable.portable_row(row, workdir) for row in rows], workdir / RUNS_FILENAME)
   table = variant_rows(study, rows)
-  plots.write_results_table(table, workdir / "results.csv")
+  tables.write_results_table(table, workdir / "results.csv")
   columns = [
     column
     for column in (
@@ -422,7 +423,7 @@ def write_report(
     )
     if any(entry.get(column) is not None for entry in table)
   ]
-  markdown = plots.markdown_table(table, columns, column_formats={field: "{:.3g}" for field in DIAGNOSTICS})
+  markdown = tables.markdown_table(table, columns, column_formats={field: "{:.3g}" for field in DIAGNOSTICS})
   (workdir / "results.md").write_text(markdown, encoding="utf-8")
   evaluation_rows = [
     {
@@ -433,9 +434,9 @@ def write_report(
     for index, row in enumerate(rows)
     for record in evaluations(records_of[index])
   ]
-  plots.write_results_table(evaluation_rows, workdir / EVALUATIONS_FILENAME, columns=EVALUATION_COLUMNS)
+  tables.write_results_table(evaluation_rows, workdir / EVALUATIONS_FILENAME, columns=EVALUATION_COLUMNS)
   curves = seed_curves(rows, records_of)
-  plots.write_results_table(curves, workdir / EVALUATIONS_OVER_SEEDS_FILENAME)
+  tables.write_results_table(curves, workdir / EVALUATIONS_OVER_SEEDS_FILENAME)
   decided = decisions(study, rows)
   verdict = registration_of(study, rows, registration)
   (workdir / PREREGISTRATION_FILENAME).write_text(

@@ -27,6 +27,7 @@ from stalesgd.schedule import Schedule, simulate
 from stalesgd.training._workdir import check_same_run, write_config
 from stalesgd.utils import _paths as paths
 from stalesgd.utils import _plots as plots
+from stalesgd.utils import _tables as tables
 from stalesgd.utils._metrics import MetricWriter, read_jsonl
 from tests.helpers.train_helpers import CONFIG_FILE, event_scalars, tiny_config
 
@@ -209,7 +210,7 @@ def test_config_schedule_plots_and_tables_round_trip_on_gcs(bucket):
 
   figure_path = plots.plot_staleness_histograms({"async": staleness}, bucket / "staleness.png")
   assert figure_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-  plots.write_results_table([{"variant": "async", "test_error": 12.5}], bucket / "results.csv")
+  tables.write_results_table([{"variant": "async", "test_error": 12.5}], bucket / "results.csv")
   assert (bucket / "results.csv").read_bytes() == b"variant,test_error\r\nasync,12.5\r\n"
   paths.write_whole(bucket / "summary.json", json.dumps({"preempted": False}))
   assert json.loads((bucket / "summary.json").read_text()) == {"preempted": False}
