@@ -30,9 +30,9 @@ from typing import Any
 from absl import app, flags, logging
 
 from stalesgd import schedule as schedule_lib
+from stalesgd.reports import _plots as plots
+from stalesgd.reports import _schedule_plots as schedule_plots
 from stalesgd.schedule import _summary as statistics
-from stalesgd.utils import _plots as plots
-from stalesgd.utils import _schedule_plots as schedule_plots
 
 ZHANG_LEARNERS = 30
 ZHANG_SOFTSYNC_N = (1, 2, 4, 10, 15, 30)

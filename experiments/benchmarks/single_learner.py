@@ -38,9 +38,9 @@ from collections.abc import Callable
 from absl import app, flags
 
 from experiments.benchmarks.common import cifar10_data_dir, machine_description
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._metrics import read_jsonl
 from stalesgd.training._config_readers import examples_per_update
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils._metrics import read_jsonl
 
 CASES = {"single": "rudra_cifar10:baseline", "lambda30": "rudra_cifar10:mu_lambda_3840"}
 # Epochs per timed run: lambda = 30 applies 30 x 128 images per update (13 updates per epoch), so it needs a whole

@@ -71,11 +71,11 @@ from experiments.benchmarks.common import (
   parse_case,
 )
 from experiments.benchmarks.round_robin import EmulatorPool, build_from_config
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._metrics import read_jsonl
 from stalesgd.training import _device_layout as device_layout
 from stalesgd.training._config_readers import contributions_per_update
 from stalesgd.training._loop import train_and_evaluate
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils._metrics import read_jsonl
 
 _QUICK = flags.DEFINE_bool(
   "quick", False, "async at lambda = 8 only, 1/8 of CIFAR-10's size, 2 rounds: about a minute."

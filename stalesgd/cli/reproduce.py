@@ -55,7 +55,7 @@ Every run gets its own sub-directory of ``--workdir`` (default
 finished runs and resumes an interrupted one, and a directory holding runs of
 other settings is refused. A run whose loss becomes non-finite is recorded as
 diverged (chance-level error) and the sweep continues. What a run's directory
-holds: `stalesgd.utils._run_directory`; the study's directory receives the
+holds: `stalesgd.records._run_directory`; the study's directory receives the
 report of `stalesgd.studies._report` (tables, every evaluation, plots, the
 claims' decisions and a ``README.md``); the Markdown table and the directory are
 printed at the end.
@@ -86,7 +86,9 @@ import jax
 from absl import app, flags, logging
 
 from stalesgd.cli import _program as program
+from stalesgd.cluster import _compilation_cache as compilation_cache
 from stalesgd.data._loading import SOURCES
+from stalesgd.records import _paths as paths
 from stalesgd.studies import STUDIES, StudySettings, run_study
 from stalesgd.studies import _pilot as pilots
 from stalesgd.studies import _processes as processes
@@ -94,8 +96,6 @@ from stalesgd.studies._progress import write_progress
 from stalesgd.studies._sweep import gather_refusal
 from stalesgd.studies._tasks import plan_tasks
 from stalesgd.training import PREEMPTED_EXIT_STATUS
-from stalesgd.utils import _compilation_cache as compilation_cache
-from stalesgd.utils import _paths as paths
 
 _STUDY = flags.DEFINE_enum("study", None, sorted(STUDIES), "The study to run.")
 _QUICK = flags.DEFINE_bool("quick", False, "CPU-sized runs (embedded digits, or short runs with --data_source).")

@@ -19,7 +19,7 @@ that defines the run's flags (flax-examples style):
   (`stalesgd.training._device_layout`: about 4 learners per device, at most 8;
   results do not depend on it); processes of a multi-process run get 8 each;
 * ``--compilation_cache_dir``: JAX's persistent compilation cache
-  (`stalesgd.utils._compilation_cache`; on by default, '' turns it off);
+  (`stalesgd.cluster._compilation_cache`; on by default, '' turns it off);
 * the multi-host flags ``--coordinator_address``, ``--num_processes``,
   ``--process_id``, ``--initialization_timeout``; without them the cluster is
   detected from SLURM / Kubernetes / MPI environment variables, and a single
@@ -52,12 +52,12 @@ from absl import app, flags, logging
 from stalesgd import configs
 from stalesgd.cli import _program as program
 from stalesgd.cli import config_flag
+from stalesgd.cluster import _compilation_cache as compilation_cache
+from stalesgd.cluster import _distributed as distributed
+from stalesgd.records import _paths as paths
 from stalesgd.training import _device_layout as device_layout
 from stalesgd.training._config_checks import validate_config
 from stalesgd.training._run_config import describe_config
-from stalesgd.utils import _compilation_cache as compilation_cache
-from stalesgd.utils import _distributed as distributed
-from stalesgd.utils import _paths as paths
 
 _CONFIG = config_flag.define_config_flag(
   "config",

@@ -5,7 +5,7 @@
 ``_catalogue_digits`` (the demo, Adam's step) and ``_catalogue_outer_loops`` (streaming DiLoCo, the delayed
 outer step, Liu et al.'s toy). Published numbers
 (docs/algorithms.md §6) sit in each variant's ``published`` and end up in ``published_<name>`` columns beside ours
-(`stalesgd.utils._tables.table_columns`); these modules are their one place in the code (the config docstrings name
+(`stalesgd.reports._tables.table_columns`); these modules are their one place in the code (the config docstrings name
 the study instead of repeating them). The margins are fixed here before a study's runs, and never moved after.
 """
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import ml_collections
 
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.reports import _tables as tables
 from stalesgd.schedule import Schedule
 from stalesgd.studies._tasks import Task, command_with_workdir
 from stalesgd.training import _loop as train
 from stalesgd.training._config_readers import protocol_options
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils import _tables as tables
 
 
 @dataclasses.dataclass(frozen=True)

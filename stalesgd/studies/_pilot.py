@@ -20,9 +20,9 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from stalesgd.reports import _tables as tables
 from stalesgd.studies._report import FINAL, is_diverged
 from stalesgd.studies._study import Study, Variant
-from stalesgd.utils import _tables as tables
 
 CHOICE_FILENAME = "choice.json"
 CHOICE_MARKDOWN = "choice.md"

@@ -33,6 +33,10 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._metrics import read_jsonl
+from stalesgd.reports import _plots as plots
+from stalesgd.reports import _tables as tables
 from stalesgd.studies import _portable_paths as portable
 from stalesgd.studies import _registration as registrations
 from stalesgd.studies import _report as report
@@ -40,10 +44,6 @@ from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._outcomes import read_outcome
 from stalesgd.studies._study import Study
 from stalesgd.studies._tasks import Task
-from stalesgd.utils import _plots as plots
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils import _tables as tables
-from stalesgd.utils._metrics import read_jsonl
 
 PROGRESS_DIRECTORY = "progress"
 FINISHED = "finished"

@@ -31,8 +31,8 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from stalesgd.records import _run_directory as run_directory
 from stalesgd.studies._study import Study
-from stalesgd.utils import _run_directory as run_directory
 
 PRE_REGISTERED = "pre-registered"
 EXPLORATORY = "exploratory: the rule was fixed after runs began"

@@ -38,6 +38,10 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._metrics import read_jsonl
+from stalesgd.reports import _plots as plots
+from stalesgd.reports import _tables as tables
 from stalesgd.schedule import Schedule
 from stalesgd.studies import _outcomes as outcomes
 from stalesgd.studies import _portable_paths as portable
@@ -47,10 +51,6 @@ from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._study import Claim, Study
 from stalesgd.training._provenance import SOURCE_ROOT
 from stalesgd.training._runners import DECENTRALIZED_DIAGNOSTICS
-from stalesgd.utils import _plots as plots
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils import _tables as tables
-from stalesgd.utils._metrics import read_jsonl
 
 RUNS_FILENAME = "runs.csv"
 EVALUATIONS_FILENAME = "evaluations.csv"

@@ -14,8 +14,8 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from stalesgd.records import _run_directory as run_directory
 from stalesgd.studies._study import Study
-from stalesgd.utils import _run_directory as run_directory
 
 README_FILENAME = "README.md"
 NOTES_HEADING = "## Notes"

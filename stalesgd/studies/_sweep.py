@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from stalesgd.records import _run_directory as run_directory
 from stalesgd.studies import _processes as processes
 from stalesgd.studies import _registration as registration
 from stalesgd.studies import _report as report
@@ -50,7 +51,6 @@ from stalesgd.studies._study_runs import StudySettings
 from stalesgd.studies._tasks import Task, check_tasks, gpus_needed, plan_tasks, varied_fields
 from stalesgd.training._loop import PREEMPTED_EXIT_STATUS
 from stalesgd.training._provenance import source_commit
-from stalesgd.utils import _run_directory as run_directory
 
 
 class SweepResult(NamedTuple):

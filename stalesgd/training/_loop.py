@@ -14,7 +14,7 @@ blocks start at those updates, so no block crosses an evaluation. Logs and check
 end at or past their point.
 
 Everything the run writes into ``workdir`` (process 0 only) is listed, with what it holds, in
-`stalesgd.utils._run_directory`, the one owner of those names; ``summary.json`` and the record of the sessions
+`stalesgd.records._run_directory`, the one owner of those names; ``summary.json`` and the record of the sessions
 that computed the run are `stalesgd.training._run_summary`'s.
 
 SIGTERM saves a checkpoint and returns a summary with ``preempted`` true (the
@@ -39,6 +39,11 @@ import ml_collections
 import numpy as np
 
 from stalesgd.parallel import _sharding as sharding_lib
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._metrics import MetricWriter, read_jsonl
+from stalesgd.records._paths import workdir_path, write_whole
+from stalesgd.reports import _plots as plots
+from stalesgd.reports._progress import ProgressReporter
 from stalesgd.training import _device_layout as device_layout
 from stalesgd.training._build_run import build_run
 from stalesgd.training._config_checks import validate_config
@@ -52,11 +57,6 @@ from stalesgd.training._run_config import flatten_config
 from stalesgd.training._run_summary import SESSIONS_KEY, run_summary, session_record, warn_if_code_changed
 from stalesgd.training._workdir import check_same_data, check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
-from stalesgd.utils import _plots as plots
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils._metrics import MetricWriter, read_jsonl
-from stalesgd.utils._paths import workdir_path, write_whole
-from stalesgd.utils._progress import ProgressReporter
 
 PREEMPTED_EXIT_STATUS = 75
 """The exit status of a program whose run was preempted (SIGTERM): checkpointed, not finished.

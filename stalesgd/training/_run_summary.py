@@ -17,9 +17,9 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+from stalesgd.reports._progress import ProgressReporter
 from stalesgd.training._provenance import host, provenance, source_commit, source_digest, stalesgd_version
 from stalesgd.training._runners import Schedule
-from stalesgd.utils._progress import ProgressReporter
 
 SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
 SOURCE_DIGEST_KEY = "stalesgd_source_sha256"  # a session's `source_digest`: its code, uncommitted changes included

@@ -13,9 +13,9 @@ import os
 import ml_collections
 from etils import epath
 
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._paths import write_whole
 from stalesgd.training._run_config import RESUMABLE_FIELDS, STORED_DC_LAMBDA, default_config
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils._paths import write_whole
 
 
 def _multiplier_set_before_it_existed(saved: dict) -> str | None:

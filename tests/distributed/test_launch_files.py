@@ -1,4 +1,4 @@
-"""The launch files agree with what stalesgd.utils._distributed.initialize reads."""
+"""The launch files agree with what stalesgd.cluster._distributed.initialize reads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from stalesgd import configs
-from stalesgd.utils import _distributed as distributed
+from stalesgd.cluster import _distributed as distributed
 
 LAUNCH = pathlib.Path(__file__).resolve().parents[2] / "launch"
 PREEMPTED = 75  # stalesgd.training.PREEMPTED_EXIT_STATUS, as the launch files (YAML, bash) spell it

@@ -83,8 +83,8 @@ def add_process_flags(parser: argparse.ArgumentParser, *, heartbeat_timeout: int
 
 
 def initialize_process(args: argparse.Namespace) -> None:
-  """Joins the run with the flags of `add_process_flags` (`stalesgd.utils.initialize`)."""
-  from stalesgd.utils import _distributed as distributed  # children only
+  """Joins the run with the flags of `add_process_flags` (`stalesgd.cluster.initialize`)."""
+  from stalesgd.cluster import _distributed as distributed  # children only
 
   distributed.initialize(
     args.coordinator_address,

@@ -1,7 +1,7 @@
 """What the training-loop tests share: tiny configs, reading a run's outputs, starting ``stalesgd-train``.
 
 A run's outputs are read back the way a user would: ``metrics.jsonl`` with
-`stalesgd.utils.read_jsonl`, ``summary.json`` with `json`, TensorBoard event
+`stalesgd.records.read_jsonl`, ``summary.json`` with `json`, TensorBoard event
 files record by record (the TFRecord framing, without TensorFlow).
 
 Command-line runs are subprocesses of ``python -m stalesgd.cli.train`` (or of
@@ -27,7 +27,7 @@ import ml_collections
 import pytest
 from tensorboardX.proto import event_pb2
 
-from stalesgd.utils._metrics import read_jsonl
+from stalesgd.records._metrics import read_jsonl
 from tests.helpers import multiprocess_harness, tiny_run_config
 from tests.helpers.workers import paced_main
 

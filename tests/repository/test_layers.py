@@ -22,7 +22,18 @@ from stalesgd._extras import TRAINING_STACK_MODULES
 
 PACKAGE_ROOT = pathlib.Path(stalesgd.__file__).parent
 CORE_PACKAGES = ("transforms", "schedule", "parallel", "engine", "decentral")
-PACKAGE_ORDER = CORE_PACKAGES + ("utils", "data", "models", "training", "configs", "studies", "cli")
+PACKAGE_ORDER = CORE_PACKAGES + (
+  "utils",
+  "records",
+  "reports",
+  "cluster",
+  "data",
+  "models",
+  "training",
+  "configs",
+  "studies",
+  "cli",
+)
 # Top-level modules the core may load: the validation vocabulary and a leaf's path as names (standard library
 # only, so every layer imports them).
 CORE_MODULES = ("stalesgd._validation", "stalesgd._key_paths")

@@ -49,6 +49,9 @@ TRAINING_STACK = (
   "stalesgd.configs",
   "stalesgd.studies",
   "stalesgd.utils",
+  "stalesgd.records",
+  "stalesgd.reports",
+  "stalesgd.cluster",
   "stalesgd.cli",
 )
 

@@ -50,7 +50,7 @@ CONCEPT_CHECKS = {
   ("transforms/_contributions.py", "check_same_tree"): "two pytrees have the same structure, shapes and dtypes",
   ("transforms/_mean_square.py", "check_learner"): "learner indices (arrays, possibly traced) fit the MeanSquare",
   ("utils/_import_path.py", "check_options"): "a factory's options against its signature",
-  ("utils/_paths.py", "check_workdir"): "a run directory's path or URL",
+  ("records/_paths.py", "check_workdir"): "a run directory's path or URL",
 }
 HELPER = re.compile(r"^(check|require)_")
 PRIVATE_HELPER = re.compile(r"^_(check|require)_")

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from stalesgd.reports import _plots as plots
+from stalesgd.reports import _schedule_plots as schedule_plots
 from stalesgd.schedule import PROTOCOLS, TimingModel, simulate
 from stalesgd.schedule import _summary as statistics
 from stalesgd.schedule._parameter_server import ServerRule, run_parameter_server
-from stalesgd.utils import _plots as plots
-from stalesgd.utils import _schedule_plots as schedule_plots
 from tests.helpers.schedule_helpers import count_arrivals
 
 

@@ -167,8 +167,8 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
   and 5 -> 3.5); the plots' subtitle counts the seeds (max seed + 1) and each band plot gets each variant's own
   points; a run directory holding a schedule gives the staleness histograms; the coarse table is bands.md, and the
   text returned is it with one line per claim."""
+  from stalesgd.reports import _plots as plots
   from stalesgd.schedule import simulate
-  from stalesgd.utils import _plots as plots
 
   study = Study(
     "banded",
@@ -268,7 +268,7 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
 
 
 def test_a_one_seed_report_says_seed_in_the_singular(tmp_path, monkeypatch):
-  from stalesgd.utils import _plots as plots
+  from stalesgd.reports import _plots as plots
 
   study = Study(
     "one",

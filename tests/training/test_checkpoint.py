@@ -17,9 +17,9 @@ import numpy as np
 import optax
 import pytest
 
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._metrics import read_jsonl
 from stalesgd.training.checkpoint import Checkpointer, CheckpointError, PreemptionGuard
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils._metrics import read_jsonl
 from tests.helpers.workers import resume_loop_worker, sigkill_during_save_worker
 from tests.helpers.workers.resume_loop_worker import train
 from tests.helpers.workers.sigkill_during_save_worker import state_at

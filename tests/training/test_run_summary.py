@@ -7,9 +7,9 @@ import pathlib
 
 import pytest
 
+from stalesgd.reports._progress import ProgressReporter
 from stalesgd.training._provenance import source_digest
 from stalesgd.training._run_summary import SOURCE_DIGEST_KEY, ran_other_code, warn_if_code_changed
-from stalesgd.utils._progress import ProgressReporter
 
 COMMIT, OTHER = "a" * 40, "b" * 40
 

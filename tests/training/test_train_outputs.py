@@ -25,10 +25,10 @@ import tensorflow_datasets as tfds
 
 import stalesgd
 from stalesgd import schedule as schedule_lib
+from stalesgd.records import _run_directory as run_directory
 from stalesgd.training._config_readers import updates_per_epoch
 from stalesgd.training._loop import train_and_evaluate
 from stalesgd.training.checkpoint import Checkpointer
-from stalesgd.utils import _run_directory as run_directory
 from tests.helpers.train_helpers import (
   SUMMARY_FIELDS,
   evaluation_records,
@@ -207,7 +207,7 @@ def test_final_checkpoint_is_at_the_last_update(finished_run):
 
 @pytest.mark.slow
 def test_every_file_a_run_writes_is_listed_by_the_run_directory(tmp_path):
-  """stalesgd.utils._run_directory is the one list of a run directory's files: a finished run holds nothing else."""
+  """stalesgd.records._run_directory is the one list of a run directory's files: a finished run holds nothing else."""
   workdir = tmp_path / "run"
   train_and_evaluate(tiny_config("hardsync", num_epochs=0.25), str(workdir))
   listed = set(run_directory.RUN_FILES)

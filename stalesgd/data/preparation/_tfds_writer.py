@@ -43,7 +43,7 @@ import numpy as np
 from PIL import Image
 
 from stalesgd.data._sources import ArraySource
-from stalesgd.utils._progress import format_duration, format_rate
+from stalesgd.reports._progress import format_duration, format_rate
 
 # Seconds between progress lines within a split (each split's end is always reported).
 PROGRESS_INTERVAL_SECONDS = 10.0

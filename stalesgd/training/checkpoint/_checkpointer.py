@@ -52,6 +52,8 @@ from orbax.checkpoint import checkpoint_managers
 
 from stalesgd import _validation as validation
 from stalesgd._key_paths import key_path_names
+from stalesgd.records._metrics import to_json_value
+from stalesgd.records._paths import is_url
 from stalesgd.training.checkpoint import _format
 from stalesgd.training.checkpoint._agreement import (
   all_processes,
@@ -67,8 +69,6 @@ from stalesgd.training.checkpoint._integrity import (
   process_sharded_checksums,
   state_checksums,
 )
-from stalesgd.utils._metrics import to_json_value
-from stalesgd.utils._paths import is_url
 
 PyTree = Any
 _STATE = "state"
@@ -183,7 +183,7 @@ class Checkpointer:
       state: pytree of jax.Array / numpy arrays / PRNG keys; sharded arrays are
         written shard by shard by the processes that hold them.
       metadata: JSON-compatible mapping; numpy and JAX scalars and arrays are
-        converted (see `stalesgd.utils._metrics.to_json_value`).
+        converted (see `stalesgd.records._metrics.to_json_value`).
       force: save even if the intervals say it is not time (e.g. at the end of
         training or on preemption).
 

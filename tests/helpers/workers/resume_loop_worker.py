@@ -22,8 +22,8 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 import jax
 import jax.numpy as jnp
 
+from stalesgd.records._metrics import MetricWriter
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
-from stalesgd.utils._metrics import MetricWriter
 
 TARGET = jnp.arange(4, dtype=jnp.float32)
 

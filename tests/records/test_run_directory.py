@@ -1,4 +1,4 @@
-"""A run directory's file names are defined once, in `stalesgd.utils._run_directory`.
+"""A run directory's file names are defined once, in `stalesgd.records._run_directory`.
 
 The loop writes them, the sweep and the report read them, the checkpoint
 resumes from them: a name spelled out anywhere else would let one of them
@@ -13,7 +13,7 @@ import ast
 import pathlib
 
 import stalesgd
-from stalesgd.utils import _run_directory as run_directory
+from stalesgd.records import _run_directory as run_directory
 
 PACKAGE = pathlib.Path(stalesgd.__file__).parent
 OWNER = pathlib.Path(run_directory.__file__)
@@ -59,7 +59,7 @@ def test_no_module_but_the_owner_spells_a_run_directory_file_name():
     if path != OWNER
     for line, name in literal_run_file_names(path)
   }
-  assert found == {}, f"use stalesgd.utils._run_directory's constants instead: {found}"
+  assert found == {}, f"use stalesgd.records._run_directory's constants instead: {found}"
 
 
 def test_the_owner_lists_every_name_it_defines():

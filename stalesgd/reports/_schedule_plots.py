@@ -1,6 +1,6 @@
 """A plot of protocol runtimes (matplotlib, no pyplot).
 
-Staleness histograms are `stalesgd.utils._plots.plot_staleness_histograms`. The
+Staleness histograms are `stalesgd.reports._plots.plot_staleness_histograms`. The
 figure is built with `matplotlib.figure.Figure` and saved through the Agg
 canvas, so it touches no global pyplot state and works headless, from scripts,
 tests and training loops alike.
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 from matplotlib.figure import Figure
 
-from stalesgd.utils._plots import save_figure
+from stalesgd.reports._plots import save_figure
 
 
 def plot_protocol_comparison(

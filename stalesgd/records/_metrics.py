@@ -3,10 +3,10 @@
 Every record the training loop emits goes to two places in the run's workdir:
 
 * ``metrics.jsonl``: one JSON object per line, ``{"step": u, "train_loss": ...}``,
-  the format the plotting code (`stalesgd.utils._plots`) and any notebook read back
+  the format the plotting code (`stalesgd.reports._plots`) and any notebook read back
   with `read_jsonl`. Locally, lines are written whole and flushed at once, so a
   run killed with SIGKILL loses at most the line being written. On a URL workdir
-  (``gs://``, `stalesgd.utils._paths`), where objects cannot be appended to, the
+  (``gs://``, `stalesgd.records._paths`), where objects cannot be appended to, the
   lines are kept in memory and the whole file is uploaded at every `flush`
   (the loop flushes before each checkpoint) and at `close`.
 * TensorBoard event files (written with tensorboardX, no TensorFlow needed):
@@ -37,8 +37,8 @@ import numpy as np
 from etils import epath
 
 from stalesgd import _validation as validation
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils._paths import is_url, write_whole
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._paths import is_url, write_whole
 
 
 def to_json_value(value: Any, *, name: str = "value") -> Any:

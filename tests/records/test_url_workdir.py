@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from etils import epath
 
+from stalesgd.records import _paths as paths
+from stalesgd.records._metrics import MetricWriter, read_jsonl
+from stalesgd.reports import _plots as plots
+from stalesgd.reports import _tables as tables
 from stalesgd.schedule import Schedule, simulate
 from stalesgd.training._workdir import check_same_run, write_config
-from stalesgd.utils import _paths as paths
-from stalesgd.utils import _plots as plots
-from stalesgd.utils import _tables as tables
-from stalesgd.utils._metrics import MetricWriter, read_jsonl
 from tests.helpers.train_helpers import CONFIG_FILE, event_scalars, tiny_config
 
 BUCKET = "stalesgd-test"

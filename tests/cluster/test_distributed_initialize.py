@@ -1,11 +1,11 @@
-"""stalesgd.utils._distributed.initialize: argument validation, launcher detection, single-host no-op."""
+"""stalesgd.cluster._distributed.initialize: argument validation, launcher detection, single-host no-op."""
 
 from __future__ import annotations
 
 import jax
 import pytest
 
-from stalesgd.utils import _distributed as distributed
+from stalesgd.cluster import _distributed as distributed
 
 SLURM_ENV = {
   "SLURM_JOB_ID": "4242",

@@ -1,4 +1,4 @@
-"""Tests for stalesgd.utils._plots: figures from metric records with gaps, staleness histograms."""
+"""Tests for stalesgd.reports._plots: figures from metric records with gaps, staleness histograms."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from matplotlib import image
 
-from stalesgd.utils._plots import (
+from stalesgd.reports._plots import (
   Run,
   curve_points,
   plot_curves,

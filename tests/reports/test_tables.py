@@ -1,4 +1,4 @@
-"""Tests for stalesgd.utils._tables: result tables in Markdown and CSV, published numbers beside ours."""
+"""Tests for stalesgd.reports._tables: result tables in Markdown and CSV, published numbers beside ours."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from stalesgd.utils._tables import markdown_table, table_columns, write_results_table
+from stalesgd.reports._tables import markdown_table, table_columns, write_results_table
 
 ROWS = [
   {"protocol": "hardsync", "n": 1, "test_error": 18.234, "published_test_error": 18.0},

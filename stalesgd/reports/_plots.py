@@ -1,7 +1,7 @@
 """Figures for comparing runs: learning curves, bands over seeds, staleness histograms (tables: `._tables`).
 
 The inputs are what the trainer leaves behind: the records of each run's
-``metrics.jsonl`` (read them with `stalesgd.utils.read_jsonl`) and arrays of
+``metrics.jsonl`` (read them with `stalesgd.records.read_jsonl`) and arrays of
 staleness values. Records hold the fields the trainer writes (``step``,
 ``epoch``, ``sim_time``, ``wall_time``, ``train_loss``, ``test_accuracy``,
 ``test_error`` in percent, ``staleness_mean``, ``staleness_max``,
@@ -31,9 +31,9 @@ import numpy as np
 from etils import epath
 from matplotlib.figure import Figure
 
-from stalesgd.utils._metrics import integer_bins
-from stalesgd.utils._paths import write_whole
-from stalesgd.utils._tables import plottable
+from stalesgd.records._metrics import integer_bins
+from stalesgd.records._paths import write_whole
+from stalesgd.reports._tables import plottable
 
 AXIS_LABELS = {
   "step": "server update",

@@ -1,4 +1,4 @@
-"""Tests for stalesgd.utils._metrics: JSON lines, TensorBoard event files (read back without TensorFlow), resume."""
+"""Tests for stalesgd.records._metrics: JSON lines, TensorBoard event files (read back without TensorFlow), resume."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 
-from stalesgd.utils import _run_directory as run_directory
-from stalesgd.utils._metrics import MetricWriter, integer_bins, read_jsonl, to_json_value
+from stalesgd.records import _run_directory as run_directory
+from stalesgd.records._metrics import MetricWriter, integer_bins, read_jsonl, to_json_value
 from tests.helpers.train_helpers import event_hparams
 
 

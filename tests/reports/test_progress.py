@@ -1,4 +1,4 @@
-"""Tests for stalesgd.utils._progress: plain lines in logs, an in-place bar on terminals, rates and ETA."""
+"""Tests for stalesgd.reports._progress: plain lines in logs, an in-place bar on terminals, rates and ETA."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from stalesgd.utils._progress import ProgressReporter, format_duration, format_rate
+from stalesgd.reports._progress import ProgressReporter, format_duration, format_rate
 
 
 class FakeClock:

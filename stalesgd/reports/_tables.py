@@ -19,7 +19,7 @@ from typing import Any
 from etils import epath
 
 from stalesgd import _validation as validation
-from stalesgd.utils._paths import write_whole
+from stalesgd.records._paths import write_whole
 
 PUBLISHED_PREFIX = "published_"
 
