@@ -1,0 +1,174 @@
+r"""Does compressing the schedule change the answer? Per-seed gaps of a grid run compressed and at full length.
+
+Reads the finished runs that two results directories keep (``<dir>/runs/<variant>/seed_<k>/metrics.jsonl`` with
+its ``summary.json``): the same study run over a compressed schedule (e.g. ``results/zhang_cifar10_e20_3seeds``,
+140 epochs compressed to 20) and at full length (``results/zhang_cifar10_e140_3seeds``). For every variant against
+the reference, per seed and at both lengths, the gap in test error (variant - reference, points) by the two
+statistics the study reports:
+
+* the mean of the run's last 3 evaluations (the statistic its claims are decided by);
+* the run's last evaluation alone (reported beside it, deciding nothing).
+
+And for every finished run, the simulated time (the timing model's seconds, ``sim_time``) of its first evaluation
+within ``--tolerance`` points of its own final error (the mean of its last 3 evaluations): how long each protocol
+takes to get where it ends. Descriptive only: the study's pre-registered rule decides its claims. A run without
+``summary.json``, or one that was preempted, has not finished and is left out (a seed counts only once both of its
+runs have finished).
+
+Usage::
+
+  python -m experiments.compression_gap --compressed=results/zhang_cifar10_e20_3seeds \
+      --full=results/zhang_cifar10_e140_3seeds --reference=hardsync \
+      --variants 30_softsync_a0_sigma 15_softsync_a0_sigma [--out=gaps.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+from collections.abc import Sequence
+
+LAST_EVALUATIONS = 3
+"""The study's statistic: the mean of a run's last 3 evaluations."""
+
+
+def evaluations(run: pathlib.Path) -> list[tuple[float, float]] | None:
+  """``[(sim_time, test_error), ...]`` of a finished run's evaluations in order, or None if it has not finished."""
+  summary = run / "summary.json"
+  if not summary.exists() or json.loads(summary.read_text()).get("preempted"):
+    return None
+  points = []
+  for line in (run / "metrics.jsonl").read_text().splitlines():
+    record = json.loads(line) if line.strip() else {}
+    if "test_error" in record:
+      points.append((float(record["sim_time"]), float(record["test_error"])))
+  return points or None
+
+
+def final_error(points: Sequence[tuple[float, float]]) -> float:
+  """The mean of the last `LAST_EVALUATIONS` evaluations' test error."""
+  return statistics.fmean(error for _, error in points[-LAST_EVALUATIONS:])
+
+
+def time_to_final(points: Sequence[tuple[float, float]], tolerance: float) -> float:
+  """The simulated time of the first evaluation within ``tolerance`` points of the run's final error."""
+  target = final_error(points) + tolerance
+  return next(time for time, error in points if error <= target)
+
+
+def runs_of(directory: pathlib.Path, variant: str) -> dict[int, list[tuple[float, float]]]:
+  """Seed -> evaluations of the variant's finished runs kept in ``directory``."""
+  found = {}
+  for run in sorted((directory / "runs" / variant).glob("seed_*")):
+    points = evaluations(run)
+    if points is not None:
+      found[int(run.name.removeprefix("seed_"))] = points
+  return found
+
+
+def _signed(value: float | None) -> str:
+  return "" if value is None else f"{value:+.2f}"
+
+
+def gap_rows(compressed: pathlib.Path, full: pathlib.Path, reference: str, variants: Sequence[str]) -> list[dict]:
+  """One row per variant and seed: the gaps at both lengths by both statistics (None where a run is missing)."""
+  rows = []
+  for variant in variants:
+    by_length = {}
+    for name, directory in (("compressed", compressed), ("full", full)):
+      ours, theirs = runs_of(directory, variant), runs_of(directory, reference)
+      by_length[name] = {
+        seed: (final_error(ours[seed]) - final_error(theirs[seed]), ours[seed][-1][1] - theirs[seed][-1][1])
+        for seed in ours.keys() & theirs.keys()
+      }
+    for seed in sorted(by_length["compressed"].keys() | by_length["full"].keys()):
+      short, long = by_length["compressed"].get(seed), by_length["full"].get(seed)
+      rows.append(
+        {
+          "variant": variant,
+          "seed": seed,
+          "compressed_last3": None if short is None else short[0],
+          "full_last3": None if long is None else long[0],
+          "compressed_last": None if short is None else short[1],
+          "full_last": None if long is None else long[1],
+        }
+      )
+  return rows
+
+
+def time_rows(full: pathlib.Path, names: Sequence[str], tolerance: float) -> list[dict]:
+  """One row per finished run of ``names``: its final error and the simulated time it first came within
+  ``tolerance`` of it, and its whole simulated time."""
+  rows = []
+  for variant in names:
+    for seed, points in sorted(runs_of(full, variant).items()):
+      rows.append(
+        {
+          "variant": variant,
+          "seed": seed,
+          "final": final_error(points),
+          "time_to_final": time_to_final(points, tolerance),
+          "total_time": points[-1][0],
+        }
+      )
+  return rows
+
+
+def markdown(gaps: Sequence[dict], times: Sequence[dict], reference: str, tolerance: float) -> str:
+  lines = [
+    f"Gap to {reference} in test error (points; variant - reference), per seed: the mean of the last "
+    f"{LAST_EVALUATIONS} evaluations (the decision's statistic) and the last evaluation alone.",
+    "",
+    "| variant | seed | compressed, last 3 | full, last 3 | compressed, last | full, last |",
+    "|---|--:|--:|--:|--:|--:|",
+  ]
+  for row in gaps:
+    lines.append(
+      f"| {row['variant']} | {row['seed']} | {_signed(row['compressed_last3'])} | {_signed(row['full_last3'])} | "
+      f"{_signed(row['compressed_last'])} | {_signed(row['full_last'])} |"
+    )
+  lines += [
+    "",
+    f"Simulated time (s) to the first evaluation within {tolerance:g} points of the run's final error (the mean "
+    f"of its last {LAST_EVALUATIONS}), at full length.",
+    "",
+    "| variant | seed | final error (%) | time to it (s) | whole run (s) |",
+    "|---|--:|--:|--:|--:|",
+  ]
+  for row in times:
+    lines.append(
+      f"| {row['variant']} | {row['seed']} | {row['final']:.2f} | {row['time_to_final']:.1f} | "
+      f"{row['total_time']:.1f} |"
+    )
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--compressed", type=pathlib.Path, required=True, help="results directory, compressed run")
+  parser.add_argument("--full", type=pathlib.Path, required=True, help="results directory, full-length run")
+  parser.add_argument("--reference", required=True, help="the reference variant's directory name, e.g. hardsync")
+  parser.add_argument("--variants", nargs="+", required=True, help="the variants compared with it")
+  parser.add_argument("--tolerance", type=float, default=1.0, help="points above the final error (default 1)")
+  parser.add_argument("--out", type=pathlib.Path, help="write the tables here (default: print)")
+  arguments = parser.parse_args(argv)
+  for directory in (arguments.compressed, arguments.full):
+    if not (directory / "runs").is_dir():
+      parser.error(f"{directory} keeps no runs/ (a results directory of a study's finished runs)")
+  if not arguments.tolerance >= 0:
+    parser.error(f"--tolerance={arguments.tolerance}; allowed: a number >= 0")
+  gaps = gap_rows(arguments.compressed, arguments.full, arguments.reference, arguments.variants)
+  times = time_rows(arguments.full, [arguments.reference, *arguments.variants], arguments.tolerance)
+  text = markdown(gaps, times, arguments.reference, arguments.tolerance)
+  if arguments.out is None:
+    sys.stdout.write(text)
+  else:
+    arguments.out.write_text(text)
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())

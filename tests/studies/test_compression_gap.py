@@ -1,0 +1,80 @@
+"""experiments/compression_gap.py on run directories written by hand: per-seed gaps by both statistics at both
+lengths, the time to each run's final error, and unfinished runs left out."""
+
+import json
+
+import pytest
+
+from experiments import compression_gap
+
+
+def _run(root, study, variant, seed, errors, *, finished=True, step_time=2.0):
+  """A kept run: evaluations of ``errors`` every ``step_time`` simulated seconds, and its summary if finished."""
+  run = root / study / "runs" / variant / f"seed_{seed}"
+  run.mkdir(parents=True)
+  lines = []
+  for index, error in enumerate(errors, start=1):
+    lines.append(json.dumps({"step": index, "train_loss": 1.0, "sim_time": index * step_time}))  # a log record
+    lines.append(json.dumps({"step": index, "sim_time": index * step_time, "test_error": error}))
+  (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+  if finished:
+    (run / "summary.json").write_text(json.dumps({"preempted": False}))
+  return run
+
+
+@pytest.fixture
+def studies(tmp_path):
+  # Compressed: reference ends 10, 8, 6 (last 3 mean 8, last 6); variant ends 12, 11, 10 (mean 11, last 10).
+  _run(tmp_path, "short", "ref", 0, [20, 10, 8, 6])
+  _run(tmp_path, "short", "var", 0, [30, 12, 11, 10])
+  # Full: reference 9, 7, 5 (mean 7, last 5); variant 9, 8, 4 (mean 7, last 4): the gap closes.
+  _run(tmp_path, "long", "ref", 0, [40, 30, 9, 7, 5])
+  _run(tmp_path, "long", "var", 0, [40, 20, 9, 8, 4])
+  # Seed 1 ran compressed only; its full-length variant has not finished.
+  _run(tmp_path, "short", "ref", 1, [9, 9, 9])
+  _run(tmp_path, "short", "var", 1, [10, 10, 10])
+  _run(tmp_path, "long", "ref", 1, [9, 9, 9])
+  _run(tmp_path, "long", "var", 1, [10, 10, 10], finished=False)
+  return tmp_path / "short", tmp_path / "long"
+
+
+def test_the_gaps_per_seed_by_both_statistics_at_both_lengths(studies):
+  short, long = studies
+  rows = compression_gap.gap_rows(short, long, "ref", ["var"])
+  assert rows[0] == {
+    "variant": "var",
+    "seed": 0,
+    "compressed_last3": pytest.approx(11 - 8),
+    "full_last3": pytest.approx(7 - 7),
+    "compressed_last": pytest.approx(10 - 6),
+    "full_last": pytest.approx(4 - 5),
+  }
+  assert rows[1]["seed"] == 1 and rows[1]["compressed_last3"] == pytest.approx(1)
+  assert rows[1]["full_last3"] is None and rows[1]["full_last"] is None  # the unfinished run counts for nothing
+
+
+def test_the_time_to_a_runs_final_error_is_its_first_evaluation_within_the_tolerance(studies):
+  _, long = studies
+  rows = {row["variant"]: row for row in compression_gap.time_rows(long, ["ref", "var"], 1.0) if row["seed"] == 0}
+  # ref: final 7, first evaluation <= 8 is the 4th (7), at 8 s; var: final 7, first <= 8 is the 4th (8), at 8 s.
+  assert rows["ref"]["final"] == pytest.approx(7) and rows["ref"]["time_to_final"] == 8.0
+  assert rows["var"]["time_to_final"] == 8.0 and rows["var"]["total_time"] == 10.0
+  # With no tolerance, ref reaches 7 at its 4th evaluation; var first reaches 7 at its 5th (4), at 10 s.
+  exact = {row["variant"]: row for row in compression_gap.time_rows(long, ["ref", "var"], 0.0) if row["seed"] == 0}
+  assert exact["ref"]["time_to_final"] == 8.0 and exact["var"]["time_to_final"] == 10.0
+
+
+def test_the_program_writes_both_tables_and_refuses_a_directory_without_runs(studies, tmp_path, capsys):
+  short, long = studies
+  out = tmp_path / "gaps.md"
+  args = [f"--compressed={short}", f"--full={long}", "--reference=ref", "--variants", "var"]
+  assert compression_gap.main([*args, f"--out={out}"]) == 0
+  text = out.read_text()
+  assert "| var | 0 | +3.00 | +0.00 | +4.00 | -1.00 |" in text
+  assert "| var | 1 | +1.00 |  | +1.00 |  |" in text
+  assert "| ref | 0 | 7.00 | 8.0 | 10.0 |" in text
+  with pytest.raises(SystemExit):
+    compression_gap.main(
+      [f"--compressed={tmp_path / 'nothing'}", f"--full={long}", "--reference=ref", "--variants", "var"]
+    )
+  assert "keeps no runs/" in capsys.readouterr().err
