@@ -36,11 +36,7 @@ def check_model(config: ml_collections.ConfigDict) -> None:
 
 def check_optimizer(config: ml_collections.ConfigDict) -> None:
   """The solver's name, its options, and what the config's SGD fields mean for it (`_solvers`)."""
-  if not isinstance(config.optimizer, str):
-    validation.reject(
-      "config.optimizer", config.optimizer, "'sgd', an optax optimizer's name, or 'package.module:factory'"
-    )
-  if config.optimizer == CAFFE_SGD:
+  if config.optimizer == CAFFE_SGD:  # a str: its field's own check came first (`validate_config`)
     if config.optimizer_options.keys():
       validation.reject(
         "config.optimizer_options",

@@ -61,10 +61,6 @@ def _require_known_fields(config) -> None:
 
 
 # ------------------------------------------------------------------ the checks that relate several fields, by section
-def _check_data(config) -> None:
-  check_dataset(config)
-
-
 def _check_model(config) -> None:
   """The model's name or factory, its multiplier set (with the multipliers on) and the loss's name."""
   check_model(config)
@@ -232,7 +228,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int | Non
   _require_known_fields(config)
   for section in RUN_SECTIONS:
     section.check_fields(config)
-  _check_data(config)
+  check_dataset(config)
   _check_model(config)
   _check_protocol(config, num_devices)
   check_local_runs(config)  # inner and outer

@@ -50,15 +50,22 @@ SGD = "sgd"  # a section's optimizer default: optax.sgd (no schedule: the rate i
 _OPTIMIZER_NAMES = "'sgd', an optax optimizer's name, or 'package.module:factory'"
 
 
+def _optimizer_fields(role: str, rate: float, momentum: float, nesterov: bool, rate_doc: str) -> tuple[Field, ...]:
+  """The five fields by which ``inner`` and ``outer`` each name an optimizer (module docstring), at its defaults."""
+  return (
+    Field("optimizer", SGD, Text(_OPTIMIZER_NAMES), "'sgd' (optax.sgd), an optax optimizer's name or a factory"),
+    Field("learning_rate", rate, Real(0, low_open=True), rate_doc),
+    Field("momentum", momentum, Real(0, 1, high_open=True), f"the {role} momentum"),
+    Field("nesterov", nesterov, Flag(), f"Nesterov {role} momentum"),
+    Field("options", ml_collections.ConfigDict, Options("b1=0.9"), f"further keyword options of the {role} optimizer"),
+  )
+
+
 INNER = Section(
   "inner",
   "the parameter-server learners' inner optimizer and local runs (docs/algorithms.md §7)",
   (
-    Field("optimizer", SGD, Text(_OPTIMIZER_NAMES), "'sgd' (optax.sgd), an optax optimizer's name or a factory"),
-    Field("learning_rate", 1.0, Real(0, low_open=True), "the inner rate (1 with H = 1: a contribution is a gradient)"),
-    Field("momentum", 0.0, Real(0, 1, high_open=True), "the inner momentum"),
-    Field("nesterov", False, Flag(), "Nesterov inner momentum"),
-    Field("options", ml_collections.ConfigDict, Options("b1=0.9"), "further keyword options of the inner optimizer"),
+    *_optimizer_fields("inner", 1.0, 0.0, False, "the inner rate (1 with H = 1: a contribution is a gradient)"),
     Field(
       "reset_state",
       False,
@@ -100,11 +107,7 @@ OUTER = Section(
   "outer",
   "the outer step of diloco and streaming_diloco; DiLoCo's Nesterov SGD (Douillard et al. 2023) by default",
   (
-    Field("optimizer", SGD, Text(_OPTIMIZER_NAMES), "'sgd' (optax.sgd), an optax optimizer's name or a factory"),
-    Field("learning_rate", 0.7, Real(0, low_open=True), "the outer rate"),
-    Field("momentum", 0.9, Real(0, 1, high_open=True), "the outer momentum"),
-    Field("nesterov", True, Flag(), "Nesterov outer momentum"),
-    Field("options", ml_collections.ConfigDict, Options("b1=0.9"), "further keyword options of the outer optimizer"),
+    *_optimizer_fields("outer", 0.7, 0.9, True, "the outer rate"),
     Field("reset_inner_state", False, Flag(), "start every local run from a fresh inner state (DiLoCo keeps it)"),
     Field(
       "fragments",
