@@ -1,8 +1,9 @@
 """Mutation testing of the rules the results rest on: how many one-token changes would the suite miss?
 
 For each module of `MODULES` (one Python file: the transforms' rules, the schedule's server rules, protocol
-simulation and timing model, the engine's block planner and ring buffer, DC-S3GD's step, the training optimizer
-chain and the models' multiplier rules, the seed statistics and the claim decision, the per-learner data order)
+simulation and timing model, the engine's block planner and ring buffer, DC-S3GD's step, Streaming DiLoCo's round
+and fragments, the training optimizer chain and the models' multiplier rules, the seed statistics, the claim
+decision, the divergence rule, the pilot's choice and pre-registration, the per-learner data order)
 this runs cosmic-ray with its default operators, one session per module, each mutant's tests in a fresh process
 (cosmic-ray's local distributor starts one test command per mutant: nothing is forked from a process that has
 JAX running, and no jit cache is inherited by a mutant). Each mutant runs only the module's own test files
@@ -208,6 +209,16 @@ MODULES: tuple[Module, ...] = (
   Module("stalesgd/engine/_ring_buffer.py", ("tests/engine/test_engine_blocks.py",), "the ring buffer of weights"),
   # decentral.
   Module("stalesgd/decentral/_dcs3gd.py", ("tests/decentral/test_dcs3gd.py",), "DC-S3GD's step"),
+  Module(
+    "stalesgd/decentral/_fragments.py", ("tests/decentral/test_fragments.py",), "Streaming DiLoCo's fragments of layers"
+  ),
+  Module(
+    "stalesgd/decentral/_streaming.py",
+    # The slow test (30 compiled programs) only sweeps the cases the fast ones pin by hand and by the oracle.
+    ("tests/decentral/test_streaming_diloco.py",),
+    "Streaming DiLoCo's round: syncs, applications, eager updates, mixing",
+    not_slow=True,
+  ),
   # training: the optimizer chain; models: the multiplier rules.
   Module(
     "stalesgd/training/_optimizer.py",
@@ -262,6 +273,14 @@ MODULES: tuple[Module, ...] = (
     "a claim's rule and decision",
   ),
   Module("stalesgd/studies/_report.py", ("tests/studies/test_study_statistics.py",), "claims decided from runs"),
+  Module("stalesgd/studies/_outcomes.py", ("tests/studies/test_divergence_rule.py",), "the numeric divergence rule"),
+  Module("stalesgd/studies/_pilot.py", ("tests/studies/test_pilot.py",), "the pilot's choice of a value per family"),
+  Module(
+    "stalesgd/studies/_registration.py",
+    ("tests/studies/test_registration.py",),
+    "pre-registration judged from the runs' records",
+    not_slow=True,
+  ),
   # data: the per-learner data order.
   Module(
     "stalesgd/data/_learner_batches.py",
