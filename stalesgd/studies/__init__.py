@@ -1,6 +1,6 @@
 """The papers' reproduction studies (`_catalogue`, on the data model of `_study`), how a study run's config is built
-(`_study_runs`), the grid's runs (`_tasks`), how each ended (`_outcomes`), the sweep that runs them (`_sweep`)
-and its report (`_report`).
+(`_study_runs`), the grid's runs (`_tasks`), how each ended (`_outcomes`; a run that fell back to chance:
+`_divergence`), the sweep that runs them (`_sweep`) and its report (`_report`).
 
 ``stalesgd-reproduce --study=NAME`` (`stalesgd.cli.reproduce`) is the command line;
 `STUDIES` maps each name to its `Study`.

@@ -6,16 +6,16 @@ of training it again, and resumes an unfinished one from its checkpoint. A run
 whose loss becomes non-finite (`stalesgd.training.TrainingDiverged`) is an
 outcome, not an error: recorded with the update the trainer names and, in its
 row, the chance-level test error of the data it loaded (Zhang et al. report
-such runs as "90% error" on CIFAR-10).
+such runs as "90% error" on CIFAR-10). A finished run that fell back to chance
+is marked diverged by the report (`stalesgd.studies._divergence`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import ml_collections
@@ -80,38 +80,6 @@ def chance_error(workdir: pathlib.Path) -> float | None:
   loaded (its ``dataset.json``): what a diverged run is recorded with. None if the run wrote none."""
   path = pathlib.Path(workdir) / run_directory.DATASET
   return json.loads(path.read_text())["chance_test_error"] if path.exists() else None
-
-
-COLLAPSE_LEARNED = 0.5  # the loss had been below this fraction of chance: the run learned
-COLLAPSE_BAND = 0.05  # then came back within this fraction of chance ...
-COLLAPSE_RECORDS = 3  # ... for the rest of the run, at least this many logged records
-
-
-def chance_loss(workdir: pathlib.Path) -> float | None:
-  """The cross-entropy of a uniform prediction, ln K for the K classes the run in ``workdir`` loaded; None if it
-  wrote no ``dataset.json``."""
-  path = pathlib.Path(workdir) / run_directory.DATASET
-  return math.log(json.loads(path.read_text())["num_classes"]) if path.exists() else None
-
-
-def collapse_update(records: Sequence[Mapping[str, Any]], chance: float) -> int | None:
-  """Where a run that had learned fell back to chance for good, or None: the numeric divergence rule.
-
-  A run diverged if its training loss, after it had been below ``COLLAPSE_LEARNED`` x chance (ln K), came back
-  within ``COLLAPSE_BAND`` x chance of it and stayed there for the rest of the run, at least
-  ``COLLAPSE_RECORDS`` logged records (a non-finite loss stops a run and is recorded by `run_variant`). Returns
-  the update (``step``) of the first record of that last stretch.
-  """
-  losses = [(int(record["step"]), float(record["train_loss"])) for record in records if "train_loss" in record]
-  learned = next((index for index, (_, loss) in enumerate(losses) if loss < COLLAPSE_LEARNED * chance), None)
-  if learned is None:
-    return None
-  start = len(losses)
-  while start > learned + 1 and abs(losses[start - 1][1] - chance) <= COLLAPSE_BAND * chance:
-    start -= 1
-  if len(losses) - start < COLLAPSE_RECORDS:
-    return None
-  return losses[start][0]
 
 
 def result_row(task: Task, outcome: RunOutcome, *, host_devices: int | None = None) -> dict[str, Any]:

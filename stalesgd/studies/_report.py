@@ -43,7 +43,7 @@ from stalesgd.records._metrics import read_jsonl
 from stalesgd.reports import _plots as plots
 from stalesgd.reports import _tables as tables
 from stalesgd.schedule import Schedule
-from stalesgd.studies import _outcomes as outcomes
+from stalesgd.studies import _divergence as divergence
 from stalesgd.studies import _portable_paths as portable
 from stalesgd.studies import _registration as registrations
 from stalesgd.studies import _results_readme as results_readme
@@ -117,11 +117,11 @@ def is_diverged(row: Mapping[str, Any]) -> bool:
 
 
 def mark_collapse(row: dict[str, Any], records: Sequence[Mapping[str, Any]]) -> None:
-  """Marks a finished run that fell back to chance for good as diverged (`outcomes.collapse_update`)."""
-  chance = outcomes.chance_loss(pathlib.Path(row["workdir"]))
+  """Marks a finished run that fell back to chance for good as diverged (`divergence.collapse_update`)."""
+  chance = divergence.chance_loss(pathlib.Path(row["workdir"]))
   if is_diverged(row) or chance is None:
     return
-  update = outcomes.collapse_update(records, chance)
+  update = divergence.collapse_update(records, chance)
   if update is not None:
     row["status"] = f"{DIVERGED_PREFIX}: back at chance loss from update {update}"
 

@@ -1,5 +1,5 @@
 """The numeric rule that calls a run diverged when it learned, then fell back to chance for good
-(`stalesgd.studies._outcomes.collapse_update`), and what the report does with such a run."""
+(`stalesgd.studies._divergence.collapse_update`), and what the report does with such a run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from stalesgd.studies import _outcomes as outcomes
+from stalesgd.studies import _divergence as divergence
 from stalesgd.studies._report import write_report
 from stalesgd.studies._study import Claim, Study, Variant
 
@@ -33,7 +33,7 @@ def _records(losses):
   ],
 )
 def test_the_rule_by_hand(losses, update):
-  assert outcomes.collapse_update(_records(losses), CHANCE) == update
+  assert divergence.collapse_update(_records(losses), CHANCE) == update
 
 
 def test_a_collapsed_run_is_reported_as_diverged_and_left_out(tmp_path):
