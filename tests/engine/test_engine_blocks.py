@@ -13,6 +13,7 @@ import pytest
 import stalesgd
 from stalesgd import engine as engine_lib
 from stalesgd import schedule as schedule_lib
+from stalesgd.engine import _blocks
 from stalesgd.engine import _ring_buffer as ring_buffer
 from tests.helpers.engine_oracle import MODELS, Data
 
@@ -23,7 +24,13 @@ from tests.helpers.engine_oracle import MODELS, Data
 def test_planning_a_small_schedule_ends():
   # `_hand_schedule` is defined below; it is looked up when this test runs.
   schedule = _hand_schedule(np.array([[0, 0], [0, 0], [2, 1]]), learner=[[0, 1], [0, 1], [1, 0]])
-  for options in ({}, {"rows_per_block": 1}, {"distinct_learners": True}, {"max_slots_per_device": None}):
+  for options in (
+    {},
+    {"rows_per_block": 1},
+    {"distinct_learners": True},
+    {"max_slots_per_device": None},
+    {"boundaries": [1, 2]},  # a block that ends at a boundary: the next starts there and goes on
+  ):
     plan = engine_lib.plan_blocks(schedule, **options)
     assert plan.block_starts[0] == 0 and plan.block_starts[-1] == 3
 
@@ -136,8 +143,6 @@ def test_widths_are_scored_up_to_the_longest_block_only(monkeypatch):
   """9 updates at w_0 (one block of 9 at most): the planner scores the widths 1..9, then cuts the plan: 10 greedy
   passes. Wider widths would give the same blocks with more padding (never cheaper): scoring them wastes time, and
   for long schedules without a slot bound it never ends (stopped here at the first pass too many)."""
-  from stalesgd.engine import _blocks
-
   passes, greedy = [], _blocks._greedy_starts
 
   def counted(reach, rows, *boundaries):
@@ -259,6 +264,21 @@ def test_required_boundaries_start_blocks_and_leave_the_width_alone():
   assert (cut.rows_per_block, cut.slots_per_block) == (free.rows_per_block, free.slots_per_block)
   assert cut.num_blocks <= free.num_blocks + boundaries.shape[0]
   _check_plan(cut)
+
+
+def test_the_required_boundaries_are_the_distinct_updates_strictly_inside_the_schedule():
+  """0 and the end are always block starts, and a boundary outside [0, 9] is none: kept are 1, 3 and 6, once."""
+  np.testing.assert_array_equal(_blocks._required_boundaries([6, 3, 3, 0, -2, 9, 12, 1], 9), [1, 3, 6])
+  np.testing.assert_array_equal(_blocks._required_boundaries(np.array([[4], [2]]), 5), [2, 4])
+
+
+def test_a_boundary_after_every_update_gives_blocks_of_one_update():
+  """300 updates at w_0 (one block of 300 rows without boundaries), a boundary after each of updates 1-299: 300
+  blocks of one row, past the first 256 boundaries (where Python's small ints stop being shared objects)."""
+  schedule = _hand_schedule(np.zeros((300, 1)))
+  plan = engine_lib.plan_blocks(schedule, rows_per_block=300, boundaries=np.arange(1, 300))
+  np.testing.assert_array_equal(plan.block_starts, np.arange(301))
+  assert plan.rows_per_block == 300
 
 
 def test_a_plan_splits_at_any_update_so_an_older_plans_checkpoint_resumes():
