@@ -32,8 +32,31 @@ def _records(losses):
     ([2.3, 1.0, 2.19, 2.41, 2.2], 30),  # both edges of the band
   ],
 )
+@pytest.mark.timeout(20)  # a walk back that never moves fails here instead of hanging the run
 def test_the_rule_by_hand(losses, update):
   assert divergence.collapse_update(_records(losses), CHANCE) == update
+
+
+# A chance of 20 makes both thresholds exact in binary: half of it is 10.0, 5 % of it is 1.0 (0.05 x 20 rounds to
+# 1.0), so a loss can sit on each edge.
+EXACT = 20.0
+
+
+@pytest.mark.parametrize(
+  "losses, update",
+  [
+    ([10.0, 20.0, 20.0, 20.0], None),  # exactly half of chance is not below it: never learned
+    ([9.0, 21.0, 19.0, 21.0], 20),  # exactly 5 % above and below chance is within the band
+    ([9.0, 21.5, 20.0, 20.0], None),  # 7.5 % above is not: two records at chance only
+    # learned at the third record; the stretch back at chance begins right after it (update 40), not later
+    ([20.0, 20.0, 5.0, 20.0, 20.0, 20.0, 20.0], 40),
+  ],
+)
+@pytest.mark.timeout(20)
+def test_the_rules_thresholds_on_their_edges(losses, update):
+  assert (divergence.COLLAPSE_LEARNED * EXACT, divergence.COLLAPSE_BAND * EXACT) == (10.0, 1.0)
+  assert divergence.COLLAPSE_LEARNED == 0.5
+  assert divergence.collapse_update(_records(losses), EXACT) == update
 
 
 def test_a_collapsed_run_is_reported_as_diverged_and_left_out(tmp_path):
