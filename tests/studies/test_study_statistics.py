@@ -265,6 +265,8 @@ def test_a_banded_report_reads_bands_means_diagnostics_and_the_schedules(tmp_pat
   (tmp_path / "b_only").mkdir()
   write_report(study, [dict(row) for row in rows if row["variant"] == "vb"], tmp_path / "b_only")
   assert [row["variant"] for row in _read_csv(tmp_path / "b_only" / "results.csv")] == ["vb"]
+  decided = json.loads((tmp_path / "b_only" / "decisions.json").read_text())
+  assert [(entry["decision"], entry["not_run"]) for entry in decided] == [("not run", ["va"])] * 2  # va sorts first
 
 
 def test_a_one_seed_report_says_seed_in_the_singular(tmp_path, monkeypatch):
@@ -320,3 +322,40 @@ def test_a_band_follows_its_variant_past_a_seed_that_stopped_early():
   }
   [band] = bands(seed_curves(rows, records_of), "test_error")
   assert band.label == "va" and list(band.mean) == [15.0, 35.0, 50.0]
+
+
+def test_the_last_evaluation_alone_is_reported_beside_the_rule_and_decides_nothing(tmp_path):
+  """Rule: the mean of the last 2 evaluations; each run also reports its last evaluation alone. Final values are 15
+  for every run (gap 0: holds within +-2); the last evaluations are a = 20, 18, 16 and b = 15, 14, 13, gaps -5, -4,
+  -3: mean -4, s_d 1, interval -4 -+ 4.303 / sqrt(3) = [-6.48, -1.52], outside the margin, and still the decision
+  is the rule's."""
+  study = Study(
+    "toy_last",
+    "toy",
+    "b matches a",
+    (Variant("a", "demo", "hardsync"), Variant("b", "demo", "softsync_inverse")),
+    paper_data=False,
+    has_quick=False,
+    last_evaluations=2,
+    report_last_evaluation=True,
+    claims=(Claim("b matches a", "b", "a", "matches", 2.0),),
+  )
+  curves = {"a": ([50, 10, 20], [50, 12, 18], [50, 14, 16]), "b": ([50, 15, 15], [50, 16, 14], [50, 17, 13])}
+  rows = []
+  for label, runs in curves.items():
+    for seed, curve in enumerate(runs):
+      directory = tmp_path / label / f"seed_{seed}"
+      _fake_run(directory, [float(value) for value in curve])
+      rows.append(
+        {"variant": label, "slug": label, "seed": seed, "n": None, "workdir": str(directory), "status": "ok"}
+        | {"test_error": float(curve[-1]), "epochs": 3.0}
+      )
+  text = write_report(study, rows, tmp_path)
+  assert [row["final_test_error"] for row in rows] == [15.0] * 6
+  assert [row["last_test_error"] for row in rows] == [20.0, 18.0, 16.0, 15.0, 14.0, 13.0]
+  (entry,) = json.loads((tmp_path / "decisions.json").read_text())
+  assert (entry["gap"], entry["low"], entry["high"], entry["decision"]) == (0.0, 0.0, 0.0, "holds")
+  low, high = -4 - T_975_2 / math.sqrt(3), -4 + T_975_2 / math.sqrt(3)
+  interval = f"-4.00 [{low:+.2f}, {high:+.2f}] (95% interval, 3 seeds)"
+  assert entry["last_evaluation_interval"] == interval
+  assert f"The last evaluation alone (decides nothing): gap {interval}." in text
