@@ -94,6 +94,21 @@ def test_a_value_with_a_diverged_run_is_never_chosen_however_low_its_other_runs(
   assert "1 of 2 diverged" in pilots.choice_markdown(pilots.choose(_study(), rows))
 
 
+@pytest.mark.parametrize("missing", [None, float("inf"), float("nan")])
+def test_a_value_with_a_run_that_has_no_finite_result_has_no_mean_and_is_not_chosen(missing):
+  """A run not marked diverged whose final value is absent or not finite: its value has no mean (not the
+  infinite or undefined mean of its runs), so the other value is chosen even though its mean is higher."""
+  rows = [
+    _row("A M=2", 0.2, 100, 1.0),
+    _row("A M=2", 0.2, 101, missing),
+    _row("A M=2", 0.5, 100, 3.0),
+    _row("A M=2", 0.5, 101, 3.0),
+  ]
+  choice = pilots.choose(_study(), rows)["families"]["sync"]
+  assert choice["scores"]["0.2"]["mean"] is None and choice["scores"]["0.2"]["diverged"] == 0
+  assert choice["chosen"] == 0.5
+
+
 def test_equal_means_go_to_the_smaller_value_and_all_diverged_chooses_none():
   rows = [_row("A M=2", value, seed, 3.0) for value in (0.5, 0.2) for seed in (100, 101)]
   rows += [
@@ -125,10 +140,36 @@ def test_the_decision_grid_reads_the_choice_and_refuses_another_pilots(tmp_path)
   with pytest.raises(ValueError, match="another pilot"):
     pilots.read_choice(other, tmp_path)
   choice = json.loads((tmp_path / pilots.CHOICE_FILENAME).read_text())
+  for name in ("another_study", "zz_another_study"):  # the same pilot, another study's (sorting before and after)
+    (tmp_path / pilots.CHOICE_FILENAME).write_text(json.dumps({**choice, "study": name}))
+    with pytest.raises(ValueError, match=f"another pilot \\('{name}'"):
+      pilots.read_choice(study, tmp_path)
   choice["families"]["eager"]["chosen"] = None
   (tmp_path / pilots.CHOICE_FILENAME).write_text(json.dumps(choice))
   with pytest.raises(ValueError, match="eager"):
     pilots.read_choice(study, tmp_path)
+
+
+def test_the_decision_grid_keeps_a_copy_of_the_choice_beside_its_report(tmp_path):
+  study = _study()
+  rows = [
+    _row(label, value, seed, 2.0)
+    for label in ("A M=2", "B M=2", "C M=2")
+    for value in (0.2, 0.5)
+    for seed in (100, 101)
+  ]
+  (tmp_path / "pilot").mkdir()
+  pilots.write_choice(study, rows, tmp_path / "pilot")
+  # The file is the record as the results keep it: JSON indented by 2, one trailing newline.
+  written = (tmp_path / "pilot" / pilots.CHOICE_FILENAME).read_text()
+  assert written == json.dumps(pilots.choose(study, rows), indent=2) + "\n"
+  pilots.copy_choice(tmp_path / "pilot", tmp_path / "grid")
+  for name in (pilots.CHOICE_FILENAME, pilots.CHOICE_MARKDOWN):
+    assert (tmp_path / "grid" / f"pilot_{name}").read_text() == (tmp_path / "pilot" / name).read_text()
+  assert sorted(path.name for path in (tmp_path / "grid").iterdir()) == ["pilot_choice.json", "pilot_choice.md"]
+  (tmp_path / "pilot" / pilots.CHOICE_MARKDOWN).unlink()  # a choice without its table: the file is copied alone
+  pilots.copy_choice(tmp_path / "pilot", tmp_path / "grid_2")
+  assert sorted(path.name for path in (tmp_path / "grid_2").iterdir()) == ["pilot_choice.json"]
 
 
 def test_the_registration_holds_the_pilot_and_the_chosen_values_and_is_unchanged_without_a_pilot():

@@ -359,3 +359,6 @@ def test_the_last_evaluation_alone_is_reported_beside_the_rule_and_decides_nothi
   interval = f"-4.00 [{low:+.2f}, {high:+.2f}] (95% interval, 3 seeds)"
   assert entry["last_evaluation_interval"] == interval
   assert f"The last evaluation alone (decides nothing): gap {interval}." in text
+  # The pre-registration verdict as the results keep it: JSON indented by 2, one trailing newline.
+  verdict = (tmp_path / "preregistration.json").read_text()
+  assert verdict == json.dumps(json.loads(verdict), indent=2) + "\n" and json.loads(verdict)["status"]
