@@ -91,8 +91,9 @@ EQUIVALENTS_FILE = ROOT / "experiments" / "mutation_equivalents.json"
 MUTATION_VENV = ROOT / ".venv-mutation"
 PROJECT_PYTHON = ROOT / ".venv" / "bin" / "python"
 TOOL = "cosmic-ray"
-# What the copy under TREE holds: the package, the tests (with their conftest and helpers) and pytest's settings.
-COPIED = ("stalesgd", "tests", "pyproject.toml")
+# What the copy under TREE holds: the package, the tests (with their conftest and helpers), the scripts some tests
+# drive (experiments/, e.g. the pre-registration check of committed results) and pytest's settings.
+COPIED = ("stalesgd", "tests", "experiments", "pyproject.toml")
 PYTEST_OPTIONS = ("-x", "-q", "-p", "no:cacheprovider")
 # The test processes' environment: JAX on the CPU, no persistent compilation cache (tests/conftest.py makes one
 # only when JAX_COMPILATION_CACHE_DIR is unset; empty, JAX keeps none), the copy's stalesgd imported first.
