@@ -163,11 +163,15 @@ def test_the_decision_grid_keeps_a_copy_of_the_choice_beside_its_report(tmp_path
   # The file is the record as the results keep it: JSON indented by 2, one trailing newline.
   written = (tmp_path / "pilot" / pilots.CHOICE_FILENAME).read_text()
   assert written == json.dumps(pilots.choose(study, rows), indent=2) + "\n"
-  pilots.copy_choice(tmp_path / "pilot", tmp_path / "grid")
+  pilots.copy_choice(tmp_path / "pilot", tmp_path / "grid" / "first")  # a directory made with its parents
   for name in (pilots.CHOICE_FILENAME, pilots.CHOICE_MARKDOWN):
-    assert (tmp_path / "grid" / f"pilot_{name}").read_text() == (tmp_path / "pilot" / name).read_text()
-  assert sorted(path.name for path in (tmp_path / "grid").iterdir()) == ["pilot_choice.json", "pilot_choice.md"]
+    assert (tmp_path / "grid" / "first" / f"pilot_{name}").read_text() == (tmp_path / "pilot" / name).read_text()
+  assert sorted(path.name for path in (tmp_path / "grid" / "first").iterdir()) == [
+    "pilot_choice.json",
+    "pilot_choice.md",
+  ]
   (tmp_path / "pilot" / pilots.CHOICE_MARKDOWN).unlink()  # a choice without its table: the file is copied alone
+  (tmp_path / "grid_2").mkdir()  # a grid directory that exists already
   pilots.copy_choice(tmp_path / "pilot", tmp_path / "grid_2")
   assert sorted(path.name for path in (tmp_path / "grid_2").iterdir()) == ["pilot_choice.json"]
 
