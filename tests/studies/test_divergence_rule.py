@@ -90,3 +90,14 @@ def test_a_collapsed_run_is_reported_as_diverged_and_left_out(tmp_path):
   assert "10.50 (1 seed); 1 diverged" in text  # b's value is its one learning seed, not an average with 90 %
   assert "not decided (1 seed: no interval)" in text
   assert "Left out, diverged (a diverged run is no error rate): b seed 1 (diverged: back at chance loss" in text
+  # b's one seed paired with a diverged: no paired runs are left, and the decision still names the seed left out;
+  # a claim with nothing left out names none.
+  (tmp_path / "b_diverged").mkdir()
+  write_report(study, [dict(rows[0]), dict(rows[1]), dict(rows[3])], tmp_path / "b_diverged")
+  (entry,) = json.loads((tmp_path / "b_diverged" / "decisions.json").read_text())
+  assert entry["decision"] == "not decided (no paired runs)"
+  assert entry["diverged_left_out"] == ["b seed 1 (diverged: back at chance loss from update 30)"]
+  (tmp_path / "a_only").mkdir()
+  write_report(study, [dict(rows[0]), dict(rows[1])], tmp_path / "a_only")
+  (entry,) = json.loads((tmp_path / "a_only" / "decisions.json").read_text())
+  assert entry["decision"] == "not run" and "diverged_left_out" not in entry
