@@ -270,8 +270,13 @@ MODULES: tuple[Module, ...] = (
   Module("stalesgd/studies/_seed_statistics.py", ("tests/studies/test_study_statistics.py",), "the paired interval"),
   Module(
     "stalesgd/studies/_study.py",
-    ("tests/studies/test_study_statistics.py", "tests/studies/test_experiment_studies.py"),
-    "a claim's rule and decision",
+    # A study's Pilot (its definition and the families it requires) is checked in the pilot tests.
+    (
+      "tests/studies/test_study_statistics.py",
+      "tests/studies/test_experiment_studies.py",
+      "tests/studies/test_pilot.py",
+    ),
+    "a claim's rule and decision, a study's pilot",
   ),
   Module(
     "stalesgd/studies/_report.py",

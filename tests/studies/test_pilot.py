@@ -187,8 +187,42 @@ def test_families_go_with_a_pilot_and_only_with_one():
     Study("s", "t", "f", (Variant("A", "demo", "hardsync", family="x"),), paper_data=False)
   with pytest.raises(ValueError, match="famil"):
     Study("s", "t", "f", (Variant("A", "demo", "hardsync"),), paper_data=False, pilot=PILOT)
+  with pytest.raises(ValueError, match="famil"):  # a pilot with a family for some variants only
+    Study(
+      "s",
+      "t",
+      "f",
+      (Variant("A", "demo", "hardsync", family="x"), Variant("B", "demo", "hardsync")),
+      paper_data=False,
+      pilot=PILOT,
+    )
   with pytest.raises(ValueError, match="first_seed"):
     Pilot(field="outer.learning_rate", values=(0.1,), first_seed=0)
+
+
+def test_a_pilots_definition_its_defaults_its_bounds_and_its_record():
+  """Defaults: seeds 100 and 101, a fifth of the training split; the smallest pilot (first seed 10, one seed) is
+  accepted; seeds first_seed .. first_seed + seeds - 1; every bound refused just past it."""
+  assert Pilot("f", (0.5, 0.1)).record() == {
+    "field": "f",
+    "values": [0.5, 0.1],
+    "seeds": [100, 101],
+    "validation_fraction": 0.2,
+  }
+  assert Pilot("f", (0.1,), first_seed=10, seeds=1).record()["seeds"] == [10]
+  assert Pilot("f", (0.1,), first_seed=10, seeds=3).record()["seeds"] == [10, 11, 12]
+  assert len(Pilot("f", tuple(range(300))).values) == 300  # distinct values, past Python's shared small ints
+  for bad, match in (
+    ({"values": ()}, "values"),
+    ({"values": (0.1, 0.1)}, "values"),
+    ({"first_seed": 9}, "first_seed"),
+    ({"seeds": 0}, "seeds"),
+    ({"validation_fraction": 0.0}, "validation_fraction"),
+    ({"validation_fraction": 1.0}, "validation_fraction"),
+    ({"validation_fraction": 1.5}, "validation_fraction"),
+  ):
+    with pytest.raises(ValueError, match=match):
+      Pilot(**{"field": "f", "values": (0.1,), **bad})
 
 
 def test_the_piloted_studies_pilot_the_outer_rate_per_family_and_m():
