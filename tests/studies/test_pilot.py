@@ -7,6 +7,7 @@ the family's runs, among the values none of whose runs diverged; equal means go 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -212,12 +213,15 @@ def test_a_pilots_definition_its_defaults_its_bounds_and_its_record():
   assert Pilot("f", (0.1,), first_seed=10, seeds=1).record()["seeds"] == [10]
   assert Pilot("f", (0.1,), first_seed=10, seeds=3).record()["seeds"] == [10, 11, 12]
   assert len(Pilot("f", tuple(range(300))).values) == 300  # distinct values, past Python's shared small ints
+  with pytest.raises(dataclasses.FrozenInstanceError):  # part of the registration: never changed after it
+    PILOT.seeds = 3
   for bad, match in (
     ({"values": ()}, "values"),
     ({"values": (0.1, 0.1)}, "values"),
     ({"first_seed": 9}, "first_seed"),
     ({"seeds": 0}, "seeds"),
     ({"validation_fraction": 0.0}, "validation_fraction"),
+    ({"validation_fraction": -0.1}, "validation_fraction"),
     ({"validation_fraction": 1.0}, "validation_fraction"),
     ({"validation_fraction": 1.5}, "validation_fraction"),
   ):

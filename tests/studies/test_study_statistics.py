@@ -138,6 +138,7 @@ def test_report_gives_mean_and_std_over_seeds_and_decides_the_claims(tmp_path):
   # c - a without the diverged seed 0: 77, 77: interval [77, 77], above 30; the decision names the seed left out.
   assert decided["c fails"]["gap"] == 77.0 and decided["c fails"]["decision"] == "holds"
   assert decided["c fails"]["diverged_left_out"] == ["c seed 0 (diverged at update 4)"]
+  assert not study.report_last_evaluation and "last_evaluation_interval" not in decided["b matches a"]  # by default
   assert "**c fails**: holds" in text and "(95% interval, 2 seeds)" in text
   assert "Left out, diverged (a diverged run is no error rate): c seed 0 (diverged at update 4)." in text
   over_seeds = _read_csv(tmp_path / "evaluations_over_seeds.csv")
