@@ -299,6 +299,25 @@ def test_every_equivalents_evidence_names_a_test_that_exists():
   assert not missing, missing
 
 
+def test_the_committed_summary_is_of_the_modules_as_they_stand():
+  """results/mutation/summary.json lists every module of MODULES and calls one done only for the source it has now
+  (a module changed since its pass is run again, or marked not run by ``experiments/mutation.py --report``), and
+  the results README's heading counts the done modules as the summary does."""
+  summary = json.loads((REPOSITORY / "results" / "mutation" / "summary.json").read_text())
+  entries = {entry["module"]: entry for entry in summary["modules"]}
+  assert list(entries) == [module.path for module in mutation.MODULES]
+  changed = [
+    path
+    for path, entry in entries.items()
+    if entry["status"] == "done" and entry["source_sha256"] != mutation._sha256(REPOSITORY / path)
+  ]
+  assert not changed, f"changed since their mutation pass: {changed}; run experiments/mutation.py --modules ..."
+  done = sum(entry["status"] == "done" for entry in entries.values())
+  heading = (REPOSITORY / "results" / "mutation" / "README.md").read_text().splitlines()[0]
+  total = len(mutation.MODULES)
+  assert (f"all {total} modules" if done == total else f"{done} of {total} modules") in heading, heading
+
+
 def test_a_modules_session_is_claimed_by_one_pass_at_a_time(tmp_path, monkeypatch):
   """Two lanes never run one module's session together: a claim held by a live process (this one) is refused; one
   left by a stopped pass (a pid that does not exist) is taken over."""
