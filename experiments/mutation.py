@@ -11,8 +11,9 @@ JAX running, and no jit cache is inherited by a mutant). Each mutant runs only t
 cache off, and a per-mutant timeout of `--timeout-factor` times the module's unmutated test run (at least
 `--min-timeout` seconds). A timeout is reported as such, never counted as a kill.
 
-The mutants are applied to a copy of ``stalesgd/`` and ``tests/`` under ``runs/mutation/tree/`` (cosmic-ray
-edits the file on disk while a mutant's tests run; others' test runs from the checkout never see a mutant).
+The mutants are applied to a copy of ``stalesgd/``, ``tests/`` and ``experiments/`` under ``runs/mutation/tree/``
+(cosmic-ray edits the file on disk while a mutant's tests run; others' test runs from the checkout never see a
+mutant).
 The copy is made afresh at every start, so a stop in the middle of a mutant leaves nothing mutated behind.
 Each module's session is ``runs/mutation/sessions/<module>.sqlite``: a stopped pass resumes where it stopped
 (cosmic-ray's ``exec`` runs only the work items without a result, and the mutant a stop interrupted, recorded
@@ -986,7 +987,10 @@ def write_summary(controls: Sequence[Mapping[str, Any]], note: str | None = None
       "distributor": "local: one fresh test process per mutant, sequentially",
       "one session per module": True,
       "pytest_options": list(PYTEST_OPTIONS),
-      "environment": {**TEST_ENVIRONMENT, "PYTHONPATH": "runs/mutation/tree (a copy of stalesgd/ and tests/)"},
+      "environment": {
+        **TEST_ENVIRONMENT,
+        "PYTHONPATH": "runs/mutation/tree (a copy of stalesgd/, tests/ and experiments/)",
+      },
       "timeout": "per module: max(min_timeout, timeout_factor x the unmutated test run), fixed at session creation",
       "timed out": "reported separately, never counted as killed",
       "controls": "hand-written known-bad patches (experiments/mutation_controls.json), each run by cosmic-ray's "
