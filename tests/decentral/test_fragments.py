@@ -25,8 +25,6 @@ from stalesgd.decentral._fragments import (
   model_leaf_order,
 )
 from stalesgd.models import ModelSpec, get_model
-from stalesgd.schedule import TimingModel, simulate
-from stalesgd.schedule._decentralized import outer_round_ends
 
 ORDER = (  # the model's order: created Dense_2, Dense_10, conv, out
   ("Dense_2", "kernel"),
@@ -158,66 +156,6 @@ def test_a_zoo_resnets_blocks_come_in_forward_order():
   names = [layer.name for layer in found]
   assert names[:4] == ["conv_init", "bn_init", "stage1_block1", "stage1_block2"]
   assert names[11] == "stage1_block10" and names[-1] == "classifier" and len(names) == 57
-
-
-# -- timing: each fragment's all-reduce moves its own bytes
-
-
-@pytest.mark.parametrize(
-  "fragment_bytes, ends",
-  [
-    # M = 2, 16 model bytes at 4 bytes/s: the ring moves 2 (M-1)/M x 16 = 16 bytes, 4 s for the whole model.
-    # H = P = 2, tau = 1, steps of 1 s. Fragment 0 of 4 bytes (1 s), fragment 1 of 12 (3 s): f0 1-2 (applied
-    # after step 2, at 2), f1 2-5; step 3 ends at 3, waits for f1 (5); f0 5-6; step 4 ends at 6 (f0 done at 6),
-    # f1 6-9; step 5 waits until 9, f0 9-10; step 6 ends at 10, f1 10-13. Rounds end at 2, 6, 10.
-    ((4, 12), [2.0, 6.0, 10.0]),
-    # reversed, 3 s then 1 s: f0 1-4, step 2 waits until 4, f1 4-5; step 3 at 5, f0 5-8; step 4 at 6 waits until
-    # 8, f1 8-9; step 5 at 9, f0 9-12; step 6 at 10 waits until 12. Rounds end at 4, 8, 12.
-    ((12, 4), [4.0, 8.0, 12.0]),
-    # equal halves, 2 s each (as without fragment_bytes): f0 1-3, step 2 waits until 3, f1 3-5; step 3 at 4 waits
-    # until 5, f0 5-7; step 4 at 6 waits until 7, f1 7-9; ... Rounds end at 3, 7, 11.
-    ((8, 8), [3.0, 7.0, 11.0]),
-    (None, [3.0, 7.0, 11.0]),
-  ],
-)
-def test_each_fragments_all_reduce_is_timed_for_its_own_bytes(fragment_bytes, ends):
-  timing = TimingModel(model_bytes=16, bandwidth=4.0)
-  steps = np.ones((6, 2))
-  np.testing.assert_allclose(outer_round_ends(steps, timing, 2, 2, 1, fragment_bytes), ends)
-
-
-def test_fragment_bytes_are_shares_of_a_model_bytes_set_otherwise():
-  """model_bytes 32 (the timing model's, not the weights' 16): fragments of (4, 12) bytes move 8 and 24."""
-  timing = TimingModel(model_bytes=32, bandwidth=4.0)
-  steps = np.ones((2, 2))
-  # H = P = 2, tau = 0: f0 (2 s) 1-3, step 2 ends 4, f1 (6 s) 4-10
-  np.testing.assert_allclose(outer_round_ends(steps, timing, 2, 2, 0, (4, 12)), [10.0])
-
-
-@pytest.mark.parametrize("delay", [0, 1, 2])
-def test_one_fragment_is_timed_as_before_to_the_bit(delay):
-  timing = TimingModel(model_bytes=212_008, bandwidth=1e6, latency=1e-4, jitter="lognormal")
-  steps = np.random.default_rng(0).uniform(0.005, 0.01, size=(40, 3))
-  before = outer_round_ends(steps, timing, 2, 1, delay)
-  np.testing.assert_array_equal(outer_round_ends(steps, timing, 2, 1, delay, (212_008,)), before)
-
-
-def test_simulate_takes_the_fragments_bytes_and_records_them_for_p_above_one():
-  timing = TimingModel(model_bytes=16, bandwidth=4.0, jitter="deterministic")
-  common = dict(learners=2, num_updates=3, seed=0, timing=timing, local_steps=2, fragments=2, delay=1)
-  run = simulate("streaming_diloco", fragment_bytes=(4, 12), **common)
-  assert run.options["fragment_bytes"] == [4, 12]
-  equal = simulate("streaming_diloco", **common)
-  assert "fragment_bytes" not in equal.options
-  assert run.update_time.tolist() != equal.update_time.tolist()
-  one = dict(common, fragments=1)
-  assert (
-    simulate("streaming_diloco", fragment_bytes=(16,), **one).options == simulate("streaming_diloco", **one).options
-  )
-  with pytest.raises(ValueError, match=r"fragment_bytes=\[16\]; allowed: one byte count per fragment, 2"):
-    simulate("streaming_diloco", fragment_bytes=(16,), **common)
-  with pytest.raises(ValueError, match="fragment_bytes with protocol='s3gd'"):
-    simulate("s3gd", learners=2, num_updates=3, seed=0, fragment_bytes=(16,))
 
 
 # -- a run

@@ -474,6 +474,35 @@ def test_a_grace_window_is_refused_outside_async(protocol, options):
   assert simulate(built, learners=2, num_updates=3, seed=0, grace_window=0.5).options["grace_window"] == 0.5
 
 
+def test_simulate_takes_one_byte_count_per_fragment_and_records_them_for_p_above_one():
+  """Streaming DiLoCo's fragments may differ in size (fragment_bytes, one count per fragment); P = 1 schedules
+  keep the provenance they had before, and only the outer-loop protocols take byte counts."""
+  timing = TimingModel(model_bytes=16, bandwidth=4.0, jitter="deterministic")
+  common = dict(learners=2, num_updates=3, seed=0, timing=timing, local_steps=2, fragments=2, delay=1)
+  run = simulate("streaming_diloco", fragment_bytes=(4, 12), **common)
+  assert run.options["fragment_bytes"] == [4, 12]
+  equal = simulate("streaming_diloco", **common)
+  assert "fragment_bytes" not in equal.options
+  assert run.update_time.tolist() != equal.update_time.tolist()
+  one = dict(common, fragments=1)
+  assert (
+    simulate("streaming_diloco", fragment_bytes=(16,), **one).options == simulate("streaming_diloco", **one).options
+  )
+  for wrong in [(16,), (4, 4, 8)]:
+    with pytest.raises(ValueError, match=r"fragment_bytes=\[.*\]; allowed: one byte count per fragment, 2$"):
+      simulate("streaming_diloco", fragment_bytes=wrong, **common)
+  diloco = dict(learners=2, num_updates=3, seed=0, timing=timing, local_steps=2)  # one fragment, no option for it
+  assert simulate("diloco", fragment_bytes=(16,), **diloco).options == simulate("diloco", **diloco).options
+  with pytest.raises(ValueError, match=r"fragment_bytes=\[4, 12\]; allowed: one byte count per fragment, 1$"):
+    simulate("diloco", fragment_bytes=(4, 12), **diloco)
+  # Past CPython's cached small ints: 300 fragments of one step each, the counts compared by value.
+  many = dict(diloco, local_steps=300, fragments=300, delay=0, num_updates=1)
+  assert simulate("streaming_diloco", fragment_bytes=[4] * 300, **many).options["fragment_bytes"] == [4] * 300
+  for protocol in ("s3gd", "async"):
+    with pytest.raises(ValueError, match=f"fragment_bytes with protocol='{protocol}'; allowed: None, or byte"):
+      simulate(protocol, learners=2, num_updates=3, seed=0, fragment_bytes=(16,))
+
+
 def test_local_runs_are_refused_for_the_one_step_decentralized_protocols():
   allowed = "hardsync, softsync, async, ssp, backup, drop_stale, diloco, streaming_diloco"
   with pytest.raises(ValueError, match=f"local_steps=2 with protocol='dcs3gd'.*allowed: 1, or .* one of {allowed}$"):

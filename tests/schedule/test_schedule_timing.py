@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 
-from stalesgd.schedule import TimingModel, simulate
+from stalesgd.schedule import TimingModel, _decentralized, simulate
 from stalesgd.schedule._durations import BLOCK_STEPS, StepDurations, dynamic_local_steps
 
 
@@ -584,3 +585,77 @@ def test_a_delayed_application_is_waited_for_past_the_256th_step():
   timing = TimingModel(model_bytes=12, bandwidth=4.0)
   ends = outer_round_ends(np.ones((600, 2)), timing, 2, 1, 1)
   np.testing.assert_allclose(ends, 4.0 * np.arange(1, 301) - 2.0)
+
+
+# -- each fragment's all-reduce moves its own bytes (Streaming DiLoCo's fragments of whole layers)
+
+
+@pytest.mark.parametrize(
+  "fragment_bytes, ends",
+  [
+    # M = 2, 16 model bytes at 4 bytes/s: the ring moves 2 (M-1)/M x 16 = 16 bytes, 4 s for the whole model.
+    # H = P = 2, tau = 1, steps of 1 s. Fragment 0 of 4 bytes (1 s), fragment 1 of 12 (3 s): f0 1-2 (applied
+    # after step 2, at 2), f1 2-5; step 3 ends at 3, waits for f1 (5); f0 5-6; step 4 ends at 6 (f0 done at 6),
+    # f1 6-9; step 5 waits until 9, f0 9-10; step 6 ends at 10, f1 10-13. Rounds end at 2, 6, 10.
+    ((4, 12), [2.0, 6.0, 10.0]),
+    # reversed, 3 s then 1 s: f0 1-4, step 2 waits until 4, f1 4-5; step 3 at 5, f0 5-8; step 4 at 6 waits until
+    # 8, f1 8-9; step 5 at 9, f0 9-12; step 6 at 10 waits until 12. Rounds end at 4, 8, 12.
+    ((12, 4), [4.0, 8.0, 12.0]),
+    # equal halves, 2 s each (as without fragment_bytes): f0 1-3, step 2 waits until 3, f1 3-5; step 3 at 4 waits
+    # until 5, f0 5-7; step 4 at 6 waits until 7, f1 7-9; ... Rounds end at 3, 7, 11.
+    ((8, 8), [3.0, 7.0, 11.0]),
+    (None, [3.0, 7.0, 11.0]),
+  ],
+)
+def test_each_fragments_all_reduce_is_timed_for_its_own_bytes(fragment_bytes, ends):
+  timing = TimingModel(model_bytes=16, bandwidth=4.0)
+  steps = np.ones((6, 2))
+  np.testing.assert_allclose(_decentralized.outer_round_ends(steps, timing, 2, 2, 1, fragment_bytes), ends)
+
+
+def test_fragment_bytes_are_shares_of_a_model_bytes_set_otherwise():
+  """model_bytes 32 (the timing model's, not the weights' 16): fragments of (4, 12) bytes move 8 and 24."""
+  timing = TimingModel(model_bytes=32, bandwidth=4.0)
+  steps = np.ones((2, 2))
+  # H = P = 2, tau = 0: f0 (2 s) 1-3, step 2 ends 4, f1 (6 s) 4-10
+  np.testing.assert_allclose(_decentralized.outer_round_ends(steps, timing, 2, 2, 0, (4, 12)), [10.0])
+
+
+@pytest.mark.parametrize("delay", [0, 1, 2])
+def test_one_fragment_is_timed_as_before_to_the_bit(delay):
+  timing = TimingModel(model_bytes=212_008, bandwidth=1e6, latency=1e-4, jitter="lognormal")
+  steps = np.random.default_rng(0).uniform(0.005, 0.01, size=(40, 3))
+  before = _decentralized.outer_round_ends(steps, timing, 2, 1, delay)
+  np.testing.assert_array_equal(_decentralized.outer_round_ends(steps, timing, 2, 1, delay, (212_008,)), before)
+
+
+@pytest.mark.parametrize(
+  "fragment_bytes",
+  [(16,), (4, 4, 8), (-1, 17), (0, 0)],
+  ids=["too-few", "too-many", "negative", "all-zero"],
+)
+def test_fragment_bytes_are_one_count_per_fragment_none_negative_not_all_zero(fragment_bytes):
+  timing = TimingModel(model_bytes=16, bandwidth=4.0)
+  message = f"fragment_bytes={list(fragment_bytes)}; allowed: 2 byte counts (one per fragment), >= 0, not all 0"
+  with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+    _decentralized.outer_round_ends(np.ones((2, 2)), timing, 2, 2, 0, fragment_bytes)
+
+
+def test_a_fragment_of_no_bytes_is_synced_for_its_latency_alone():
+  """M = 2, 16 bytes at 4 bytes/s, 1 s latency (a hop each way: 2 s a fragment), H = P = 2, tau = 0, 1 s steps:
+  fragment 0 of 0 bytes takes its 2 s of latency (1-3), step 2 ends at 4, fragment 1 of all 16 bytes takes 4 s of
+  transfer and 2 s of latency (4-10): the round ends at 10."""
+  timing = TimingModel(model_bytes=16, bandwidth=4.0, latency=1.0)
+  np.testing.assert_allclose(_decentralized.outer_round_ends(np.ones((2, 2)), timing, 2, 2, 0, (0, 16)), [10.0])
+  # Only the shares count: a byte count of 1 in all is as good as the model's 16.
+  np.testing.assert_allclose(_decentralized.outer_round_ends(np.ones((2, 2)), timing, 2, 2, 0, (0, 1)), [10.0])
+
+
+def test_three_fragments_of_unequal_bytes_each_take_their_own_share():
+  """M = 2, 24 model bytes at 4 bytes/s (6 s for the whole model), H = P = 3, tau = 0, 1 s steps, fragments of
+  4, 8 and 12 bytes (1, 2 and 3 s). Step 1 ends at 1, f0 1-2; step 2 ends at 3, f1 3-5; step 3 ends at 6, f2 6-9:
+  round 1 ends at 9. Round 2: f0 10-11, f1 12-14, f2 15-18: it ends at 18. Each fragment's all-reduce is its own
+  (fragment p after step p + 1), not its neighbour's."""
+  timing = TimingModel(model_bytes=24, bandwidth=4.0)
+  ends = _decentralized.outer_round_ends(np.ones((6, 2)), timing, 3, 3, 0, (4, 8, 12))
+  np.testing.assert_allclose(ends, [9.0, 18.0])
