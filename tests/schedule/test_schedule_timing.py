@@ -538,12 +538,10 @@ def test_a_fragments_ring_all_reduce_at_four_learners():
   2 (M-1)/M x 4 s / 2 + 2 (M-1) x 0.25 s = 3 + 1.5 = 4.5 s; with P = 1 it is the timing model's ring all-reduce.
   Steps of 0.25 s, tau = 0. P = 2: fragment 0 syncs at 0.25 s, done at 4.75; step 2 ends at 5.0, fragment 1 done
   at 9.5, the round's end. P = 1: 0.5 s of steps, then the whole model's all-reduce."""
-  from stalesgd.schedule._decentralized import outer_round_ends
-
   timing = TimingModel(model_bytes=16, bandwidth=4.0, latency=0.25)
   steps = np.full((2, 4), 0.25)
-  np.testing.assert_allclose(outer_round_ends(steps, timing, 2, 2, 0), [9.5])
-  np.testing.assert_allclose(outer_round_ends(steps, timing, 2, 1, 0), [0.5 + timing.allreduce_time(4)])
+  np.testing.assert_allclose(_decentralized.outer_round_ends(steps, timing, 2, 2, 0), [9.5])
+  np.testing.assert_allclose(_decentralized.outer_round_ends(steps, timing, 2, 1, 0), [0.5 + timing.allreduce_time(4)])
   assert 0.5 + timing.allreduce_time(4) == pytest.approx(0.5 + 6.0 + 1.5)
 
 
@@ -569,21 +567,17 @@ def test_fragments_in_flight_together_keep_their_own_all_reduces(
   local_steps, fragments, delay, model_bytes, step, ends
 ):
   """Two learners at `step` s per step; a fragment's all-reduce is 2 (M-1)/M x model_bytes / (4 bytes/s) / P."""
-  from stalesgd.schedule._decentralized import outer_round_ends
-
   timing = TimingModel(model_bytes=model_bytes, bandwidth=4.0)
   steps = np.full((3 * local_steps, 2), step)
-  np.testing.assert_allclose(outer_round_ends(steps, timing, local_steps, fragments, delay), ends)
+  np.testing.assert_allclose(_decentralized.outer_round_ends(steps, timing, local_steps, fragments, delay), ends)
 
 
 def test_a_delayed_application_is_waited_for_past_the_256th_step():
   """H = 2, P = 1, tau = 1, 1 s steps, a 3 s all-reduce (12 bytes at 4 bytes/s): each round's all-reduce starts
   at its end and is applied after the next round's first step, which waits 2 s: rounds end at 2, 6, 10, ..., 4r - 2
   for all 300 rounds (600 steps: step boundaries past 256, where CPython's small ints end)."""
-  from stalesgd.schedule._decentralized import outer_round_ends
-
   timing = TimingModel(model_bytes=12, bandwidth=4.0)
-  ends = outer_round_ends(np.ones((600, 2)), timing, 2, 1, 1)
+  ends = _decentralized.outer_round_ends(np.ones((600, 2)), timing, 2, 1, 1)
   np.testing.assert_allclose(ends, 4.0 * np.arange(1, 301) - 2.0)
 
 

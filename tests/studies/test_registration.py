@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import subprocess
 
 import pytest
 
@@ -130,7 +131,6 @@ def test_a_committed_result_directory_is_judged_from_the_records_it_keeps(tmp_pa
 
 def test_the_command_names_a_grids_first_seed(tmp_path):
   import os
-  import subprocess
   import sys
 
   command = [sys.executable, "-m", "stalesgd.cli.reproduce", "--study=demo", "--variants=hardsync", "--seeds=2"]
@@ -293,7 +293,6 @@ def _past_variant(slug: str) -> dict:
 
 
 def _commit_past_studies(repository: pathlib.Path, margin: float) -> str:
-  import subprocess
 
   package = repository / "stalesgd" / "studies"
   package.mkdir(parents=True, exist_ok=True)
@@ -306,7 +305,6 @@ def _commit_past_studies(repository: pathlib.Path, margin: float) -> str:
 
 
 def test_the_claims_at_a_commit_are_that_commits_not_the_working_trees(tmp_path):
-  import subprocess
 
   subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, capture_output=True)
   first = _commit_past_studies(tmp_path, 2)
