@@ -6,15 +6,16 @@
 #   experiments/run_pinned.sh COMMIT GRID [GRID ...]     run (or resume) the grids
 #   experiments/run_pinned.sh save GRID [GRID ...]       keep what finished, in the repository
 #
-# `save` copies each finished run's record (config.json, dataset.json, metrics.jsonl, summary.json; no
-# checkpoints) to results/<grid's directory>/runs/, and once the whole grid has finished writes its report there
-# with this checkout's code (the report's code, not the runs'); it then rewrites what it saved with this checkout's
+# `save` copies each finished run's record (config.json, dataset.json, metrics.jsonl, summary.json; no checkpoints) to
+# results/<grid's directory>/runs/, and once the whole grid has finished writes its report there with this checkout's
+# code (the report's code, not the runs'); it then rewrites what it saved with this checkout's
 # experiments/relative_result_paths.py, so that results/ names no absolute path of this machine. An unfinished run
-# that has written a checkpoint is kept too, with its schedule.npz and its newest checkpoint only (1-16 MB for the
-# CIFAR-10 grids), replacing the one an earlier `save` kept. A later run of the grid, on this machine or a fresh
-# one, first copies what was kept back into any run directory it lacks: finished runs are read back instead of
-# trained again, unfinished ones resume from the kept checkpoint. So a session that ends with `save` and a commit
-# loses nothing but the updates since each unfinished run's newest checkpoint (config.checkpoint_every_seconds,
+# that has written a checkpoint is kept too, with its newest checkpoint only (1-18 MB for the CIFAR-10 grids),
+# replacing the one an earlier `save` kept; not its schedule.npz (16 MB for a 140-epoch CIFAR-10 run), which a run
+# computes from its config and seed and writes again when it resumes without it. A later run of the grid, on this
+# machine or a fresh one, first copies what was kept back into any run directory it lacks: finished runs are read back
+# instead of trained again, unfinished ones resume from the kept checkpoint. So a session that ends with `save` and a
+# commit loses nothing but the updates since each unfinished run's newest checkpoint (config.checkpoint_every_seconds,
 # 5 minutes). While a grid is unfinished, `save` also writes its progress report (`stalesgd-reproduce --progress`:
 # every run's test error so far, marked unfinished) to results/<grid's directory>/progress/.
 #
@@ -142,10 +143,10 @@ if [ "$action" = save ]; then
       else
         complete=0
         step="$(newest_checkpoint "$run")"
-        if [ -n "$step" ]; then  # unfinished: its records so far, its schedule and its newest checkpoint
+        if [ -n "$step" ]; then  # unfinished: its records so far and its newest checkpoint
           rm -rf "$copy"
           mkdir -p "$copy/checkpoints"
-          for name in $RECORD_FILES schedule.npz; do
+          for name in $RECORD_FILES; do
             [ -f "$run/$name" ] && cp "$run/$name" "$copy/"
           done
           cp -r "$run/checkpoints/$step" "$copy/checkpoints/"
