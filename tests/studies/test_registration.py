@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -293,7 +294,6 @@ def _past_variant(slug: str) -> dict:
 
 
 def _commit_past_studies(repository: pathlib.Path, margin: float) -> str:
-
   package = repository / "stalesgd" / "studies"
   package.mkdir(parents=True, exist_ok=True)
   (repository / "stalesgd" / "__init__.py").write_text("")
@@ -305,7 +305,6 @@ def _commit_past_studies(repository: pathlib.Path, margin: float) -> str:
 
 
 def test_the_claims_at_a_commit_are_that_commits_not_the_working_trees(tmp_path):
-
   subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, capture_output=True)
   first = _commit_past_studies(tmp_path, 2)
   second = _commit_past_studies(tmp_path, 5)
@@ -322,7 +321,7 @@ def test_the_claims_at_a_commit_are_that_commits_not_the_working_trees(tmp_path)
   assert registration.claims_at_commit(tmp_path, "0" * 40, "past") is None  # no such commit
   assert registration.claims_at_commit(tmp_path / "stalesgd", first, "past") is None  # not a repository's root
   # Read once per commit: the answer stays when the repository is gone.
-  subprocess.run(["rm", "-rf", str(tmp_path / ".git")], check=True)
+  shutil.rmtree(tmp_path / ".git")
   assert registration.claims_at_commit(tmp_path, first, "past") == expected
 
 
