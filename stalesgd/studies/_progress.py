@@ -68,6 +68,14 @@ class RunProgress:
     """The epochs of the whole run (its config)."""
     return float(self.task.config.num_epochs)
 
+  @property
+  def end_epoch(self) -> float:
+    """Where the run ends: its config's epochs, or a finished run's last evaluation where its last update carried it
+    past them (a whole number of updates: 58,334 updates of 120 images end CIFAR-10's 140 epochs at 140.0016)."""
+    if self.status == FINISHED and self.evaluations:
+      return max(self.epochs, float(self.evaluations[-1]["epoch"]))
+    return self.epochs
+
   def describe(self) -> str:
     if self.status == "unfinished" and self.evaluations:
       return f"unfinished: epoch {float(self.evaluations[-1]['epoch']):.0f} of {self.epochs:g}"
@@ -112,7 +120,8 @@ def earlier_curves(directory: pathlib.Path) -> dict[tuple[str, int], tuple[float
 
 
 def stretched(points: Sequence[tuple[float, float]], ran: float, epochs: float) -> list[tuple[float, float]]:
-  """``points`` (epoch, value) of a run of ``ran`` epochs with their epochs scaled to a run of ``epochs``."""
+  """``points`` (epoch, value) of a run of ``ran`` epochs with their epochs scaled to a run of ``epochs``: the same
+  fraction of the run, end on end."""
   return [(epoch * epochs / ran, value) for epoch, value in points]
 
 
@@ -173,7 +182,7 @@ def write_progress(
     entry["latest test error (%)"] = f"{points[-1][1]:.2f}" if points else ""
     if earlier:
       ran, old_points = earlier.get((label, seed), (1.0, []))
-      old = stretched(old_points, ran, run.epochs)
+      old = stretched(old_points, ran, run.end_epoch)
       rows += [{"grid": "earlier", "variant": label, "seed": seed, "epoch": e, "test_error": v} for e, v in old]
       same_point = _at(old, points[-1][0]) if points else None
       entry["earlier grid at the same point (%)"] = "" if same_point is None else f"{same_point:.2f}"
@@ -245,7 +254,7 @@ def _plot(progress: Sequence[RunProgress], earlier, path: pathlib.Path, *, title
       panel.plot(epochs, errors, color=colour, linewidth=1.2, label=label if first_seed else None)
     if (label, seed) in earlier:
       ran, points = earlier[label, seed]
-      old = stretched(points, ran, run.epochs)
+      old = stretched(points, ran, run.end_epoch)
       panel.plot(
         [e for e, _ in old],
         [v for _, v in old],

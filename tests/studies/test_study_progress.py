@@ -20,23 +20,25 @@ from stalesgd.studies._tasks import plan_tasks
 DEMO = STUDIES["demo"]  # 10 epochs; claims: 8_softsync_a0 worse than hardsync by > 30, a0/sigma matches (±3)
 
 
-def _write_run(directory: pathlib.Path, errors: list[float], *, finished: bool) -> None:
+def _write_run(
+  directory: pathlib.Path, errors: list[float], *, finished: bool, epochs: list[float] | None = None
+) -> None:
+  """Evaluations after epochs 1, 2, ... (or at ``epochs``), and a summary if ``finished``."""
   directory.mkdir(parents=True)
-  records = [{"step": 10 * (index + 1), "epoch": float(index + 1), "test_error": e} for index, e in enumerate(errors)]
+  epochs = epochs or [float(index + 1) for index in range(len(errors))]
+  records = [{"step": 10 * (index + 1), "epoch": epochs[index], "test_error": e} for index, e in enumerate(errors)]
   (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
   if finished:
     (directory / "summary.json").write_text(json.dumps({"preempted": False, "test_error": errors[-1]}))
 
 
-def _write_earlier_report(directory: pathlib.Path) -> None:
-  """A 5-epoch grid's report: hardsync seed 0 at 40 % after epoch 2 and 20 % after epoch 4."""
+def _write_earlier_report(directory: pathlib.Path, ran: float = 5.0, points=((2.0, 40.0), (4.0, 20.0))) -> None:
+  """A 5-epoch grid's report (``ran`` epochs run): hardsync seed 0 at 40 % after epoch 2 and 20 % after epoch 4."""
   directory.mkdir()
   with open(directory / "runs.csv", "w", newline="") as file:
-    csv.writer(file).writerows([["variant", "seed", "epochs"], ["hardsync", 0, 5.0]])
+    csv.writer(file).writerows([["variant", "seed", "epochs"], ["hardsync", 0, ran]])
   with open(directory / "evaluations.csv", "w", newline="") as file:
-    csv.writer(file).writerows(
-      [["variant", "seed", "epoch", "test_error"], ["hardsync", 0, 2.0, 40.0], ["hardsync", 0, 4.0, 20.0]]
-    )
+    csv.writer(file).writerows([["variant", "seed", "epoch", "test_error"], *(["hardsync", 0, *p] for p in points)])
 
 
 def test_only_finished_runs_count_and_a_claim_waits_for_all_its_runs(tmp_path):
@@ -78,6 +80,21 @@ def test_an_earlier_shorter_grid_is_stretched_to_this_schedule(tmp_path):
   with open(tmp_path / "grid" / "progress" / "progress.csv", newline="") as file:
     earlier = [row for row in csv.DictReader(file) if row["grid"] == "earlier"]
   assert [(float(row["epoch"]), float(row["test_error"])) for row in earlier] == [(4.0, 40.0), (8.0, 20.0)]
+
+
+def test_a_finished_run_past_its_nominal_epochs_meets_the_earlier_grids_end(tmp_path):
+  tasks = plan_tasks(DEMO, tmp_path / "grid", seeds=1, variants=["hardsync"])
+  # Its last update carried it to epoch 10.02 of 10; the earlier grid's to 5.01 of 5 (ends at 20 %, 15 % before).
+  _write_run(tasks[0].directory, [30.0, 12.0], finished=True, epochs=[5.0, 10.02])
+  _write_earlier_report(tmp_path / "earlier", ran=5.01, points=((2.505, 15.0), (5.01, 20.0)))
+
+  text = write_progress(DEMO, tasks, tmp_path / "grid", compare_with=tmp_path / "earlier")
+
+  # End on end: x 10.02/5.01 = 2 puts the earlier points at 5.01 and 10.02; at 10.02 the earlier grid's last, 20 %.
+  assert "| finished | 12.00                 | 20.00 " in text
+  with open(tmp_path / "grid" / "progress" / "progress.csv", newline="") as file:
+    earlier = [row for row in csv.DictReader(file) if row["grid"] == "earlier"]
+  assert [(float(row["epoch"]), float(row["test_error"])) for row in earlier] == [(5.01, 15.0), (10.02, 20.0)]
 
 
 def test_the_command_writes_it_and_refuses_compare_with_alone(tmp_path):
