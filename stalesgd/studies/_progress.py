@@ -121,8 +121,8 @@ def earlier_curves(directory: pathlib.Path) -> dict[tuple[str, int], tuple[float
 
 def stretched(points: Sequence[tuple[float, float]], ran: float, epochs: float) -> list[tuple[float, float]]:
   """``points`` (epoch, value) of a run of ``ran`` epochs with their epochs scaled to a run of ``epochs``: the same
-  fraction of the run, end on end."""
-  return [(epoch * epochs / ran, value) for epoch, value in points]
+  fraction of the run, end on end (the fraction first: the last point of a finished run lands on ``epochs`` exactly)."""
+  return [(epoch / ran * epochs, value) for epoch, value in points]
 
 
 def _at(points: Sequence[tuple[float, float]], epoch: float) -> float | None:

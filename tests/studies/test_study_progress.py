@@ -32,8 +32,11 @@ def _write_run(
     (directory / "summary.json").write_text(json.dumps({"preempted": False, "test_error": errors[-1]}))
 
 
-def _write_earlier_report(directory: pathlib.Path, ran: float = 5.0, points=((2.0, 40.0), (4.0, 20.0))) -> None:
-  """A 5-epoch grid's report (``ran`` epochs run): hardsync seed 0 at 40 % after epoch 2 and 20 % after epoch 4."""
+def _write_earlier_report(
+  directory: pathlib.Path, ran: float = 5.0, points: tuple[tuple[float, float], ...] = ((2.0, 40.0), (4.0, 20.0))
+) -> None:
+  """A 5-epoch grid's report of hardsync seed 0, ``ran`` epochs run and (epoch, test error) ``points``: by default
+  40 % after epoch 2 and 20 % after epoch 4."""
   directory.mkdir()
   with open(directory / "runs.csv", "w", newline="") as file:
     csv.writer(file).writerows([["variant", "seed", "epochs"], ["hardsync", 0, ran]])
