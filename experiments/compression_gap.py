@@ -7,7 +7,10 @@ the reference, per seed and at both lengths, the gap in test error (variant - re
 statistics the study reports:
 
 * the mean of the run's last 3 evaluations (the statistic its claims are decided by);
-* the run's last evaluation alone (reported beside it, deciding nothing).
+* the run's last evaluation alone (reported beside it, deciding nothing);
+
+and, per variant, length and statistic, the paired 95 % Student-t interval of those per-seed gaps over the seeds
+whose two runs have finished (the study's `paired_interval`; none for fewer than 2 seeds).
 
 And for every finished run, the simulated time (the timing model's seconds, ``sim_time``) of its first evaluation
 within ``--tolerance`` points of its own final error (the mean of its last 3 evaluations): how long each protocol
@@ -27,9 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
 from collections.abc import Sequence
+
+from stalesgd.studies import _seed_statistics as seed_statistics
 
 LAST_EVALUATIONS = 3
 """The study's statistic: the mean of a run's last 3 evaluations."""
@@ -49,8 +53,8 @@ def evaluations(run: pathlib.Path) -> list[tuple[float, float]] | None:
 
 
 def final_error(points: Sequence[tuple[float, float]]) -> float:
-  """The mean of the last `LAST_EVALUATIONS` evaluations' test error."""
-  return statistics.fmean(error for _, error in points[-LAST_EVALUATIONS:])
+  """The mean of the last `LAST_EVALUATIONS` evaluations' test error (the study's `final_value`)."""
+  return seed_statistics.final_value([error for _, error in points], LAST_EVALUATIONS)
 
 
 def time_to_final(points: Sequence[tuple[float, float]], tolerance: float) -> float:
@@ -99,6 +103,36 @@ def gap_rows(compressed: pathlib.Path, full: pathlib.Path, reference: str, varia
   return rows
 
 
+GAP_COLUMNS = ("compressed_last3", "full_last3", "compressed_last", "full_last")
+"""The four per-seed gaps of a `gap_rows` row: both lengths by both statistics."""
+
+
+def interval_rows(gaps: Sequence[dict]) -> list[dict]:
+  """One row per variant of ``gaps``: each column's paired 95 % interval over its seeds (None below 2 seeds)."""
+  rows = []
+  for variant in dict.fromkeys(row["variant"] for row in gaps):
+    mine = [row for row in gaps if row["variant"] == variant]
+    rows.append(
+      {
+        "variant": variant,
+        **{
+          column: _paired_interval([row[column] for row in mine if row[column] is not None]) for column in GAP_COLUMNS
+        },
+      }
+    )
+  return rows
+
+
+def _paired_interval(gaps: Sequence[float]) -> seed_statistics.Interval | None:
+  return seed_statistics.paired_interval(gaps) if len(gaps) >= 2 else None
+
+
+def _interval(interval: seed_statistics.Interval | None) -> str:
+  if interval is None:
+    return ""
+  return f"{interval.mean:+.2f} [{interval.low:+.2f}, {interval.high:+.2f}] ({interval.count})"
+
+
 def time_rows(full: pathlib.Path, names: Sequence[str], tolerance: float) -> list[dict]:
   """One row per finished run of ``names``: its final error and the simulated time it first came within
   ``tolerance`` of it, and its whole simulated time."""
@@ -130,6 +164,16 @@ def markdown(gaps: Sequence[dict], times: Sequence[dict], reference: str, tolera
       f"| {row['variant']} | {row['seed']} | {_signed(row['compressed_last3'])} | {_signed(row['full_last3'])} | "
       f"{_signed(row['compressed_last'])} | {_signed(row['full_last'])} |"
     )
+  lines += [
+    "",
+    "Per variant, the paired 95 % interval of those gaps over the seeds whose two runs have finished (their "
+    "number in parentheses; the study's rule reads the full-length one of the last 3 against its margin).",
+    "",
+    "| variant | compressed, last 3 | full, last 3 | compressed, last | full, last |",
+    "|---|--:|--:|--:|--:|",
+  ]
+  for row in interval_rows(gaps):
+    lines.append(f"| {row['variant']} | " + " | ".join(_interval(row[column]) for column in GAP_COLUMNS) + " |")
   lines += [
     "",
     f"Simulated time (s) to the first evaluation within {tolerance:g} points of the run's final error (the mean "

@@ -78,3 +78,27 @@ def test_the_program_writes_both_tables_and_refuses_a_directory_without_runs(stu
       [f"--compressed={tmp_path / 'nothing'}", f"--full={long}", "--reference=ref", "--variants", "var"]
     )
   assert "keeps no runs/" in capsys.readouterr().err
+
+
+def test_each_length_and_statistic_gets_the_paired_interval_over_its_finished_seeds(studies, tmp_path):
+  short, long = studies
+  (row,) = compression_gap.interval_rows(compression_gap.gap_rows(short, long, "ref", ["var"]))
+  # Compressed, last 3: gaps 3 (seed 0) and 1 (seed 1): mean 2, s_d = sqrt(2), t_{0.975, 1} = 12.7062,
+  # half-width 12.7062 * sqrt(2) / sqrt(2) = 12.7062.
+  assert row["compressed_last3"].mean == pytest.approx(2.0)
+  assert row["compressed_last3"].low == pytest.approx(2.0 - 12.7062, abs=1e-4)
+  assert row["compressed_last3"].high == pytest.approx(2.0 + 12.7062, abs=1e-4)
+  assert row["compressed_last3"].count == 2
+  # Compressed, last alone: gaps 4 and 1: mean 2.5, s_d = 3 / sqrt(2), half-width 12.7062 * 1.5 = 19.0593.
+  assert row["compressed_last"].low == pytest.approx(2.5 - 19.0593, abs=1e-4)
+  # At full length only seed 0 has both runs finished: one seed gives no interval.
+  assert row["full_last3"] is None and row["full_last"] is None
+  # A variant whose full-length runs have not started has no seed at that length at all.
+  _run(tmp_path, "short", "later", 0, [12, 12, 12])
+  _run(tmp_path, "short", "later", 1, [10, 10, 10])
+  (_, later) = compression_gap.interval_rows(compression_gap.gap_rows(short, long, "ref", ["var", "later"]))
+  assert later["compressed_last3"].mean == pytest.approx((4 + 1) / 2) and later["full_last3"] is None
+  out = tmp_path / "gaps.md"
+  args = [f"--compressed={short}", f"--full={long}", "--reference=ref", "--variants", "var", f"--out={out}"]
+  assert compression_gap.main(args) == 0
+  assert "| var | +2.00 [-10.71, +14.71] (2) |  | +2.50 [-16.56, +21.56] (2) |  |" in out.read_text()
