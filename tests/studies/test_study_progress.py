@@ -7,13 +7,17 @@ which runs count, which claims may be decided, and where an earlier, shorter gri
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import pathlib
 import subprocess
 import sys
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
 from stalesgd.studies import STUDIES
+from stalesgd.studies import _progress as progress_module
 from stalesgd.studies._progress import write_progress
 from stalesgd.studies._tasks import plan_tasks
 
@@ -111,3 +115,23 @@ def test_the_command_writes_it_and_refuses_compare_with_alone(tmp_path):
     [*command, f"--compare_with={tmp_path}"], capture_output=True, text=True, env=environment, timeout=300
   )
   assert refused.returncode == 1 and "--compare_with" in refused.stderr and "only with --progress" in refused.stderr
+
+
+def test_a_long_title_is_wrapped_inside_the_figure(tmp_path, monkeypatch):
+  # The 140-epoch grid's title ("...: UNFINISHED, 6 of 15 runs", 122 characters) ran off both edges of the plot.
+  long = dataclasses.replace(
+    DEMO, title="Zhang et al. and Rudra's mu x lambda rule at 140 epochs: lambda=30, mu=4 vs the single learner"
+  )
+  tasks = plan_tasks(long, tmp_path, seeds=1, variants=["hardsync"])
+  _write_run(tasks[0].directory, [9.0, 3.0], finished=False)
+  drawn = []
+  monkeypatch.setattr(progress_module.plots, "save_figure", lambda figure, path: drawn.append(figure))
+  write_progress(long, tasks, tmp_path)
+  (figure,) = drawn
+  canvas = FigureCanvasAgg(figure)
+  canvas.draw()  # constrained layout places the title
+  renderer = canvas.get_renderer()
+  title = figure.get_suptitle()
+  extent = figure._suptitle.get_window_extent(renderer)
+  assert title.replace("\n", " ") == f"{long.title}: UNFINISHED, 0 of 1 runs"
+  assert extent.x0 >= 0 and extent.x1 <= figure.bbox.width, (extent, figure.bbox.width)
