@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -127,7 +128,7 @@ def plot_curves(
         0.5, 0.5, f"no records with both {x_field!r} and {y!r}", transform=panel.transAxes, ha="center", va="center"
       )
   if title:
-    figure.suptitle(title)
+    set_figure_title(figure, title)
   return save_figure(figure, path)
 
 
@@ -190,7 +191,7 @@ def plot_bands(
     panel.grid(alpha=0.3)
     panel.legend(fontsize="small")
   if title:
-    figure.suptitle(title)
+    set_figure_title(figure, title)
   return save_figure(figure, path)
 
 
@@ -247,6 +248,16 @@ def _check_staleness(label: str, values: Any) -> np.ndarray:
   if values.min() < 0:
     raise ValueError(f"staleness[{label!r}] holds {values.min()}; allowed: values >= 0")
   return values.astype(np.int64)
+
+
+TITLE_CHARACTERS_PER_INCH = 10
+"""How many characters of a figure's title fit on a line per inch of its width at matplotlib's default title
+size (an 8-inch figure clipped a 122-character line at both edges; 80 fit)."""
+
+
+def set_figure_title(figure: Figure, title: str) -> None:
+  """``figure``'s title, wrapped at whole words to lines that fit its width (`TITLE_CHARACTERS_PER_INCH`)."""
+  figure.suptitle(textwrap.fill(title, int(figure.get_figwidth() * TITLE_CHARACTERS_PER_INCH)))
 
 
 def save_figure(figure: Figure, path: str | os.PathLike[str]) -> epath.Path:

@@ -27,7 +27,6 @@ import dataclasses
 import datetime
 import json
 import pathlib
-import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -240,11 +239,6 @@ def write_progress(
   return text
 
 
-TITLE_CHARACTERS = 80
-"""The most characters a line of the plot's title holds: the 8-inch figure clips a longer line at matplotlib's
-default title size (a 122-character title lost its first and last letters)."""
-
-
 def _plot(progress: Sequence[RunProgress], earlier, path: pathlib.Path, *, title: str) -> None:
   figure = Figure(figsize=(8, 5), layout="constrained")
   panel = figure.subplots()
@@ -274,5 +268,5 @@ def _plot(progress: Sequence[RunProgress], earlier, path: pathlib.Path, *, title
   panel.grid(alpha=0.3)
   if panel.get_legend_handles_labels()[0]:
     panel.legend(fontsize="small")
-  figure.suptitle(textwrap.fill(title, TITLE_CHARACTERS))
+  plots.set_figure_title(figure, title)
   plots.save_figure(figure, path)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from matplotlib import image
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from stalesgd.reports._plots import (
   Run,
   curve_points,
   plot_curves,
   plot_staleness_histograms,
+  set_figure_title,
 )
 
 
@@ -105,3 +108,16 @@ def test_staleness_histograms(tmp_path):
 def test_staleness_histograms_reject_bad_input(tmp_path, staleness, message):
   with pytest.raises(ValueError, match=message):
     plot_staleness_histograms(staleness, tmp_path / "bad.png")
+
+
+@pytest.mark.parametrize("width", [5.5, 8.0, 11.0])
+def test_a_long_title_is_wrapped_to_the_figures_width(width):
+  figure = Figure(figsize=(width, 4.2), layout="constrained")
+  figure.subplots()
+  title = "Zhang et al. and Rudra's mu x lambda rule at 140 epochs: lambda=30, mu=4 vs the single learner " * 2
+  set_figure_title(figure, title.strip())
+  canvas = FigureCanvasAgg(figure)
+  canvas.draw()
+  extent = figure._suptitle.get_window_extent(canvas.get_renderer())
+  assert figure.get_suptitle().replace("\n", " ") == title.strip()  # wrapped at spaces, nothing lost
+  assert extent.x0 >= 0 and extent.x1 <= figure.bbox.width, (extent, figure.bbox.width)
