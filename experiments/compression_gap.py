@@ -116,21 +116,16 @@ def interval_rows(gaps: Sequence[dict]) -> list[dict]:
       {
         "variant": variant,
         **{
-          column: _paired_interval([row[column] for row in mine if row[column] is not None]) for column in GAP_COLUMNS
+          column: seed_statistics.paired_interval([row[column] for row in mine if row[column] is not None])
+          for column in GAP_COLUMNS
         },
       }
     )
   return rows
 
 
-def _paired_interval(gaps: Sequence[float]) -> seed_statistics.Interval | None:
-  return seed_statistics.paired_interval(gaps) if len(gaps) >= 2 else None
-
-
 def _interval(interval: seed_statistics.Interval | None) -> str:
-  if interval is None:
-    return ""
-  return f"{interval.mean:+.2f} [{interval.low:+.2f}, {interval.high:+.2f}] ({interval.count})"
+  return interval.format(compact=True) if interval is not None else ""
 
 
 def time_rows(full: pathlib.Path, names: Sequence[str], tolerance: float) -> list[dict]:

@@ -77,11 +77,13 @@ class Interval:
   count: int
   confidence: float = CONFIDENCE
 
-  def format(self, digits: int = 2) -> str:
-    return (
-      f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
-      f"({self.confidence:.0%} interval, {self.count} seeds)"
-    )
+  def format(self, digits: int = 2, *, compact: bool = False) -> str:
+    """``"+mean [+low, +high] (95% interval, n seeds)"``; with ``compact``, ``"+mean [+low, +high] (n)"`` for a
+    table cell whose header names the confidence."""
+    bounds = f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
+    if compact:
+      return f"{bounds} ({self.count})"
+    return f"{bounds} ({self.confidence:.0%} interval, {self.count} seeds)"
 
 
 def t_quantile(probability: float, degrees_of_freedom: int) -> float:
@@ -92,11 +94,16 @@ def t_quantile(probability: float, degrees_of_freedom: int) -> float:
 
 
 def paired_interval(differences: Sequence[float], confidence: float = CONFIDENCE) -> Interval | None:
-  """The Student-t interval of the mean of per-seed differences; None for fewer than 2 of them.
+  """The Student-t interval of the mean of per-seed differences; None for fewer than 2 of them (none included).
 
   d_bar +- t_{(1 + confidence) / 2, n - 1} x s_d / sqrt(n), s_d the sample
   standard deviation of the n differences.
+
+  Raises:
+    ValueError: if a difference is not finite.
   """
+  if not len(differences):
+    return None
   values = spread(differences)
   if values.count < 2:
     return None

@@ -50,7 +50,11 @@ def test_paired_interval_is_the_student_t_interval():
   assert interval.low == pytest.approx(2.0 - T_975_2 / math.sqrt(3), abs=1e-3)
   assert interval.high == pytest.approx(2.0 + T_975_2 / math.sqrt(3), abs=1e-3)
   assert interval.format() == "+2.00 [-0.48, +4.48] (95% interval, 3 seeds)"
+  assert interval.format(1, compact=True) == "+2.0 [-0.5, +4.5] (3)"  # a table cell: the header names the 95 %
   assert statistics.paired_interval([5.0]) is None  # one seed: no interval
+  assert statistics.paired_interval([]) is None  # no seed: no interval either, not an error
+  with pytest.raises(ValueError, match="one or more finite numbers"):  # a diverged run's NaN is not a gap
+    statistics.paired_interval([1.0, float("nan")])
   flat = statistics.paired_interval([80.0, 80.0])
   assert (flat.low, flat.high) == (80.0, 80.0)
   with pytest.raises(dataclasses.FrozenInstanceError):  # a decision reads the interval as it was computed
