@@ -50,7 +50,9 @@ def test_paired_interval_is_the_student_t_interval():
   assert interval.low == pytest.approx(2.0 - T_975_2 / math.sqrt(3), abs=1e-3)
   assert interval.high == pytest.approx(2.0 + T_975_2 / math.sqrt(3), abs=1e-3)
   assert interval.format() == "+2.00 [-0.48, +4.48] (95% interval, 3 seeds)"
-  assert interval.format(1, compact=True) == "+2.0 [-0.5, +4.5] (3)"  # a table cell: the header names the 95 %
+  assert interval.format(digits=1, compact=True) == "+2.0 [-0.5, +4.5] (3)"  # a table cell: its header says 95 %
+  with pytest.raises(TypeError):  # compact only by name: format(1, True) would not say what True means
+    interval.format(1, True)
   assert statistics.paired_interval([5.0]) is None  # one seed: no interval
   assert statistics.paired_interval([]) is None  # no seed: no interval either, not an error
   with pytest.raises(ValueError, match="one or more finite numbers"):  # a diverged run's NaN is not a gap
