@@ -81,11 +81,35 @@ def test_hand_computed_assignments(pattern, fragments, owner, sizes):
     assert all(got[i] == got[i + 1] for i in range(0, 8, 2))
 
 
+@pytest.mark.parametrize(
+  "pattern, owner",
+  [("strided", (1, 1, 0, 0, 0, 0, 1, 1)), ("sequential", (0, 0, 0, 0, 1, 1, 1, 1)), ("array_strided", (0, 1) * 4)],
+)
+def test_a_pattern_read_at_run_time_is_compared_by_value(pattern, owner):
+  """A flag or a config file gives a new str equal to the pattern's name, not the literal itself (P = 2, as above)."""
+  fresh = "".join(list(pattern))
+  assert fresh is not pattern
+  assert assign_fragments(uneven_tree(), 2, fresh, ORDER) == owner
+
+
 def test_fragment_layers_name_each_fragments_layers_in_the_models_order():
   tree = uneven_tree()
   assert fragment_layers(tree, assign_fragments(tree, 2, "strided", ORDER), ORDER) == (
     ("Dense_2", "conv"),
     ("Dense_10", "out"),
+  )
+  assert fragment_layers(tree, assign_fragments(tree, 3, "strided", ORDER), ORDER) == (
+    ("Dense_2", "out"),
+    ("Dense_10",),
+    ("conv",),
+  )
+  assert fragment_layers(tree, assign_fragments(tree, 1, "strided", ORDER), ORDER) == (
+    ("Dense_2", "Dense_10", "conv", "out"),
+  )
+  # array_strided parts every layer: each bias (even jax index) in fragment 0, each kernel in 1
+  assert (
+    fragment_layers(tree, assign_fragments(tree, 2, "array_strided"), ORDER)
+    == (("Dense_2[part]", "Dense_10[part]", "conv[part]", "out[part]"),) * 2
   )
 
 
@@ -105,24 +129,55 @@ def test_the_balanced_sequential_split_minimises_the_largest_fragment():
       assert largest == best, (sizes, parts, owner)
 
 
+def test_the_balanced_split_leaves_one_layer_per_fragment_when_it_must_past_256_layers():
+  """299 layers of 1 then one of 300, P = 280: the bound is 300, so the first fragment could take all 299 small
+  layers, but 279 fragments must follow it: it stops at 21 layers and every later layer is a fragment of its own.
+  (Counts past 256 are ints Python does not cache: compared by value, not identity.)"""
+  assert balanced_runs([1] * 299 + [300], 280) == (0,) * 21 + tuple(range(1, 280))
+
+
 def test_errors_name_the_field_and_what_is_allowed():
   tree = uneven_tree()
   with pytest.raises(ValueError, match=r"config\.outer\.fragments=5; allowed: an integer >= 1 and <= layers=4"):
     assign_fragments(tree, 5, "strided", ORDER, field="config.outer.fragments")
   with pytest.raises(ValueError, match=r"fragments=9; allowed: .*<= arrays=8"):
     assign_fragments(tree, 9, "array_strided")
+  for pattern in ("strided", "sequential", "array_strided"):
+    with pytest.raises(ValueError, match=r"fragments=0; allowed: an integer >= 1"):
+      assign_fragments(tree, 0, pattern, ORDER)
+  assert assign_fragments(tree, 1, "array_strided") == (0,) * 8  # P = 1 is allowed
+  with pytest.raises(TypeError):  # the error's field only by name
+    assign_fragments(tree, 2, "strided", ORDER, "config.outer.fragments")
+  by_name = assign_fragments(params=tree, fragments=2, pattern="strided", order=ORDER, field="fragments")
+  assert by_name == (1, 1, 0, 0, 0, 0, 1, 1)
   with pytest.raises(ValueError, match=r"fragment_pattern='layers'; allowed: one of \('strided', 'sequential'"):
     assign_fragments(tree, 2, "layers")
-  with pytest.raises(ValueError, match="the model's parameter order names 2 arrays, not the 8"):
+  with pytest.raises(
+    ValueError,
+    match=r"names 2 arrays, not the 8 of the weights \(first of the weights: "
+    r"\[\('Dense_10', 'bias'\), \('Dense_10', 'kernel'\), \('Dense_2', 'bias'\)\]\)",
+  ):
     layers(tree, ORDER[:2])
+  with pytest.raises(ValueError, match="the model's parameter order names 6 arrays, not the 8"):
+    layers(tree, ORDER[:-2])  # a sorted prefix of the weights' paths: fewer, not other
+  with pytest.raises(ValueError, match=r"parts=0; allowed: 1 to the number of sizes, 2"):
+    balanced_runs([3, 4], 0)
+  with pytest.raises(ValueError, match="shorter than argument 1"):  # one fragment per leaf, not fewer
+    fragment_sizes(tree, (0,) * 7)
 
 
 def test_a_single_wrapping_module_is_looked_through_and_arrays_are_layers_of_their_own():
   wrapped = {"Net": {"a": {"kernel": np.zeros(3), "bias": np.zeros(1)}, "b": {"kernel": np.zeros(2)}}}
   assert [(layer.name, layer.size) for layer in layers(wrapped)] == [("a", 4), ("b", 2)]
+  created = (("Net", "b", "kernel"), ("Net", "a", "kernel"), ("Net", "a", "bias"))  # b first, below the wrapper
+  assert [(layer.name, layer.leaves) for layer in layers(wrapped, created)] == [("b", (2,)), ("a", (0, 1))]
   flat = {"w": np.zeros(2), "v": np.zeros((2, 2)), "u": np.zeros(3)}
   assert [(layer.name, layer.size) for layer in layers(flat)] == [("u", 3), ("v", 4), ("w", 2)]
   assert assign_fragments(flat, 3) == (0, 1, 2)  # one array per layer: the per-array rule
+  # One array: the prefix dropped is all of its path but its own name, which names the layer (paths of 2 and 3).
+  for single in ({"dense": {"kernel": np.zeros((2, 3))}}, {"Net": {"dense": {"kernel": np.zeros((2, 3))}}}):
+    assert [(layer.name, layer.leaves, layer.size) for layer in layers(single)] == [("kernel", (0,), 6)]
+  assert layers({}) == ()  # no leaves: no layers
 
 
 class _NamedAgainstSorting(nn.Module):
@@ -149,6 +204,22 @@ def test_the_order_is_the_models_not_the_sorted_one():
   assert fragment_sizes(params, assign_fragments(params, 2, "strided")) == (26, 25)
 
 
+class _DropoutBetween(nn.Module):
+  """hidden, dropout in training only, out: as AlexNet's fully connected layers with dropout_rate > 0."""
+
+  @nn.compact
+  def __call__(self, images, *, train):
+    x = nn.Dense(3, name="hidden")(images.reshape(images.shape[0], -1))
+    x = nn.Dropout(0.5, deterministic=not train)(x)
+    return nn.Dense(2, name="out")(x)
+
+
+def test_the_order_is_read_in_inference_mode_as_the_models_init_creates_its_weights():
+  """ModelSpec.init creates a model's weights with train=False, which needs no dropout key; so does the order."""
+  model = ModelSpec(name="t", module=_DropoutBetween(), num_classes=2, default_image_shape=(2, 2, 1))
+  assert model_leaf_order(model) == (("hidden", "kernel"), ("hidden", "bias"), ("out", "kernel"), ("out", "bias"))
+
+
 def test_a_zoo_resnets_blocks_come_in_forward_order():
   """resnet110's stage1_block10 sorts before stage1_block2; its layers are its stem, 54 blocks, its classifier."""
   model = get_model("resnet110", num_classes=10)
@@ -161,6 +232,7 @@ def test_a_zoo_resnets_blocks_come_in_forward_order():
 # -- a run
 
 
+@pytest.mark.slow  # a whole training run (5 epochs of the digits)
 def test_a_streaming_run_of_a_zoo_model_with_two_fragments_of_layers_trains(tmp_path):
   """small_cnn on the 8x8 digits, P = 2 strided layers (conv1 + hidden, conv2 + classifier): the run's log and
   summary give the fragments' sizes, its schedule times them, and the test error falls below chance."""
