@@ -136,6 +136,14 @@ def test_the_balanced_split_leaves_one_layer_per_fragment_when_it_must_past_256_
   assert balanced_runs([1] * 299 + [300], 280) == (0,) * 21 + tuple(range(1, 280))
 
 
+def test_the_bisection_is_over_integers_past_the_precision_of_floats():
+  """Sizes a, 1, 6, a with a = 2**53 + 1 (float64 holds integers exactly only to 2**53), P = 2. The cuts give
+  a | 1 6 a: a + 7; a 1 | 6 a: a + 6; a 1 6 | a: a + 7. So B = a + 6 = 2**53 + 7 and the runs are (0, 0, 1, 1); a
+  float cannot hold 2**53 + 7, and a bisection with a float midpoint returns (0, 0, 0, 1)."""
+  a = 2**53 + 1
+  assert balanced_runs([a, 1, 6, a], 2) == (0, 0, 1, 1)
+
+
 def test_errors_name_the_field_and_what_is_allowed():
   tree = uneven_tree()
   with pytest.raises(ValueError, match=r"config\.outer\.fragments=5; allowed: an integer >= 1 and <= layers=4"):
