@@ -136,6 +136,13 @@ def test_the_balanced_split_leaves_one_layer_per_fragment_when_it_must_past_256_
   assert balanced_runs([1] * 299 + [300], 280) == (0,) * 21 + tuple(range(1, 280))
 
 
+def test_a_bound_too_small_for_more_than_256_fragments_is_refused_by_value():
+  """600 layers of 1, P = 300: B = 2, two layers a fragment. The bisection first tries bounds below 2 (bound 1 would
+  need 600 runs): the fill stops when its run count reaches P = 300, an int Python does not cache, so only a
+  comparison by value refuses the bound."""
+  assert balanced_runs([1] * 600, 300) == tuple(index // 2 for index in range(600))
+
+
 def test_the_bisection_is_over_integers_past_the_precision_of_floats():
   """Sizes a, 1, 6, a with a = 2**53 + 1 (float64 holds integers exactly only to 2**53), P = 2. The cuts give
   a | 1 6 a: a + 7; a 1 | 6 a: a + 6; a 1 6 | a: a + 7. So B = a + 6 = 2**53 + 7 and the runs are (0, 0, 1, 1); a
