@@ -219,20 +219,25 @@ def test_the_order_is_the_models_not_the_sorted_one():
   assert fragment_sizes(params, assign_fragments(params, 2, "strided")) == (26, 25)
 
 
-class _DropoutBetween(nn.Module):
-  """hidden, dropout in training only, out: as AlexNet's fully connected layers with dropout_rate > 0."""
+class _AuxiliaryHeadInTraining(nn.Module):
+  """hidden, then out; in training also an auxiliary classifier on hidden (as GoogLeNet's), which inference skips."""
 
   @nn.compact
   def __call__(self, images, *, train):
     x = nn.Dense(3, name="hidden")(images.reshape(images.shape[0], -1))
-    x = nn.Dropout(0.5, deterministic=not train)(x)
+    if train:
+      x = x + nn.Dense(3, name="auxiliary")(x)
     return nn.Dense(2, name="out")(x)
 
 
 def test_the_order_is_read_in_inference_mode_as_the_models_init_creates_its_weights():
-  """ModelSpec.init creates a model's weights with train=False, which needs no dropout key; so does the order."""
-  model = ModelSpec(name="t", module=_DropoutBetween(), num_classes=2, default_image_shape=(2, 2, 1))
-  assert model_leaf_order(model) == (("hidden", "kernel"), ("hidden", "bias"), ("out", "kernel"), ("out", "bias"))
+  """ModelSpec.init creates the weights with train=False, so a training-only head is not among them; the order
+  names exactly those weights, and layers() accepts it for them."""
+  model = ModelSpec(name="t", module=_AuxiliaryHeadInTraining(), num_classes=2, default_image_shape=(2, 2, 1))
+  order = model_leaf_order(model)
+  assert order == (("hidden", "kernel"), ("hidden", "bias"), ("out", "kernel"), ("out", "bias"))
+  params = model.init(jax.random.key(0))["params"]
+  assert [layer.name for layer in layers(params, order)] == ["hidden", "out"]
 
 
 def test_a_zoo_resnets_blocks_come_in_forward_order():
