@@ -43,6 +43,16 @@ def uneven_tree():
   return {name: {"kernel": np.zeros(kernel), "bias": np.zeros(bias)} for name, (kernel, bias) in shapes.items()}
 
 
+# First in the file: a bisection that never ends fails here within seconds (a test failure) instead of hanging the
+# first test below that splits by size until the run's timeout.
+@pytest.mark.timeout(20)
+def test_the_balanced_split_ends():
+  """Bounds from 1 to 10 tried for [5, 5] in 2 runs, and a single run of 3, 4: the bisection stops at B."""
+  assert balanced_runs([5, 5], 2) == (0, 1)
+  assert balanced_runs([3, 4], 1) == (0, 0)
+  assert balanced_runs([1, 2, 3], 3) == (0, 1, 2)
+
+
 def test_layers_keep_kernel_and_bias_together_in_the_models_order():
   tree = uneven_tree()
   found = layers(tree, ORDER)
