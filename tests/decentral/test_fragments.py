@@ -43,14 +43,17 @@ def uneven_tree():
   return {name: {"kernel": np.zeros(kernel), "bias": np.zeros(bias)} for name, (kernel, bias) in shapes.items()}
 
 
-# First in the file: a bisection that never ends fails here within seconds (a test failure) instead of hanging the
-# first test below that splits by size until the run's timeout.
+# First in the file: a loop that never ends (the bisection, the common prefix) fails here within seconds (a test
+# failure) instead of hanging a test below until the run's timeout.
 @pytest.mark.timeout(20)
-def test_the_balanced_split_ends():
-  """Bounds from 1 to 10 tried for [5, 5] in 2 runs, and a single run of 3, 4: the bisection stops at B."""
+def test_the_loops_end():
+  """Bounds tried for [5, 5] in 2 runs, a single run of 3, 4, and sums past 256 (ints compared by value: the
+  bisection over [300, 300] ends at B = 300); the common prefix of a nested tree (one wrapping name, ``params``)."""
   assert balanced_runs([5, 5], 2) == (0, 1)
   assert balanced_runs([3, 4], 1) == (0, 0)
   assert balanced_runs([1, 2, 3], 3) == (0, 1, 2)
+  assert balanced_runs([300, 300], 2) == (0, 1)
+  assert [layer.name for layer in layers({"params": uneven_tree()})] == ["Dense_10", "Dense_2", "conv", "out"]
 
 
 def test_layers_keep_kernel_and_bias_together_in_the_models_order():
