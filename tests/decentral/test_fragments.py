@@ -47,10 +47,12 @@ def uneven_tree():
 # failure) instead of hanging a test below until the run's timeout.
 @pytest.mark.timeout(20)
 def test_the_loops_end():
-  """Bounds tried for [5, 5] in 2 runs, a single run of 3, 4, and sums past 256 (ints compared by value: the
-  bisection over [300, 300] ends at B = 300); the common prefix of a nested tree (one wrapping name, ``params``)."""
+  """Bounds tried for [5, 5] in 2 runs, a single run of 3, 4 and of 2, 2, 2, 2 (the bounds 5, 6 and 7 refused in
+  turn before 8), and sums past 256 (ints compared by value: the bisection over [300, 300] ends at B = 300); the
+  common prefix of a nested tree (one wrapping name, ``params``)."""
   assert balanced_runs([5, 5], 2) == (0, 1)
   assert balanced_runs([3, 4], 1) == (0, 0)
+  assert balanced_runs([2, 2, 2, 2], 1) == (0, 0, 0, 0)
   assert balanced_runs([1, 2, 3], 3) == (0, 1, 2)
   assert balanced_runs([300, 300], 2) == (0, 1)
   assert [layer.name for layer in layers({"params": uneven_tree()})] == ["Dense_10", "Dense_2", "conv", "out"]
