@@ -47,7 +47,7 @@ def uneven_tree():
 # failure) instead of hanging a test below until the run's timeout.
 @pytest.mark.timeout(20)
 def test_the_loops_end():
-  """Bounds tried for [5, 5] in 2 runs, a single run of 3, 4 and of 2, 2, 2, 2 (the bounds 5, 6 and 7 refused in
+  """Bounds tried for [5, 5] in 2 runs, a single run of 3, 4 and of 2, 2, 2, 2 (the odd bounds 5 and 7 refused in
   turn before 8), and sums past 256 (ints compared by value: the bisection over [300, 300] ends at B = 300); the
   common prefix of a nested tree (one wrapping name, ``params``)."""
   assert balanced_runs([5, 5], 2) == (0, 1)
