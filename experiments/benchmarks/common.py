@@ -11,6 +11,7 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -40,6 +41,24 @@ def machine_description() -> dict[str, Any]:
     # Other jobs on a shared host inflate absolute times; the paired ratios are robust to it.
     "load_average_1_5_15_min": list(os.getloadavg()),
   }
+
+
+def run_part(name: str, command: list[str], timeout: int, env: Mapping[str, str]) -> dict[str, Any]:
+  """Runs one benchmark part, a program in its own process (``name`` heads its log lines); returns its wall
+  seconds, ``status`` (the exit status, or ``"timeout"`` after ``timeout`` seconds) and the tail of its output."""
+  print(f"[{name}] {' '.join(command[2:])}", flush=True)
+  start = time.perf_counter()
+  try:
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    status, output = completed.returncode, completed.stdout + completed.stderr
+  except subprocess.TimeoutExpired as expired:
+    status = "timeout"
+    output = (
+      (expired.stdout or b"").decode(errors="replace") if isinstance(expired.stdout, bytes) else (expired.stdout or "")
+    )
+  seconds = time.perf_counter() - start
+  print(f"[{name}] status {status} after {seconds:.0f} s", flush=True)
+  return {"seconds": seconds, "status": status, "output_tail": output[-2000:]}
 
 
 def time_interleaved(

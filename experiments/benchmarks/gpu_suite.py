@@ -31,12 +31,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
 
 from absl import app, flags
+
+from experiments.benchmarks.common import run_part
 
 _TINY = flags.DEFINE_bool("tiny", False, "A seconds-long version of every part, to test the suite.")
 _OUTPUT = flags.DEFINE_string("output", "results/gpu_suite.json", "Where to write the suite's JSON.")
@@ -45,23 +46,6 @@ _PART_TIMEOUT = flags.DEFINE_integer("part_timeout", 300, "Seconds before a part
 ENGINE_LEARNERS = (32, 128, 512)
 STRATEGIES = ("unroll", "vmap")
 COST_TARGET, NAIVE_TARGET, LOOP_TARGET = 1.15, 10.0, 0.9
-
-
-def _run_part(name: str, command: list[str], timeout: int, env: dict[str, str]) -> dict:
-  """Runs one part; returns its wall seconds, exit status and the tail of its output."""
-  print(f"[gpu_suite] {name}: {' '.join(command[2:])}", flush=True)
-  start = time.perf_counter()
-  try:
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    status, output = completed.returncode, completed.stdout + completed.stderr
-  except subprocess.TimeoutExpired as expired:
-    status = "timeout"
-    output = (
-      (expired.stdout or b"").decode(errors="replace") if isinstance(expired.stdout, bytes) else (expired.stdout or "")
-    )
-  seconds = time.perf_counter() - start
-  print(f"[gpu_suite] {name}: status {status} after {seconds:.0f} s", flush=True)
-  return {"seconds": seconds, "status": status, "output_tail": output[-2000:]}
 
 
 def _read(path: pathlib.Path) -> dict | None:
@@ -86,7 +70,7 @@ def engine_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, 
       first = strategy == STRATEGIES[0]
       command += ["--quick", "--gradients_per_chunk=32", "--protocols=" + ("async,softsync" if first else "async")]
       command += [] if first else ["--naive=false"]
-    part = _run_part(f"engine ({strategy})", command, timeout, env)
+    part = run_part(f"gpu_suite: engine ({strategy})", command, timeout, env)
     report = _read(output)
     part["rows"] = report["rows"] if report else None
     results[strategy] = part
@@ -101,13 +85,13 @@ def training_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str
     if tiny
     else ["--cases=async:32", "--train_examples=12500", "--rounds=4"]
   )
-  part = _run_part("training loop", command, timeout, env)
+  part = run_part("gpu_suite: training loop", command, timeout, env)
   report = _read(output)
   part["rows"] = report["rows"] if report else None
   return part
 
 
-def real_run_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, str]) -> dict:
+def realrun_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str, str]) -> dict:
   from experiments.benchmarks.common import write_random_cifar10
 
   data_dir = scratch / "data"
@@ -130,7 +114,7 @@ def real_run_part(scratch: pathlib.Path, tiny: bool, timeout: int, env: dict[str
   ]
   if not tiny:
     command.append("--compilation_cache_dir=")  # a first run's start-up, compilation included
-  part = _run_part("short real run", command, timeout, env)
+  part = run_part("gpu_suite: short real run", command, timeout, env)
   summary = _read(workdir / "summary.json")
   if summary:
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
@@ -173,7 +157,7 @@ def main(argv):
     scratch = pathlib.Path(scratch)
     engine = engine_part(scratch, tiny, _PART_TIMEOUT.value, env)
     training = training_part(scratch, tiny, _PART_TIMEOUT.value, env)
-    real_run = real_run_part(scratch, tiny, _PART_TIMEOUT.value, env)
+    real_run = realrun_part(scratch, tiny, _PART_TIMEOUT.value, env)
   from experiments.benchmarks.common import machine_description  # starts JAX here only now, after the parts
 
   report = {

@@ -36,19 +36,18 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from absl import app, flags
 
-from experiments.benchmarks.common import cifar10_data_dir, machine_description
+from experiments.benchmarks.common import cifar10_data_dir, machine_description, run_part
 from stalesgd.records import _run_directory as run_directory
 from stalesgd.records._metrics import read_jsonl
 from stalesgd.studies import STUDIES
+from stalesgd.studies._study import Study, Variant
 from stalesgd.studies._study_runs import StudySettings, run_directory_name, study_config
 
 EPOCHS_TIMED = 2
@@ -56,13 +55,17 @@ EPOCHS_TIMED = 2
 SEED = 0
 TRAIN_EXAMPLES = 50_000  # CIFAR-10's train split (random pixels when no --data_dir)
 
-_STUDY = flags.DEFINE_enum("study", "zhang_cifar10_e140", sorted(STUDIES), "The study whose variants are timed.")
-_VARIANTS = flags.DEFINE_list("variants", None, "Only these variants (their directory names); default: all.")
-_QUICK = flags.DEFINE_bool("quick", False, "The study's quick runs on the embedded digits (no data source).")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "Real cifar10_{train,test}.npz (default: random pixels).")
-_EVAL_EVERY = flags.DEFINE_float("eval_every", 1.0, "Evaluate every this many epochs, as the grid does.")
-_TIMEOUT = flags.DEFINE_integer("timeout", 900, "Seconds before one variant's run is stopped and reported failed.")
-_OUTPUT = flags.DEFINE_string("output", "results/grid_epoch_benchmark.json", "Where to write the JSON.")
+
+def define_flags() -> None:
+  """The program's flags, defined only when it runs (importing this module defines none, so a test process that
+  also imports another benchmark with a ``--quick`` or ``--output`` keeps one of each)."""
+  flags.DEFINE_enum("study", "zhang_cifar10_e140", sorted(STUDIES), "The study whose variants are timed.")
+  flags.DEFINE_list("variants", None, "Only these variants (their directory names); default: all.")
+  flags.DEFINE_bool("quick", False, "The study's quick runs on the embedded digits (no data source).")
+  flags.DEFINE_string("data_dir", None, "Real cifar10_{train,test}.npz (default: random pixels).")
+  flags.DEFINE_float("eval_every", 1.0, "Evaluate every this many epochs, as the grid does.")
+  flags.DEFINE_integer("timeout", 900, "Seconds before one variant's run is stopped and reported failed.")
+  flags.DEFINE_string("output", "results/grid_epoch_benchmark.json", "Where to write the JSON.")
 
 
 def epoch_figures(run: pathlib.Path, full_epochs: float) -> dict[str, float]:
@@ -117,8 +120,8 @@ def reproduce_command(
 
 
 def time_variant(
-  study: str,
-  slug: str,
+  study: Study,
+  variant: Variant,
   scratch: pathlib.Path,
   *,
   quick: bool,
@@ -129,21 +132,14 @@ def time_variant(
 ) -> dict[str, Any]:
   """One variant's row: its figures (`epoch_figures`), or its status and output tail if its run failed."""
   settings = StudySettings(quick=quick, data_source=None if data_dir is None else "npz", data_dir=data_dir)
-  (variant,) = STUDIES[study].select([slug])
-  full_epochs = float(study_config(STUDIES[study], variant, settings, seed=SEED).num_epochs)
-  workdir = scratch / slug
-  command = reproduce_command(study, slug, workdir, quick=quick, data_dir=data_dir, eval_every=eval_every)
-  print(f"[grid_epoch] {slug}: {' '.join(command[2:])}", flush=True)
-  started = time.perf_counter()
-  try:
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    status, output = completed.returncode, completed.stdout + completed.stderr
-  except subprocess.TimeoutExpired:
-    status, output = "timeout", ""
-  row: dict[str, Any] = {"variant": slug, "status": status, "process_s": time.perf_counter() - started}
-  if status != 0:
-    return {**row, "full_epochs": full_epochs, "output_tail": output[-2000:]}
-  return {**row, **epoch_figures(workdir / slug / run_directory_name(SEED), full_epochs)}
+  full_epochs = float(study_config(study, variant, settings, seed=SEED).num_epochs)
+  workdir = scratch / variant.slug
+  command = reproduce_command(study.name, variant.slug, workdir, quick=quick, data_dir=data_dir, eval_every=eval_every)
+  part = run_part(f"grid_epoch: {variant.slug}", command, timeout, env)
+  row: dict[str, Any] = {"variant": variant.slug, "status": part["status"], "process_s": part["seconds"]}
+  if part["status"] != 0:
+    return {**row, "full_epochs": full_epochs, "output_tail": part["output_tail"]}
+  return {**row, **epoch_figures(workdir / variant.slug / run_directory_name(SEED), full_epochs)}
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -167,30 +163,32 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def main(argv):
   del argv
-  study = STUDIES[_STUDY.value]
+  FLAGS = flags.FLAGS
+  study = STUDIES[FLAGS.study]
   try:
-    slugs = [variant.slug for variant in study.select(_VARIANTS.value)]
+    variants = study.select(FLAGS.variants)
   except ValueError as error:  # an unknown name, with the allowed ones
     raise app.UsageError(f"--{error}") from None
-  if _QUICK.value and _DATA_DIR.value is not None:
+  if FLAGS.quick and FLAGS.data_dir is not None:
     raise app.UsageError("--quick runs on the embedded digits; allowed: --quick or --data_dir, not both")
   load_before = list(os.getloadavg())
   with tempfile.TemporaryDirectory(prefix="stalesgd_grid_epoch_") as scratch:
     scratch = pathlib.Path(scratch)
-    data_dir = None if _QUICK.value else cifar10_data_dir(_DATA_DIR.value, scratch, TRAIN_EXAMPLES)
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false")}
+    data_dir = None if FLAGS.quick else cifar10_data_dir(FLAGS.data_dir, scratch, TRAIN_EXAMPLES)
+    env = {**os.environ}
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the runs follow one another
     rows = [
       time_variant(
-        study.name,
-        slug,
+        study,
+        variant,
         scratch,
-        quick=_QUICK.value,
+        quick=FLAGS.quick,
         data_dir=data_dir,
-        eval_every=_EVAL_EVERY.value,
-        timeout=_TIMEOUT.value,
+        eval_every=FLAGS.eval_every,
+        timeout=FLAGS.timeout,
         env=env,
       )
-      for slug in slugs
+      for variant in variants
     ]
   # JAX starts in this process only now, after the runs (on a GPU it would hold the device they need).
   report = {
@@ -199,17 +197,18 @@ def main(argv):
     "study": study.name,
     "seed": SEED,
     "epochs_timed": EPOCHS_TIMED,
-    "eval_every_epochs": _EVAL_EVERY.value,
-    "data": "embedded (quick)" if _QUICK.value else (_DATA_DIR.value or f"random CIFAR-10 shape, {TRAIN_EXAMPLES}"),
+    "eval_every_epochs": FLAGS.eval_every,
+    "data": "embedded (quick)" if FLAGS.quick else (FLAGS.data_dir or f"random CIFAR-10 shape, {TRAIN_EXAMPLES}"),
     "rows": rows,
   }
-  os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
-  pathlib.Path(_OUTPUT.value).write_text(json.dumps(report, indent=2) + "\n")
+  os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
+  pathlib.Path(FLAGS.output).write_text(json.dumps(report, indent=2) + "\n")
   print(table(rows))
-  print(f"wrote {_OUTPUT.value}")
+  print(f"wrote {FLAGS.output}")
   if any(row["status"] != 0 for row in rows):
     sys.exit(1)
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
