@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 
@@ -11,6 +12,7 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from stalesgd.data import DatasetNotPreparedError, LearnerBatches, load_dataset
+from stalesgd.data._embedded import load_digits_splits
 from stalesgd.data._sources import LazyImageSource
 
 SHARED_MNIST = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "mnist")
@@ -123,6 +125,24 @@ def test_embedded_digits_are_the_real_scikit_learn_images():
   assert set(np.unique(dataset.test.labels)) == set(range(10))
   again = load_dataset("digits", source="embedded", normalization="raw")
   np.testing.assert_array_equal(dataset.test.images, again.test.images)  # fixed split
+
+
+def test_embedded_digits_are_read_as_scikit_learn_reads_them_without_importing_it(monkeypatch):
+  """The file is parsed directly (importing scikit-learn costs every run's start-up about 2 s); the images and
+  labels must be scikit-learn's own ``load_digits()`` ones, scaled 0..16 -> 0..255 and split by the fixed seed."""
+  from sklearn.datasets import load_digits
+
+  train, test = load_digits_splits()
+  reference = load_digits()
+  order = np.random.default_rng(0).permutation(1797)
+  expected = np.rint(reference.images * (255 / 16)).astype(np.uint8)[..., None]
+  np.testing.assert_array_equal(test.images, expected[order[:300]])
+  np.testing.assert_array_equal(train.images, expected[order[300:]])
+  np.testing.assert_array_equal(test.labels, reference.target[order[:300]])
+  np.testing.assert_array_equal(train.labels, reference.target[order[300:]])
+  monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+  with pytest.raises(FileNotFoundError, match=r"sklearn/datasets/data/digits\.csv\.gz .*install scikit-learn"):
+    load_digits_splits()
 
 
 @pytest.mark.parametrize(
