@@ -1,9 +1,10 @@
-"""The provenance lines a study's README gets from its runs (`stalesgd.studies._results_readme`)."""
+"""A study's README (`stalesgd.studies._results_readme`): the provenance its runs give, the Notes it keeps."""
 
 from __future__ import annotations
 
 import pytest
 
+from stalesgd.studies import Study, Variant
 from stalesgd.studies import _results_readme as results_readme
 
 
@@ -27,3 +28,21 @@ def test_the_wall_time_line_counts_the_runs_that_recorded_none(tmp_path):
     "1 run(s) recorded none (e.g. diverged)"
   )
   assert results_readme.provenance_lines(rows[:2])[-1].endswith("(per run below and in runs.csv)")
+
+
+def test_a_new_report_keeps_the_hand_written_notes_word_for_word(tmp_path):
+  study = Study("notes", "a study", "demo: none", (Variant("hardsync", "demo", "hardsync"),), paper_data=False)
+  write = lambda table: results_readme.write_readme(  # noqa: E731
+    study, [], tmp_path, table=table, decisions="none", command="stalesgd-reproduce --study=notes"
+  )
+  write("| first |")
+  first = (tmp_path / "README.md").read_text()
+  assert first.endswith(f"## Notes\n\n{results_readme.NO_NOTES}\n") and "| first |" in first
+  edited = "Superseded by X.\n\n- a caveat, with ## inside\n"
+  (tmp_path / "README.md").write_text(first.replace(results_readme.NO_NOTES + "\n", edited))
+  write("| second |")
+  second = (tmp_path / "README.md").read_text()
+  assert second.endswith("## Notes\n\n" + edited) and "| second |" in second and "| first |" not in second
+  (tmp_path / "README.md").write_text(second.replace("## Notes\n", "## Remarks\n"))  # no Notes heading: none kept
+  write("| third |")
+  assert (tmp_path / "README.md").read_text().endswith(f"## Notes\n\n{results_readme.NO_NOTES}\n")
