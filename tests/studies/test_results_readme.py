@@ -32,9 +32,10 @@ def test_the_wall_time_line_counts_the_runs_that_recorded_none(tmp_path):
 
 def test_a_new_report_keeps_the_hand_written_notes_word_for_word(tmp_path):
   study = Study("notes", "a study", "demo: none", (Variant("hardsync", "demo", "hardsync"),), paper_data=False)
-  write = lambda table: results_readme.write_readme(  # noqa: E731
-    study, [], tmp_path, table=table, decisions="none", command="stalesgd-reproduce --study=notes"
-  )
+
+  def write(table: str) -> None:
+    results_readme.write_readme(study, [], tmp_path, table=table, decisions="none", command="stalesgd-reproduce")
+
   write("| first |")
   first = (tmp_path / "README.md").read_text()
   assert first.endswith(f"## Notes\n\n{results_readme.NO_NOTES}\n") and "| first |" in first
