@@ -1,8 +1,9 @@
 """The training-loop benchmark's reference emulator applies the engine's updates, and the GPU suite runs end to end.
 
-The GPU suite at ``--tiny`` size runs `experiments.benchmarks.engine` (both protocols, both gradient strategies),
-`experiments.benchmarks.training` and a short `stalesgd.cli.train` run, so its test also checks the fields the
-README's engine tables are built from (one subprocess run instead of two).
+The GPU suite at ``--tiny`` size runs `experiments.benchmarks.engine` (both protocols, the unroll strategy; the
+vmap part's command is checked without running it), `experiments.benchmarks.training` and a short
+`stalesgd.cli.train` run, so its test also checks the fields the README's engine tables are built from (one
+subprocess run instead of two).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.benchmarks import single_learner
+from experiments.benchmarks import gpu_suite, single_learner
 from experiments.benchmarks.common import parse_case
 from experiments.benchmarks.round_robin import RoundRobinEmulator, check_round_robin
 from stalesgd import engine as engine_lib
@@ -168,18 +169,37 @@ def test_the_gpu_suite_runs_at_tiny_size_on_cpu(tmp_path):
   assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
   report = json.loads(output.read_text())
   assert report["tiny"] and report["machine"]["platform"] == "cpu"
-  for strategy in ("unroll", "vmap"):
-    rows = report["engine"][strategy]["rows"]
-    assert rows and all(row["gradient_strategy"] == strategy for row in rows)
-    assert all(row["engine_grads_per_s"] > 0 and row["cost_ratio_vs_sync"] > 0 for row in rows)
+  assert report["engine"].keys() == {"unroll"}  # the vmap part's command: the test below
   # The engine benchmark itself (`experiments.benchmarks.engine --quick`), as the README's tables use it.
   unrolled = report["engine"]["unroll"]
   assert {row["protocol"] for row in unrolled["rows"]} == {"async", "4-softsync"}
   for row in unrolled["rows"]:
-    assert set(ENGINE_FIELDS) <= set(row) and row["learners"] == 8
+    assert set(ENGINE_FIELDS) <= set(row) and row["learners"] == 8 and row["gradient_strategy"] == "unroll"
+    assert row["engine_grads_per_s"] > 0 and row["cost_ratio_vs_sync"] > 0
     assert min(row["engine_grads_per_s"], row["sync_grads_per_s"], row["naive_grads_per_s"]) > 0
     assert row["ring_buffer_bytes"] == (row["max_staleness"] + 1) * row["param_bytes"]
   assert "cost/sync" in unrolled["output_tail"]  # the printed table
   training = report["training"]["rows"][0]
   assert training["loop_over_engine"] > 0 and training["emulator_grads_per_s"] is None
   assert report["real_run"]["summary"]["updates"] > 0 and report["real_run"]["steady_images_per_s"] > 0
+
+
+@pytest.mark.parametrize("tiny, strategies", [(False, ("unroll", "vmap")), (True, ("unroll",))])
+def test_the_gpu_suite_times_the_engine_once_per_gradient_strategy(tmp_path, monkeypatch, tiny, strategies):
+  """On the GPU each strategy runs in its own process at lambda in {32, 128, 512}; --tiny runs unroll alone."""
+  commands = []
+
+  def run_part(name, command, timeout, env):
+    commands.append(command)
+    return {"status": 0}
+
+  monkeypatch.setattr(gpu_suite, "run_part", run_part)
+  results = gpu_suite.engine_part(tmp_path, tiny, timeout=1, env={})
+  assert tuple(results) == strategies and len(commands) == len(strategies)
+  for strategy, command in zip(strategies, commands):
+    assert command[1:3] == ["-m", "experiments.benchmarks.engine"]
+    assert (
+      f"--gradient_strategy={strategy}" in command and f"--output={tmp_path / f'engine_{strategy}.json'}" in command
+    )
+    assert ("--learners=8" if tiny else "--learners=32,128,512") in command
+    assert ("--quick" in command) is tiny and ("--repeats=1" if tiny else "--repeats=5") in command
