@@ -161,10 +161,23 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join(lines)
 
 
+def refuse_a_piloted_study(study: Study) -> None:
+  """A study with a `Pilot` runs its decision grid at the value its pilot chose, which no timing run has made:
+  refused before any run starts (its pilot's runs cost about what its decision runs cost)."""
+  if study.pilot is None:
+    return
+  allowed = sorted(name for name, candidate in STUDIES.items() if candidate.pilot is None)
+  raise app.UsageError(
+    f"--study={study.name} takes {study.pilot.field} from its pilot, which this program does not run; "
+    f"allowed: a study without a pilot ({', '.join(allowed)})"
+  )
+
+
 def main(argv):
   del argv
   FLAGS = flags.FLAGS
   study = STUDIES[FLAGS.study]
+  refuse_a_piloted_study(study)
   try:
     variants = study.select(FLAGS.variants)
   except ValueError as error:  # an unknown name, with the allowed ones

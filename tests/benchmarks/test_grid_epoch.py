@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from absl import app
 
 from experiments.benchmarks import grid_epoch
 from stalesgd.studies import STUDIES
@@ -86,3 +87,11 @@ def test_the_program_times_a_quick_study_variant_and_refuses_an_unknown_one(tmp_
   refused = run("--variants=nonesuch", f"--output={tmp_path / 'none.json'}")
   assert refused.returncode != 0 and "allowed: a non-empty subset of ['hardsync'" in refused.stderr
   assert not (tmp_path / "none.json").exists()
+
+
+def test_a_study_with_a_pilot_is_refused_before_any_run_naming_its_field_and_the_allowed_studies():
+  with pytest.raises(app.UsageError, match=r"--study=kale_outer_steps_digits takes outer.learning_rate from its pilot"):
+    grid_epoch.refuse_a_piloted_study(STUDIES["kale_outer_steps_digits"])
+  with pytest.raises(app.UsageError, match=r"allowed: a study without a pilot \(.*zhang_cifar10_e140"):
+    grid_epoch.refuse_a_piloted_study(STUDIES["streaming_diloco_digits_piloted"])
+  grid_epoch.refuse_a_piloted_study(STUDIES["zhang_cifar10_e140"])  # no pilot: nothing to refuse
