@@ -40,9 +40,14 @@ from absl import app, flags
 
 from experiments.benchmarks.common import run_part
 
-_TINY = flags.DEFINE_bool("tiny", False, "A seconds-long version of every part, to test the suite.")
-_OUTPUT = flags.DEFINE_string("output", "results/gpu_suite.json", "Where to write the suite's JSON.")
-_PART_TIMEOUT = flags.DEFINE_integer("part_timeout", 300, "Seconds before a part is stopped and reported failed.")
+
+def define_flags() -> None:
+  """The program's flags, defined only when it runs (importing this module defines none, so a test process that
+  also imports another benchmark with an ``--output`` keeps one of each)."""
+  flags.DEFINE_bool("tiny", False, "A seconds-long version of every part, to test the suite.")
+  flags.DEFINE_string("output", "results/gpu_suite.json", "Where to write the suite's JSON.")
+  flags.DEFINE_integer("part_timeout", 300, "Seconds before a part is stopped and reported failed.")
+
 
 ENGINE_LEARNERS = (32, 128, 512)
 STRATEGIES = ("unroll", "vmap")
@@ -151,15 +156,16 @@ def check_targets(engine: dict, training: dict) -> dict:
 
 def main(argv):
   del argv
-  tiny = _TINY.value
+  FLAGS = flags.FLAGS
+  tiny = FLAGS.tiny
   env = {**os.environ}
   env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the parts run one after another
   started = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix="stalesgd_gpu_suite_") as scratch:
     scratch = pathlib.Path(scratch)
-    engine = engine_part(scratch, tiny, _PART_TIMEOUT.value, env)
-    training = training_part(scratch, tiny, _PART_TIMEOUT.value, env)
-    real_run = realrun_part(scratch, tiny, _PART_TIMEOUT.value, env)
+    engine = engine_part(scratch, tiny, FLAGS.part_timeout, env)
+    training = training_part(scratch, tiny, FLAGS.part_timeout, env)
+    real_run = realrun_part(scratch, tiny, FLAGS.part_timeout, env)
   from experiments.benchmarks.common import machine_description  # starts JAX here only now, after the parts
 
   report = {
@@ -171,16 +177,17 @@ def main(argv):
     "real_run": real_run,
     "targets": check_targets(engine, training),
   }
-  os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
-  with open(_OUTPUT.value, "w") as f:
+  os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
+  with open(FLAGS.output, "w") as f:
     json.dump(report, f, indent=2)
   parts = {**{f"engine {strategy}": part for strategy, part in engine.items()}, "training": training}
   failed = [name for name, part in {**parts, "real run": real_run}.items() if part["status"] != 0]
   print(f"[gpu_suite] {report['seconds']:.0f} s; targets: {json.dumps(report['targets'], indent=1)}")
-  print(f"wrote {_OUTPUT.value}" + (f"; FAILED parts: {failed}" if failed else ""))
+  print(f"wrote {FLAGS.output}" + (f"; FAILED parts: {failed}" if failed else ""))
   if failed:
     sys.exit(1)
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

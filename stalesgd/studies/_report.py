@@ -255,7 +255,7 @@ def decisions(study: Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str,
       entry["diverged_left_out"] = left_out
     if study.report_last_evaluation:
       _, last_gaps = _paired_gaps(claim, rows, LAST)
-      entry["last_evaluation_interval"] = _interval_text(last_gaps)
+      entry["last_evaluation_interval"] = _interval_text(last_gaps) if last_gaps else "none"
     decided.append(entry)
   return decided
 
@@ -274,9 +274,6 @@ def _paired_gaps(claim: Claim, rows: Sequence[Mapping[str, Any]], field: str) ->
 
 
 def _interval_text(gaps: Sequence[float]) -> str:
-  """The paired 95 % interval of the per-seed ``gaps`` as text; one seed: its gap alone; none: ``"none"``."""
-  if not gaps:
-    return "none"
   interval = statistics.paired_interval(gaps)
   return interval.format() if interval else f"{gaps[0]:+.2f} (1 seed: no interval)"
 

@@ -10,7 +10,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from stalesgd.studies import Claim, Study, Variant, _report
+from stalesgd.studies import Claim, Study, Variant
 from stalesgd.studies import _seed_statistics as statistics
 from stalesgd.studies._report import write_report
 
@@ -369,9 +369,3 @@ def test_the_last_evaluation_alone_is_reported_beside_the_rule_and_decides_nothi
   # The pre-registration verdict as the results keep it: JSON indented by 2, one trailing newline.
   verdict = (tmp_path / "preregistration.json").read_text()
   assert verdict == json.dumps(json.loads(verdict), indent=2) + "\n" and json.loads(verdict)["status"]
-
-
-def test_an_interval_of_no_paired_seed_says_none_and_of_one_seed_gives_its_gap_alone():
-  assert _report._interval_text([]) == "none"
-  assert _report._interval_text([1.5]) == "+1.50 (1 seed: no interval)"
-  assert _report._interval_text([1.0, 3.0]).startswith("+2.00 [")
