@@ -52,7 +52,8 @@ def define_flags() -> None:
 ENGINE_LEARNERS = (32, 128, 512)
 STRATEGIES = ("unroll", "vmap")
 # --tiny runs one strategy: the engine benchmark passes --gradient_strategy to the engine unchanged, and the vmap
-# engine itself is checked against the oracle in tests/engine (a second compile-bound process saved ~12 s of CPU).
+# engine itself is checked against the oracle in tests/engine (a second compile-bound
+# process: about 10 s of the test suite's CPU).
 TINY_STRATEGIES = ("unroll",)
 COST_TARGET, NAIVE_TARGET, LOOP_TARGET = 1.15, 10.0, 0.9
 
@@ -180,8 +181,12 @@ def main(argv):
   os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
   with open(FLAGS.output, "w") as f:
     json.dump(report, f, indent=2)
-  parts = {**{f"engine {strategy}": part for strategy, part in engine.items()}, "training": training}
-  failed = [name for name, part in {**parts, "real run": real_run}.items() if part["status"] != 0]
+  parts = {
+    **{f"engine {strategy}": part for strategy, part in engine.items()},
+    "training": training,
+    "real run": real_run,
+  }
+  failed = [name for name, part in parts.items() if part["status"] != 0]
   print(f"[gpu_suite] {report['seconds']:.0f} s; targets: {json.dumps(report['targets'], indent=1)}")
   print(f"wrote {FLAGS.output}" + (f"; FAILED parts: {failed}" if failed else ""))
   if failed:
