@@ -97,38 +97,38 @@ def compilations():
 
 
 # The files that take longest, longest first (seconds of `--durations=0` in a full run on the 2-core development
-# machine, an AMD EPYC, other work paused, 2026-12-06: 11:45 wall, 1,368 s of tests).
+# machine, an AMD EPYC, nothing else running, 2026-12-07: 10:56 wall, 1,270 s of tests).
 # pytest-xdist (`make test`: `-n 2 --dist loadfile --no-loadscope-reorder`) hands out whole files in collection
 # order, the next one to a worker whose queue is down to 2 tests. By default xdist would first order files by their
-# number of tests, most first: the long files of one or two tests (the demo, 73 s) then start last, while the
+# number of tests, most first: the long files of one or two tests (the demo, 71 s) then start last, while the
 # other worker runs dry (a quiet run: 1,398 s of tests in 762 s on 2 workers, about 120 s idle). So the files that
 # take longest go first, and the many short files fill the end.
 LONG_FILES = (
-  "tests/benchmarks/test_training_benchmark.py",  # 98 s, 16 tests (the GPU suite at tiny size: 83 s)
-  "tests/engine/test_engine_exactness.py",  # 91 s, 39 tests
-  "tests/faults/test_kill_two_processes.py",  # 89 s, 2 tests (SIGTERM, SIGKILL and resume of 2 processes)
-  "tests/studies/test_demo_robustness.py",  # 73 s, 1 test
-  "tests/decentral/test_streaming_diloco.py",  # 63 s, 49 tests (the oracle grid)
-  "tests/studies/test_study_parallel.py",  # 49 s, 6 tests
-  "tests/training/test_checkpoint.py",  # 49 s, 22 tests
-  "tests/cli/test_experiment_reproduce.py",  # 46 s, 4 tests
-  "tests/training/test_train_resume.py",  # 43 s, 2 tests
-  "tests/faults/test_kill_resume.py",  # 35 s, 3 tests
-  "tests/models/test_models_zoo.py",  # 34 s, 44 tests
-  "tests/models/test_models_imagenet_step.py",  # 34 s, 2 tests
-  "tests/cli/test_train_command_line.py",  # 34 s, 7 tests
+  "tests/engine/test_engine_exactness.py",  # 93 s, 39 tests
+  "tests/decentral/test_streaming_diloco.py",  # 87 s, 49 tests (the oracle grid)
+  "tests/faults/test_kill_two_processes.py",  # 85 s, 2 tests (SIGTERM, SIGKILL and resume of 2 processes)
+  "tests/benchmarks/test_training_benchmark.py",  # 83 s, 18 tests (the GPU suite at tiny size: 67 s)
+  "tests/studies/test_demo_robustness.py",  # 71 s, 1 test
+  "tests/cli/test_experiment_reproduce.py",  # 43 s, 4 tests
+  "tests/models/test_models_zoo.py",  # 37 s, 44 tests
+  "tests/training/test_checkpoint.py",  # 35 s, 22 tests
+  "tests/studies/test_study_parallel.py",  # 34 s, 6 tests
   "tests/training/test_train_protocols.py",  # 33 s, 14 tests
-  "tests/transforms/test_transforms_contract.py",  # 31 s, 220 tests
-  "tests/training/test_own_experiment.py",  # 28 s, 13 tests
-  "tests/repository/test_packaging.py",  # 25 s, 25 tests
-  "tests/training/test_train_outputs.py",  # 25 s, 15 tests
-  "tests/training/test_diloco_protocol.py",  # 24 s, 6 tests
-  "tests/repository/test_doc_examples.py",  # 23 s, 4 tests
-  "tests/decentral/test_dcs3gd.py",  # 23 s, 36 tests
-  "tests/distributed/test_multiprocess_dcs3gd.py",  # 21 s, 6 tests
-  "tests/transforms/test_delayed.py",  # 19 s, 16 tests
-  "tests/studies/test_study_fixture.py",  # 19 s, 1 test
-  "tests/benchmarks/test_decentral_benchmark.py",  # 18 s, 1 test
+  "tests/transforms/test_transforms_contract.py",  # 33 s, 220 tests
+  "tests/faults/test_kill_resume.py",  # 31 s, 3 tests
+  "tests/training/test_train_resume.py",  # 31 s, 2 tests
+  "tests/training/test_own_experiment.py",  # 31 s, 13 tests
+  "tests/cli/test_train_command_line.py",  # 28 s, 7 tests
+  "tests/models/test_models_imagenet_step.py",  # 26 s, 2 tests
+  "tests/decentral/test_dcs3gd.py",  # 24 s, 36 tests
+  "tests/distributed/test_multiprocess_dcs3gd.py",  # 23 s, 6 tests
+  "tests/training/test_train_outputs.py",  # 22 s, 15 tests
+  "tests/training/test_diloco_protocol.py",  # 20 s, 6 tests
+  "tests/repository/test_packaging.py",  # 19 s, 25 tests
+  "tests/repository/test_doc_examples.py",  # 18 s, 4 tests
+  "tests/transforms/test_delayed.py",  # 17 s, 16 tests
+  "tests/benchmarks/test_decentral_benchmark.py",  # 17 s, 1 test
+  "tests/training/test_device_layout.py",  # 16 s, 17 tests
 )
 
 
