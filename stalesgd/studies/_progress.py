@@ -5,8 +5,9 @@ run is a result only at its last epoch. `write_progress` (``stalesgd-reproduce -
 writes into ``<study workdir>/progress/``:
 
 * ``progress.md``: headed UNFINISHED with the count of finished runs; per run its status (finished, diverged,
-  unfinished at epoch e of E, not started), its latest test error, and, with an earlier grid, that grid's test
-  error at the same fraction of the schedule; the claims, each decided only once every run of both its arms has
+  unfinished at epoch e of E, not started), its latest test error, with an earlier grid that grid's test error
+  at the same fraction of the schedule, and once finished its final value as the study's rule reads it (the mean
+  of its last evaluations); the claims, each decided only once every run of both its arms has
   finished (by the study's rule: `stalesgd.studies._report.decisions`), otherwise the count still to come;
 * ``progress.csv``: every evaluation so far, this grid's and the earlier grid's (stretched, below);
 * ``preregistration.json``: whether the runs begun so far were pre-registered (`stalesgd.studies._registration`),
@@ -186,6 +187,11 @@ def write_progress(
       rows += [{"grid": "earlier", "variant": label, "seed": seed, "epoch": e, "test_error": v} for e, v in old]
       same_point = _at(old, points[-1][0]) if points else None
       entry["earlier grid at the same point (%)"] = "" if same_point is None else f"{same_point:.2f}"
+    # The rule's statistic, of a finished run only (a run is a result only at its end).
+    final = statistics.final_value([v for _, v in points], study.last_evaluations) if points else None
+    entry[f"final: mean of the last {study.last_evaluations} (%)"] = (
+      f"{final:.2f}" if run.status == FINISHED and final is not None else ""
+    )
     table.append(entry)
   tables.write_results_table(rows, out / "progress.csv", columns=("grid", "variant", "seed", "epoch", "test_error"))
   _plot(progress, earlier, out / "progress.png", title=f"{study.title}: UNFINISHED, {finished} of {len(tasks)} runs")

@@ -64,6 +64,12 @@ def test_only_finished_runs_count_and_a_claim_waits_for_all_its_runs(tmp_path):
   assert "unfinished: epoch 2 of 10" in rows["8-softsync, a0/sigma/0"] and "| 8.00 " in rows["8-softsync, a0/sigma/0"]
   assert "not started" in rows["8-softsync, a0/sigma/1"]
   assert "finished" in rows["hardsync/1"] and "| 3.00 " in rows["hardsync/1"]
+  # The rule's statistic (the demo's: the mean of the last 3 evaluations), of the finished runs only.
+  header = [cell.strip() for cell in text.splitlines()[4].strip("|").split("|")]
+  final = header.index("final: mean of the last 3 (%)")
+  cell = lambda key: rows[key].strip("|").split("|")[final].strip()
+  assert (cell("hardsync/0"), cell("hardsync/1"), cell("8-softsync, a0/1")) == ("2.00", "3.00", "91.00")
+  assert cell("8-softsync, a0/sigma/0") == "" and cell("8-softsync, a0/sigma/1") == ""
   # The fixed-rate claim: both arms finished. Gaps of the mean of the last 3: seed 0 90 - 2 = 88, seed 1 91 - 3 = 88.
   fixed = next(line for line in text.splitlines() if line.startswith("- **8-softsync"))
   assert ": holds. Gap +88.00" in fixed
