@@ -163,7 +163,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def refuse_a_piloted_study(study: Study) -> None:
   """A study with a `Pilot` runs its decision grid at the value its pilot chose, which no timing run has made:
-  refused before any run starts (its pilot's runs cost about what its decision runs cost)."""
+  refused before any run starts."""
   if study.pilot is None:
     return
   allowed = sorted(name for name, candidate in STUDIES.items() if candidate.pilot is None)

@@ -175,6 +175,8 @@ def write_progress(
   out = workdir / PROGRESS_DIRECTORY
   out.mkdir(parents=True, exist_ok=True)
   rows, table = [], []
+  # The rule's statistic, of the finished runs only (a run is a result only at its end): what the claims read.
+  finals = {(row["slug"], row["seed"]): row[report.FINAL] for row in _claim_rows(study, progress)}
   for run in progress:
     label, seed = run.task.variant.label, run.task.seed
     points = [(float(record["epoch"]), float(record["test_error"])) for record in run.evaluations]
@@ -187,11 +189,8 @@ def write_progress(
       rows += [{"grid": "earlier", "variant": label, "seed": seed, "epoch": e, "test_error": v} for e, v in old]
       same_point = _at(old, points[-1][0]) if points else None
       entry["earlier grid at the same point (%)"] = "" if same_point is None else f"{same_point:.2f}"
-    # The rule's statistic, of a finished run only (a run is a result only at its end).
-    final = statistics.final_value([v for _, v in points], study.last_evaluations) if points else None
-    entry[f"final: mean of the last {study.last_evaluations} (%)"] = (
-      f"{final:.2f}" if run.status == FINISHED and final is not None else ""
-    )
+    final = finals.get((run.task.variant.slug, seed))
+    entry[f"final: mean of the last {study.last_evaluations} (%)"] = "" if final is None else f"{final:.2f}"
     table.append(entry)
   tables.write_results_table(rows, out / "progress.csv", columns=("grid", "variant", "seed", "epoch", "test_error"))
   _plot(progress, earlier, out / "progress.png", title=f"{study.title}: UNFINISHED, {finished} of {len(tasks)} runs")
