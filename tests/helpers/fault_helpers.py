@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
+import tempfile
 from typing import Any
 
+import jax
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 
 from stalesgd.data._embedded import load_digits_splits
 from stalesgd.training._loop import train_and_evaluate
@@ -87,3 +91,47 @@ def flip_one_bit(path: pathlib.Path, offset: int) -> None:
     byte = file.read(1)
     file.seek(offset)
     file.write(bytes([byte[0] ^ 1]))
+
+
+def _orbax_leaves(state_directory: pathlib.Path) -> list[np.ndarray]:
+  """A plain orbax restore of a ``state`` item in its saved layout (no checksums), as arrays (PRNG keys' data)."""
+  tree = ocp.StandardCheckpointer().restore(state_directory)
+  return [
+    np.asarray(jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
+    for leaf in jax.tree.leaves(tree)
+  ]
+
+
+def _flip_is_read(state_directory: pathlib.Path, path: pathlib.Path, offset: int, intact: list[np.ndarray]) -> bool:
+  """Whether flipping ``offset`` of ``path`` makes a plain orbax restore fail or return other values (on a copy)."""
+  with tempfile.TemporaryDirectory() as scratch:
+    copy = pathlib.Path(scratch) / state_directory.name
+    shutil.copytree(state_directory, copy)
+    flip_one_bit(copy / path.relative_to(state_directory), offset)
+    try:
+      damaged = _orbax_leaves(copy)
+    except Exception:  # orbax (tensorstore) read the byte and refused it: any error type
+      return True
+  return len(damaged) != len(intact) or not all(np.array_equal(a, b) for a, b in zip(damaged, intact))
+
+
+def flip_a_bit_a_restore_reads(checkpoint: pathlib.Path) -> tuple[pathlib.Path, int]:
+  """Flips one bit of a checkpoint's state data at a byte a restore reads; returns the file and offset.
+
+  A fixed offset does not do: an OCDBT checkpoint keeps bytes no restore reads (each process's own data files
+  beside the merged ones, superseded tree nodes), and which files those are changes from run to run with the
+  timing of the asynchronous writes. So candidate bytes (the middle of each data file, largest file first,
+  then its eighths) are tried on a copy, judged by a plain orbax restore without our checksums: the first whose
+  flip makes that restore fail or return other values is flipped in place. On a one-file state (a single
+  save) the first candidate, the middle of the arrays' data, is read back silently as other weights.
+  """
+  state_directory = checkpoint / "state"
+  intact = _orbax_leaves(state_directory)
+  data_files = [path for path in state_files(checkpoint) if path.parent.name == "d"]
+  for path in data_files:
+    size = path.stat().st_size
+    for offset in dict.fromkeys([size // 2] + [size * eighth // 8 for eighth in (1, 3, 5, 7, 2, 6)]):
+      if _flip_is_read(state_directory, path, offset, intact):
+        flip_one_bit(path, offset)
+        return path, offset
+  raise AssertionError(f"no candidate byte of {state_directory}'s data files changes what orbax restores")
