@@ -26,15 +26,17 @@ import io
 import os
 import textwrap
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from etils import epath
-from matplotlib.figure import Figure
 
 from stalesgd.records._metrics import integer_bins
 from stalesgd.records._paths import write_whole
 from stalesgd.reports._tables import plottable
+
+if TYPE_CHECKING:
+  from matplotlib.figure import Figure
 
 AXIS_LABELS = {
   "step": "server update",
@@ -49,6 +51,17 @@ AXIS_LABELS = {
   "lr_scale": "learning-rate scale",
   "images_per_s": "images/s",
 }
+
+
+def new_figure(**options: Any) -> Figure:
+  """A `matplotlib.figure.Figure` (Agg, no pyplot) with ``options``.
+
+  matplotlib is imported here, at the first figure, not with this module: a process that never draws (a run
+  stopped or refused before its end, a ``--help``) does not pay its 0.4 s import.
+  """
+  from matplotlib.figure import Figure  # deferred: see the docstring
+
+  return Figure(**options)
 
 
 class Run(NamedTuple):
@@ -107,7 +120,7 @@ def plot_curves(
     raise ValueError("runs is empty; allowed: at least one Run(label, records)")
   if not x:
     raise ValueError("x is empty; allowed: one or more record fields such as ('epoch', 'sim_time')")
-  figure = Figure(figsize=(5.5 * len(x), 4.2), layout="constrained")
+  figure = new_figure(figsize=(5.5 * len(x), 4.2), layout="constrained")
   axes = figure.subplots(1, len(x), squeeze=False)[0]
   for panel, x_field in zip(axes, x):
     drawn = 0
@@ -169,7 +182,7 @@ def plot_bands(
   if not bands:
     raise ValueError("bands is empty; allowed: at least one Band")
   x = tuple(x)
-  figure = Figure(figsize=(5.5 * len(x), 4.2), layout="constrained")
+  figure = new_figure(figsize=(5.5 * len(x), 4.2), layout="constrained")
   axes = figure.subplots(1, len(x), squeeze=False)[0]
   for panel, x_field in zip(axes, x):
     for index, band in enumerate(bands):
@@ -221,7 +234,7 @@ def plot_staleness_histograms(
   if not staleness:
     raise ValueError("staleness is empty; allowed: a mapping label -> array of staleness values")
   checked = {label: _check_staleness(label, values) for label, values in staleness.items()}
-  figure = Figure(figsize=(6.5, 4.2), layout="constrained")
+  figure = new_figure(figsize=(6.5, 4.2), layout="constrained")
   axes = figure.subplots()
   for index, (label, values) in enumerate(checked.items()):
     edges = integer_bins(np.concatenate([values, [0]]))

@@ -12,9 +12,8 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
-from matplotlib.figure import Figure
 
-from stalesgd.reports._plots import save_figure
+from stalesgd.reports._plots import new_figure, save_figure
 
 
 def plot_protocol_comparison(
@@ -38,7 +37,7 @@ def plot_protocol_comparison(
     raise ValueError("values must map at least one condition to protocol values; got an empty mapping")
   protocols = list(dict.fromkeys(name for by_protocol in values.values() for name in by_protocol))
   width = 0.8 / len(values)
-  figure = Figure(figsize=(max(6.0, 1.2 * len(protocols)), 4.0), layout="constrained")
+  figure = new_figure(figsize=(max(6.0, 1.2 * len(protocols)), 4.0), layout="constrained")
   axis = figure.subplots()
   positions = np.arange(len(protocols))
   for index, (condition, by_protocol) in enumerate(values.items()):

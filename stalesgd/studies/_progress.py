@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from stalesgd.records import _run_directory as run_directory
 from stalesgd.records._metrics import read_jsonl
@@ -245,7 +244,7 @@ def write_progress(
 
 
 def _plot(progress: Sequence[RunProgress], earlier, path: pathlib.Path, *, title: str) -> None:
-  figure = Figure(figsize=(8, 5), layout="constrained")
+  figure = plots.new_figure(figsize=(8, 5), layout="constrained")
   panel = figure.subplots()
   colours = {
     label: f"C{index % 10}" for index, label in enumerate(dict.fromkeys(r.task.variant.label for r in progress))
