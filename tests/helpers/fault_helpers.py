@@ -119,8 +119,8 @@ def flip_a_bit_a_restore_reads(checkpoint: pathlib.Path) -> tuple[pathlib.Path, 
   """Flips one bit of a checkpoint's state data at a byte a restore reads; returns the file and offset.
 
   A fixed offset does not do: an OCDBT checkpoint keeps bytes no restore reads (each process's own data files
-  beside the merged ones, superseded tree nodes), and which files those are changes from run to run with the
-  timing of the asynchronous writes. So candidate bytes (the middle of each data file, largest file first,
+  beside the merged ones, and stretches of files that are read), and where they lie changes from run to run
+  with the timing of the asynchronous writes. So candidate bytes (the middle of each data file, largest file first,
   then its eighths) are tried on a copy, judged by a plain orbax restore without our checksums: the first whose
   flip makes that restore fail or return other values is flipped in place. On a one-file state (a single
   save) the first candidate, the middle of the arrays' data, is read back silently as other weights.
