@@ -52,8 +52,7 @@ def define_flags() -> None:
 ENGINE_LEARNERS = (32, 128, 512)
 STRATEGIES = ("unroll", "vmap")
 # --tiny runs one strategy: the engine benchmark passes --gradient_strategy to the engine unchanged, and the vmap
-# engine itself is checked against the oracle in tests/engine (with the smaller training part, the tiny run's CPU
-# went from 96 s to 87 s, 2026-12-06).
+# engine itself is checked against the oracle in tests/engine.
 TINY_STRATEGIES = ("unroll",)
 COST_TARGET, NAIVE_TARGET, LOOP_TARGET = 1.15, 10.0, 0.9
 

@@ -93,13 +93,17 @@ def flip_one_bit(path: pathlib.Path, offset: int) -> None:
     file.write(bytes([byte[0] ^ 1]))
 
 
-def _orbax_leaves(state_directory: pathlib.Path) -> list[np.ndarray]:
-  """A plain orbax restore of a ``state`` item in its saved layout (no checksums), as arrays (PRNG keys' data)."""
-  tree = ocp.StandardCheckpointer().restore(state_directory)
+def leaf_arrays(tree) -> list[np.ndarray]:
+  """``tree``'s leaves as numpy arrays, a PRNG key as its key data (so that keys compare bit for bit)."""
   return [
     np.asarray(jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
     for leaf in jax.tree.leaves(tree)
   ]
+
+
+def _orbax_leaves(state_directory: pathlib.Path) -> list[np.ndarray]:
+  """A plain orbax restore of a ``state`` item in its saved layout (no checksums), as `leaf_arrays`."""
+  return leaf_arrays(ocp.StandardCheckpointer().restore(state_directory))
 
 
 def _flip_is_read(state_directory: pathlib.Path, path: pathlib.Path, offset: int, intact: list[np.ndarray]) -> bool:
