@@ -73,8 +73,12 @@ def runs_of(directory: pathlib.Path, variant: str) -> dict[int, list[tuple[float
   return found
 
 
+MISSING = "—"
+"""A table cell with no finished pair of runs (a gap), or fewer than 2 seeds with one (an interval)."""
+
+
 def _signed(value: float | None) -> str:
-  return "" if value is None else f"{value:+.2f}"
+  return MISSING if value is None else f"{value:+.2f}"
 
 
 def gap_rows(compressed: pathlib.Path, full: pathlib.Path, reference: str, variants: Sequence[str]) -> list[dict]:
@@ -125,7 +129,7 @@ def interval_rows(gaps: Sequence[dict]) -> list[dict]:
 
 
 def _interval(interval: seed_statistics.Interval | None) -> str:
-  return interval.format(compact=True) if interval is not None else ""
+  return interval.format(compact=True) if interval is not None else MISSING
 
 
 def time_rows(full: pathlib.Path, names: Sequence[str], tolerance: float) -> list[dict]:
@@ -149,7 +153,8 @@ def time_rows(full: pathlib.Path, names: Sequence[str], tolerance: float) -> lis
 def markdown(gaps: Sequence[dict], times: Sequence[dict], reference: str, tolerance: float) -> str:
   lines = [
     f"Gap to {reference} in test error (points; variant - reference), per seed: the mean of the last "
-    f"{LAST_EVALUATIONS} evaluations (the decision's statistic) and the last evaluation alone.",
+    f"{LAST_EVALUATIONS} evaluations (the decision's statistic) and the last evaluation alone; {MISSING}: the "
+    "variant's or the reference's run of that seed has not finished at that length.",
     "",
     "| variant | seed | compressed, last 3 | full, last 3 | compressed, last | full, last |",
     "|---|--:|--:|--:|--:|--:|",
@@ -162,7 +167,8 @@ def markdown(gaps: Sequence[dict], times: Sequence[dict], reference: str, tolera
   lines += [
     "",
     "Per variant, the paired 95 % interval of those gaps over the seeds whose two runs have finished (their "
-    "number in parentheses; the study's rule reads the full-length one of the last 3 against its margin).",
+    "number in parentheses; the study's rule reads the full-length one of the last 3 against its margin; "
+    f"{MISSING}: fewer than 2 such seeds).",
     "",
     "| variant | compressed, last 3 | full, last 3 | compressed, last | full, last |",
     "|---|--:|--:|--:|--:|",
@@ -171,8 +177,8 @@ def markdown(gaps: Sequence[dict], times: Sequence[dict], reference: str, tolera
     lines.append(f"| {row['variant']} | " + " | ".join(_interval(row[column]) for column in GAP_COLUMNS) + " |")
   lines += [
     "",
-    f"Simulated time (s) to the first evaluation within {tolerance:g} points of the run's final error (the mean "
-    f"of its last {LAST_EVALUATIONS}), at full length.",
+    f"Simulated time (s) to the first evaluation within {tolerance:g} point{'' if tolerance == 1 else 's'} of the "
+    f"run's final error (the mean of its last {LAST_EVALUATIONS}), at full length.",
     "",
     "| variant | seed | final error (%) | time to it (s) | whole run (s) |",
     "|---|--:|--:|--:|--:|",

@@ -71,7 +71,7 @@ def test_the_program_writes_both_tables_and_refuses_a_directory_without_runs(stu
   assert compression_gap.main([*args, f"--out={out}"]) == 0
   text = out.read_text()
   assert "| var | 0 | +3.00 | +0.00 | +4.00 | -1.00 |" in text
-  assert "| var | 1 | +1.00 |  | +1.00 |  |" in text
+  assert "| var | 1 | +1.00 | — | +1.00 | — |" in text
   assert "| ref | 0 | 7.00 | 8.0 | 10.0 |" in text
   with pytest.raises(SystemExit):
     compression_gap.main(
@@ -101,4 +101,4 @@ def test_each_length_and_statistic_gets_the_paired_interval_over_its_finished_se
   out = tmp_path / "gaps.md"
   args = [f"--compressed={short}", f"--full={long}", "--reference=ref", "--variants", "var", f"--out={out}"]
   assert compression_gap.main(args) == 0
-  assert "| var | +2.00 [-10.71, +14.71] (2) |  | +2.50 [-16.56, +21.56] (2) |  |" in out.read_text()
+  assert "| var | +2.00 [-10.71, +14.71] (2) | — | +2.50 [-16.56, +21.56] (2) | — |" in out.read_text()
