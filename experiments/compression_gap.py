@@ -22,7 +22,10 @@ Usage::
 
   python -m experiments.compression_gap --compressed=results/zhang_cifar10_e20_3seeds \
       --full=results/zhang_cifar10_e140_3seeds --reference=hardsync \
-      --variants 30_softsync_a0_sigma 15_softsync_a0_sigma [--out=gaps.md]
+      --variants 30_softsync_a0_sigma 15_softsync_a0_sigma [--out=gaps.md] [--figure=gaps.png --margin=2]
+
+``--figure`` draws the per-seed gaps (the mean of the last 3) at both lengths, each seed's two joined by a line,
+with each length's paired interval beside its dots and the claim's ``--margin`` shaded around 0.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+from stalesgd.reports import _plots as plots
 from stalesgd.studies import _seed_statistics as seed_statistics
 
 LAST_EVALUATIONS = 3
@@ -191,6 +195,47 @@ def markdown(gaps: Sequence[dict], times: Sequence[dict], reference: str, tolera
   return "\n".join(lines) + "\n"
 
 
+def gap_figure(gaps: Sequence[dict], reference: str, *, margin: float | None = None):
+  """A `matplotlib.figure.Figure`, one panel per variant: its per-seed gaps (the mean of the last 3) at the
+  compressed and the full length, each seed's two joined by a line, each length's paired 95 % interval as a bar
+  beside its dots, 0 as a line and ``[-margin, +margin]`` shaded. A seed missing at one length is a lone dot; a
+  length with fewer than 2 seeds has no bar."""
+  variants = list(dict.fromkeys(row["variant"] for row in gaps))
+  intervals = {row["variant"]: row for row in interval_rows(gaps)}
+  figure = plots.new_figure(figsize=(3.2 * max(len(variants), 1) + 0.6, 3.8), layout="constrained")
+  axes = figure.subplots(1, max(len(variants), 1), sharey=True, squeeze=False)[0]
+  lengths = (("compressed_last3", "compressed"), ("full_last3", "full length"))
+  for panel, variant in zip(axes, variants):
+    if margin is not None:
+      panel.axhspan(-margin, margin, color="0.9", zorder=0, label=f"margin ±{margin:g}")
+    panel.axhline(0.0, color="0.5", linewidth=0.8, zorder=1)
+    for index, row in enumerate(row for row in gaps if row["variant"] == variant):
+      values = [row[column] for column, _ in lengths]
+      colour = f"C{index % 10}"
+      seen = [(position, value) for position, value in enumerate(values) if value is not None]
+      panel.plot(*zip(*seen), marker="o", color=colour, label=f"seed {row['seed']}", zorder=3)
+    for position, (column, _) in enumerate(lengths):
+      interval = intervals[variant][column]
+      if interval is not None:
+        panel.errorbar(
+          position + 0.15,
+          interval.mean,
+          yerr=[[interval.mean - interval.low], [interval.high - interval.mean]],
+          fmt="s",
+          color="black",
+          capsize=4,
+          zorder=4,
+          label="paired 95 % interval" if position == 0 else None,
+        )
+    panel.set_xticks(range(len(lengths)), [label for _, label in lengths])
+    panel.set_xlim(-0.4, len(lengths) - 0.4)
+    panel.set_title(variant, fontsize=9)
+    panel.grid(axis="y", alpha=0.3)
+  axes[0].set_ylabel(f"gap to {reference}, test error (points)")
+  axes[0].legend(fontsize=7, loc="best")
+  return figure
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--compressed", type=pathlib.Path, required=True, help="results directory, compressed run")
@@ -199,12 +244,16 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--variants", nargs="+", required=True, help="the variants compared with it")
   parser.add_argument("--tolerance", type=float, default=1.0, help="points above the final error (default 1)")
   parser.add_argument("--out", type=pathlib.Path, help="write the tables here (default: print)")
+  parser.add_argument("--figure", type=pathlib.Path, help="also draw the per-seed gaps here (PNG)")
+  parser.add_argument("--margin", type=float, help="the claim's margin in points, shaded in the figure")
   arguments = parser.parse_args(argv)
   for directory in (arguments.compressed, arguments.full):
     if not (directory / "runs").is_dir():
       parser.error(f"{directory} keeps no runs/ (a results directory of a study's finished runs)")
   if not arguments.tolerance >= 0:
     parser.error(f"--tolerance={arguments.tolerance}; allowed: a number >= 0")
+  if arguments.margin is not None and not arguments.margin > 0:
+    parser.error(f"--margin={arguments.margin}; allowed: a number > 0")
   gaps = gap_rows(arguments.compressed, arguments.full, arguments.reference, arguments.variants)
   times = time_rows(arguments.full, [arguments.reference, *arguments.variants], arguments.tolerance)
   text = markdown(gaps, times, arguments.reference, arguments.tolerance)
@@ -212,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write(text)
   else:
     arguments.out.write_text(text)
+  if arguments.figure is not None:
+    arguments.figure.parent.mkdir(parents=True, exist_ok=True)
+    gap_figure(gaps, arguments.reference, margin=arguments.margin).savefig(arguments.figure, format="png", dpi=120)
   return 0
 
 

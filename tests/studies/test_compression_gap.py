@@ -102,3 +102,18 @@ def test_each_length_and_statistic_gets_the_paired_interval_over_its_finished_se
   args = [f"--compressed={short}", f"--full={long}", "--reference=ref", "--variants", "var", f"--out={out}"]
   assert compression_gap.main(args) == 0
   assert "| var | +2.00 [-10.71, +14.71] (2) | — | +2.50 [-16.56, +21.56] (2) | — |" in out.read_text()
+
+
+def test_the_figure_is_drawn_with_a_lone_dot_for_a_seed_missing_at_one_length(studies, tmp_path):
+  short, long = studies
+  figure = tmp_path / "figures" / "gaps.png"
+  args = [f"--compressed={short}", f"--full={long}", "--reference=ref", "--variants", "var"]
+  assert compression_gap.main([*args, f"--out={tmp_path / 'gaps.md'}", f"--figure={figure}", "--margin=2"]) == 0
+  assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  (panel,) = compression_gap.gap_figure(compression_gap.gap_rows(short, long, "ref", ["var"]), "ref", margin=2).axes
+  seeds = {line.get_label(): line.get_ydata().tolist() for line in panel.lines if line.get_label().startswith("seed")}
+  assert seeds == {"seed 0": [3.0, 0.0], "seed 1": [1.0]}  # seed 1's full-length run has not finished
+  # The compressed length has 2 seeds, so an interval bar; the full length has 1, so none.
+  assert [container.lines[0].get_xdata().tolist() for container in panel.containers] == [[0.15]]
+  with pytest.raises(SystemExit):
+    compression_gap.main([*args, f"--figure={figure}", "--margin=0"])
