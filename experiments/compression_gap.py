@@ -232,7 +232,10 @@ def gap_figure(gaps: Sequence[dict], reference: str, *, margin: float | None = N
     panel.set_title(variant, fontsize=9)
     panel.grid(axis="y", alpha=0.3)
   axes[0].set_ylabel(f"gap to {reference}, test error (points)")
-  axes[0].legend(fontsize=7, loc="best")
+  if variants:
+    axes[0].legend(fontsize=7, loc="best")
+  else:
+    axes[0].text(0.5, 0.5, "no finished pair of runs yet", ha="center", va="center", transform=axes[0].transAxes)
   return figure
 
 

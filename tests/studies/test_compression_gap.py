@@ -115,5 +115,7 @@ def test_the_figure_is_drawn_with_a_lone_dot_for_a_seed_missing_at_one_length(st
   assert seeds == {"seed 0": [3.0, 0.0], "seed 1": [1.0]}  # seed 1's full-length run has not finished
   # The compressed length has 2 seeds, so an interval bar; the full length has 1, so none.
   assert [container.lines[0].get_xdata().tolist() for container in panel.containers] == [[0.15]]
+  (empty,) = compression_gap.gap_figure([], "ref").axes  # nothing finished yet: one panel that says so
+  assert [text.get_text() for text in empty.texts] == ["no finished pair of runs yet"]
   with pytest.raises(SystemExit):
     compression_gap.main([*args, f"--figure={figure}", "--margin=0"])
