@@ -199,7 +199,7 @@ def gap_figure(gaps: Sequence[dict], reference: str, *, margin: float | None = N
   """A `matplotlib.figure.Figure`, one panel per variant: its per-seed gaps (the mean of the last 3) at the
   compressed and the full length, each seed's two joined by a line, each length's paired 95 % interval as a bar
   beside its dots, 0 as a line and ``[-margin, +margin]`` shaded. A seed missing at one length is a lone dot; a
-  length with fewer than 2 seeds has no bar."""
+  length with fewer than 2 seeds has no bar; without any gap, one panel that says so."""
   variants = list(dict.fromkeys(row["variant"] for row in gaps))
   intervals = {row["variant"]: row for row in interval_rows(gaps)}
   figure = plots.new_figure(figsize=(3.2 * max(len(variants), 1) + 0.6, 3.8), layout="constrained")
