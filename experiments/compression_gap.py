@@ -204,7 +204,7 @@ def gap_figure(gaps: Sequence[dict], reference: str, *, margin: float | None = N
   intervals = {row["variant"]: row for row in interval_rows(gaps)}
   figure = plots.new_figure(figsize=(3.2 * max(len(variants), 1) + 0.6, 3.8), layout="constrained")
   axes = figure.subplots(1, max(len(variants), 1), sharey=True, squeeze=False)[0]
-  lengths = (("compressed_last3", "compressed"), ("full_last3", "full length"))
+  lengths = tuple(zip(GAP_COLUMNS[:2], ("compressed", "full length")))  # the mean of the last 3 at each length
   for panel, variant in zip(axes, variants):
     if margin is not None:
       panel.axhspan(-margin, margin, color="0.9", zorder=0, label=f"margin ±{margin:g}")
@@ -225,7 +225,7 @@ def gap_figure(gaps: Sequence[dict], reference: str, *, margin: float | None = N
           color="black",
           capsize=4,
           zorder=4,
-          label="paired 95 % interval" if position == 0 else None,
+          label="paired 95 % interval" if not panel.containers else None,  # one legend entry per panel
         )
     panel.set_xticks(range(len(lengths)), [label for _, label in lengths])
     panel.set_xlim(-0.4, len(lengths) - 0.4)
