@@ -158,7 +158,8 @@ def claim_lines(study: Study, progress: Sequence[RunProgress]) -> list[str]:
     if not arms:
       lines.append(f"- {claim.statement}: not in this grid's variants.")
     elif left:
-      lines.append(f"- {claim.statement}: not decided yet: {left} of its {len(arms)} runs have not finished.")
+      verb = "has" if left == 1 else "have"
+      lines.append(f"- {claim.statement}: not decided yet: {left} of its {len(arms)} runs {verb} not finished.")
     else:
       lines.append(report.decisions_markdown([decided[claim.statement]]).strip())
   return lines

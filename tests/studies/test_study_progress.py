@@ -141,3 +141,13 @@ def test_a_long_title_is_wrapped_inside_the_figure(tmp_path, monkeypatch):
   extent = figure._suptitle.get_window_extent(renderer)
   assert title.replace("\n", " ") == f"{long.title}: UNFINISHED, 0 of 1 runs"
   assert extent.x0 >= 0 and extent.x1 <= figure.bbox.width, (extent, figure.bbox.width)
+
+
+def test_a_claim_with_one_run_left_says_so_in_the_singular(tmp_path):
+  tasks = plan_tasks(DEMO, tmp_path, variants=["hardsync", "8_softsync_a0_sigma"], seeds=1)
+  runs = [
+    progress_module.RunProgress(tasks[0], progress_module.FINISHED, [{"epoch": 10.0, "test_error": 2.0}] * 3),
+    progress_module.RunProgress(tasks[1], "unfinished", [{"epoch": 1.0, "test_error": 50.0}]),
+  ]
+  lines = progress_module.claim_lines(DEMO, runs)
+  assert any(line.endswith("not decided yet: 1 of its 2 runs has not finished.") for line in lines), lines
