@@ -171,8 +171,9 @@ def gather_refusal(tasks: Sequence[Task]) -> str | None:
 
 
 def _unfinished_message(missing: Sequence[Task], num_tasks: int) -> str:
+  verb = "has" if len(missing) == 1 else "have"
   return (
-    f"{len(missing)} of {num_tasks} runs have not finished: "
+    f"{len(missing)} of {num_tasks} runs {verb} not finished: "
     + ", ".join(f"--task={task.index} ({task.label}, {task.directory})" for task in missing)
     + "; allowed: gather once every run of the grid has finished"
   )

@@ -115,6 +115,16 @@ def test_the_figure_is_drawn_with_a_lone_dot_for_a_seed_missing_at_one_length(st
   assert seeds == {"seed 0": [3.0, 0.0], "seed 1": [1.0]}  # seed 1's full-length run has not finished
   # The compressed length has 2 seeds, so an interval bar; the full length has 1, so none.
   assert [container.lines[0].get_xdata().tolist() for container in panel.containers] == [[0.15]]
+  # Only the full length has 2 seeds: its bar carries the panel's one interval legend entry.
+  gaps = [
+    {"variant": "var", "seed": seed, **dict.fromkeys(compression_gap.GAP_COLUMNS), "full_last3": gap}
+    for seed, gap in ((0, 1.0), (1, 2.0))
+  ]
+  gaps[0]["compressed_last3"] = 3.0
+  (full_only,) = compression_gap.gap_figure(gaps, "ref", margin=2).axes
+  assert [container.lines[0].get_xdata().tolist() for container in full_only.containers] == [[1.15]]
+  legend = [text.get_text() for text in full_only.get_legend().get_texts()]
+  assert legend == ["margin ±2", "seed 0", "seed 1", "paired 95 % interval"], legend
   (empty,) = compression_gap.gap_figure([], "ref").axes  # nothing finished yet: one panel that says so
   assert [text.get_text() for text in empty.texts] == ["no finished pair of runs yet"]
   with pytest.raises(SystemExit):

@@ -55,7 +55,7 @@ def test_an_earlier_commits_study_directory_resumes_and_gathers(tmp_path, compil
   assert refused.returncode == 1, refused.stderr[-3000:]
   lines = refused.stderr.strip().splitlines()
   assert "Traceback" not in refused.stderr and len(lines) == 2, lines
-  assert lines[0].startswith("FATAL --gather: 1 of 2 runs have not finished: --task=0 (hardsync, seed 0, ")
+  assert lines[0].startswith("FATAL --gather: 1 of 2 runs has not finished: --task=0 (hardsync, seed 0, ")
   assert str(preempted) in lines[0]
 
   ran = _reproduce(workdir, compilation_cache, "--parallel=1")

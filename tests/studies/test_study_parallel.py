@@ -12,6 +12,7 @@ import pytest
 
 from stalesgd.studies import Study, StudySettings, Variant, run_study
 from stalesgd.studies import _processes as processes
+from stalesgd.studies._sweep import gather_refusal
 from stalesgd.studies._tasks import plan_tasks
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
@@ -92,13 +93,19 @@ def test_a_job_array_runs_one_task_each_then_gathers(tmp_path):
   assert [task.label for task in tasks] == ["hardsync, seed 0", "async dc, seed 0"]
   first = run_study(study, tmp_path, settings, only_task=0, echo=lambda line: None)
   assert first.table is None and [row["variant"] for row in first.rows] == ["hardsync"]
-  with pytest.raises(ValueError, match=r"1 of 2 runs have not finished: --task=1 \(async dc, seed 0"):
+  with pytest.raises(ValueError, match=r"1 of 2 runs has not finished: --task=1 \(async dc, seed 0"):
     run_study(study, tmp_path, settings, gather_only=True, echo=lambda line: None)
   run_study(study, tmp_path, settings, only_task=1, echo=lambda line: None)
   gathered = run_study(study, tmp_path, settings, gather_only=True, echo=lambda line: None)
   assert [row["variant"] for row in gathered.rows] == ["hardsync", "async dc"] and "| hardsync" in gathered.table
   with pytest.raises(ValueError, match=r"task=2; allowed: an index in \[0, 2\)"):
     run_study(study, tmp_path, settings, only_task=2)
+
+
+def test_the_gather_refusal_counts_the_unfinished_runs_in_the_singular_and_the_plural(tmp_path):
+  tasks = plan_tasks(_study(), tmp_path, StudySettings(num_epochs=EPOCHS), seeds=2)
+  assert gather_refusal(tasks).startswith("4 of 4 runs have not finished: --task=0 (hardsync, seed 0, ")
+  assert gather_refusal(tasks[:1]).startswith("1 of 1 runs has not finished: --task=0 (hardsync, seed 0, ")
 
 
 def test_visible_gpus_come_from_cuda_visible_devices_or_the_host_list():
