@@ -231,7 +231,7 @@ def gap_figure(gaps: Sequence[dict], reference: str, *, margin: float | None = N
     panel.set_xlim(-0.4, len(lengths) - 0.4)
     panel.set_title(variant, fontsize=9)
     panel.grid(axis="y", alpha=0.3)
-  axes[0].set_ylabel(f"gap to {reference}, test error (points)")
+  axes[0].set_ylabel(f"gap in test error (points)\nto {reference}")  # two lines: a slug outgrows one panel
   if variants:
     axes[0].legend(fontsize=7, loc="best")
   else:

@@ -4,6 +4,7 @@ lengths, the time to each run's final error, and unfinished runs left out."""
 import json
 
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from experiments import compression_gap
 
@@ -129,3 +130,26 @@ def test_the_figure_is_drawn_with_a_lone_dot_for_a_seed_missing_at_one_length(st
   assert [text.get_text() for text in empty.texts] == ["no finished pair of runs yet"]
   with pytest.raises(SystemExit):
     compression_gap.main([*args, f"--figure={figure}", "--margin=0"])
+
+
+def test_the_figures_axis_label_fits_inside_one_panel_with_a_long_reference_name():
+  """The study's references are slugs such as `baseline_lambda_1_mu_128`: the y label names it and must not run
+  past the edge of a one-variant figure (3.8 inches tall)."""
+  gaps = [
+    {
+      "variant": "1_softsync_mu_lambda_120_mu_4",
+      "seed": seed,
+      **dict.fromkeys(compression_gap.GAP_COLUMNS),
+      "full_last3": gap,
+    }
+    for seed, gap in ((0, 0.3), (1, 0.5))
+  ]
+  figure = compression_gap.gap_figure(gaps, "baseline_lambda_1_mu_128", margin=2)
+  canvas = FigureCanvasAgg(figure)  # the canvas savefig draws on, with its layout
+  canvas.draw()
+  (panel,) = figure.axes
+  label = panel.yaxis.label
+  assert "baseline_lambda_1_mu_128" in label.get_text()
+  extent = label.get_window_extent(canvas.get_renderer())
+  inside = figure.bbox
+  assert inside.y0 <= extent.y0 and extent.y1 <= inside.y1 and inside.x0 <= extent.x0, (extent, inside)
