@@ -105,6 +105,14 @@ def test_each_length_and_statistic_gets_the_paired_interval_over_its_finished_se
   assert "| var | +2.00 [-10.71, +14.71] (2) | — | +2.50 [-16.56, +21.56] (2) | — |" in out.read_text()
 
 
+def _full_length_gaps(variant: str, gaps: tuple[float, ...]) -> list[dict]:
+  """`gap_rows`' rows for ``variant`` with only the full-length gap (mean of the last 3) known, seeds 0, 1, ..."""
+  return [
+    {"variant": variant, "seed": seed, **dict.fromkeys(compression_gap.GAP_COLUMNS), "full_last3": gap}
+    for seed, gap in enumerate(gaps)
+  ]
+
+
 def test_the_figure_is_drawn_with_a_lone_dot_for_a_seed_missing_at_one_length(studies, tmp_path):
   short, long = studies
   figure = tmp_path / "figures" / "gaps.png"
@@ -117,10 +125,7 @@ def test_the_figure_is_drawn_with_a_lone_dot_for_a_seed_missing_at_one_length(st
   # The compressed length has 2 seeds, so an interval bar; the full length has 1, so none.
   assert [container.lines[0].get_xdata().tolist() for container in panel.containers] == [[0.15]]
   # Only the full length has 2 seeds: its bar carries the panel's one interval legend entry.
-  gaps = [
-    {"variant": "var", "seed": seed, **dict.fromkeys(compression_gap.GAP_COLUMNS), "full_last3": gap}
-    for seed, gap in ((0, 1.0), (1, 2.0))
-  ]
+  gaps = _full_length_gaps("var", (1.0, 2.0))
   gaps[0]["compressed_last3"] = 3.0
   (full_only,) = compression_gap.gap_figure(gaps, "ref", margin=2).axes
   assert [container.lines[0].get_xdata().tolist() for container in full_only.containers] == [[1.15]]
@@ -135,15 +140,7 @@ def test_the_figure_is_drawn_with_a_lone_dot_for_a_seed_missing_at_one_length(st
 def test_the_figures_axis_label_fits_inside_one_panel_with_a_long_reference_name():
   """The study's references are slugs such as `baseline_lambda_1_mu_128`: the y label names it and must not run
   past the edge of a one-variant figure (3.8 inches tall)."""
-  gaps = [
-    {
-      "variant": "1_softsync_mu_lambda_120_mu_4",
-      "seed": seed,
-      **dict.fromkeys(compression_gap.GAP_COLUMNS),
-      "full_last3": gap,
-    }
-    for seed, gap in ((0, 0.3), (1, 0.5))
-  ]
+  gaps = _full_length_gaps("1_softsync_mu_lambda_120_mu_4", (0.3, 0.5))
   figure = compression_gap.gap_figure(gaps, "baseline_lambda_1_mu_128", margin=2)
   canvas = FigureCanvasAgg(figure)  # the canvas savefig draws on, with its layout
   canvas.draw()
