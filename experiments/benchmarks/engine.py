@@ -1,6 +1,7 @@
 r"""Engine throughput: exact stale-gradient emulation vs synchronous training vs a naive event loop.
 
-For the Rudra CIFAR-10 network (`cifar10_full`, 89,578 parameters) on random
+For the Rudra CIFAR-10 network (`cifar10_full`, 89,578 parameters; ``--model``
+names another of the zoo's, e.g. the GPU suite's ``--tiny`` check) on random
 data, for each protocol (async, 4-softsync) and number of learners lambda, this
 measures in one process, side by side:
 
@@ -79,6 +80,12 @@ _PLOT = flags.DEFINE_string(
   None,
   "Where to draw the per-gradient cost and memory against lambda "
   "(default docs/engine_scaling.png with --scaling, none otherwise).",
+)
+_MODEL = flags.DEFINE_enum(
+  "model",
+  "cifar10_full",
+  models.available_models(),
+  "The network timed, on 32x32x3 random images: Rudra's CIFAR-10 network, or a smaller one for a quicker check.",
 )
 _PROTOCOLS = flags.DEFINE_list("protocols", ["async", "softsync"], "Which of async and (4-)softsync to run.")
 _NAIVE = flags.DEFINE_bool("naive", True, "Also time the naive event loop.")
@@ -256,7 +263,7 @@ def plot_scaling(rows: list[dict], path: str) -> None:
   memory.set_yscale("log")
   ratio.axhline(1.0, color="grey", lw=0.8)
   machine = rows[0].get("machine_label", "")
-  figure.suptitle(f"Engine cost as lambda grows (cifar10_full, mu = {rows[0]['batch_per_learner']}) {machine}")
+  figure.suptitle(f"Engine cost as lambda grows ({rows[0]['model']}, mu = {rows[0]['batch_per_learner']}) {machine}")
   figure.tight_layout()
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   figure.savefig(path, dpi=110)
@@ -278,7 +285,7 @@ def main(argv):
   machine = machine_description()
   print(f"machine: {machine}")
 
-  spec = models.get_model("cifar10_full", num_classes=10)
+  spec = models.get_model(_MODEL.value, num_classes=10)
   params = spec.init(jax.random.key(0), IMAGE_SHAPE)["params"]
   param_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(params))
   optimizer = stalesgd.staleness_aware_sgd(0.001, momentum=0.9, rule="inverse")
@@ -311,6 +318,7 @@ def main(argv):
       per_gradient = lambda top, bottom: paired_ratio(seconds, top, bottom) * gradients[bottom] / gradients[top]
       row = {
         "protocol": protocol if protocol == "async" else f"{options['n']}-softsync",
+        "model": _MODEL.value,
         "learners": learners,
         "batch_per_learner": mu,
         "engine_grads_per_s": rate["engine"],

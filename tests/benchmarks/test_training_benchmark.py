@@ -175,6 +175,7 @@ def test_the_gpu_suite_runs_at_tiny_size_on_cpu(tmp_path):
   assert {row["protocol"] for row in unrolled["rows"]} == {"async", "4-softsync"}
   for row in unrolled["rows"]:
     assert set(ENGINE_FIELDS) <= set(row) and row["learners"] == 8 and row["gradient_strategy"] == "unroll"
+    assert row["model"] == "mlp"
     assert min(row["engine_grads_per_s"], row["sync_grads_per_s"], row["naive_grads_per_s"]) > 0
     assert row["cost_ratio_vs_sync"] > 0
     assert row["ring_buffer_bytes"] == (row["max_staleness"] + 1) * row["param_bytes"]
