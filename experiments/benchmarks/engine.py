@@ -81,10 +81,12 @@ _PLOT = flags.DEFINE_string(
   "Where to draw the per-gradient cost and memory against lambda "
   "(default docs/engine_scaling.png with --scaling, none otherwise).",
 )
+# The zoo's networks for 32x32x3 images (AlexNet and the ImageNet ResNets are built for 224-227 pixels).
+CIFAR_SIZED_MODELS = ("cifar10_full", "mlp", "small_cnn", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
 _MODEL = flags.DEFINE_enum(
   "model",
   "cifar10_full",
-  models.available_models(),
+  CIFAR_SIZED_MODELS,
   "The network timed, on 32x32x3 random images: Rudra's CIFAR-10 network, or a smaller one for a quicker check.",
 )
 _PROTOCOLS = flags.DEFINE_list("protocols", ["async", "softsync"], "Which of async and (4-)softsync to run.")

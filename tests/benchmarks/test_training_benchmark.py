@@ -18,10 +18,12 @@ import jax
 import numpy as np
 import pytest
 
+from experiments.benchmarks import engine as engine_benchmark
 from experiments.benchmarks import gpu_suite, single_learner
 from experiments.benchmarks.common import parse_case
 from experiments.benchmarks.round_robin import RoundRobinEmulator, check_round_robin
 from stalesgd import engine as engine_lib
+from stalesgd import models
 from stalesgd.configs import rudra_cifar10
 from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.training._build_run import build_run
@@ -183,6 +185,12 @@ def test_the_gpu_suite_runs_at_tiny_size_on_cpu(tmp_path):
   training = report["training"]["rows"][0]
   assert training["loop_over_engine"] > 0 and training["emulator_grads_per_s"] is None
   assert report["real_run"]["summary"]["updates"] > 0 and report["real_run"]["steady_images_per_s"] > 0
+
+
+def test_the_engine_benchmark_offers_the_zoos_networks_for_32x32_images_only():
+  assert set(engine_benchmark.CIFAR_SIZED_MODELS) <= set(models.available_models())
+  assert not {"alexnet", "resnet50"} & set(engine_benchmark.CIFAR_SIZED_MODELS)  # built for 224-227 pixels
+  assert engine_benchmark._MODEL.default == "cifar10_full"  # the network of docs/performance.md's tables
 
 
 @pytest.mark.parametrize("tiny, strategies", [(False, ("unroll", "vmap")), (True, ("unroll",))])
