@@ -66,6 +66,7 @@ def run(learners, settings, inner_beta=None, rounds=ROUNDS):
       "local": out.state.local_params,
       "norms": out.pseudo_gradient_norms,
       "losses": out.losses,
+      "agreement": out.agreement,
     }
     return out.state, record
 
@@ -93,6 +94,7 @@ def assert_rounds_agree(got, expected, learners):
           )
     np.testing.assert_allclose(mine["norms"], theirs["norms"], rtol=RTOL, atol=ATOL, err_msg=f"round {r} norms")
     np.testing.assert_allclose(mine["losses"], theirs["losses"], rtol=RTOL, atol=ATOL, err_msg=f"round {r} losses")
+    np.testing.assert_allclose(mine["agreement"], theirs["agreement"], rtol=RTOL, atol=ATOL, err_msg=f"round {r}")
 
 
 @pytest.mark.slow  # 30 programs, about 45 s on a 2-core machine beside other work

@@ -24,6 +24,11 @@ order is in fragment i mod P. It is derived here from that rule (``jax.tree`` fl
 imported; nothing here imports stalesgd, and there is no event list: the loop below keeps a queue of in-flight
 means with the inner step they land at, and at each step boundary first syncs, then applies the means that land.
 
+The learners' agreement, a diagnostic of the library's (docs/algorithms.md §7), is computed here from its
+definition, the mean pairwise dot product of the pseudo-gradients over their mean squared norm,
+sum_{m != k} Delta_m . Delta_k / ((M - 1) sum_m ||Delta_m||^2), pooled over the syncs a round counts: its own, except
+a round-end sync whose mean is taken at the next round's start (tau > 0 or eager updates), which counts there.
+
 The model is linear least squares over four arrays, so P can be 1, 2 or 4: for a mini-batch (x [n, 9], y [n]),
 prediction = x[:, 0:3] a + x[:, 3:7] vec(b) + c + x[:, 7:9] d with a [3], b [2, 2] (row-major), c a scalar, d [2];
 loss 0.5 mean((prediction - y)^2). The inner optimizer is SGD (u = -eta g) or heavy-ball momentum SGD (v <- g +
@@ -103,7 +108,8 @@ def streaming_diloco(
     One dict per round, taken after its last inner step and that boundary's events: ``outer`` (every learner's
     Theta_m; equal copies without eager), ``local`` (every theta_m), ``norms`` (per learner, the square root of
     the sum of ||Delta_m,p||^2 over the syncs of the round), ``losses`` (per learner, the mean loss of its inner
-    steps in the round, each at the weights the step started from).
+    steps in the round, each at the weights the step started from), ``agreement`` (module docstring: 1 for one
+    learner or no pseudo-gradient).
   """
   learners = len(batches)
   keys = sorted(weights)  # jax.tree flattens a dict by sorted keys
@@ -124,6 +130,8 @@ def streaming_diloco(
       outer[m][key] = outer[m][key] - outer_eta * (direction[key] + outer_beta * outer_velocity[m][key])
       local[m][key] = mix * local[m][key] + (1 - mix) * outer[m][key]
 
+  round_end_carried = eager or delay > 0  # the round-end sync's mean is taken at the next round's start
+  counted, carried = [], None  # per counted sync, every learner's Delta of its fragment
   records = []
   squares = np.zeros(learners)
   losses = [[] for _ in range(learners)]
@@ -145,6 +153,10 @@ def streaming_diloco(
       for m in range(learners):
         squares[m] += sum(np.sum(value**2) for value in deltas[m].values())
       mean = {key: np.mean([delta[key] for delta in deltas], axis=0) for key in fragment_keys[p]}
+      if round_end_carried and position == steps:
+        carried = deltas
+      else:
+        counted.append(deltas)
       if eager:
         for m in range(learners):
           fresh = {key: previous_mean[key] + (deltas[m][key] - previous_own[m][key]) / learners for key in mean}
@@ -166,8 +178,28 @@ def streaming_diloco(
           "local": [dict(copy) for copy in local],
           "norms": np.sqrt(squares),
           "losses": np.asarray([np.mean(values) for values in losses]),
+          "agreement": agreement(counted),
         }
       )
+      counted, carried = ([carried] if carried is not None else []), None
       squares = np.zeros(learners)
       losses = [[] for _ in range(learners)]
   return records
+
+
+def agreement(syncs):
+  """sum_{m != k} Delta_m . Delta_k / ((M - 1) sum_m ||Delta_m||^2) over ``syncs`` (each a list of M dicts of
+  arrays); 1 for M = 1 or when every Delta is zero."""
+  learners = len(syncs[0]) if syncs else 1
+  pairs = total = 0.0
+  for deltas in syncs:
+    for m in range(learners):
+      for k in range(learners):
+        dot = sum(float(np.sum(deltas[m][key] * deltas[k][key])) for key in deltas[m])
+        if m == k:
+          total += dot
+        else:
+          pairs += dot
+  if learners == 1 or total == 0:
+    return 1.0
+  return pairs / ((learners - 1) * total)
