@@ -222,7 +222,8 @@ MODULES: tuple[Module, ...] = (
   Module(
     "stalesgd/decentral/_streaming.py",
     # The slow test (30 compiled programs) only sweeps the cases the fast ones pin by hand and by the oracle.
-    ("tests/decentral/test_streaming_diloco.py",),
+    # test_fragments.py checks the leaf-to-fragment assignment the round is given (`fragment_of_leaves`).
+    ("tests/decentral/test_streaming_diloco.py", "tests/decentral/test_fragments.py"),
     "Streaming DiLoCo's round: syncs, applications, eager updates, mixing",
     not_slow=True,
   ),

@@ -327,3 +327,6 @@ def test_the_streaming_program_checks_the_assignment_it_is_given():
   for bad in ((0, 0, 0, 0), (0, 1, 0), (0, 1, 2, 0)):
     with pytest.raises(ValueError, match=r"fragment_of_leaf=.*; allowed: one fragment per leaf \(4\)"):
       fragment_of_leaves(4, 2, bad)
+  # The allowed fragments are named 0..P-1: with P = 4, fragment 3 holds no leaf here.
+  with pytest.raises(ValueError, match=r"one fragment per leaf \(5\), each of 0\.\.3 holding one"):
+    fragment_of_leaves(5, 4, (0, 1, 2, 2, 2))
