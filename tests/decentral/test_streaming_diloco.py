@@ -125,12 +125,21 @@ def test_at_tau_equal_to_h_every_round_takes_a_pseudo_gradient(fragments, mix):
   [
     (8, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.25), None),  # tau = H on 8 devices
     (3, StreamingSettings(local_steps=3, fragments=1, delay=0, mix=0.0), None),  # synchronous DiLoCo, H = 3
+    (3, StreamingSettings(local_steps=4, fragments=2, delay=1, mix=0.0), None),  # round-end sync carried, tau = 1
     (2, StreamingSettings(local_steps=2, fragments=1, delay=2, mix=0.0), None),  # one-round-delayed, H = 2
     (3, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.5), 0.9),  # inner momentum kept across rounds
     (3, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.5, eager=True), None),  # Kale et al.
     (2, StreamingSettings(local_steps=3, fragments=1, delay=3, mix=0.0, eager=True), None),  # eager, P = 1
   ],
-  ids=["tau-equals-H-8-devices", "diloco-H3", "one-round-delayed-H2", "inner-momentum", "eager-P2", "eager-P1"],
+  ids=[
+    "tau-equals-H-8-devices",
+    "diloco-H3",
+    "tau-1-P2",
+    "one-round-delayed-H2",
+    "inner-momentum",
+    "eager-P2",
+    "eager-P1",
+  ],
 )
 def test_other_shapes_agree_with_the_oracle(learners, settings, inner_beta):
   got, expected = run(learners, settings, inner_beta, rounds=4)
@@ -175,6 +184,14 @@ def test_learners_on_the_same_batches_agree_completely():
   round_fn = jax.jit(functools.partial(sharded_streaming_round, linear_loss, inner, outer, mesh, settings))
   out = round_fn(state, batches)
   assert float(out.agreement) == pytest.approx(1.0, abs=1e-6)
+  # H = 2, P = 2, tau = 1: fragment 0's mean (synced after step 1) landed after step 2, in the round; fragment 1's
+  # (synced after step 2) lands after step 1 of the next round: only it is in flight.
+  assert out.state.pending.tolist() == [False, True]
+
+
+def test_the_default_settings_are_synchronous_diloco():
+  """One fragment, no delay, the local copy replaced by the outer weights (alpha = 0), no eager updates."""
+  assert StreamingSettings(5) == StreamingSettings(local_steps=5, fragments=1, delay=0, mix=0.0, eager=False)
 
 
 def test_eager_updates_with_one_learner_are_the_fresh_update():
