@@ -110,6 +110,9 @@ def write_random_cifar10(directory: pathlib.Path, train_examples: int) -> None:
 
 # The training-loop benchmarks' runs: Rudra's solver and network, mu = 4 per learner.
 BATCH_PER_LEARNER = 4
+# The zoo's networks for 32x32x3 images, which the benchmarks' random CIFAR-shaped data fit (AlexNet and the
+# ImageNet ResNets are built for 224-227 pixels).
+CIFAR_SIZED_MODELS = ("cifar10_full", "mlp", "small_cnn", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
 
 
 def parse_case(case: str) -> tuple[str, int, int]:

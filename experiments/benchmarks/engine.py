@@ -54,7 +54,7 @@ import optax
 from absl import app, flags
 
 import stalesgd
-from experiments.benchmarks.common import machine_description, paired_ratio, time_interleaved
+from experiments.benchmarks.common import CIFAR_SIZED_MODELS, machine_description, paired_ratio, time_interleaved
 from stalesgd import engine as engine_lib
 from stalesgd import models
 from stalesgd import schedule as schedule_lib
@@ -81,8 +81,6 @@ _PLOT = flags.DEFINE_string(
   "Where to draw the per-gradient cost and memory against lambda "
   "(default docs/engine_scaling.png with --scaling, none otherwise).",
 )
-# The zoo's networks for 32x32x3 images (AlexNet and the ImageNet ResNets are built for 224-227 pixels).
-CIFAR_SIZED_MODELS = ("cifar10_full", "mlp", "small_cnn", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
 _MODEL = flags.DEFINE_enum(
   "model",
   "cifar10_full",
