@@ -1,7 +1,8 @@
 r"""Engine throughput: exact stale-gradient emulation vs synchronous training vs a naive event loop.
 
 For the Rudra CIFAR-10 network (`cifar10_full`, 89,578 parameters; ``--model``
-names another of the zoo's, e.g. the GPU suite's ``--tiny`` check) on random
+names another of the zoo's networks for 32x32 images, e.g. the MLP of the GPU
+suite's ``--tiny`` check) on random
 data, for each protocol (async, 4-softsync) and number of learners lambda, this
 measures in one process, side by side:
 
