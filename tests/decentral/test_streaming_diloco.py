@@ -67,6 +67,7 @@ def run(learners, settings, inner_beta=None, rounds=ROUNDS):
       "norms": out.pseudo_gradient_norms,
       "losses": out.losses,
       "agreement": out.agreement,
+      "step": out.state.step,
     }
     return out.state, record
 
@@ -95,6 +96,7 @@ def assert_rounds_agree(got, expected, learners):
     np.testing.assert_allclose(mine["norms"], theirs["norms"], rtol=RTOL, atol=ATOL, err_msg=f"round {r} norms")
     np.testing.assert_allclose(mine["losses"], theirs["losses"], rtol=RTOL, atol=ATOL, err_msg=f"round {r} losses")
     np.testing.assert_allclose(mine["agreement"], theirs["agreement"], rtol=RTOL, atol=ATOL, err_msg=f"round {r}")
+    assert int(mine["step"]) == r + 1, f"round {r}: the state counts {mine['step']} rounds taken"
 
 
 @pytest.mark.slow  # 30 programs, about 45 s on a 2-core machine beside other work
@@ -125,7 +127,8 @@ def test_at_tau_equal_to_h_every_round_takes_a_pseudo_gradient(fragments, mix):
   [
     (8, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.25), None),  # tau = H on 8 devices
     (3, StreamingSettings(local_steps=3, fragments=1, delay=0, mix=0.0), None),  # synchronous DiLoCo, H = 3
-    (3, StreamingSettings(local_steps=4, fragments=2, delay=1, mix=0.0), None),  # round-end sync carried, tau = 1
+    # tau = 1, P = 4: fragment 2's mean lands at the round's end (this round), fragment 3's sync is carried
+    (3, StreamingSettings(local_steps=4, fragments=4, delay=1, mix=0.0), None),
     (2, StreamingSettings(local_steps=2, fragments=1, delay=2, mix=0.0), None),  # one-round-delayed, H = 2
     (3, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.5), 0.9),  # inner momentum kept across rounds
     (3, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.5, eager=True), None),  # Kale et al.
@@ -134,7 +137,7 @@ def test_at_tau_equal_to_h_every_round_takes_a_pseudo_gradient(fragments, mix):
   ids=[
     "tau-equals-H-8-devices",
     "diloco-H3",
-    "tau-1-P2",
+    "tau-1-P4",
     "one-round-delayed-H2",
     "inner-momentum",
     "eager-P2",
