@@ -1,0 +1,45 @@
+"""experiments/benchmarks/compile_speed.py: the machine's yardstick, end to end at two programs a round."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from experiments.benchmarks import compile_speed
+
+REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow  # a subprocess
+def test_the_program_writes_every_rounds_figures_their_medians_and_the_cpu_model(tmp_path):
+  output = tmp_path / "compile_speed.json"
+  completed = subprocess.run(
+    [sys.executable, "-m", "experiments.benchmarks.compile_speed", "--programs=1", "--repeats=3", f"--output={output}"],
+    cwd=REPOSITORY_ROOT,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
+  assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+  report = json.loads(output.read_text())
+  assert report["programs_per_round"] == 2  # two programs per shape
+  for kind in ("cpu", "wall"):
+    rounds = report[f"{kind}_seconds_per_program"]
+    assert len(rounds) == 3 and all(seconds > 0 for seconds in rounds)
+    assert report[f"median_{kind}_seconds_per_program"] == statistics.median(rounds)
+  assert report["host"]["cpu_model"] and report["machine"]["platform"] == "cpu"
+
+
+def test_measuring_leaves_the_persistent_cache_setting_as_it_found_it():
+  before = jax.config.jax_enable_compilation_cache
+  compile_speed.measure(shapes=1, repeats=1)
+  assert jax.config.jax_enable_compilation_cache == before
