@@ -167,6 +167,7 @@ def test_a_round_events_are_the_syncs_in_turn_and_their_delayed_applications():
   [
     (StreamingSettings(3, 2), "fragments=2; allowed: a divisor of local_steps=3"),
     (StreamingSettings(4, 1, 5), "delay=5"),
+    (StreamingSettings(4, 1, -1), r"delay=-1; allowed: an integer >= 0 and <= local_steps=4"),
     (StreamingSettings(4, 1, 0, 1.5), "mix=1.5"),
     (StreamingSettings(8, 8), "fragments=8; allowed: an integer >= 1 and <= leaves=4"),  # a leaf is never split
   ],
