@@ -125,6 +125,16 @@ def fragment_of_leaves(num_leaves: int, fragments: int, given: Sequence[int] | N
   return given
 
 
+def leaves_of_fragments(
+  num_leaves: int, fragments: int, given: Sequence[int] | None = None
+) -> tuple[tuple[int, ...], ...]:
+  """Each fragment's leaf indices, fragments 0..P-1, each in leaf order (the assignment: `fragment_of_leaves`)."""
+  members = [[] for _ in range(fragments)]
+  for index, fragment in enumerate(fragment_of_leaves(num_leaves, fragments, given)):
+    members[fragment].append(index)
+  return tuple(tuple(indices) for indices in members)
+
+
 def applied_next_round(settings: StreamingSettings, fragment: int) -> bool:
   """Whether the fragment's mean lands in the round after its sync's (sync + tau past the round's end): its
   application then takes the mean its previous round's sync put in flight."""
@@ -162,8 +172,8 @@ def init_streaming(
   (``fragment_of_leaf``: `fragment_of_leaves`; the same as the rounds')."""
   leaves, treedef = jax.tree.flatten(params)
   settings = check_settings(settings, len(leaves))
-  owner = fragment_of_leaves(len(leaves), settings.fragments, fragment_of_leaf)
-  fragment = lambda p: [leaf for leaf, q in zip(leaves, owner) if q == p]
+  members_of = leaves_of_fragments(len(leaves), settings.fragments, fragment_of_leaf)
+  fragment = lambda p: [leaves[i] for i in members_of[p]]
   per_learner = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (num_learners,) + jnp.shape(leaf)), tree)
   outer_states = tuple(per_learner(outer_optimizer.init(fragment(p))) for p in range(settings.fragments))
   inner = () if reset_inner_state else init_inner_states(inner_optimizer, params, num_learners)
@@ -211,7 +221,7 @@ def sharded_streaming_round(
   """
   leaves, treedef = jax.tree.flatten(jax.tree.map(lambda leaf: leaf[0], state.outer_params))
   settings = check_settings(settings, len(leaves))
-  owner = fragment_of_leaves(len(leaves), settings.fragments, fragment_of_leaf)
+  members_of = leaves_of_fragments(len(leaves), settings.fragments, fragment_of_leaf)
   events = round_events(settings)
   mix, eager, carry = settings.mix, settings.eager, carries_round_end(settings)
   next_round = [applied_next_round(settings, p) for p in range(settings.fragments)]
@@ -238,7 +248,7 @@ def sharded_streaming_round(
     # previous mean is applied at the boundary of its next sync, after that sync.
     fresh = {}
     if carry:  # the previous round's last sync, first: it reads carried state only
-      members = [i for i, q in enumerate(owner) if q == last]
+      members = members_of[last]
       carried = [unreduced_leaves[i] for i in members]
       means = jax.lax.pmean(carried, axis_name)
       reduced_squares, mean_squares = square_sum(carried), square_sum(means)
@@ -269,7 +279,7 @@ def sharded_streaming_round(
         )
         local, inner_state, done = jax.tree.leaves(run.params), run.inner_state, time
         losses.append(run.losses)
-      members = [i for i, q in enumerate(owner) if q == p]
+      members = members_of[p]
       if kind == "sync":
         deltas = [outer_leaves[i] - local[i] for i in members]
         squares = squares + square_sum(deltas)

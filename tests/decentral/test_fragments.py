@@ -330,3 +330,17 @@ def test_the_streaming_program_checks_the_assignment_it_is_given():
   # The allowed fragments are named 0..P-1: with P = 4, fragment 3 holds no leaf here.
   with pytest.raises(ValueError, match=r"one fragment per leaf \(5\), each of 0\.\.3 holding one"):
     fragment_of_leaves(5, 4, (0, 1, 2, 2, 2))
+
+
+def test_each_fragments_leaves_are_grouped_in_leaf_order_beyond_small_ints():
+  from stalesgd.decentral._streaming import leaves_of_fragments
+
+  assert leaves_of_fragments(4, 2) == ((0, 2), (1, 3))
+  assert leaves_of_fragments(4, 2, (1, 1, 0, 0)) == ((2, 3), (0, 1))
+  # 300 fragments of 600 leaves: indices and fragments past CPython's cached small ints (up to 256), where a
+  # grouping by identity ('is') rather than by value would lose leaves.
+  assert leaves_of_fragments(600, 300) == tuple((p, p + 300) for p in range(300))
+  backwards = tuple((599 - index) // 2 for index in range(600))
+  assert leaves_of_fragments(600, 300, backwards) == tuple((598 - 2 * p, 599 - 2 * p) for p in range(300))
+  with pytest.raises(ValueError, match=r"fragment_of_leaf=.*; allowed: one fragment per leaf \(4\)"):
+    leaves_of_fragments(4, 2, (0, 0, 0, 0))  # the assignment is checked
