@@ -18,11 +18,12 @@ compare::
   python -m experiments.run_digests --out=/tmp/before.json     # at the old commit
   python -m experiments.run_digests --out=/tmp/after.json --compare=/tmp/before.json
 
-The JSON records the host (`COMPARED_HOST_FIELDS`: CPU model, jax and jaxlib versions) beside the runs, and
-``--compare`` refuses to decide between files of different hosts (exit status 2): the same commit gives other
-weights for the delay-compensated runs (``async``, ``dcs3gd``) on an Intel Xeon than on an AMD EPYC
-(results/front_door_refactor_digests). A file without a host (written before it was recorded) is compared with
-a warning.
+The JSON records the host (`COMPARED_HOST_FIELDS`: CPU model, family and vector instruction sets, jax and jaxlib
+versions) beside the runs, and ``--compare`` refuses to decide between files of different hosts (exit status 2):
+the same commit gives other weights for the delay-compensated runs (``async``, ``dcs3gd``) on an Intel Xeon than
+on an AMD EPYC (results/front_door_refactor_digests), and other digests for every run on two generations of AMD
+EPYC that a virtual machine names alike (results/golden_digests/README.md). A file without a host (written
+before it was recorded) is compared with a warning.
 
 Hardware and time: a CPU, 8 host devices; 15 runs of 10-20 s each (more beside other work): every
 parameter-server protocol, DC-S3GD's, and the local-run ones (asynchronous local SGD with dynamic local updates,
@@ -39,6 +40,8 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+
+from stalesgd.training._provenance import BITS_HOST_FIELDS, bits_host
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 CONFIG_FILE = REPOSITORY / "tests" / "helpers" / "tiny_run_config.py"
@@ -80,8 +83,9 @@ PROTOCOL_RUNS = {
 }
 """Protocol -> (tiny_run_config variant, overrides)."""
 
-COMPARED_HOST_FIELDS = ("cpu_model", "jax", "jaxlib")
-"""What must be equal for two files' digests to say anything about the code between them."""
+COMPARED_HOST_FIELDS = BITS_HOST_FIELDS
+"""What must be equal for two files' digests to say anything about the code between them (CPU model, family and
+vector instruction sets, jax, jaxlib): a file that lacks one was taken on a host that cannot be told apart."""
 
 MEASURED_FIELDS = ("seconds", "wall", "time", "per_s", "provenance", "host", "compile")
 """A field whose name contains one of these is measured, not computed: left out (the simulated ``sim_time`` stays)."""
@@ -137,10 +141,8 @@ def run_digests(protocol: str, workdir: pathlib.Path) -> dict[str, str]:
 
 
 def digest_host() -> dict[str, str | None]:
-  """The host the digests are taken on: its CPU model and the versions that compile the runs."""
-  from stalesgd.training._provenance import host, package_versions
-
-  return {"cpu_model": host()["cpu_model"], **package_versions(("jax", "jaxlib"))}
+  """The host the digests are taken on: its CPU and the versions that compile the runs (`COMPARED_HOST_FIELDS`)."""
+  return bits_host()
 
 
 def compare(digests: dict, before: dict) -> tuple[int, str]:

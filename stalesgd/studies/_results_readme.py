@@ -62,7 +62,8 @@ def provenance_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
       versions.add(str(session.get("stalesgd_version")))
       host = session.get("host") or {}
       if host:
-        hosts.add(f"{host.get('cpu_model')}, {host.get('cores')} cores")
+        cpu_id = f" ({host['cpu_id']})" if host.get("cpu_id") else ""  # the generation a model name may hide
+        hosts.add(f"{host.get('cpu_model')}{cpu_id}, {host.get('cores')} cores")
         loads.append(host["load_average"][0] if host.get("load_average") else None)
     dataset = _read_json(workdir / run_directory.DATASET) or {}
     digests = dataset.get("content_sha256") or {}

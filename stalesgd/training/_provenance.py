@@ -13,6 +13,7 @@ import importlib.metadata
 import os
 import pathlib
 import platform
+import re
 import subprocess
 from typing import Any
 
@@ -83,23 +84,61 @@ def source_digest(root: pathlib.Path = SOURCE_ROOT) -> str:
   return digest.hexdigest()
 
 
-def _cpu_model() -> str | None:
-  """The CPU's model name from /proc/cpuinfo (Linux), else `platform.processor`; None if neither says."""
-  try:
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or None
+# The vector instruction sets among the CPU's flags, which XLA:CPU's code generator (LLVM) may use: SSE, AVX,
+# AVX-512, FMA, F16C, AMX. A virtual machine may hide some of a CPU's.
+_VECTOR_ISA = re.compile(r"(sse\d\w*|ssse3|avx\w*|fma\w*|f16c|amx\w*)")
+
+
+def _first_processor(cpuinfo: str) -> dict[str, str]:
+  """The fields of the first processor of a /proc/cpuinfo text (name -> value)."""
+  fields = {}
+  for line in cpuinfo.splitlines():
+    if not line.strip():
+      break
+    name, _, value = line.partition(":")
+    fields[name.strip()] = value.strip()
+  return fields
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, str | None]:
+  """What decides the machine code XLA:CPU compiles for this CPU, as far as the host can tell.
+
+  ``cpu_model``: the model name (a virtual machine may show only a family name, e.g. ``AMD EPYC``, which CPUs of
+  different generations share, and they give runs other bits); ``cpu_id``: vendor, family and model numbers (the
+  microarchitecture; LLVM names the host CPU from them); ``cpu_isa``: the vector instruction sets among its flags
+  (`_VECTOR_ISA`), sorted. From ``cpuinfo`` (default: /proc/cpuinfo, Linux); elsewhere only ``cpu_model``, from
+  `platform.processor`. A field the host does not show is None.
+  """
+  if cpuinfo is None:
+    try:
+      cpuinfo = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+      cpuinfo = ""
+  fields = _first_processor(cpuinfo)
+  numbers = [fields.get(name) for name in ("vendor_id", "cpu family", "model")]
+  flags = sorted(flag for flag in fields.get("flags", "").split() if _VECTOR_ISA.fullmatch(flag))
+  return {
+    "cpu_model": fields.get("model name") or platform.processor() or None,
+    "cpu_id": "{} family {} model {}".format(*numbers) if all(numbers) else None,
+    "cpu_isa": " ".join(flags) or None,
+  }
+
+
+BITS_HOST_FIELDS = ("cpu_model", "cpu_id", "cpu_isa", "jax", "jaxlib")
+"""What two hosts must share for the same run to be expected to give the same bits (`bits_host`)."""
+
+
+def bits_host() -> dict[str, str | None]:
+  """The running host's `BITS_HOST_FIELDS`: its `cpu_identity` and the jax and jaxlib that compile the runs."""
+  return {**cpu_identity(), **package_versions(("jax", "jaxlib"))}
 
 
 def host() -> dict[str, Any]:
-  """The machine a session ran on: its name, CPU model, the cores this process may use and the load average
+  """The machine a session ran on: its name, `cpu_identity`, the cores this process may use and the load average
   (1, 5, 15 min) when the session started, which says whether the wall times were measured on a quiet machine."""
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
   load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-  return {"hostname": platform.node(), "cpu_model": _cpu_model(), "cores": cores, "load_average": load}
+  return {"hostname": platform.node(), **cpu_identity(), "cores": cores, "load_average": load}
 
 
 def provenance() -> dict[str, Any]:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from experiments import run_digests
 
-HOST = {"cpu_model": "Intel(R) Xeon(R) Processor", "jax": "0.10.2", "jaxlib": "0.10.2"}
+HOST = {
+  "cpu_model": "Intel(R) Xeon(R) Processor",
+  "cpu_id": "GenuineIntel family 6 model 106",
+  "cpu_isa": "avx avx2 avx512f fma sse4_2",
+  "jax": "0.10.2",
+  "jaxlib": "0.10.2",
+}
 RUNS = {"hardsync": {"params_sha256": "a", "metrics_sha256": "b", "scalars_sha256": "c", "records": 3}}
 
 
@@ -15,7 +21,13 @@ def test_equal_digests_of_one_host_are_unchanged_and_any_difference_names_the_ru
 
 
 def test_files_of_another_cpu_or_jax_are_not_compared():
-  for field, value in (("cpu_model", "AMD EPYC"), ("jaxlib", "0.10.1")):
+  for field, value in (
+    ("cpu_model", "AMD EPYC"),
+    ("cpu_id", "GenuineIntel family 6 model 85"),  # another generation, named alike
+    ("cpu_isa", "avx avx2 fma sse4_2"),  # the same CPU with AVX-512 hidden
+    ("cpu_id", None),  # a file taken before the family was recorded
+    ("jaxlib", "0.10.1"),
+  ):
     status, verdict = run_digests.compare({"host": HOST, "runs": RUNS}, {"host": {**HOST, field: value}, "runs": RUNS})
     assert status == 2 and verdict.startswith("NOT COMPARABLE: taken on another host")
     assert f"{field} {value!r} -> {HOST[field]!r}" in verdict

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stalesgd.studies import Study, Variant
@@ -47,3 +49,16 @@ def test_a_new_report_keeps_the_hand_written_notes_word_for_word(tmp_path):
   (tmp_path / "README.md").write_text(second.replace("## Notes\n", "## Remarks\n"))  # no Notes heading: none kept
   write("| third |")
   assert (tmp_path / "README.md").read_text().endswith(f"## Notes\n\n{results_readme.NO_NOTES}\n")
+
+
+def test_the_hosts_line_names_each_cpus_generation_where_a_session_recorded_it(tmp_path):
+  for name, host in (
+    ("old", {"cpu_model": "AMD EPYC", "cores": 2}),  # recorded before the family was
+    ("zen", {"cpu_model": "AMD EPYC", "cpu_id": "AuthenticAMD family 23 model 1", "cores": 2}),
+  ):
+    (tmp_path / name).mkdir()
+    summary = {"sessions": [{"stalesgd_commit": "a" * 40, "stalesgd_version": "0.2.0", "host": host}]}
+    (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+  rows = [{"workdir": str(tmp_path / name), "wall_time": 1.0, "host_devices": 8} for name in ("old", "zen")]
+  (hosts,) = [line for line in results_readme.provenance_lines(rows) if line.startswith("- host: ")]
+  assert "AMD EPYC, 2 cores" in hosts and "AMD EPYC (AuthenticAMD family 23 model 1), 2 cores" in hosts
