@@ -23,6 +23,7 @@ from stalesgd import engine as engine_lib
 from stalesgd.configs import rudra_cifar10
 from stalesgd.training._build_run import build_run
 from stalesgd.training._config_readers import contributions_per_update
+from stalesgd.training._provenance import cpu_identity
 
 
 def machine_description() -> dict[str, Any]:
@@ -35,6 +36,8 @@ def machine_description() -> dict[str, Any]:
     "num_processes": jax.process_count(),
     "host_cpus": os.cpu_count(),
     "processor": platform.processor() or platform.machine(),
+    # The CPU's name, family and vector instruction sets: a virtual machine may show two generations by one name.
+    **cpu_identity(),
     "python": platform.python_version(),
     "jax": jax.__version__,
     "xla_flags": os.environ.get("XLA_FLAGS", ""),

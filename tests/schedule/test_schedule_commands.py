@@ -90,3 +90,4 @@ def test_benchmark_reports_every_protocol(tmp_path):
   }
   assert all(row["arrivals"] >= 2_900 and row["arrivals_per_second"] > 0 for row in report["rows"])
   assert report["machine"]["host_cpus"] >= 1  # the field every benchmark shares (benchmarks/common.py)
+  assert report["machine"]["cpu_model"]  # with the CPU's identity (cpu_identity)
