@@ -205,3 +205,20 @@ def test_eager_updates_with_one_learner_are_the_fresh_update():
   plain, _ = run(1, StreamingSettings(local_steps=3, fragments=1, delay=0), rounds=4)
   for a, b in zip(jax.tree.leaves(eager[-1]["outer"]), jax.tree.leaves(plain[-1]["outer"]), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("settings", [StreamingSettings(258, 1, 0), StreamingSettings(258, 2, 129)])
+def test_a_round_past_cpythons_cached_ints_compares_its_boundaries_by_value(settings):
+  # H = 258: a round's boundaries are ints past 256, so two of equal value are distinct objects. Here a sync and an
+  # application share a boundary, and the last one is at H: a segment between them must be empty by value and
+  # skipped (local_run refuses a segment of no steps). Traced only: the values are the oracle's business above.
+  mesh = learner_mesh(devices=jax.devices()[:2])
+  inner, outer = optax.sgd(INNER_ETA), optax.sgd(OUTER_ETA, momentum=OUTER_BETA, nesterov=True)
+  state = init_streaming(inner, outer, oracle.initial_weights(), 2, settings)
+  x, y = oracle.streams(1, settings.local_steps)[0]
+  batches = (np.stack([x, x]), np.stack([y, y]))
+  round_fn = lambda state, batches: sharded_streaming_round(
+    linear_loss, inner, outer, mesh, settings, state, batches, unroll=1
+  )
+  out = jax.eval_shape(round_fn, state, batches)
+  assert out.losses.shape == (2,) and out.state.step.shape == ()
