@@ -12,7 +12,7 @@ thread's, so a busy neighbour on the host slows the figure less than it slows wa
 
 Usage::
 
-  python -m experiments.benchmarks.compile_speed      # 120 programs, 3 rounds: about 80 CPU-s on 2 cores
+  python -m experiments.benchmarks.compile_speed      # 120 programs, 3 rounds: 50 s on a 2-core EPYC (family 23)
 
 Writes ``results/compile_speed.json`` (``--output``): the machine and its CPU model, the CPU and wall seconds
 per program of each round, and their medians.
