@@ -54,7 +54,13 @@ from stalesgd.training._pending_metrics import (  # noqa: F401  (TrainingDiverge
   TrainingDiverged,
 )
 from stalesgd.training._run_config import flatten_config
-from stalesgd.training._run_summary import SESSIONS_KEY, run_summary, session_record, warn_if_code_changed
+from stalesgd.training._run_summary import (
+  SESSIONS_KEY,
+  run_summary,
+  session_record,
+  warn_if_code_changed,
+  warn_if_cpu_changed,
+)
 from stalesgd.training._workdir import check_same_data, check_same_run, write_config
 from stalesgd.training.checkpoint import Checkpointer, PreemptionGuard
 
@@ -237,6 +243,7 @@ def _train_and_evaluate(
   updates_at_start = updates
   sessions.append(session_record(updates))
   warn_if_code_changed(sessions, progress)
+  warn_if_cpu_changed(sessions, progress)
 
   # ----------------------------------------------------------------- loop
   evaluator = Evaluator(

@@ -2,8 +2,8 @@
 
 `run_summary` is ``summary.json``'s content (the last evaluation, the schedule's statistics, the weights' sha256,
 `provenance`); `session_record` is one session's entry under `SESSIONS_KEY` (the update it started at, its code,
-its host), kept in every checkpoint's metadata and in ``summary.json``, so a resumed run lists each code that
-computed part of it, and `warn_if_code_changed` says so when it happens.
+its host), kept in every checkpoint's metadata and in ``summary.json``, so a resumed run lists each code and each
+processor that computed part of it, and `warn_if_code_changed` and `warn_if_cpu_changed` say so when it happens.
 """
 
 from __future__ import annotations
@@ -59,6 +59,36 @@ def warn_if_code_changed(sessions: list[dict[str, Any]], progress: ProgressRepor
       "the bits need not equal an uninterrupted run of either (summary.json lists every session's code under "
       "sessions)"
     )
+
+
+CPU_FIELDS = ("cpu_model", "cpu_id", "cpu_isa")  # a session host's `stalesgd.training._provenance.cpu_identity`
+
+
+def ran_on_other_cpu(before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+  """Whether two sessions are known to have run on processors of different kinds: a field of `CPU_FIELDS` that
+  both sessions' hosts record differs (a session recorded before the family and instruction sets were has the
+  model name only, which one name may give to several generations: only a different name tells then)."""
+  hosts = before.get("host") or {}, now.get("host") or {}
+  return any(hosts[0].get(field) and hosts[1].get(field) and hosts[0][field] != hosts[1][field] for field in CPU_FIELDS)
+
+
+def warn_if_cpu_changed(sessions: list[dict[str, Any]], progress: ProgressReporter) -> None:
+  """Warns when this session runs on another kind of processor than the one before it (`ran_on_other_cpu`): the
+  run resumes exactly, but computes its later updates with this processor's rounding."""
+  if len(sessions) < 2 or not ran_on_other_cpu(sessions[-2], sessions[-1]):
+    return
+  before, now = sessions[-2], sessions[-1]
+  progress.write(
+    f"warning: updates before {now['first_update']} were computed on {_cpu(before)}, the rest on {_cpu(now)}: "
+    "another kind of processor rounds differently, so the bits need not equal an uninterrupted run on either "
+    "(summary.json lists every session's host under sessions)"
+  )
+
+
+def _cpu(session: Mapping[str, Any]) -> str:
+  """The session host's model name, with its family and model numbers where recorded."""
+  host = session.get("host") or {}
+  return f"{host.get('cpu_model')}" + (f" ({host['cpu_id']})" if host.get("cpu_id") else "")
 
 
 def _code(session: Mapping[str, Any]) -> str:

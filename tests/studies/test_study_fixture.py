@@ -69,6 +69,11 @@ def test_an_earlier_commits_study_directory_resumes_and_gathers(tmp_path, compil
   assert new_session["first_update"] == facts["preempted_at_update"] and new_session["stalesgd_source_sha256"]
   at, commit = facts["preempted_at_update"], facts["commit"]
   assert f"warning: updates before {at} were computed by stalesgd 0.2.0 at {commit}, the rest by " in ran.stdout
+  # The fixture's sessions recorded their processor by name; another name is another processor, and a resume
+  # there says so (one name may hide two generations: then nothing is known, and nothing is said).
+  other_cpu = facts["host"]["cpu_model"] != cross_host.this_host()["cpu_model"]
+  cpu_warning = f"warning: updates before {at} were computed on {facts['host']['cpu_model']}, the rest on "
+  assert (cpu_warning in ran.stdout) is other_cpu
   expected = [json.loads(line) for line in (FIXTURE / "expected_hardsync_metrics.jsonl").read_text().splitlines()]
   num_test = json.loads((preempted / "dataset.json").read_text())["num_test"]
   # Written on the fixture's host: exactly there, elsewhere to the stated tolerance (tests/helpers/cross_host.py).

@@ -9,7 +9,13 @@ import pytest
 
 from stalesgd.reports._progress import ProgressReporter
 from stalesgd.training._provenance import source_digest
-from stalesgd.training._run_summary import SOURCE_DIGEST_KEY, ran_other_code, warn_if_code_changed
+from stalesgd.training._run_summary import (
+  SOURCE_DIGEST_KEY,
+  ran_on_other_cpu,
+  ran_other_code,
+  warn_if_code_changed,
+  warn_if_cpu_changed,
+)
 
 COMMIT, OTHER = "a" * 40, "b" * 40
 
@@ -69,3 +75,38 @@ def test_the_source_digest_covers_each_python_files_path_and_bytes_only(tmp_path
   assert source_digest(tree("edited", {**base, "sub/_m.py": "y = 3\n"})) != digest
   assert source_digest(tree("moved", {"__init__.py": "x = 1\n", "sub/_n.py": "y = 2\n"})) != digest
   assert source_digest(tree("joined", {"__init__.py": "x = 1\nsub/_m.py\0y = 2\n"})) != digest
+
+
+ZEN1 = {"cpu_model": "AMD EPYC", "cpu_id": "AuthenticAMD family 23 model 1", "cpu_isa": "avx avx2 fma"}
+ZEN4 = {"cpu_model": "AMD EPYC", "cpu_id": "AuthenticAMD family 25 model 17", "cpu_isa": "avx avx2 avx512f fma"}
+
+
+@pytest.mark.parametrize(
+  "before, now, other",
+  [
+    (ZEN1, {**ZEN1, "cores": 4}, False),  # the same processor kind, another machine size
+    (ZEN1, ZEN4, True),  # one name, two generations
+    (ZEN1, {**ZEN1, "cpu_isa": "avx avx2 avx512f fma"}, True),  # a virtual machine showing other instructions
+    ({"cpu_model": "AMD EPYC"}, ZEN4, False),  # recorded by name only: one name may be either, nothing is known
+    ({"cpu_model": "Intel(R) Xeon(R) Processor"}, ZEN1, True),  # other names are other processors
+    ({}, ZEN1, False),  # no host recorded
+  ],
+)
+def test_another_processor_kind_is_told_by_any_cpu_field_both_sessions_record(before, now, other):
+  sessions = [{"first_update": 0, "host": before}, {"first_update": 7, "host": now}]
+  assert ran_on_other_cpu(*sessions) is other
+  reporter, printed = _reporter()
+  warn_if_cpu_changed(sessions, reporter)
+  assert len(printed.getvalue().splitlines()) == other
+
+
+def test_the_processor_warning_names_where_the_sessions_start_and_each_ones_processor():
+  reporter, printed = _reporter()
+  warn_if_cpu_changed([{"first_update": 0, "host": ZEN4}, {"first_update": 13, "host": ZEN1}], reporter)
+  assert printed.getvalue().splitlines() == [
+    "warning: updates before 13 were computed on AMD EPYC (AuthenticAMD family 25 model 17), the rest on AMD EPYC "
+    "(AuthenticAMD family 23 model 1): another kind of processor rounds differently, so the bits need not equal an "
+    "uninterrupted run on either (summary.json lists every session's host under sessions)"
+  ]
+  warn_if_cpu_changed([{"first_update": 0, "host": ZEN1}], reporter)  # one session: nothing to compare
+  assert len(printed.getvalue().splitlines()) == 1
