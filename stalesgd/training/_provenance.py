@@ -124,7 +124,10 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, str | None]:
   }
 
 
-BITS_HOST_FIELDS = ("cpu_model", "cpu_id", "cpu_isa", "jax", "jaxlib")
+CPU_IDENTITY_FIELDS = ("cpu_model", "cpu_id", "cpu_isa")
+"""The fields of `cpu_identity`."""
+
+BITS_HOST_FIELDS = (*CPU_IDENTITY_FIELDS, "jax", "jaxlib")
 """What two hosts must share for the same run to be expected to give the same bits (`bits_host`)."""
 
 

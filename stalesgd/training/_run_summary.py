@@ -18,7 +18,14 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from stalesgd.reports._progress import ProgressReporter
-from stalesgd.training._provenance import host, provenance, source_commit, source_digest, stalesgd_version
+from stalesgd.training._provenance import (
+  CPU_IDENTITY_FIELDS,
+  host,
+  provenance,
+  source_commit,
+  source_digest,
+  stalesgd_version,
+)
 from stalesgd.training._runners import Schedule
 
 SESSIONS_KEY = "sessions"  # checkpoint metadata and summary.json: the code each session of the run ran
@@ -61,15 +68,13 @@ def warn_if_code_changed(sessions: list[dict[str, Any]], progress: ProgressRepor
     )
 
 
-CPU_FIELDS = ("cpu_model", "cpu_id", "cpu_isa")  # a session host's `stalesgd.training._provenance.cpu_identity`
-
-
 def ran_on_other_cpu(before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
-  """Whether two sessions are known to have run on processors of different kinds: a field of `CPU_FIELDS` that
-  both sessions' hosts record differs (a session recorded before the family and instruction sets were has the
-  model name only, which one name may give to several generations: only a different name tells then)."""
-  hosts = before.get("host") or {}, now.get("host") or {}
-  return any(hosts[0].get(field) and hosts[1].get(field) and hosts[0][field] != hosts[1][field] for field in CPU_FIELDS)
+  """Whether two sessions are known to have run on processors of different kinds: a field of the host's
+  `cpu_identity` that both sessions record differs. A session recorded before the family and instruction sets
+  were has the model name only, which may be given to several generations: then only a different name tells."""
+  before_host, now_host = before.get("host") or {}, now.get("host") or {}
+  recorded = [field for field in CPU_IDENTITY_FIELDS if before_host.get(field) and now_host.get(field)]
+  return any(before_host[field] != now_host[field] for field in recorded)
 
 
 def warn_if_cpu_changed(sessions: list[dict[str, Any]], progress: ProgressReporter) -> None:
