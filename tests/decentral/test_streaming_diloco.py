@@ -222,3 +222,19 @@ def test_a_round_past_cpythons_cached_ints_compares_its_boundaries_by_value(sett
   )
   out = jax.eval_shape(round_fn, state, batches)
   assert out.losses.shape == (2,) and out.state.step.shape == ()
+
+
+def test_by_default_a_round_runs_its_inner_steps_as_straight_line_code():
+  # unroll=True (the default): no loop for XLA, the H steps written out; unroll=1: one scan over them.
+  settings = StreamingSettings(local_steps=4, fragments=2, delay=1)
+  mesh = learner_mesh(devices=jax.devices()[:2])
+  inner, outer = optax.sgd(INNER_ETA), optax.sgd(OUTER_ETA)
+  state = init_streaming(inner, outer, oracle.initial_weights(), 2, settings)
+  x, y = oracle.streams(1, settings.local_steps)[0]
+  batches = (np.stack([x, x]), np.stack([y, y]))
+  program = lambda **options: str(
+    jax.make_jaxpr(lambda s, b: sharded_streaming_round(linear_loss, inner, outer, mesh, settings, s, b, **options))(
+      state, batches
+    )
+  )
+  assert "scan" not in program() and "scan" in program(unroll=1)
