@@ -25,19 +25,11 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, PartitionSpec
 
-from stalesgd import _validation as validation
-from stalesgd.parallel import LEARNERS_AXIS
+from stalesgd.parallel import LEARNERS_AXIS, check_learners_axis, mesh_learners
 from stalesgd.transforms._local_run import DiLoCoRound, LossFn, local_run, outer_step
-
-
-def _check_learners_axis(name: str, tree: Any, learners: int) -> None:
-  shapes = [jnp.shape(leaf) for leaf in jax.tree.leaves(tree)]
-  if any(not shape or shape[0] != learners for shape in shapes):
-    validation.reject(name, shapes, f"leaves with a leading learners axis of size {learners} (one per device)")
 
 
 def sharded_diloco_round(
@@ -69,12 +61,10 @@ def sharded_diloco_round(
     ValueError: naming the argument, when the mesh has no ``axis_name`` axis or a leaf of ``inner_states`` or
       ``batches`` has no leading axis of size M.
   """
-  if axis_name not in mesh.axis_names:
-    validation.reject("axis_name", axis_name, f"an axis of the mesh, one of {tuple(mesh.axis_names)}")
-  learners = int(mesh.shape[axis_name])
-  _check_learners_axis("batches", batches, learners)
+  learners = mesh_learners(mesh, axis_name)
+  check_learners_axis("batches", batches, learners)
   if not reset_inner_state:
-    _check_learners_axis("inner_states", inner_states, learners)
+    check_learners_axis("inner_states", inner_states, learners)
 
   def per_learner(params, outer_state, inner_state, learner_batches):
     unstack = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)

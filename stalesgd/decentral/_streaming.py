@@ -48,7 +48,7 @@ import optax
 from jax.sharding import Mesh, PartitionSpec
 
 from stalesgd import _validation as validation
-from stalesgd.parallel import LEARNERS_AXIS
+from stalesgd.parallel import LEARNERS_AXIS, check_learners_axis, mesh_learners
 from stalesgd.transforms._local_run import LossFn, agreement, init_inner_states, local_run
 
 
@@ -218,15 +218,23 @@ def sharded_streaming_round(
   round r. With ``reset_inner_state`` a learner's inner state restarts from ``inner_optimizer.init`` at the start
   of every round. ``fragment_of_leaf``: each leaf's fragment (`fragment_of_leaves`; the one `init_streaming` was
   given). Pure and jit-able with the loss, optimizers, mesh, settings and options bound.
+
+  Raises:
+    ValueError: naming the argument, when the settings are refused (`check_settings`), the mesh has no
+      ``axis_name`` axis, or a leaf of ``batches`` or of the state's per-learner fields has no leading axis of M,
+      the size of that axis (one learner per device).
   """
+  learners = mesh_learners(mesh, axis_name)
   leaves, treedef = jax.tree.flatten(jax.tree.map(lambda leaf: leaf[0], state.outer_params))
   settings = check_settings(settings, len(leaves))
+  for field in ("outer_params", "outer_states", "local_params", "inner_states", "own_previous", "unreduced"):
+    check_learners_axis(f"state.{field}", getattr(state, field), learners)
+  check_learners_axis("batches", batches, learners)
   members_of = leaves_of_fragments(len(leaves), settings.fragments, fragment_of_leaf)
   events = round_events(settings)
   mix, eager, carry = settings.mix, settings.eager, carries_round_end(settings)
   next_round = [applied_next_round(settings, p) for p in range(settings.fragments)]
   last = settings.fragments - 1
-  learners = int(mesh.shape[axis_name])
   square_sum = lambda arrays: sum(jnp.sum(jnp.square(array.astype(jnp.float32))) for array in arrays)
 
   def per_learner(outer, outer_states, local, inner_state, in_flight, pending, own_previous, unreduced, batches):

@@ -20,6 +20,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from stalesgd import _validation as validation
+
 LEARNERS_AXIS = "learners"
 
 
@@ -104,6 +106,30 @@ def rows_from_batch_fn(
 def _check_one_dimensional(mesh: Mesh, axis_name: str) -> None:
   if tuple(mesh.axis_names) != (axis_name,):
     raise ValueError(f"mesh axes {tuple(mesh.axis_names)} must be exactly ({axis_name!r},)")
+
+
+def mesh_learners(mesh: Mesh, axis_name: str = LEARNERS_AXIS) -> int:
+  """M, the size of the mesh's ``axis_name`` axis, one learner per device along it.
+
+  Raises:
+    ValueError: naming ``axis_name`` and the mesh's axes, when the mesh has no such axis.
+  """
+  if axis_name not in mesh.axis_names:
+    validation.reject("axis_name", axis_name, f"an axis of the mesh, one of {tuple(mesh.axis_names)}")
+  return int(mesh.shape[axis_name])
+
+
+def check_learners_axis(name: str, tree: Any, learners: int) -> None:
+  """Refuses a tree some leaf of which has no leading learners axis of size ``learners`` (one learner per device):
+  split over a mesh of fewer devices, each device would hold several learners and a per-device program, which
+  reads one, would drop the rest.
+
+  Raises:
+    ValueError: naming ``name``, the leaves' shapes and the size allowed.
+  """
+  shapes = [jax.numpy.shape(leaf) for leaf in jax.tree.leaves(tree)]
+  if any(not shape or shape[0] != learners for shape in shapes):
+    validation.reject(name, shapes, f"leaves with a leading learners axis of size {learners} (one per device)")
 
 
 def addressable_learners(mesh: Mesh, axis_name: str = LEARNERS_AXIS) -> list[int]:

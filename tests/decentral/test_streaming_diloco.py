@@ -47,11 +47,11 @@ def linear_loss(params, batch):
 
 
 @functools.cache
-def run(learners, settings, inner_beta=None, rounds=ROUNDS):
+def run(learners, settings, inner_beta=None, rounds=ROUNDS, unroll=True):
   """The library's rounds and the oracle's, each a list of per-round dicts (the oracle's `streaming_diloco`).
 
   The library's rounds are one program, a `jax.lax.scan` over rounds (one compilation and one dispatch per run;
-  each scan step is the round a run takes)."""
+  each scan step is the round a run takes); ``unroll``: the round's option (its default: straight-line steps)."""
   mesh = learner_mesh(devices=jax.devices()[:learners])
   inner = optax.sgd(INNER_ETA, momentum=inner_beta)
   outer = optax.sgd(OUTER_ETA, momentum=OUTER_BETA, nesterov=True)
@@ -60,7 +60,7 @@ def run(learners, settings, inner_beta=None, rounds=ROUNDS):
   state = init_streaming(inner, outer, oracle.initial_weights(), learners, settings)
 
   def one_round(state, batches):
-    out = sharded_streaming_round(linear_loss, inner, outer, mesh, settings, state, batches)
+    out = sharded_streaming_round(linear_loss, inner, outer, mesh, settings, state, batches, unroll=unroll)
     record = {
       "outer": out.state.outer_params,
       "local": out.state.local_params,
@@ -222,6 +222,32 @@ def test_a_round_past_cpythons_cached_ints_compares_its_boundaries_by_value(sett
   )
   out = jax.eval_shape(round_fn, state, batches)
   assert out.losses.shape == (2,) and out.state.step.shape == ()
+
+
+def test_a_state_or_batches_not_laid_out_one_learner_per_device_are_refused_naming_the_field():
+  # Four learners' state over a mesh of two devices would put two learners on each, and the round, which reads one
+  # per device, would return two: refused before any trace.
+  settings = StreamingSettings(local_steps=2, fragments=2, delay=1, eager=True)
+  mesh = learner_mesh(devices=jax.devices()[:2])
+  inner, outer = optax.sgd(INNER_ETA, momentum=0.5), optax.sgd(OUTER_ETA, momentum=OUTER_BETA)  # states with leaves
+  x, y = oracle.streams(1, settings.local_steps)[0]
+  two = (np.stack([x, x]), np.stack([y, y]))
+  round_of = lambda state, batches, **options: sharded_streaming_round(
+    linear_loss, inner, outer, mesh, settings, state, batches, **options
+  )
+  allowed = r"allowed: leaves with a leading learners axis of size 2 \(one per device\)"
+  four = init_streaming(inner, outer, oracle.initial_weights(), 4, settings)
+  with pytest.raises(ValueError, match=r"^state\.outer_params=.*" + allowed):
+    round_of(four, two)
+  state = init_streaming(inner, outer, oracle.initial_weights(), 2, settings)
+  for field in ("outer_states", "local_params", "inner_states", "own_previous", "unreduced"):
+    with pytest.raises(ValueError, match=rf"^state\.{field}=.*" + allowed):
+      round_of(state._replace(**{field: getattr(four, field)}), two)
+  with pytest.raises(ValueError, match=r"^batches=.*" + allowed):
+    round_of(state, (np.stack([x] * 4), np.stack([y] * 4)))
+  with pytest.raises(ValueError, match=r"^axis_name='workers'; allowed: an axis of the mesh, one of \('learners',\)"):
+    round_of(state, two, axis_name="workers")
+  assert jax.eval_shape(round_of, state, two).losses.shape == (2,)  # the same state and batches at M = 2 trace
 
 
 def test_by_default_a_round_runs_its_inner_steps_as_straight_line_code():
