@@ -291,7 +291,7 @@ def sharded_streaming_round(
       if kind == "sync":
         deltas = [outer_leaves[i] - local[i] for i in members]
         squares = squares + square_sum(deltas)
-        carried_on = carry and p == last  # all-reduced at the next round's start
+        carried_on = carry and time == settings.local_steps  # at the round's end: all-reduced at the next one's start
         if not carried_on:
           means = jax.lax.pmean(deltas, axis_name)
           reduced_squares, mean_squares = reduced_squares + square_sum(deltas), mean_squares + square_sum(means)

@@ -209,19 +209,13 @@ def test_eager_updates_with_one_learner_are_the_fresh_update():
 
 @pytest.mark.parametrize("settings", [StreamingSettings(258, 1, 0), StreamingSettings(258, 2, 129)])
 def test_a_round_past_cpythons_cached_ints_compares_its_boundaries_by_value(settings):
-  # H = 258: a round's boundaries are ints past 256, so two of equal value are distinct objects. Here a sync and an
-  # application share a boundary, and the last one is at H: a segment between them must be empty by value and
-  # skipped (local_run refuses a segment of no steps). Traced only: the values are the oracle's business above.
-  mesh = learner_mesh(devices=jax.devices()[:2])
-  inner, outer = optax.sgd(INNER_ETA), optax.sgd(OUTER_ETA, momentum=OUTER_BETA, nesterov=True)
-  state = init_streaming(inner, outer, oracle.initial_weights(), 2, settings)
-  x, y = oracle.streams(1, settings.local_steps)[0]
-  batches = (np.stack([x, x]), np.stack([y, y]))
-  round_fn = lambda state, batches: sharded_streaming_round(
-    linear_loss, inner, outer, mesh, settings, state, batches, unroll=1
-  )
-  out = jax.eval_shape(round_fn, state, batches)
-  assert out.losses.shape == (2,) and out.state.step.shape == ()
+  """H = 258: a round's boundaries are ints past 256, so two of equal value are distinct objects. A sync and an
+  application share a boundary, and the last sync is at H: a segment between them must be empty by value and
+  skipped (local_run refuses a segment of no steps), and at tau = 129 that sync, at the round's end, is carried to
+  the next round by value (compared by identity, it is not carried, and round 2 applies a zero mean). Two rounds, M = 2,
+  against the oracle (each round's inner steps a scan: unroll=1)."""
+  got, expected = run(2, settings, rounds=2, unroll=1)
+  assert_rounds_agree(got, expected, 2)
 
 
 def test_a_state_or_batches_not_laid_out_one_learner_per_device_are_refused_naming_the_field():
