@@ -3,40 +3,30 @@
 from __future__ import annotations
 
 import json
-import os
-import pathlib
 import statistics
-import subprocess
-import sys
 
 import jax
 import pytest
 
 from experiments.benchmarks import compile_speed
-
-REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
+from stalesgd.training._provenance import CPU_IDENTITY_FIELDS
+from tests.helpers.programs import output_tail, run_program
 
 
 @pytest.mark.slow  # a subprocess
 def test_the_program_writes_every_rounds_figures_their_medians_and_the_cpu_model(tmp_path):
   output = tmp_path / "compile_speed.json"
-  completed = subprocess.run(
-    [sys.executable, "-m", "experiments.benchmarks.compile_speed", "--programs=1", "--repeats=3", f"--output={output}"],
-    cwd=REPOSITORY_ROOT,
-    env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    capture_output=True,
-    text=True,
-    timeout=300,
-    check=False,
-  )
-  assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+  completed = run_program("experiments.benchmarks.compile_speed", "--programs=1", "--repeats=3", f"--output={output}")
+  assert completed.returncode == 0, output_tail(completed)
   report = json.loads(output.read_text())
   assert report["programs_per_round"] == 2  # two programs per shape
   for kind in ("cpu", "wall"):
     rounds = report[f"{kind}_seconds_per_program"]
     assert len(rounds) == 3 and all(seconds > 0 for seconds in rounds)
     assert report[f"median_{kind}_seconds_per_program"] == statistics.median(rounds)
-  assert report["host"]["cpu_model"] and report["machine"]["platform"] == "cpu"
+  machine = report["machine"]
+  assert machine["platform"] == "cpu" and machine["cpu_model"] and set(CPU_IDENTITY_FIELDS) <= machine.keys()
+  assert "host" not in report  # the machine record holds the processor's identity once
 
 
 def test_measuring_leaves_the_persistent_cache_setting_as_it_found_it():

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
-REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers.programs import output_tail, run_program
+
 PROGRAMS = ("compute_only", "allreduce_sync", "s3gd", "dcs3gd")
 
 
@@ -18,24 +15,15 @@ PROGRAMS = ("compute_only", "allreduce_sync", "s3gd", "dcs3gd")
 def test_benchmark_times_every_program_and_reads_the_overlap_verdict(tmp_path):
   # small_cnn and one round: seconds, not the minute of the real benchmark.
   output = tmp_path / "decentral_benchmark.json"
-  result = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "experiments.benchmarks.decentral",
-      "--model=small_cnn",
-      "--rounds=1",
-      "--batch_per_worker=2",
-      f"--output={output}",
-    ],
-    cwd=REPOSITORY_ROOT,
-    env={**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"},
-    capture_output=True,
-    text=True,
-    timeout=300,
-    check=False,
+  result = run_program(
+    "experiments.benchmarks.decentral",
+    "--model=small_cnn",
+    "--rounds=1",
+    "--batch_per_worker=2",
+    f"--output={output}",
+    cpu_devices=8,
   )
-  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.returncode == 0, output_tail(result)
   report = json.loads(output.read_text())
   assert report["machine"]["num_devices"] == 8
   assert set(report["median_step_seconds"]) == set(PROGRAMS)

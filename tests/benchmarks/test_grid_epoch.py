@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 from absl import app
@@ -14,8 +11,7 @@ from absl import app
 from experiments.benchmarks import grid_epoch
 from stalesgd.studies import STUDIES
 from stalesgd.studies._study_runs import StudySettings, study_config
-
-REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers.programs import output_tail, run_program
 
 
 def _run_directory(path: pathlib.Path, evaluation_walls, *, startup=5.0, evaluation=4.0) -> pathlib.Path:
@@ -67,13 +63,9 @@ def test_the_table_totals_the_timed_runs_and_names_a_failed_one():
 @pytest.mark.slow
 def test_the_program_times_a_quick_study_variant_and_refuses_an_unknown_one(tmp_path):
   output = tmp_path / "grid.json"
-  command = [sys.executable, "-m", "experiments.benchmarks.grid_epoch", "--study=demo", "--quick"]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  run = lambda *flags: subprocess.run(
-    [*command, *flags], cwd=REPOSITORY_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
-  )
+  run = lambda *flags: run_program("experiments.benchmarks.grid_epoch", "--study=demo", "--quick", *flags)
   completed = run("--variants=hardsync", f"--output={output}")
-  assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+  assert completed.returncode == 0, output_tail(completed)
   report = json.loads(output.read_text())
   (row,) = report["rows"]
   quick_epochs = study_config(STUDIES["demo"], STUDIES["demo"].select(["hardsync"])[0], StudySettings(quick=True))

@@ -9,10 +9,6 @@ subprocess run instead of two).
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -27,8 +23,8 @@ from stalesgd.configs import rudra_cifar10
 from stalesgd.configs.quick import run_on_embedded_digits
 from stalesgd.training._build_run import build_run
 from stalesgd.training._config_readers import simulate_schedule
+from tests.helpers.programs import output_tail, run_program
 
-REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENGINE_FIELDS = (
   "protocol",
   "learners",
@@ -158,16 +154,8 @@ def test_a_runs_rate_counts_every_contribution_of_an_update(tmp_path):
 @pytest.mark.slow
 def test_the_gpu_suite_runs_at_tiny_size_on_cpu(tmp_path):
   output = tmp_path / "gpu_suite.json"
-  completed = subprocess.run(
-    [sys.executable, "-m", "experiments.benchmarks.gpu_suite", "--tiny", f"--output={output}"],
-    cwd=REPOSITORY_ROOT,
-    env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    capture_output=True,
-    text=True,
-    timeout=600,
-    check=False,
-  )
-  assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+  completed = run_program("experiments.benchmarks.gpu_suite", "--tiny", f"--output={output}", timeout=600)
+  assert completed.returncode == 0, output_tail(completed)
   report = json.loads(output.read_text())
   assert report["tiny"] and report["machine"]["platform"] == "cpu"
   assert report["engine"].keys() == {"unroll"}  # the vmap part's command: the test below
@@ -191,13 +179,7 @@ def test_the_engine_benchmark_offers_the_zoos_networks_for_32x32_images_only():
   that other benchmark modules define too, so it is not imported here)."""
   assert set(CIFAR_SIZED_MODELS) <= set(models.available_models())
   assert not {"alexnet", "resnet50"} & set(CIFAR_SIZED_MODELS)  # built for 224-227 pixels
-  shown = subprocess.run(
-    [sys.executable, "-m", "experiments.benchmarks.engine", "--helpshort"],
-    cwd=REPOSITORY_ROOT,
-    capture_output=True,
-    text=True,
-    check=False,  # absl's help exits with status 1
-  )
+  shown = run_program("experiments.benchmarks.engine", "--helpshort")  # absl's help exits with status 1
   text = shown.stdout + shown.stderr
   model = text[text.index("--model:") :].split("\n  --")[0]
   assert f"<{'|'.join(CIFAR_SIZED_MODELS)}>" in model and "(default: 'cifar10_full')" in model, model

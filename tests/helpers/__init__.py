@@ -14,6 +14,8 @@ starts (``PYTHONPATH``, set by `multiprocess_harness.process_environment`,
   digits from npz files, in-process or on the command line) and comparisons.
 * `multiprocess_harness`: runs one program as N JAX processes on 127.0.0.1
   (gloo) and collects what each wrote; the environment of such a child.
+* `programs`: runs a command-line program of the repository as a user does
+  (``python -m MODULE FLAGS`` in its root, on JAX's CPU backend), output captured.
 * `tiny_run_config`: a config file (``get_config(arg)``) of the smallest real
   training runs (``hardsync``, ``async_dc``, ``dcs3gd``), passed to
   ``stalesgd.cli.train`` by path.

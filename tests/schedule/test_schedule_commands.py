@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _run(module: str, *flags: str) -> subprocess.CompletedProcess:
-  return subprocess.run(
-    [sys.executable, "-m", module, *flags], cwd=REPOSITORY, capture_output=True, text=True, timeout=300, check=False
-  )
+from tests.helpers.programs import run_program
 
 
 @pytest.mark.slow
 def test_one_protocol_prints_its_table_and_writes_a_histogram(tmp_path):
-  result = _run(
+  result = run_program(
     "experiments.schedule_stats",
     "--protocol=softsync",
     "--learners=30",
@@ -39,7 +30,7 @@ def test_one_protocol_prints_its_table_and_writes_a_histogram(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_covers_zhang_et_al_and_the_straggler_comparison(tmp_path):
-  result = _run("experiments.schedule_stats", "--sweep", "--sweep_gradients=3000", f"--output_dir={tmp_path}")
+  result = run_program("experiments.schedule_stats", "--sweep", "--sweep_gradients=3000", f"--output_dir={tmp_path}")
   assert result.returncode == 0, result.stderr
   sweep = json.loads((tmp_path / "sweep.json").read_text())
   assert [row["run"] for row in sweep["zhang_softsync"]] == [f"softsync(n={n})" for n in (1, 2, 4, 10, 15, 30)]
@@ -63,7 +54,7 @@ def test_sweep_covers_zhang_et_al_and_the_straggler_comparison(tmp_path):
   ],
 )
 def test_bad_flags_fail_before_simulating(tmp_path, flags, message):
-  result = _run("experiments.schedule_stats", *flags, f"--output_dir={tmp_path}")
+  result = run_program("experiments.schedule_stats", *flags, f"--output_dir={tmp_path}")
   assert result.returncode != 0
   assert message in result.stdout + result.stderr
   assert not (tmp_path / "staleness_histogram.png").exists()
@@ -72,7 +63,7 @@ def test_bad_flags_fail_before_simulating(tmp_path, flags, message):
 @pytest.mark.slow
 def test_benchmark_reports_every_protocol(tmp_path):
   output = tmp_path / "schedule_benchmark.json"
-  result = _run(
+  result = run_program(
     "experiments.benchmarks.schedule", "--arrivals=3000", "--repeats=1", "--learners=8", f"--output={output}"
   )
   assert result.returncode == 0, result.stderr
