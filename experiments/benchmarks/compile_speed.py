@@ -12,10 +12,10 @@ thread's, so a busy neighbour on the host slows the figure less than it slows wa
 
 Usage::
 
-  python -m experiments.benchmarks.compile_speed      # 120 programs, 3 rounds: 50 s on a 2-core EPYC (family 23)
+  python -m experiments.benchmarks.compile_speed      # 120 programs, 3 rounds: 50-60 s on a 2-core EPYC
 
-Writes ``results/compile_speed.json`` (``--output``): the machine and its CPU model, the CPU and wall seconds
-per program of each round, and their medians.
+Writes ``results/compile_speed.json`` (``--output``): the machine (`machine_description`: the processor's name,
+family and instruction sets among it), the CPU and wall seconds per program of each round, and their medians.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import optax
 from absl import app, flags
 
 from experiments.benchmarks.common import machine_description
-from stalesgd.training._provenance import host
 
 
 def define_flags() -> None:
@@ -78,7 +77,7 @@ def measure(shapes: int, repeats: int) -> dict[str, Any]:
 def main(argv):
   del argv
   FLAGS = flags.FLAGS
-  report = {"machine": machine_description(), "host": host(), **measure(FLAGS.programs, FLAGS.repeats)}
+  report = {"machine": machine_description(), **measure(FLAGS.programs, FLAGS.repeats)}
   report["machine"]["load_average_after"] = list(os.getloadavg())
   os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
   with open(FLAGS.output, "w") as f:
