@@ -28,7 +28,7 @@ import jax
 import optax
 from jax.sharding import Mesh, PartitionSpec
 
-from stalesgd.parallel import LEARNERS_AXIS, check_learners_axis, mesh_learners
+from stalesgd.parallel._sharding import LEARNERS_AXIS, check_learners_axis, mesh_learners
 from stalesgd.transforms._local_run import DiLoCoRound, LossFn, local_run, outer_step
 
 

@@ -48,7 +48,7 @@ import optax
 from jax.sharding import Mesh, PartitionSpec
 
 from stalesgd import _validation as validation
-from stalesgd.parallel import LEARNERS_AXIS, check_learners_axis, mesh_learners
+from stalesgd.parallel._sharding import LEARNERS_AXIS, check_learners_axis, mesh_learners
 from stalesgd.transforms._local_run import LossFn, agreement, init_inner_states, local_run
 
 

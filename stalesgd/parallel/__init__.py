@@ -2,9 +2,7 @@
 
 * `learner_mesh`, `stack_learners`, `global_array`, ... (`._sharding`): one
   learner per device slot on a 1-D mesh over the axis `LEARNERS_AXIS`, and
-  the per-process rows of a learner-major array in multi-process runs;
-  `mesh_learners` and `check_learners_axis` refuse a mesh or a tree that does
-  not lay the learners out one per device.
+  the per-process rows of a learner-major array in multi-process runs.
 * `DispatchLimiter` (`._dispatch`): bounds how many dispatched programs may be
   in flight before the host waits, so asynchronous dispatch cannot queue
   unbounded device memory.
@@ -14,13 +12,11 @@ from stalesgd.parallel._dispatch import DEFAULT_MAX_IN_FLIGHT, DispatchLimiter
 from stalesgd.parallel._sharding import (
   LEARNERS_AXIS,
   addressable_learners,
-  check_learners_axis,
   from_local_rows,
   global_array,
   learner_mesh,
   local_learner_values,
   local_row_range,
-  mesh_learners,
   rows_from_batch_fn,
   stack_learners,
 )
@@ -30,13 +26,11 @@ __all__ = [
   "LEARNERS_AXIS",
   "DispatchLimiter",
   "addressable_learners",
-  "check_learners_axis",
   "from_local_rows",
   "global_array",
   "learner_mesh",
   "local_learner_values",
   "local_row_range",
-  "mesh_learners",
   "rows_from_batch_fn",
   "stack_learners",
 ]

@@ -36,6 +36,7 @@ CONCEPT_CHECKS = {
   ("data/preparation/_tfds_writer.py", "check_array_split"): "a split's arrays against the tfds builder's features",
   ("data/preparation/_tfds_writer.py", "check_not_prepared"): "a prepared data set is not overwritten by accident",
   ("models/_loss.py", "check_loss_name"): "a loss is the default or an importable function",
+  ("parallel/_sharding.py", "check_learners_axis"): "a per-learner tree holds one learner per device of the mesh",
   ("schedule/_timing.py", "check_learners"): "a timing model's per-learner settings fit the number of learners",
   ("studies/_tasks.py", "check_tasks"): "every run of a grid: its config and its run directory, before any starts",
   ("training/_component_checks.py", "check_dataset"): "a config's data set and the fields its source reads",
