@@ -133,6 +133,7 @@ def test_at_tau_equal_to_h_every_round_takes_a_pseudo_gradient(fragments, mix):
     (3, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.5), 0.9),  # inner momentum kept across rounds
     (3, StreamingSettings(local_steps=4, fragments=2, delay=4, mix=0.5, eager=True), None),  # Kale et al.
     (2, StreamingSettings(local_steps=3, fragments=1, delay=3, mix=0.0, eager=True), None),  # eager, P = 1
+    (2, StreamingSettings(local_steps=1, fragments=1, delay=1, mix=0.0), None),  # H = 1 (the least), tau = H
   ],
   ids=[
     "tau-equals-H-8-devices",
@@ -142,6 +143,7 @@ def test_at_tau_equal_to_h_every_round_takes_a_pseudo_gradient(fragments, mix):
     "inner-momentum",
     "eager-P2",
     "eager-P1",
+    "one-round-delayed-H1",
   ],
 )
 def test_other_shapes_agree_with_the_oracle(learners, settings, inner_beta):
