@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import pathlib
 import subprocess
 import sys
 
-REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers.multiprocess_harness import REPOSITORY_ROOT
 
 
 def run_program(
